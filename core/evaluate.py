@@ -1,0 +1,76 @@
+"""One configuration in, one flat record out: the question every other part asks."""
+import math
+
+from .errors import SpecError
+from .layout import check_layout
+from .memory import GiB
+from .specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism, TrainWorkload
+from .inference import infer_request
+from .training import train_step
+
+BACKENDS = ("analytical",)
+
+
+def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: int | None = None,
+             backend: str = "analytical", time_infeasible: bool = False) -> dict:
+    """Predict one configuration. Illegal layouts raise SpecError; layouts that do not fit
+    in memory come back with feasible = False and, unless `time_infeasible`, no timing."""
+    gpus = par.gpus if gpus is None else gpus
+    if backend not in BACKENDS:
+        raise SpecError("", "backend", backend, f"expected one of {', '.join(BACKENDS)}")
+    reason = check_layout(model, hw, par, work, gpus)
+    if reason:
+        raise SpecError("", "parallelism", _layout_text(par), reason)
+    if isinstance(work, TrainWorkload):
+        return _train_record(model, hw, par, work, gpus, time_infeasible)
+    return _infer_record(model, hw, par, work, gpus, time_infeasible)
+
+
+def _layout_text(par: Parallelism) -> str:
+    return f"dp={par.dp} tp={par.tp} pp={par.pp} cp={par.cp} ep={par.ep}"
+
+
+def _memory_fields(memory) -> dict:
+    return {"feasible": memory.feasible, "infeasible_reason": memory.reason(),
+            "memory_peak_gib": memory.peak_bytes / GiB,
+            "memory": {f"{kind}_gib": value / GiB for kind, value in memory.by_kind().items()}}
+
+
+def _empty_timing(keys) -> dict:
+    return {key: math.nan for key in keys}
+
+
+def _train_record(model, hw, par, work, gpus, time_infeasible):
+    step_s, breakdown, memory, model_flops = train_step(model, hw, par, work, gpus)
+    record = _memory_fields(memory)
+    if not memory.feasible and not time_infeasible:
+        record.update(_empty_timing(("step_time_s", "mfu", "tokens_per_s")))
+        record.update({"ttft_s": math.nan, "tpot_s": math.nan, "breakdown": {}})
+        return record
+    peak = hw.gpu.flops(hw.dtype) * gpus
+    record.update({
+        "step_time_s": step_s,
+        "mfu": model_flops / (step_s * peak),
+        "tokens_per_s": work.global_batch * work.seq / step_s,
+        "ttft_s": math.nan, "tpot_s": math.nan,
+        "breakdown": breakdown,
+    })
+    return record
+
+
+def _infer_record(model, hw, par, work, gpus, time_infeasible):
+    request_s, ttft_s, tpot_s, breakdown, memory, flops = infer_request(model, hw, par, work, gpus)
+    record = _memory_fields(memory)
+    if not memory.feasible and not time_infeasible:
+        record.update(_empty_timing(("step_time_s", "mfu", "tokens_per_s", "ttft_s", "tpot_s")))
+        record["breakdown"] = {}
+        return record
+    replica_gpus = par.tp * par.pp
+    record.update({
+        "step_time_s": request_s,
+        "mfu": flops / (request_s * hw.gpu.flops(hw.dtype) * replica_gpus),
+        "tokens_per_s": par.dp * work.batch * work.decode / request_s,
+        "ttft_s": ttft_s, "tpot_s": tpot_s,
+        "breakdown": breakdown,
+    })
+    return record

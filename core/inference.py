@@ -1,0 +1,69 @@
+"""Analytical inference-request time: a prefill of the prompt, then one decode step per
+output token over a growing KV cache; pipeline stages run one after another."""
+from functools import lru_cache
+
+from . import ops
+from .collectives import collective_time
+from .graph import LayerShape, build_decode_layer, build_layer
+from .layout import group_spans
+from .memory import inference_memory
+from .specs import DTYPE_BYTES, HardwareSpec, InferWorkload, ModelSpec, Parallelism
+from .training import _add, time_ops
+
+
+@lru_cache(maxsize=8192)
+def _decode_step(model, hw, dims, spans_key, batch, context, tp):
+    """One layer's share of one decode step at a given context length."""
+    ops_list = build_decode_layer(model, hw, batch, context, tp)
+    return time_ops(hw, dims, dict(spans_key), ops_list)
+
+
+def _lm_head(model: ModelSpec, hw: HardwareSpec, batch: int, tp: int) -> float:
+    el = DTYPE_BYTES[hw.dtype]
+    return (ops.pointwise(hw, 2 * batch * model.hidden * el).time_s
+            + ops.gemm(hw, batch, model.vocab // tp, model.hidden).time_s
+            + ops.pointwise(hw, batch * model.vocab / tp * 4 * 2).time_s)
+
+
+def infer_request(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: InferWorkload, gpus: int):
+    """(request seconds, TTFT, time per output token, breakdown, memory, FLOPs of one replica's
+    request)."""
+    dims = hw.dims_for(gpus)
+    spans = group_spans(par, dims)
+    spans_key = (("tp", spans.get("tp", ())),)
+    b, prompt, decode = work.batch, work.prompt, work.decode
+    el = DTYPE_BYTES[hw.dtype]
+
+    shape = LayerShape(b, prompt, prompt, par.tp, par.sp, 1, 1)
+    graph = build_layer(model, hw, shape)
+    prefill = time_ops(hw, dims, dict(spans_key), graph.forward)
+    head_s = _lm_head(model, hw, b, par.tp)
+    p2p_prefill, p2p_decode = {}, {}
+    if par.pp > 1:
+        pp_span = spans["pp"][:1]
+        _add(p2p_prefill, collective_time(hw, dims, "send_recv", b * prompt * model.hidden * el, pp_span),
+             par.pp - 1)
+        _add(p2p_decode, collective_time(hw, dims, "send_recv", b * model.hidden * el, pp_span), par.pp - 1)
+
+    comm = {}
+    _add(comm, dict(prefill.comm_s), model.layers)
+    _add(comm, p2p_prefill)
+    compute_s = model.layers * prefill.compute_s + head_s
+    ttft_s = compute_s + sum(comm.values())
+
+    # Decode time is linear in the context length (only attention grows), so the sum over
+    # steps is the mean of the first and last steps times their count.
+    first = _decode_step(model, hw, dims, spans_key, b, prompt + 1, par.tp)
+    last = _decode_step(model, hw, dims, spans_key, b, prompt + decode, par.tp)
+    decode_compute = decode * (model.layers * (first.compute_s + last.compute_s) / 2 + head_s)
+    compute_s += decode_compute
+    _add(comm, dict(first.comm_s), decode * model.layers / 2)
+    _add(comm, dict(last.comm_s), decode * model.layers / 2)
+    _add(comm, p2p_decode, decode)
+    request_s = compute_s + sum(comm.values())
+    tpot_s = (request_s - ttft_s) / decode if decode else 0.0
+    breakdown = {"compute_s": compute_s, "prefill_s": ttft_s, "decode_s": request_s - ttft_s}
+    breakdown.update({f"comm_{name}_s": seconds for name, seconds in comm.items()})
+    memory = inference_memory(model, hw, par, b, prompt, decode)
+    flops = 2.0 * model.active_params() * b * (prompt + decode)
+    return request_s, ttft_s, tpot_s, breakdown, memory, flops

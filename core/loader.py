@@ -1,0 +1,308 @@
+"""Load and validate model and hardware specs from presets, YAML files or Hugging Face
+`config.json`, with dotted-path overrides. Every problem raises SpecError naming the
+file, the field, the value and what is allowed."""
+import copy
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from . import units
+from .errors import SpecError
+from .specs import (ACTIVATIONS, ATTENTION_KERNELS, DTYPES, NORMS, POSITION_EMBEDDINGS,
+                    TOPOLOGIES, Calibration, GpuSpec, HardwareSpec, MemoryLevel,
+                    ModelSpec, MoESpec, NetworkDim)
+
+PRESET_DIR = Path(__file__).parent / "presets"
+
+
+def list_presets() -> dict:
+    return {kind: sorted(p.stem for p in (PRESET_DIR / kind).glob("*.yaml"))
+            for kind in ("models", "gpus")}
+
+
+def _resolve(ref, kind: str) -> tuple[dict, str]:
+    """Raw mapping and its source name for a preset name or a file path."""
+    ref = str(ref)
+    preset = PRESET_DIR / kind / f"{ref}.yaml"
+    path = preset if preset.is_file() else Path(ref)
+    if not path.is_file():
+        names = ", ".join(list_presets()[kind])
+        raise SpecError("", "model" if kind == "models" else "hardware", ref,
+                        f"not a preset ({names}) nor an existing file")
+    source = str(path if path != preset else f"preset {ref}")
+    text = path.read_text()
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as err:
+        first = str(err).splitlines()[0]
+        raise SpecError(source, "<file>", path.name, f"not valid YAML/JSON ({first})") from None
+    if not isinstance(data, dict):
+        raise SpecError(source, "<file>", path.name, "expected a mapping at the top level")
+    return data, source
+
+
+def apply_overrides(raw: dict, overrides: dict | None, source: str) -> dict:
+    """Copy of `raw` with each dotted path (`gpu.hbm.bandwidth`, `network.ib.latency`,
+    `network.0.size`) set to its value; a path must name an existing field."""
+    if not overrides:
+        return raw
+    data = copy.deepcopy(raw)
+    for path, value in overrides.items():
+        node, parts = data, str(path).split(".")
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            if isinstance(node, list):
+                index = _list_index(node, part)
+                if index is None:
+                    raise SpecError(source, path, value,
+                                    f"'{part}' names no entry of {'.'.join(parts[:i]) or 'list'}")
+                if last:
+                    node[index] = value
+                else:
+                    node = node[index]
+            elif isinstance(node, dict) and part in node:
+                if last:
+                    node[part] = value
+                else:
+                    node = node[part]
+            else:
+                keys = ", ".join(node) if isinstance(node, dict) else "none"
+                raise SpecError(source, path, value, f"unknown field '{part}' (known here: {keys})")
+    return data
+
+
+def _list_index(items: list, part: str) -> int | None:
+    if part.isdigit() and int(part) < len(items):
+        return int(part)
+    for i, item in enumerate(items):
+        if isinstance(item, dict) and item.get("name") == part:
+            return i
+    return None
+
+
+class _Fields:
+    """Reads typed fields out of one mapping and rejects keys nobody asked for."""
+
+    def __init__(self, data: dict, source: str, prefix: str = ""):
+        if not isinstance(data, dict):
+            raise SpecError(source, prefix.rstrip(".") or "<file>", data, "expected a mapping")
+        self.data, self.source, self.prefix, self.seen = data, source, prefix, set()
+
+    def name(self, key: str) -> str:
+        return self.prefix + key
+
+    def raw(self, key: str, default=None, required: bool = False):
+        self.seen.add(key)
+        if key not in self.data or self.data[key] is None:
+            if required:
+                raise SpecError(self.source, self.name(key), "<missing>", "this field is required")
+            return default
+        return self.data[key]
+
+    def integer(self, key: str, default=None, minimum: int = 1) -> int:
+        value = self.raw(key, default, required=default is None)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise SpecError(self.source, self.name(key), value, f"expected an integer >= {minimum}")
+        return value
+
+    def number(self, key: str, default=None, low: float = 0.0, high: float = float("inf")) -> float:
+        value = self.raw(key, default, required=default is None)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value <= high:
+            raise SpecError(self.source, self.name(key), value, f"expected a number in ({low}, {high}]")
+        return float(value)
+
+    def choice(self, key: str, allowed: tuple, default=None) -> str:
+        value = self.raw(key, default, required=default is None)
+        if value not in allowed:
+            raise SpecError(self.source, self.name(key), value, f"expected one of {', '.join(allowed)}")
+        return value
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.raw(key, default)
+        if not isinstance(value, bool):
+            raise SpecError(self.source, self.name(key), value, "expected true or false")
+        return value
+
+    def unit(self, key: str, parse, default=None) -> float:
+        value = self.raw(key, default, required=default is None)
+        return parse(value, self.source, self.name(key))
+
+    def done(self, ignored: tuple = ()) -> None:
+        unknown = [k for k in self.data if k not in self.seen and k not in ignored]
+        if unknown:
+            raise SpecError(self.source, self.name(unknown[0]), self.data[unknown[0]],
+                            f"unknown field (allowed: {', '.join(sorted(self.seen))})")
+
+
+def model_from_mapping(data: dict, source: str) -> ModelSpec:
+    if "model_type" in data or "num_hidden_layers" in data:
+        return _model_from_hf(data, source)
+    f = _Fields(data, source)
+    hidden = f.integer("hidden")
+    heads = f.integer("heads")
+    if hidden % heads:
+        raise SpecError(source, "hidden", hidden, f"must be divisible by heads ({heads})")
+    kv_heads = f.integer("kv_heads", heads)
+    if heads % kv_heads:
+        raise SpecError(source, "kv_heads", kv_heads, f"must divide heads ({heads})")
+    moe_raw = f.raw("moe")
+    moe = None
+    if moe_raw is not None:
+        m = _Fields(moe_raw, source, "moe.")
+        moe = MoESpec(experts=m.integer("experts"), top_k=m.integer("top_k"),
+                      expert_ffn_hidden=m.integer("expert_ffn_hidden"))
+        m.done()
+        if moe.top_k > moe.experts:
+            raise SpecError(source, "moe.top_k", moe.top_k, f"must be <= experts ({moe.experts})")
+    spec = ModelSpec(
+        name=str(f.raw("name", Path(source).stem)),
+        layers=f.integer("layers"), hidden=hidden, heads=heads, kv_heads=kv_heads,
+        ffn_hidden=f.integer("ffn_hidden", 4 * hidden), vocab=f.integer("vocab"),
+        activation=f.choice("activation", ACTIVATIONS, "gelu"),
+        norm=f.choice("norm", NORMS, "layernorm"),
+        tied_embeddings=f.boolean("tied_embeddings", False),
+        position_embedding=f.choice("position_embedding", POSITION_EMBEDDINGS, "rotary"),
+        attention_kernel=f.choice("attention_kernel", ATTENTION_KERNELS, "flash"),
+        dropout=f.boolean("dropout", False),
+        max_position=f.integer("max_position", 0, minimum=0),
+        moe=moe,
+    )
+    f.done()
+    return spec
+
+
+def _model_from_hf(data: dict, source: str) -> ModelSpec:
+    """A Hugging Face config.json (Llama, Mistral, Qwen2, Mixtral families)."""
+    def need(key):
+        value = data.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(source, key, value if key in data else "<missing>",
+                            "expected a positive integer in this Hugging Face config")
+        return value
+    act = str(data.get("hidden_act", "silu"))
+    if act not in ("silu", "swish", "gelu", "gelu_new", "gelu_pytorch_tanh"):
+        raise SpecError(source, "hidden_act", act, "expected silu, swish or a gelu variant")
+    heads = need("num_attention_heads")
+    moe = None
+    if "num_local_experts" in data:
+        moe = MoESpec(experts=need("num_local_experts"), top_k=need("num_experts_per_tok"),
+                      expert_ffn_hidden=need("intermediate_size"))
+    return ModelSpec(
+        name=str(data.get("_name_or_path") or Path(source).parent.name or "hf-model"),
+        layers=need("num_hidden_layers"), hidden=need("hidden_size"), heads=heads,
+        kv_heads=data.get("num_key_value_heads") or heads,
+        ffn_hidden=need("intermediate_size"), vocab=need("vocab_size"),
+        activation="swiglu" if act in ("silu", "swish") else "gelu", norm="rmsnorm",
+        tied_embeddings=bool(data.get("tie_word_embeddings", False)),
+        position_embedding="rotary", attention_kernel="flash", moe=moe,
+    )
+
+
+def _memory_level(data, source: str, prefix: str, capacity_key: str) -> MemoryLevel:
+    f = _Fields(data, source, prefix)
+    level = MemoryLevel(capacity_bytes=f.unit(capacity_key, units.parse_bytes),
+                        bandwidth_bps=f.unit("bandwidth", units.parse_bandwidth))
+    f.done()
+    return level
+
+
+def _gpu_from_mapping(data, source: str) -> GpuSpec:
+    f = _Fields(data, source, "gpu.")
+    flops_raw = f.raw("peak_flops", required=True)
+    if not isinstance(flops_raw, dict) or not flops_raw:
+        raise SpecError(source, "gpu.peak_flops", flops_raw, "expected a mapping dtype -> FLOP/s")
+    peak = []
+    for dtype, value in flops_raw.items():
+        if dtype not in DTYPES:
+            raise SpecError(source, f"gpu.peak_flops.{dtype}", value, f"dtype must be one of {', '.join(DTYPES)}")
+        peak.append((dtype, units.parse_flops(value, source, f"gpu.peak_flops.{dtype}")))
+    gpu = GpuSpec(
+        name=str(f.raw("name", "gpu")), peak_flops=tuple(peak), sm_count=f.integer("sm_count"),
+        clock_hz=f.unit("clock", units.parse_frequency),
+        register_bytes_per_sm=f.unit("registers_per_sm", units.parse_bytes, "256 KiB"),
+        sram=_memory_level(f.raw("sram", required=True), source, "gpu.sram.", "capacity_per_sm"),
+        l2=_memory_level(f.raw("l2", required=True), source, "gpu.l2.", "capacity"),
+        hbm=_memory_level(f.raw("hbm", required=True), source, "gpu.hbm.", "capacity"),
+        launch_overhead_s=f.unit("launch_overhead", units.parse_time, "4 us"),
+    )
+    f.done()
+    return gpu
+
+
+def _network_from_list(items, source: str) -> tuple:
+    if not isinstance(items, list) or not items:
+        raise SpecError(source, "network", items, "expected a non-empty list of dimensions, innermost first")
+    dims = []
+    for i, item in enumerate(items):
+        f = _Fields(item, source, f"network.{i}.")
+        size = f.raw("size", required=True)
+        if size != "auto" and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            raise SpecError(source, f.name("size"), size, "expected a positive integer or auto")
+        dims.append(NetworkDim(
+            name=str(f.raw("name", f"dim{i}")), topology=f.choice("topology", TOPOLOGIES),
+            size=0 if size == "auto" else size,
+            link_bandwidth_bps=f.unit("link_bandwidth", units.parse_bandwidth),
+            latency_s=f.unit("latency", units.parse_time),
+            efficiency=f.number("efficiency", 1.0, high=1.0),
+            oversubscription=f.number("oversubscription", 1.0, high=1e6),
+        ))
+        f.done()
+    if any(d.size == 0 for d in dims[:-1]):
+        raise SpecError(source, "network", "auto", "only the outermost dimension may have size auto")
+    return tuple(dims)
+
+
+def hardware_from_mapping(data: dict, source: str) -> HardwareSpec:
+    f = _Fields(data, source)
+    cal_raw = f.raw("calibration", {})
+    c = _Fields(cal_raw, source, "calibration.")
+    calibration = Calibration(
+        compute_efficiency=c.number("compute_efficiency", 1.0, high=1.0),
+        memory_efficiency=c.number("memory_efficiency", 1.0, high=1.0),
+        dp_overlap=c.number("dp_overlap", 1.0, low=-1e-9, high=1.0),
+        kernel_overhead_s=c.unit("kernel_overhead", units.parse_time, 0),
+        collective_overhead_s=c.unit("collective_overhead", units.parse_time, 0),
+    )
+    c.done(ignored=("fitted_on", "notes"))
+    spec = HardwareSpec(
+        name=str(f.raw("name", Path(source).stem)),
+        gpu=_gpu_from_mapping(f.raw("gpu", required=True), source),
+        network=_network_from_list(f.raw("network", required=True), source),
+        calibration=calibration, dtype=f.choice("dtype", DTYPES, "bf16"),
+        source=str(f.raw("source", "")),
+    )
+    f.done()
+    if spec.dtype not in dict(spec.gpu.peak_flops):
+        raise SpecError(source, "dtype", spec.dtype, "gpu.peak_flops has no entry for this dtype")
+    return spec
+
+
+def _freeze(overrides: dict | None) -> tuple:
+    return tuple(sorted((str(k), json.dumps(v, sort_keys=True)) for k, v in (overrides or {}).items()))
+
+
+@lru_cache(maxsize=512)
+def _load_model_cached(ref: str, frozen: tuple) -> ModelSpec:
+    raw, source = _resolve(ref, "models")
+    overrides = {k: json.loads(v) for k, v in frozen}
+    return model_from_mapping(apply_overrides(raw, overrides, source), source)
+
+
+@lru_cache(maxsize=512)
+def _load_hardware_cached(ref: str, frozen: tuple) -> HardwareSpec:
+    raw, source = _resolve(ref, "gpus")
+    overrides = {k: json.loads(v) for k, v in frozen}
+    return hardware_from_mapping(apply_overrides(raw, overrides, source), source)
+
+
+def load_model(ref, overrides: dict | None = None) -> ModelSpec:
+    """A preset name, a model YAML or a Hugging Face config.json, with dotted overrides."""
+    return _load_model_cached(str(ref), _freeze(overrides))
+
+
+def load_hardware(ref, overrides: dict | None = None) -> HardwareSpec:
+    """A GPU preset name or a hardware YAML, with dotted overrides (`gpu.hbm.bandwidth`)."""
+    return _load_hardware_cached(str(ref), _freeze(overrides))
+

@@ -1,0 +1,126 @@
+"""Per-kernel time on one GPU: tiled GEMMs over the SRAM / L2 / HBM hierarchy, fused
+attention, and bandwidth-bound pointwise kernels. Results are memoized by shape."""
+from dataclasses import dataclass
+from functools import lru_cache
+from math import ceil, sqrt
+
+from .specs import DTYPE_BYTES, HardwareSpec
+
+# (tile_m, tile_n, tile_k) candidates a GEMM library would pick from.
+GEMM_TILES = ((256, 128, 32), (128, 256, 32), (128, 128, 32), (128, 64, 64), (64, 128, 64),
+              (64, 64, 64), (64, 32, 64), (32, 64, 64))
+SPLIT_K = (1, 2, 4, 8, 16)
+PIPELINE_STAGES = 3  # shared-memory buffers per operand (cp.async multi-stage pipeline)
+L2_USABLE_FRACTION = 0.5  # of L2 a GEMM's operands can keep resident while streaming
+SOFTMAX_FP32_OPS = 6  # scale, max, subtract, exp, sum, rescale per attention score
+FLASH_TILE_Q = 128
+FLASH_TILE_KV = 64
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    time_s: float
+    flops: float
+    hbm_bytes: float
+
+
+def _launch_s(hw: HardwareSpec) -> float:
+    return hw.gpu.launch_overhead_s + hw.calibration.kernel_overhead_s
+
+
+@lru_cache(maxsize=65536)
+def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1) -> KernelTime:
+    """C[m,n] = A[m,k] @ B[k,n], `batch` independent products, in the hardware's dtype."""
+    gpu, cal = hw.gpu, hw.calibration
+    in_bytes = DTYPE_BYTES[hw.dtype]
+    out_bytes = in_bytes
+    peak = gpu.flops(hw.dtype) * cal.compute_efficiency
+    per_sm_flops = peak / gpu.sm_count
+    per_sm_sram = gpu.sram.bandwidth_bps / gpu.sm_count
+    hbm_bw = gpu.hbm.bandwidth_bps * cal.memory_efficiency
+    unique_in = (m * k + k * n) * in_bytes * batch
+    out_total = m * n * out_bytes * batch
+    best = float("inf")
+    best_hbm = unique_in + out_total
+    for tm, tn, tk in GEMM_TILES:
+        smem = (tm + tn) * tk * in_bytes * PIPELINE_STAGES
+        accum = tm * tn * 4
+        if smem > gpu.sram.capacity_bytes or accum > gpu.register_bytes_per_sm / 2:
+            continue
+        ctas_per_sm = max(1, min(int(gpu.sram.capacity_bytes // smem),
+                                 int(gpu.register_bytes_per_sm / 2 // accum)))
+        tiles_m, tiles_n = ceil(m / tm), ceil(n / tn)
+        for split in SPLIT_K:
+            k_part = ceil(k / split)
+            if split > 1 and (k_part < 4 * tk or tiles_m * tiles_n * batch >= gpu.sm_count):
+                break
+            k_pad = ceil(k_part / tk) * tk
+            tiles = tiles_m * tiles_n * batch * split
+            per_sm_tiles = ceil(tiles / gpu.sm_count)
+            compute_s = per_sm_tiles * 2.0 * tm * tn * k_pad / per_sm_flops
+            sram_s = per_sm_tiles * (tm + tn) * k_pad * in_bytes / per_sm_sram
+            l2_bytes = tiles * (tm + tn) * k_pad * in_bytes + out_total * split
+            l2_s = l2_bytes / gpu.l2.bandwidth_bps
+            reduce_bytes = 2 * m * n * 4 * batch * split if split > 1 else 0
+            hbm_bytes = unique_in + out_total + reduce_bytes
+            if unique_in > gpu.l2.capacity_bytes * L2_USABLE_FRACTION:
+                slots = gpu.sm_count * ctas_per_sm
+                waves = ceil(tiles / slots)
+                rows = min(tiles_m, max(1, int(sqrt(slots))))
+                cols = min(tiles_n, max(1, slots // rows))
+                hbm_bytes = max(hbm_bytes, waves * (rows * tm + cols * tn) * k_pad * in_bytes
+                                + out_total + reduce_bytes)
+            hbm_s = hbm_bytes / hbm_bw
+            time_s = max(compute_s, sram_s, l2_s, hbm_s)
+            if time_s < best:
+                best, best_hbm = time_s, hbm_bytes
+    return KernelTime(best + _launch_s(hw), 2.0 * m * n * k * batch, best_hbm)
+
+
+@lru_cache(maxsize=65536)
+def pointwise(hw: HardwareSpec, bytes_moved: float, flops: float = 0.0) -> KernelTime:
+    """An elementwise or reduction kernel: bytes read plus written over HBM bandwidth."""
+    gpu, cal = hw.gpu, hw.calibration
+    memory_s = bytes_moved / (gpu.hbm.bandwidth_bps * cal.memory_efficiency)
+    compute_s = flops / gpu.flops("fp32")
+    return KernelTime(max(memory_s, compute_s) + _launch_s(hw), flops, bytes_moved)
+
+
+@lru_cache(maxsize=65536)
+def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int, head_dim: int,
+                    kv_groups: int, causal: bool, backward: bool = False) -> KernelTime:
+    """One fused attention kernel (FlashAttention-2 style): scores stay in SRAM.
+
+    `batch_heads` counts query heads; `kv_groups` is query heads per KV head (GQA).
+    Backward does five tile matmuls to forward's two and recomputes the scores."""
+    gpu, cal = hw.gpu, hw.calibration
+    el = DTYPE_BYTES[hw.dtype]
+    visible = 0.5 * (1 + 1 / max(1, ceil(kv_len / FLASH_TILE_KV))) if causal else 1.0
+    scores = batch_heads * q_len * kv_len * visible
+    matmuls = 5 if backward else 2
+    flops = matmuls * 2.0 * scores * head_dim
+    tiles = batch_heads * ceil(q_len / FLASH_TILE_Q)
+    per_sm = ceil(tiles / gpu.sm_count) / (tiles / gpu.sm_count)  # tail-wave under-fill
+    tensor_s = flops / (gpu.flops(hw.dtype) * cal.compute_efficiency) * per_sm
+    softmax_s = (2 if backward else 1) * scores * SOFTMAX_FP32_OPS / gpu.flops("fp32") * per_sm
+    q_bytes = batch_heads * q_len * head_dim * el
+    kv_bytes = 2 * (batch_heads // kv_groups) * kv_len * head_dim * el
+    kv_passes = ceil(q_len / FLASH_TILE_Q) * visible
+    l2_bytes = q_bytes * 2 + kv_bytes * max(1.0, kv_passes)
+    hbm_bytes = (q_bytes * 2 + kv_bytes) * (2 if backward else 1)
+    if kv_bytes > gpu.l2.capacity_bytes * L2_USABLE_FRACTION:
+        hbm_bytes = max(hbm_bytes, l2_bytes)
+    memory_s = max(hbm_bytes / (gpu.hbm.bandwidth_bps * cal.memory_efficiency),
+                   l2_bytes / gpu.l2.bandwidth_bps)
+    return KernelTime(max(tensor_s + softmax_s, memory_s) + _launch_s(hw), flops, hbm_bytes)
+
+
+@lru_cache(maxsize=65536)
+def decode_attention(hw: HardwareSpec, batch: int, heads: int, kv_heads: int, context: int,
+                     head_dim: int) -> KernelTime:
+    """One decode step's attention over a KV cache of `context` tokens: reads the cache once."""
+    el = DTYPE_BYTES[hw.dtype]
+    kv_bytes = 2 * batch * kv_heads * context * head_dim * el
+    q_bytes = 2 * batch * heads * head_dim * el
+    flops = 4.0 * batch * heads * context * head_dim
+    return pointwise(hw, kv_bytes + q_bytes, flops)

@@ -1,0 +1,194 @@
+"""Frozen specs: what is modelled (ModelSpec), on what (HardwareSpec), how it is split
+(Parallelism) and what is run (TrainWorkload / InferWorkload). All sizes in bytes,
+bandwidths in bytes/s, times in seconds, throughput in FLOP/s."""
+from dataclasses import dataclass, field
+
+ACTIVATIONS = ("gelu", "swiglu")
+NORMS = ("layernorm", "rmsnorm")
+ATTENTION_KERNELS = ("flash", "standard")
+POSITION_EMBEDDINGS = ("rotary", "learned")
+RECOMPUTE = ("none", "selective", "full")
+SCHEDULES = ("1f1b", "gpipe", "interleaved")
+TOPOLOGIES = ("switch", "ring", "ring-uni", "fully-connected", "mesh", "mesh2d", "torus2d",
+              "kingmesh2d", "hypercube", "fattree")
+PARALLEL_AXES = ("tp", "cp", "ep", "dp", "pp")
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    experts: int
+    top_k: int
+    expert_ffn_hidden: int
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn_hidden: int
+    vocab: int
+    activation: str = "swiglu"
+    norm: str = "rmsnorm"
+    tied_embeddings: bool = False
+    position_embedding: str = "rotary"
+    attention_kernel: str = "flash"
+    dropout: bool = False
+    max_position: int = 0
+    moe: MoESpec | None = None
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
+    def mlp_matrices(self) -> int:
+        """Weight matrices in one FFN: 3 for SwiGLU (gate, up, down), 2 for GELU."""
+        return 3 if self.activation == "swiglu" else 2
+
+    def attention_params(self) -> int:
+        h = self.hidden
+        return h * (h + 2 * self.kv_dim) + h * h
+
+    def mlp_params(self) -> int:
+        """Dense FFN parameters, or all experts' for MoE (router included)."""
+        if self.moe is None:
+            return self.mlp_matrices * self.hidden * self.ffn_hidden
+        per_expert = self.mlp_matrices * self.hidden * self.moe.expert_ffn_hidden
+        return self.moe.experts * per_expert + self.hidden * self.moe.experts
+
+    def layer_params(self) -> int:
+        norms = 2 * self.hidden * (2 if self.norm == "layernorm" else 1)
+        return self.attention_params() + self.mlp_params() + norms
+
+    def embedding_params(self) -> int:
+        learned = self.max_position * self.hidden if self.position_embedding == "learned" else 0
+        return self.vocab * self.hidden + learned
+
+    def lm_head_params(self) -> int:
+        return 0 if self.tied_embeddings else self.vocab * self.hidden
+
+    def total_params(self) -> int:
+        return self.layers * self.layer_params() + self.embedding_params() + self.lm_head_params()
+
+    def active_params(self) -> int:
+        """Parameters touched per token (MoE counts only top_k experts)."""
+        if self.moe is None:
+            return self.total_params()
+        per_expert = self.mlp_matrices * self.hidden * self.moe.expert_ffn_hidden
+        inactive = (self.moe.experts - self.moe.top_k) * per_expert
+        return self.total_params() - self.layers * inactive
+
+
+@dataclass(frozen=True)
+class MemoryLevel:
+    capacity_bytes: float
+    bandwidth_bps: float
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str
+    peak_flops: tuple  # ((dtype, FLOP/s), ...) so the spec stays hashable
+    sm_count: int
+    clock_hz: float
+    register_bytes_per_sm: float
+    sram: MemoryLevel  # shared memory / L1, capacity per SM, aggregate bandwidth
+    l2: MemoryLevel
+    hbm: MemoryLevel
+    launch_overhead_s: float
+
+    def flops(self, dtype: str) -> float:
+        return dict(self.peak_flops)[dtype]
+
+
+@dataclass(frozen=True)
+class NetworkDim:
+    """One network dimension, innermost first: `size` NPUs per group on this level."""
+    name: str
+    topology: str
+    size: int  # 0 means "whatever remains of the GPU count"
+    link_bandwidth_bps: float
+    latency_s: float
+    efficiency: float = 1.0  # achievable fraction of link bandwidth for bulk transfers
+    oversubscription: float = 1.0
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The few factors fitted per GPU preset; see the preset file for what and on which rows."""
+    compute_efficiency: float = 1.0
+    memory_efficiency: float = 1.0
+    dp_overlap: float = 1.0
+    kernel_overhead_s: float = 0.0
+    collective_overhead_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    name: str
+    gpu: GpuSpec
+    network: tuple  # of NetworkDim, innermost first
+    calibration: Calibration = field(default_factory=Calibration)
+    dtype: str = "bf16"
+    source: str = ""
+
+    def dims_for(self, gpus: int) -> tuple:
+        """Network dimensions sized for `gpus` GPUs: an `auto` (0) size takes the remainder."""
+        sized, covered = [], 1
+        for dim in self.network:
+            size = dim.size
+            if size == 0:
+                size = max(1, -(-gpus // covered))
+            sized.append(dim if size == dim.size else _resized(dim, size))
+            covered *= size
+        return tuple(sized)
+
+
+def _resized(dim: NetworkDim, size: int) -> NetworkDim:
+    from dataclasses import replace
+    return replace(dim, size=size)
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    sp: bool = False
+    zero: int = 0
+    micro_batch: int = 1
+    recompute: str = "none"
+    schedule: str = "1f1b"
+    virtual_stages: int = 1
+    placement: tuple = ("tp", "cp", "dp", "pp")
+
+    @property
+    def gpus(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+
+@dataclass(frozen=True)
+class TrainWorkload:
+    global_batch: int
+    seq: int
+    mode: str = "train"
+
+
+@dataclass(frozen=True)
+class InferWorkload:
+    batch: int
+    prompt: int
+    decode: int
+    replicas: int = 1
+    mode: str = "infer"

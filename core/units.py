@@ -1,0 +1,104 @@
+"""Quantities with units written out: `80 GB`, `2039 GB/s`, `200 Gb/s`, `5 us`, `312 TFLOP/s`.
+
+GB = 1e9 bytes and GiB = 2^30 bytes; a lower-case `b` means bits. Plain numbers
+are taken in the base unit (bytes, bytes/s, seconds, FLOP/s, Hz).
+"""
+import re
+
+from .errors import SpecError
+
+_NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/]*)\s*$")
+
+_DECIMAL = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+_TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def _split(text, source: str, field: str, allowed: str) -> tuple[float, str]:
+    if isinstance(text, bool):
+        raise SpecError(source, field, text, allowed)
+    if isinstance(text, (int, float)):
+        return float(text), ""
+    match = _NUMBER.match(str(text).replace("µ", "u"))
+    if not match:
+        raise SpecError(source, field, text, allowed)
+    return float(match.group(1)), match.group(2)
+
+
+def _scaled_bytes(unit: str) -> float | None:
+    """Bytes per unit for B/KB/MiB/Gb...; None if `unit` is not a size."""
+    if unit in ("", "B"):
+        return 1.0
+    for prefix, scale in _BINARY.items():
+        if unit == prefix + "B":
+            return float(scale)
+        if unit == prefix + "b":
+            return scale / 8.0
+    for prefix, scale in _DECIMAL.items():
+        if prefix and unit == prefix + "B":
+            return scale
+        if prefix and unit == prefix + "b":
+            return scale / 8.0
+    return None
+
+
+def parse_bytes(text, source: str = "", field: str = "size") -> float:
+    allowed = "expected a size such as 80 GB, 40 MiB or 1024 (bytes)"
+    value, unit = _split(text, source, field, allowed)
+    scale = _scaled_bytes(unit)
+    if scale is None or value < 0:
+        raise SpecError(source, field, text, allowed)
+    return value * scale
+
+
+def parse_bandwidth(text, source: str = "", field: str = "bandwidth") -> float:
+    """Bytes per second."""
+    allowed = "expected a bandwidth such as 2039 GB/s, 200 Gb/s or 1.5 TB/s"
+    value, unit = _split(text, source, field, allowed)
+    if unit == "":
+        scale = 1.0
+    elif unit.endswith("/s"):
+        scale = _scaled_bytes(unit[:-2])
+    elif unit.endswith("ps"):
+        scale = _scaled_bytes(unit[:-2])
+    else:
+        scale = None
+    if scale is None or value <= 0:
+        raise SpecError(source, field, text, allowed)
+    return value * scale
+
+
+def parse_time(text, source: str = "", field: str = "time") -> float:
+    """Seconds."""
+    allowed = "expected a duration such as 5 us, 1.2 ms or 300 ns"
+    value, unit = _split(text, source, field, allowed)
+    scale = 1.0 if unit == "" else _TIME.get(unit)
+    if scale is None or value < 0:
+        raise SpecError(source, field, text, allowed)
+    return value * scale
+
+
+def parse_flops(text, source: str = "", field: str = "flops") -> float:
+    """FLOP per second."""
+    allowed = "expected a throughput such as 312 TFLOP/s or 19.5 TFLOPS"
+    value, unit = _split(text, source, field, allowed)
+    scale = None
+    for suffix in ("FLOP/s", "FLOPS", "FLOPs", "flop/s", "flops"):
+        if unit.endswith(suffix):
+            scale = _DECIMAL.get(unit[: -len(suffix)])
+            break
+    if unit == "":
+        scale = 1.0
+    if scale is None or value <= 0:
+        raise SpecError(source, field, text, allowed)
+    return value * scale
+
+
+def parse_frequency(text, source: str = "", field: str = "clock") -> float:
+    """Hertz."""
+    allowed = "expected a frequency such as 1.41 GHz or 1410 MHz"
+    value, unit = _split(text, source, field, allowed)
+    scale = 1.0 if unit == "" else (_DECIMAL.get(unit[:-2]) if unit.endswith("Hz") else None)
+    if scale is None or value <= 0:
+        raise SpecError(source, field, text, allowed)
+    return value * scale

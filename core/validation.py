@@ -1,0 +1,134 @@
+"""Predictions against the published measurements shipped in `validation_data/`
+(copied verbatim from the project's shared validation set)."""
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+from .evaluate import evaluate
+from .loader import load_hardware, load_model
+from .memory import GiB
+from .specs import InferWorkload, Parallelism, TrainWorkload
+
+DATA_DIR = Path(__file__).parent / "validation_data"
+HARDWARE = "a100-sxm4-80gb"
+
+# Layout facts the training and memory tables leave out. Korthikanti et al. ran GPT-3 175B
+# and MT-NLG 530B with the interleaved 1F1B schedule; the paper's own memory figures pin
+# the chunk count: first-stage activations are 1.2917 = 1 + 7/24 and 1.3238 = 1 + 34/105
+# times the non-interleaved value, its interleaving factor 1 + (p-1)/(p*v) with v = 3.
+INTERLEAVED_CHUNKS = {"gpt-175b": 3, "gpt-530b": 3}
+
+
+@dataclass(frozen=True)
+class Case:
+    suite: str
+    case: str
+    measured: float
+    predicted: float
+    unit: str
+
+    @property
+    def error_pct(self) -> float:
+        return 100.0 * (self.predicted - self.measured) / self.measured
+
+
+@dataclass(frozen=True)
+class Verdict:
+    case: str
+    expected_feasible: bool
+    predicted_feasible: bool
+    detail: str
+
+
+def _rows(name: str) -> list:
+    with open(DATA_DIR / name, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _gpt(row: dict):
+    overrides = {key: int(row[col]) for key, col in
+                 (("layers", "layers"), ("hidden", "hidden"), ("heads", "heads"), ("vocab", "vocab"),
+                  ("max_position", "seq_len"))}
+    return load_model(row["model"], overrides)
+
+
+def _gpt_layout(row: dict, recompute: str, sp: bool) -> Parallelism:
+    chunks = INTERLEAVED_CHUNKS.get(row["model"], 1)
+    return Parallelism(dp=int(row.get("dp", 1)), tp=int(row["tp"]), pp=int(row["pp"]), sp=sp,
+                       micro_batch=int(row["micro_batch"]), recompute=recompute,
+                       schedule="interleaved" if chunks > 1 else "1f1b", virtual_stages=chunks)
+
+
+def training_cases(hw_ref=HARDWARE) -> tuple:
+    hw = load_hardware(hw_ref)
+    cases, verdicts = [], []
+    for row in _rows("training_a100_korthikanti.csv"):
+        par = _gpt_layout(row, row["recompute"], row["sequence_parallel"] == "true")
+        work = TrainWorkload(global_batch=int(row["global_batch"]), seq=int(row["seq_len"]))
+        record = evaluate(_gpt(row), hw, par, work, int(row["gpus"]), time_infeasible=True)
+        name = f"{row['model']} tp{row['tp']} pp{row['pp']} {row['recompute']}"
+        cases.append(Case("training", name, float(row["measured_iteration_s"]), record["step_time_s"], "s"))
+        verdicts.append(Verdict(f"training {name}", True, record["feasible"], record["infeasible_reason"]))
+    return cases, verdicts
+
+
+def inference_cases(hw_ref=HARDWARE) -> tuple:
+    hw = load_hardware(hw_ref)
+    cases, verdicts = [], []
+    for row in _rows("inference_a100_llama2.csv"):
+        tp = int(row["tp"])
+        work = InferWorkload(batch=int(row["batch"]), prompt=int(row["prompt_tokens"]),
+                             decode=int(row["output_tokens"]))
+        record = evaluate(load_model(row["model"]), hw, Parallelism(tp=tp), work, tp, time_infeasible=True)
+        name = f"{row['model']} tp{tp} b{row['batch']}"
+        cases.append(Case("inference", name, float(row["measured_request_s"]), record["step_time_s"], "s"))
+        verdicts.append(Verdict(f"inference {name}", True, record["feasible"], record["infeasible_reason"]))
+    one_gpu = evaluate(load_model("llama2-70b"), hw, Parallelism(), InferWorkload(1, 200, 200), 1)
+    verdicts.append(Verdict("inference llama2-70b on one GPU", False, one_gpu["feasible"],
+                            one_gpu["infeasible_reason"]))
+    return cases, verdicts
+
+
+def memory_cases(hw_ref=HARDWARE) -> tuple:
+    hw = load_hardware(hw_ref)
+    cases, verdicts = [], []
+    for row in _rows("memory_a100_korthikanti.csv"):
+        selective = row["setting"] == "selective_sp"
+        par = _gpt_layout(row, "selective" if selective else "none", selective)
+        work = TrainWorkload(global_batch=int(row["global_batch"]), seq=int(row["seq_len"]))
+        record = evaluate(_gpt(row), hw, par, work, int(row["gpus"]), time_infeasible=True)
+        mem = record["memory"]
+        states = mem["weights_gib"] + mem["gradients_gib"] + mem["optimizer_gib"]
+        name = f"{row['model']} {row['setting']}"
+        cases.append(Case("memory", f"{name} weights+optimizer", float(row["weights_and_optimizer_gb"]),
+                          states, "GiB"))
+        cases.append(Case("memory", f"{name} activations", float(row["activations_gb"]),
+                          mem["activations_gib"], "GiB"))
+        verdicts.append(Verdict(f"memory {name}", selective, record["feasible"],
+                                record["infeasible_reason"] or f"{record['memory_peak_gib']:.1f} GiB"))
+    return cases, verdicts
+
+
+SUITES = {"training": training_cases, "inference": inference_cases, "memory": memory_cases}
+
+
+def run_all(suites=tuple(SUITES)) -> tuple:
+    cases, verdicts = [], []
+    for suite in suites:
+        c, v = SUITES[suite]()
+        cases += c
+        verdicts += v
+    return cases, verdicts
+
+
+def summary(cases: list) -> dict:
+    """Mean and max absolute error per suite, in percent."""
+    out = {}
+    for suite in dict.fromkeys(c.suite for c in cases):
+        errors = [abs(c.error_pct) for c in cases if c.suite == suite]
+        out[suite] = {"cases": len(errors), "mean_abs_error_pct": sum(errors) / len(errors),
+                      "max_abs_error_pct": max(errors)}
+    return out
+
+
+__all__ = ["Case", "GiB", "Verdict", "run_all", "summary"]

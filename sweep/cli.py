@@ -1,0 +1,44 @@
+"""The `rapid` command: one subcommand per module, each with `add_arguments` and `run`."""
+import argparse
+import sys
+
+from core import SpecError
+
+from . import cmd_run, cmd_validate
+
+COMMANDS = {
+    "run": (cmd_run, "predict one configuration (training step or inference request)"),
+    "validate": (cmd_validate, "compare predictions with published measurements"),
+}
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Argument errors as one line naming the argument, not a usage dump."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="rapid", description="Design-space exploration for LLM training and inference.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    for name, (module, help_text) in COMMANDS.items():
+        module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    module = COMMANDS[args.command][0]
+    try:
+        return module.run(args) or 0
+    except SpecError as err:
+        print(f"rapid {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"rapid {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""`rapid run`: one configuration, as a readable breakdown or one JSON record."""
+import json
+import math
+
+from rich.console import Console
+from rich.table import Table
+
+from core import InferWorkload, Parallelism, SpecError, TrainWorkload, evaluate, list_presets
+from core.specs import RECOMPUTE, SCHEDULES
+from core.loader import load_hardware, load_model
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", help="model preset name, model YAML or Hugging Face config.json")
+    parser.add_argument("--hardware", help="GPU preset name or hardware YAML")
+    parser.add_argument("--list-presets", action="store_true", help="list model and GPU presets and exit")
+    parser.add_argument("--gpus", type=int, help="total GPUs (default: dp*tp*pp*cp)")
+    parser.add_argument("--dp", default="auto", help="data-parallel degree, or auto = gpus/(tp*pp*cp)")
+    for axis, text in (("tp", "tensor"), ("pp", "pipeline"), ("cp", "context"), ("ep", "expert")):
+        parser.add_argument(f"--{axis}", type=int, default=1, help=f"{text}-parallel degree")
+    parser.add_argument("--sp", action=_BooleanFlag, default=None,
+                        help="sequence parallelism (default: on when tp > 1 in training)")
+    parser.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage")
+    parser.add_argument("--recompute", default="none", choices=RECOMPUTE)
+    parser.add_argument("--schedule", default="1f1b", choices=SCHEDULES)
+    parser.add_argument("--virtual-stages", type=int, default=1, help="model chunks per stage (interleaved)")
+    parser.add_argument("--mode", default="train", choices=("train", "infer"))
+    parser.add_argument("--global-batch", type=int, default=None, help="sequences per training iteration")
+    parser.add_argument("--micro-batch", type=int, default=1)
+    parser.add_argument("--seq", type=int, default=2048, help="training sequence length")
+    parser.add_argument("--batch", type=int, default=1, help="inference batch size")
+    parser.add_argument("--prompt", type=int, default=512, help="inference prompt tokens")
+    parser.add_argument("--decode", type=int, default=128, help="inference output tokens")
+    parser.add_argument("--json", action="store_true", help="print one JSON record")
+
+
+class _BooleanFlag:
+    """--sp / --no-sp without argparse's BooleanOptionalAction help noise."""
+
+    def __new__(cls, option_strings, dest, **kwargs):
+        import argparse
+        return argparse.BooleanOptionalAction(option_strings, dest, **kwargs)
+
+
+def _positive(name: str, value: int) -> int:
+    if value < 1:
+        raise SpecError("command line", name, value, "expected a positive integer")
+    return value
+
+
+def parse_config(args):
+    """(model, hardware, parallelism, workload, gpus) from parsed `rapid run` arguments."""
+    if not args.model:
+        raise SpecError("command line", "--model", "<missing>", "give a preset name or a file")
+    if not args.hardware:
+        raise SpecError("command line", "--hardware", "<missing>", "give a preset name or a file")
+    model, hw = load_model(args.model), load_hardware(args.hardware)
+    tp, pp, cp, ep = (_positive(f"--{a}", getattr(args, a)) for a in ("tp", "pp", "cp", "ep"))
+    inner = tp * pp * cp
+    if args.dp == "auto":
+        gpus = _positive("--gpus", args.gpus if args.gpus is not None else inner)
+        if gpus % inner:
+            raise SpecError("command line", "--dp", "auto",
+                            f"gpus ({gpus}) is not a multiple of tp*pp*cp ({inner})")
+        dp = gpus // inner
+    else:
+        try:
+            dp = _positive("--dp", int(args.dp))
+        except ValueError:
+            raise SpecError("command line", "--dp", args.dp, "expected a positive integer or auto") from None
+        gpus = _positive("--gpus", args.gpus if args.gpus is not None else dp * inner)
+    train = args.mode == "train"
+    sp = args.sp if args.sp is not None else (train and tp > 1)
+    par = Parallelism(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, sp=sp, zero=args.zero,
+                      micro_batch=_positive("--micro-batch", args.micro_batch), recompute=args.recompute,
+                      schedule=args.schedule, virtual_stages=_positive("--virtual-stages", args.virtual_stages))
+    if train:
+        global_batch = args.global_batch if args.global_batch is not None else dp * par.micro_batch
+        work = TrainWorkload(global_batch=_positive("--global-batch", global_batch),
+                             seq=_positive("--seq", args.seq))
+    else:
+        work = InferWorkload(batch=_positive("--batch", args.batch), prompt=_positive("--prompt", args.prompt),
+                             decode=_positive("--decode", args.decode), replicas=dp)
+    return model, hw, par, work, gpus
+
+
+def run(args) -> int:
+    if args.list_presets:
+        for kind, names in list_presets().items():
+            print(f"{kind}: {', '.join(names)}")
+        return 0
+    model, hw, par, work, gpus = parse_config(args)
+    record = evaluate(model, hw, par, work, gpus, time_infeasible=True)
+    if args.json:
+        print(json.dumps(_jsonable(record), sort_keys=True))
+    else:
+        _print_table(model, hw, par, work, gpus, record)
+    return 0
+
+
+def _jsonable(value):
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def _seconds(value: float) -> str:
+    if value != value:
+        return "-"
+    if value >= 1:
+        return f"{value:.3f} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.2f} ms"
+    return f"{value * 1e6:.1f} us"
+
+
+def _print_table(model, hw, par, work, gpus, record) -> None:
+    console = Console()
+    layout = (f"dp={par.dp} tp={par.tp} pp={par.pp} cp={par.cp} ep={par.ep} sp={'on' if par.sp else 'off'} "
+              f"zero={par.zero} recompute={par.recompute} schedule={par.schedule}")
+    console.print(f"[bold]{model.name}[/] on {gpus} x {hw.name}  ({work.mode})  {layout}")
+    step = record["step_time_s"]
+    table = Table(title="time", show_edge=False)
+    table.add_column("part")
+    table.add_column("seconds", justify="right")
+    table.add_column("share", justify="right")
+    for key, value in record["breakdown"].items():
+        if key == "dp_comm_total_s" or (key in ("prefill_s", "decode_s")):
+            continue
+        label = key.removesuffix("_s").replace("comm_", "exposed comm: ")
+        table.add_row(label, _seconds(value), f"{100 * value / step:.1f} %")
+    label = "iteration" if work.mode == "train" else "request"
+    table.add_row(f"[bold]{label}[/]", f"[bold]{_seconds(step)}[/]", "100 %")
+    console.print(table)
+    mem = Table(title="memory per GPU (most loaded stage)", show_edge=False)
+    mem.add_column("kind")
+    mem.add_column("GiB", justify="right")
+    for key, value in record["memory"].items():
+        if value:
+            mem.add_row(key.removesuffix("_gib"), f"{value:.2f}")
+    mem.add_row("[bold]peak[/]", f"[bold]{record['memory_peak_gib']:.2f}[/]")
+    console.print(mem)
+    verdict = "fits" if record["feasible"] else f"[red]does not fit[/]: {record['infeasible_reason']}"
+    console.print(f"memory: {verdict}")
+    line = f"MFU {100 * record['mfu']:.1f} %   tokens/s {record['tokens_per_s']:,.0f}"
+    if work.mode == "infer":
+        line += f"   TTFT {_seconds(record['ttft_s'])}   time per output token {_seconds(record['tpot_s'])}"
+    console.print(line)

@@ -1,0 +1,42 @@
+"""`rapid validate`: predictions against the published measurements, per suite."""
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from core.validation import SUITES, run_all, summary
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--suite", action="append", choices=tuple(SUITES),
+                        help="run only this suite (repeatable; default: all)")
+    parser.add_argument("--json", action="store_true", help="print cases and summary as JSON")
+
+
+def run(args) -> int:
+    cases, verdicts = run_all(tuple(args.suite or SUITES))
+    stats = summary(cases)
+    if args.json:
+        print(json.dumps({
+            "cases": [{"suite": c.suite, "case": c.case, "measured": c.measured, "predicted": c.predicted,
+                       "error_pct": c.error_pct, "unit": c.unit} for c in cases],
+            "summary": stats,
+            "verdicts": [{"case": v.case, "expected_feasible": v.expected_feasible,
+                          "predicted_feasible": v.predicted_feasible, "detail": v.detail} for v in verdicts],
+        }, indent=1))
+        return 0
+    console = Console()
+    for suite, numbers in stats.items():
+        table = Table(title=f"{suite} ({numbers['cases']} cases)", show_edge=False)
+        for column in ("case", "measured", "predicted", "error"):
+            table.add_column(column, justify="left" if column == "case" else "right")
+        for c in (c for c in cases if c.suite == suite):
+            table.add_row(c.case, f"{c.measured:.3f} {c.unit}", f"{c.predicted:.3f} {c.unit}", f"{c.error_pct:+.1f} %")
+        console.print(table)
+        console.print(f"  mean |error| {numbers['mean_abs_error_pct']:.1f} %   "
+                      f"max |error| {numbers['max_abs_error_pct']:.1f} %\n")
+    wrong = [v for v in verdicts if v.expected_feasible != v.predicted_feasible]
+    console.print(f"memory verdicts: {len(verdicts) - len(wrong)} of {len(verdicts)} agree with reality")
+    for v in wrong:
+        console.print(f"  [red]disagrees[/]: {v.case}: predicted {'fits' if v.predicted_feasible else 'OOM'} ({v.detail})")
+    return 0
