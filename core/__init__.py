@@ -1,10 +1,10 @@
 """rapid-sweep core: specs, presets, the operator and memory models, and the analytical
 executor. `evaluate` answers one configuration; everything else builds on it."""
 from .errors import SpecError
-from .evaluate import BACKENDS, evaluate
+from .evaluate import BACKENDS, estimate_memory, evaluate
 from .layout import check_layout
 from .loader import list_presets, load_hardware, load_model
 from .specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism, TrainWorkload
 
 __all__ = ["BACKENDS", "HardwareSpec", "InferWorkload", "ModelSpec", "Parallelism", "SpecError",
-           "TrainWorkload", "check_layout", "evaluate", "list_presets", "load_hardware", "load_model"]
+           "TrainWorkload", "check_layout", "estimate_memory", "evaluate", "list_presets", "load_hardware", "load_model"]

@@ -2,13 +2,15 @@
 import math
 
 from .errors import SpecError
+from .graph import LayerShape, build_layer
 from .layout import check_layout
-from .memory import GiB
+from .memory import GiB, MemoryEstimate, inference_memory, training_memory
 from .specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism, TrainWorkload
 from .inference import infer_request
 from .training import train_step
 
 BACKENDS = ("analytical",)
+UNTIMED = ("step_time_s", "mfu", "tokens_per_s", "ttft_s", "tpot_s")
 
 
 def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: int | None = None,
@@ -21,9 +23,26 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
     reason = check_layout(model, hw, par, work, gpus)
     if reason:
         raise SpecError("", "parallelism", _layout_text(par), reason)
+    if not time_infeasible:
+        memory = estimate_memory(model, hw, par, work)
+        if not memory.feasible:
+            record = _memory_fields(memory)
+            record.update({key: math.nan for key in UNTIMED})
+            record["breakdown"] = {}
+            return record
     if isinstance(work, TrainWorkload):
-        return _train_record(model, hw, par, work, gpus, time_infeasible)
-    return _infer_record(model, hw, par, work, gpus, time_infeasible)
+        return _train_record(model, hw, par, work, gpus)
+    return _infer_record(model, hw, par, work, gpus)
+
+
+def estimate_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work) -> MemoryEstimate:
+    """Per-GPU memory of the most loaded stage, without timing anything else."""
+    if isinstance(work, TrainWorkload):
+        seq = work.seq // par.cp
+        graph = build_layer(model, hw, LayerShape(par.micro_batch, seq, work.seq, par.tp, par.sp, par.cp, par.ep))
+        micro = work.global_batch // (par.dp * par.micro_batch)
+        return training_memory(model, hw, par, graph, micro, par.micro_batch * seq)
+    return inference_memory(model, hw, par, work.batch, work.prompt, work.decode)
 
 
 def _layout_text(par: Parallelism) -> str:
@@ -36,17 +55,9 @@ def _memory_fields(memory) -> dict:
             "memory": {f"{kind}_gib": value / GiB for kind, value in memory.by_kind().items()}}
 
 
-def _empty_timing(keys) -> dict:
-    return {key: math.nan for key in keys}
-
-
-def _train_record(model, hw, par, work, gpus, time_infeasible):
+def _train_record(model, hw, par, work, gpus):
     step_s, breakdown, memory, model_flops = train_step(model, hw, par, work, gpus)
     record = _memory_fields(memory)
-    if not memory.feasible and not time_infeasible:
-        record.update(_empty_timing(("step_time_s", "mfu", "tokens_per_s")))
-        record.update({"ttft_s": math.nan, "tpot_s": math.nan, "breakdown": {}})
-        return record
     peak = hw.gpu.flops(hw.dtype) * gpus
     record.update({
         "step_time_s": step_s,
@@ -58,13 +69,9 @@ def _train_record(model, hw, par, work, gpus, time_infeasible):
     return record
 
 
-def _infer_record(model, hw, par, work, gpus, time_infeasible):
+def _infer_record(model, hw, par, work, gpus):
     request_s, ttft_s, tpot_s, breakdown, memory, flops = infer_request(model, hw, par, work, gpus)
     record = _memory_fields(memory)
-    if not memory.feasible and not time_infeasible:
-        record.update(_empty_timing(("step_time_s", "mfu", "tokens_per_s", "ttft_s", "tpot_s")))
-        record["breakdown"] = {}
-        return record
     replica_gpus = par.tp * par.pp
     record.update({
         "step_time_s": request_s,
