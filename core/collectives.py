@@ -12,9 +12,9 @@ _RING_LINKS = {"switch": 1, "ring": 2, "ring-uni": 1, "mesh": 2, "mesh2d": 2, "t
                "kingmesh2d": 4, "hypercube": 1, "fattree": 1}
 
 
-def _bandwidth_bps(dim: NetworkDim, ranks: float) -> float:
+def _bandwidth_bps(dim: NetworkDim, ranks: float, efficiency: float) -> float:
     links = (ranks - 1) if dim.topology == "fully-connected" else _RING_LINKS[dim.topology]
-    bw = dim.link_bandwidth_bps * dim.efficiency * max(1.0, links)
+    bw = dim.link_bandwidth_bps * dim.efficiency * efficiency * max(1.0, links)
     if dim.topology == "fattree":
         bw /= dim.oversubscription
     if dim.topology == "hypercube":
@@ -22,7 +22,8 @@ def _bandwidth_bps(dim: NetworkDim, ranks: float) -> float:
     return bw
 
 
-def one_dim_time(kind: str, bytes_: float, dim: NetworkDim, ranks: float) -> float:
+def one_dim_time(kind: str, bytes_: float, dim: NetworkDim, ranks: float, efficiency: float = 1.0,
+                 step_s: float = 0.0) -> float:
     """Seconds for one collective over `ranks` NPUs of one dimension.
 
     `bytes_` is the full buffer: the reduced vector for all-reduce, the gathered or
@@ -30,10 +31,10 @@ def one_dim_time(kind: str, bytes_: float, dim: NetworkDim, ranks: float) -> flo
     all-to-all, the message for send/recv."""
     if ranks <= 1 and kind != "send_recv":
         return 0.0
-    bw, alpha = _bandwidth_bps(dim, ranks), dim.latency_s
+    bw, alpha = _bandwidth_bps(dim, ranks, efficiency), dim.latency_s + step_s
     steps = ranks - 1
     if kind == "send_recv":
-        return alpha + bytes_ / (dim.link_bandwidth_bps * dim.efficiency)
+        return alpha + bytes_ / (dim.link_bandwidth_bps * dim.efficiency * efficiency)
     if kind in ("reduce_scatter", "all_gather"):
         return steps * alpha + steps / ranks * bytes_ / bw
     if kind == "all_to_all":
@@ -55,22 +56,20 @@ def collective_time(hw: HardwareSpec, dims: tuple, kind: str, bytes_: float, spa
         name = dims[index].name
         times[name] = times.get(name, 0.0) + seconds
 
-    overhead = hw.calibration.collective_overhead_s
+    eff, step = hw.calibration.network_efficiency, hw.calibration.collective_step_s
     if kind == "all_reduce":
         size = bytes_
         for index, ranks in span[:-1]:
-            add(index, 2 * one_dim_time("reduce_scatter", size, dims[index], ranks))
+            add(index, 2 * one_dim_time("reduce_scatter", size, dims[index], ranks, eff, step))
             size /= ranks
         index, ranks = span[-1]
-        add(index, one_dim_time("all_reduce", size, dims[index], ranks))
+        add(index, one_dim_time("all_reduce", size, dims[index], ranks, eff, step))
     elif kind in ("reduce_scatter", "all_gather"):
         size = bytes_
         for index, ranks in span:
-            add(index, one_dim_time(kind, size, dims[index], ranks))
+            add(index, one_dim_time(kind, size, dims[index], ranks, eff, step))
             size /= ranks
     else:
         for index, ranks in span:
-            add(index, one_dim_time(kind, bytes_, dims[index], ranks))
-    first = dims[span[0][0]].name
-    times[first] += overhead
+            add(index, one_dim_time(kind, bytes_, dims[index], ranks, eff, step))
     return times

@@ -84,16 +84,18 @@ def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerG
         fwd.append(pair[0])
         bwd.append(pair[1])
 
-    def enter_tp(tag):
-        """Megatron's f / g: gather (SP) or identity forward; reduce backward."""
-        if t == 1:
-            return
-        if shape.sp:
-            gather = _comm(f"{tag}.allgather", "all_gather", "tp", T * h * el)
-            add((gather, (_comm(f"{tag}.reducescatter.bwd", "reduce_scatter", "tp", T * h * el),
-                          _comm(f"{tag}.allgather.bwd", "all_gather", "tp", T * h * el))))
-        else:
+    def enter_tp(tag, gemm_pair):
+        """Megatron's f / g before a column-parallel GEMM: gather (SP) or identity forward,
+        reduce backward. With SP the backward re-gathers the input for the weight
+        gradient while the input gradient is computed."""
+        if t > 1 and shape.sp:
+            fwd.append(_comm(f"{tag}.allgather", "all_gather", "tp", T * h * el))
+            dgrad = gemm_pair[1][0].time_s
+            bwd.append((_comm(f"{tag}.reducescatter.bwd", "reduce_scatter", "tp", T * h * el),
+                        _comm(f"{tag}.allgather.bwd", "all_gather", "tp", T * h * el, dgrad)))
+        elif t > 1:
             bwd.append((_comm(f"{tag}.allreduce.bwd", "all_reduce", "tp", T * h * el),))
+        add(gemm_pair)
 
     def leave_tp(tag):
         if t == 1:
@@ -105,9 +107,8 @@ def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerG
 
     norm_io = T_norm * h * el
     add(_pointwise_ops(hw, "norm1", norm_io, norm_io, norm_io))
-    enter_tp("attn")
     qkv_out = T * (q_dim + 2 * kv_dim) * el  # Q, K, V: kept for attention's backward
-    add(_gemm_ops(hw, "qkv", T, q_dim + 2 * kv_dim, h, T_norm * h * el + qkv_out))
+    enter_tp("attn", _gemm_ops(hw, "qkv", T, q_dim + 2 * kv_dim, h, T_norm * h * el + qkv_out))
     if model.position_embedding == "rotary":
         rot = T * (q_dim + kv_dim) * el
         add(_pointwise_ops(hw, "rotary", rot, rot, 0.0))
@@ -144,28 +145,27 @@ def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerG
     mask = T_norm * h if model.dropout else 0.0
     add(_pointwise_ops(hw, "residual1", 2 * norm_io, norm_io + mask, mask))
     add(_pointwise_ops(hw, "norm2", norm_io, norm_io, norm_io))
-    enter_tp("mlp")
-    _mlp(model, hw, shape, add, fwd, bwd, T_norm)
+    _mlp(model, hw, shape, add, enter_tp, fwd, bwd, T_norm)
     leave_tp("mlp")
     add(_pointwise_ops(hw, "residual2", 2 * norm_io, norm_io + mask, mask))
     backward = tuple(op for group in reversed(bwd) for op in reversed(group))
     return LayerGraph(tuple(fwd), backward)
 
 
-def _mlp(model, hw, shape, add, fwd, bwd, T_norm):
+def _mlp(model, hw, shape, add, enter_tp, fwd, bwd, T_norm):
     el = DTYPE_BYTES[hw.dtype]
     t, T, h = shape.tp, shape.tokens, model.hidden
     gated = model.activation == "swiglu"
     if model.moe is None:
         rows, ffn, local_experts = T, model.ffn_hidden // t, 1
-        add(_gemm_ops(hw, "mlp_up", T, ffn * (2 if gated else 1), h, T_norm * h * el))
+        enter_tp("mlp", _gemm_ops(hw, "mlp_up", T, ffn * (2 if gated else 1), h, T_norm * h * el))
     else:
         moe = model.moe
         local_experts = moe.experts // shape.ep
         routed = T * moe.top_k
         rows = max(1, routed * shape.ep // moe.experts)
         ffn = moe.expert_ffn_hidden // t
-        add(_gemm_ops(hw, "router", T, moe.experts, h, T_norm * h * el))
+        enter_tp("mlp", _gemm_ops(hw, "router", T, moe.experts, h, T_norm * h * el))
         if shape.ep > 1:
             a2a = routed * h * el
             fwd.append(_comm("moe.dispatch", "all_to_all", "ep", a2a))

@@ -64,12 +64,13 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1) -> KernelTime
             reduce_bytes = 2 * m * n * 4 * batch * split if split > 1 else 0
             hbm_bytes = unique_in + out_total + reduce_bytes
             if unique_in > gpu.l2.capacity_bytes * L2_USABLE_FRACTION:
+                # Operands no longer stay resident: A is re-read once per group of tile
+                # columns running together, B once per group of tile rows.
                 slots = gpu.sm_count * ctas_per_sm
-                waves = ceil(tiles / slots)
                 rows = min(tiles_m, max(1, int(sqrt(slots))))
                 cols = min(tiles_n, max(1, slots // rows))
-                hbm_bytes = max(hbm_bytes, waves * (rows * tm + cols * tn) * k_pad * in_bytes
-                                + out_total + reduce_bytes)
+                streamed = (m * k * ceil(tiles_n / cols) + k * n * ceil(tiles_m / rows)) * in_bytes * batch
+                hbm_bytes = max(hbm_bytes, streamed + out_total + reduce_bytes)
             hbm_s = hbm_bytes / hbm_bw
             time_s = max(compute_s, sram_s, l2_s, hbm_s)
             if time_s < best:

@@ -127,9 +127,10 @@ class Calibration:
     """The few factors fitted per GPU preset; see the preset file for what and on which rows."""
     compute_efficiency: float = 1.0
     memory_efficiency: float = 1.0
+    network_efficiency: float = 1.0
     dp_overlap: float = 1.0
-    kernel_overhead_s: float = 0.0
-    collective_overhead_s: float = 0.0
+    kernel_overhead_s: float = 0.0  # host / framework time per kernel beyond the launch itself
+    collective_step_s: float = 0.0  # synchronisation cost per step of a collective algorithm
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 from .evaluate import evaluate
 from .loader import load_hardware, load_model
 from .memory import GiB
-from .specs import InferWorkload, Parallelism, TrainWorkload
+from .specs import HardwareSpec, InferWorkload, Parallelism, TrainWorkload
 
 DATA_DIR = Path(__file__).parent / "validation_data"
 HARDWARE = "a100-sxm4-80gb"
@@ -59,8 +59,8 @@ def _gpt_layout(row: dict, recompute: str, sp: bool) -> Parallelism:
                        schedule="interleaved" if chunks > 1 else "1f1b", virtual_stages=chunks)
 
 
-def training_cases(hw_ref=HARDWARE) -> tuple:
-    hw = load_hardware(hw_ref)
+def training_cases(hw: HardwareSpec | None = None) -> tuple:
+    hw = hw or load_hardware(HARDWARE)
     cases, verdicts = [], []
     for row in _rows("training_a100_korthikanti.csv"):
         par = _gpt_layout(row, row["recompute"], row["sequence_parallel"] == "true")
@@ -72,8 +72,8 @@ def training_cases(hw_ref=HARDWARE) -> tuple:
     return cases, verdicts
 
 
-def inference_cases(hw_ref=HARDWARE) -> tuple:
-    hw = load_hardware(hw_ref)
+def inference_cases(hw: HardwareSpec | None = None) -> tuple:
+    hw = hw or load_hardware(HARDWARE)
     cases, verdicts = [], []
     for row in _rows("inference_a100_llama2.csv"):
         tp = int(row["tp"])
@@ -89,8 +89,8 @@ def inference_cases(hw_ref=HARDWARE) -> tuple:
     return cases, verdicts
 
 
-def memory_cases(hw_ref=HARDWARE) -> tuple:
-    hw = load_hardware(hw_ref)
+def memory_cases(hw: HardwareSpec | None = None) -> tuple:
+    hw = hw or load_hardware(HARDWARE)
     cases, verdicts = [], []
     for row in _rows("memory_a100_korthikanti.csv"):
         selective = row["setting"] == "selective_sp"
