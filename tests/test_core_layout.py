@@ -1,0 +1,27 @@
+import core
+from core.layout import group_spans
+
+
+def test_tensor_parallel_innermost_then_data_then_pipeline(a100):
+    dims = a100.dims_for(64)
+    spans = group_spans(core.Parallelism(tp=4, dp=4, pp=4), dims)
+    assert spans["tp"] == ((0, 4.0),)
+    assert spans["dp"] == ((0, 2.0), (1, 2.0))
+    assert spans["pp"] == ((1, 4.0),)
+
+
+def test_layout_reasons(a100):
+    model = core.load_model("llama3.1-70b")
+    work = core.TrainWorkload(global_batch=64, seq=4096)
+
+    def reason(**kw):
+        par = core.Parallelism(**kw)
+        return core.check_layout(model, a100, par, work, 64)
+
+    assert reason(tp=8, pp=8) is None
+    assert "not gpus = 64" in reason(tp=8, pp=4)
+    assert "heads" in reason(tp=3, dp=21, pp=1) or "gpus" in reason(tp=3, dp=21, pp=1)
+    assert "layers (80)" in reason(tp=2, pp=32)
+    assert "global_batch (64)" in reason(tp=1, dp=64, micro_batch=2)
+    assert "no experts" in reason(tp=8, dp=8, ep=2)
+    assert "tp > 1" in reason(dp=64, sp=True)

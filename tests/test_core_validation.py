@@ -1,0 +1,29 @@
+"""Acceptance: predictions against the published A100 measurements."""
+import pytest
+
+from core.validation import run_all, summary
+
+
+@pytest.fixture(scope="module")
+def results():
+    return run_all()
+
+
+def test_training_within_8_percent(results):
+    assert summary(results[0])["training"]["max_abs_error_pct"] <= 8.0
+
+
+def test_inference_within_10_percent(results):
+    assert summary(results[0])["inference"]["max_abs_error_pct"] <= 10.0
+
+
+def test_every_memory_figure_within_10_percent(results):
+    cases = [c for c in results[0] if c.suite == "memory"]
+    assert len(cases) == 16
+    assert all(abs(c.error_pct) <= 10.0 for c in cases)
+
+
+def test_feasibility_verdicts_agree_with_reality(results):
+    verdicts = results[1]
+    assert len(verdicts) == 8 + 11 + 1 + 8
+    assert [v.case for v in verdicts if v.expected_feasible != v.predicted_feasible] == []
