@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <queue>
+#include <map>
 
 namespace netsim {
 
@@ -36,8 +36,38 @@ struct Event {
   uint8_t type;
 };
 
-struct Later {
-  bool operator()(const Event& a, const Event& b) const { return a.t > b.t; }
+// Events bucketed by exact time: symmetric collectives finish thousands of
+// flows at one instant, which then cost one map entry instead of heap work.
+class Calendar {
+ public:
+  void push(const Event& e) {
+    auto it = last_ != buckets_.end() && last_->first == e.t ? last_ : buckets_.find(e.t);
+    if (it == buckets_.end()) {
+      std::vector<Event> bucket;
+      if (!spare_.empty()) {
+        bucket.swap(spare_.back());
+        spare_.pop_back();
+      }
+      it = buckets_.emplace(e.t, std::move(bucket)).first;
+    }
+    it->second.push_back(e);
+    last_ = it;
+  }
+  bool empty() const { return buckets_.empty(); }
+  double next_time() const { return buckets_.begin()->first; }
+  // Swaps the earliest bucket into `out` (which must be empty).
+  void pop_bucket(std::vector<Event>& out) {
+    auto it = buckets_.begin();
+    out.swap(it->second);
+    spare_.push_back(std::move(it->second));
+    if (last_ == it) last_ = buckets_.end();
+    buckets_.erase(it);
+  }
+
+ private:
+  std::map<double, std::vector<Event>> buckets_;
+  std::map<double, std::vector<Event>>::iterator last_ = buckets_.end();
+  std::vector<std::vector<Event>> spare_;
 };
 
 struct Flow {
@@ -86,20 +116,22 @@ class Simulator {
 
   SimOutput run() {
     for (int i = 0; i < dag_.size(); ++i)
-      if (dag_.ops_[i].pending == 0) ready_.push_back(i);
+      if (dag_.pending_[i] == 0) ready_.push_back(i);
     drain_ready();
     solve_rates();
     while (!events_.empty()) {
-      now_ = events_.top().t;
+      now_ = events_.next_time();
       const double horizon = now_ + std::max(1e-18, now_ * 1e-12);
-      while (!events_.empty() && events_.top().t <= horizon) {
-        const Event e = events_.top();
-        events_.pop();
-        if (e.type == kDone) {
-          complete(e.id);
-        } else if (flows_[e.id].active && flows_[e.id].version == e.version) {
-          end_flow(e.id);
+      while (!events_.empty() && events_.next_time() <= horizon) {
+        events_.pop_bucket(batch_);
+        for (const Event& e : batch_) {
+          if (e.type == kDone) {
+            complete(e.id);
+          } else if (flows_[e.id].active && flows_[e.id].version == e.version) {
+            end_flow(e.id);
+          }
         }
+        batch_.clear();
       }
       drain_ready();
       solve_rates();
@@ -114,7 +146,7 @@ class Simulator {
     ++out_.completed_ops;
     for (int64_t k = dag_.succ_offsets_[op]; k < dag_.succ_offsets_[op + 1]; ++k) {
       const int s = dag_.succ_[k];
-      if (--dag_.ops_[s].pending == 0) ready_.push_back(s);
+      if (--dag_.pending_[s] == 0) ready_.push_back(s);
     }
   }
 
@@ -128,8 +160,8 @@ class Simulator {
       const int op = ready_.back();
       ready_.pop_back();
       const Op& o = dag_.ops_[op];
-      if (o.kind == kNop) complete(op);
-      else if (o.kind == kDelay) finish_at(op, now_ + o.amount);
+      if (o.src == kNop) complete(op);
+      else if (o.src == kDelay) finish_at(op, now_ + o.amount);
       else start_flow(op);
     }
   }
@@ -236,8 +268,10 @@ class Simulator {
 
   void solve_rates() {
     for (int l : dirty_) {
-      links_[l].dirty = false;
-      if (links_[l].in_component) continue;
+      LinkState& ls = links_[l];
+      ls.dirty = false;
+      if (ls.in_component || ls.flows.empty()) continue;
+      if (ls.flows.size() == 1 && (flows_[ls.flows[0]].in_component || lone_flow(ls.flows[0]))) continue;
       comp_flows_.clear();
       comp_links_.clear();
       collect_component(l);
@@ -252,6 +286,20 @@ class Simulator {
     all_comp_flows_.clear();
   }
 
+  // A flow alone on all its links runs at its slowest link's capacity.
+  bool lone_flow(int slot) {
+    Flow& f = flows_[slot];
+    double rate = std::numeric_limits<double>::infinity();
+    for (int l : f.path) {
+      if (links_[l].flows.size() != 1) return false;
+      rate = std::min(rate, links_[l].capacity);
+    }
+    f.in_component = true;
+    all_comp_flows_.push_back(slot);
+    assign_rate(f, slot, rate);
+    return true;
+  }
+
   void assign_rate(Flow& f, int slot, double rate) {
     f.remaining = std::max(0.0, f.remaining - f.rate * (now_ - f.last_s));
     f.last_s = now_;
@@ -263,13 +311,6 @@ class Simulator {
 
   // Max-min fair rates by progressive filling over one connected component.
   void water_fill() {
-    if (comp_flows_.size() == 1) {
-      Flow& f = flows_[comp_flows_[0]];
-      double rate = std::numeric_limits<double>::infinity();
-      for (int l : f.path) rate = std::min(rate, links_[l].capacity);
-      assign_rate(f, comp_flows_[0], rate);
-      return;
-    }
     heap_.clear();
     for (int l : comp_links_) {
       LinkState& ls = links_[l];
@@ -313,7 +354,8 @@ class Simulator {
   std::vector<Flow> flows_;
   std::vector<int> free_slots_;
   std::vector<LinkState> links_;
-  std::priority_queue<Event, std::vector<Event>, Later> events_;
+  Calendar events_;
+  std::vector<Event> batch_;
   std::vector<int> ready_;
   std::vector<int> dirty_;
   std::vector<int> stack_;

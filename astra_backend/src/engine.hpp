@@ -12,26 +12,31 @@
 
 namespace netsim {
 
-enum OpKind : uint8_t { kFlow = 0, kDelay = 1, kNop = 2 };
+// src >= 0 marks a flow; delays and joins use these negative codes (16-byte ops).
+enum OpKind : int32_t { kDelay = -1, kNop = -2 };
 
 struct Op {
   double amount = 0.0;  // bytes for a flow, seconds for a delay
-  int32_t src = 0;
+  int32_t src = kNop;
   int32_t dst = 0;
-  int32_t pending = 0;  // unfinished predecessors
-  uint8_t kind = kNop;
 };
 
 // A DAG of flows, delays and joins; successors stored as CSR after finalize().
 class Dag {
  public:
-  int add_flow(int src, int dst, double bytes) { return add(Op{bytes, src, dst, 0, kFlow}); }
-  int add_delay(double seconds) { return add(Op{seconds, 0, 0, 0, kDelay}); }
-  int add_nop() { return add(Op{0.0, 0, 0, 0, kNop}); }
+  int add_flow(int src, int dst, double bytes) { return add(Op{bytes, src, dst}); }
+  int add_delay(double seconds) { return add(Op{seconds, kDelay, 0}); }
+  int add_nop() { return add(Op{0.0, kNop, 0}); }
   void add_dep(int pred, int succ) {
     edge_from_.push_back(pred);
     edge_to_.push_back(succ);
-    ++ops_[succ].pending;
+    ++pending_[succ];
+  }
+  void reserve(size_t ops, size_t edges) {
+    ops_.reserve(ops);
+    pending_.reserve(ops);
+    edge_from_.reserve(edges);
+    edge_to_.reserve(edges);
   }
   // A single op that completes after every op in preds (a join when needed).
   int join(const std::vector<int>& preds);
@@ -39,12 +44,14 @@ class Dag {
   void finalize();
 
   std::vector<Op> ops_;
+  std::vector<int32_t> pending_;  // unfinished predecessors of each op
   std::vector<int64_t> succ_offsets_;
   std::vector<int32_t> succ_;
 
  private:
   int add(const Op& op) {
     ops_.push_back(op);
+    pending_.push_back(0);
     return static_cast<int>(ops_.size()) - 1;
   }
   std::vector<int32_t> edge_from_;

@@ -29,19 +29,25 @@ Network::Network(const std::vector<DimSpec>& dims) : dims_(dims) {
     num_nodes_ += internal_per_line_.back() * (num_npus_ / s.size);
   }
   out_links_.resize(num_nodes_);
+  line_first_link_.resize(dims_.size());
   for (int d = 0; d < num_dims(); ++d) {
     const int n = dims_[d].size;
     const int st = strides_[d];
     for (int npu = 0; npu < num_npus_; ++npu) {
       if (coord(npu, d) != 0) continue;
       const int line = (npu % st) + st * (npu / (st * n));
+      line_first_link_[d].push_back(static_cast<int>(links_.size()));
       build_line(d, npu, internal_base_[d] + line * internal_per_line_[d]);
     }
+  }
+  neighbours_.resize(num_nodes_);
+  for (int u = 0; u < num_nodes_; ++u) {
+    for (int id : out_links_[u]) neighbours_[u].emplace_back(links_[id].dst, id);
+    std::sort(neighbours_[u].begin(), neighbours_[u].end());
   }
 }
 
 void Network::add_link(int src, int dst, double bw, double lat, int d) {
-  link_index_[key(src, dst)] = static_cast<int>(links_.size());
   out_links_[src].push_back(static_cast<int>(links_.size()));
   links_.push_back(Link{src, dst, bw, lat, false});
   link_dim_.push_back(d);
@@ -53,8 +59,9 @@ void Network::add_pair(int a, int b, double bw, double lat, int d) {
 }
 
 int Network::find_link(int src, int dst) const {
-  auto it = link_index_.find(key(src, dst));
-  return it == link_index_.end() ? -1 : it->second;
+  const auto& out = neighbours_[src];
+  auto it = std::lower_bound(out.begin(), out.end(), std::make_pair(dst, -1));
+  return it != out.end() && it->first == dst ? it->second : -1;
 }
 
 void Network::build_line(int d, int base, int first_internal) {
@@ -185,10 +192,10 @@ void Network::dor_in_line(int d, int base, int a, int b, std::vector<int>& out) 
       break;
     }
     case kSwitch: {
-      const int line = (base % st) + st * (base / (st * n));
-      const int sw = internal_base_[d] + line * internal_per_line_[d];
-      hop(npu(a), sw, out);
-      hop(sw, npu(b), out);
+      // build_line adds NPU k's up and down links as links first + 2k and first + 2k + 1.
+      const int first = line_first_link_[d][(base % st) + st * (base / (st * n))];
+      out.push_back(first + 2 * a);
+      out.push_back(first + 2 * b + 1);
       break;
     }
     case kFatTree: {

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace netsim {
@@ -84,12 +85,13 @@ class Network {
   std::vector<int> strides_;
   std::vector<int> internal_base_;      // first internal node id of each dimension
   std::vector<int> internal_per_line_;  // internal nodes per line of each dimension
+  std::vector<std::vector<int>> line_first_link_;  // per dimension, per line: its first link id
   int num_npus_ = 1;
   int num_nodes_ = 0;
   std::vector<Link> links_;
   std::vector<int> link_dim_;
   std::vector<std::vector<int>> out_links_;
-  std::unordered_map<uint64_t, int> link_index_;
+  std::vector<std::vector<std::pair<int, int>>> neighbours_;  // per node: (dst, link id), sorted
   bool has_hard_faults_ = false;
   std::unordered_map<uint64_t, std::vector<int>> reroutes_;
 };
