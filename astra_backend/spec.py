@@ -21,7 +21,8 @@ TOPOLOGY_CODES = {
 }
 _TWO_D = {5, 6, 7}
 MAX_NPUS = 1 << 20
-MAX_FULLY_CONNECTED = 4096
+MAX_LINKS = 1 << 23
+MAX_FULLY_CONNECTED = 1024
 
 
 def topology_code(name, field="topology"):
@@ -119,6 +120,18 @@ class HardFault:
     b: int
 
 
+def _links_per_line(record):
+    """Upper bound on the directed links one line of a dimension adds."""
+    n, code = record["size"], record["topology"]
+    if code == 2:
+        return n * (n - 1)
+    if code == 8:
+        return n * max(1, n.bit_length() - 1)
+    if code == 9:
+        return 2 * n + 2 * (n // record["npus_per_leaf"]) * record["spines"]
+    return 8 * n
+
+
 def dims_arrays(dims):
     """Validated dimensions -> dict of numpy arrays for the C++ core."""
     if isinstance(dims, (str, bytes)) or not hasattr(dims, "__len__") or len(dims) == 0:
@@ -131,6 +144,9 @@ def dims_arrays(dims):
     npus = math.prod(r["size"] for r in records)
     if npus > MAX_NPUS:
         raise NetworkSpecError(f"dims: {npus} NPUs in total is more than the {MAX_NPUS} allowed")
+    links = sum(npus // r["size"] * _links_per_line(r) for r in records)
+    if links > MAX_LINKS:
+        raise NetworkSpecError(f"dims: {links} links in total is more than the {MAX_LINKS} allowed")
     ints = ("topology", "size", "shape_x", "shape_y", "npus_per_leaf", "spines")
     return {k: np.array([r[k] for r in records], dtype=np.int32 if k in ints else np.float64) for k in records[0]}
 
