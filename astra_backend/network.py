@@ -4,7 +4,7 @@ import math
 import numpy as np
 
 from . import _netsim
-from .errors import CollectiveSpecError, NoRouteError, TraceSpecError
+from .errors import CollectiveSpecError, NetworkSpecError, NoRouteError, TraceSpecError
 from .results import CollectiveResult, LinkStats, ReplayResult
 from .spec import dims_arrays, fault_arrays
 from .trace import ALGORITHMS, Trace
@@ -24,6 +24,12 @@ def _call(function, error, *args):
         raise error(str(exc)) from None
 
 
+def _as_tuple(faults, field):
+    if isinstance(faults, (str, bytes)) or not hasattr(faults, "__iter__"):
+        raise NetworkSpecError(f"{field}: {faults!r} must be a list of faults")
+    return tuple(faults)
+
+
 def _check_chunks(chunks, error):
     if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or not 1 <= chunks <= MAX_CHUNKS:
         raise error(f"chunks: {chunks!r} must be an integer in [1, {MAX_CHUNKS}]")
@@ -41,8 +47,8 @@ class Network:
         base = _netsim.describe(self._dims, empty)
         self.num_npus = int(base["num_npus"])
         self.num_nodes = int(base["num_nodes"])
-        self.soft_faults = tuple(soft_faults)
-        self.hard_faults = tuple(hard_faults)
+        self.soft_faults = _as_tuple(soft_faults, "soft_faults")
+        self.hard_faults = _as_tuple(hard_faults, "hard_faults")
         self._faults = fault_arrays(self.soft_faults, self.hard_faults, base, self.num_nodes)
 
     def with_faults(self, soft_faults=(), hard_faults=()):
