@@ -80,7 +80,7 @@ def _vector(value, name, dtype, length):
 def _fail_at(name, mask, values, allowed):
     if np.any(mask):
         i = int(np.flatnonzero(mask)[0])
-        raise TraceSpecError(f"{name}[{i}]: {values[i]!r} is not allowed; {allowed}")
+        raise TraceSpecError(f"{name}[{i}]: {values[i].item()!r} is not allowed; {allowed}")
 
 
 def _check(a, num_npus):

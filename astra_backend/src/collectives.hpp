@@ -16,16 +16,14 @@ enum CollectiveKind : int {
   kAllGather = 2,
   kAllToAll = 3,
   kBroadcast = 4,
-  kSendRecv = 5,
-  kCollectiveKindCount = 6
+  kSendRecv = 5
 };
 
 enum Algorithm : int {
   kAlgoRing = 0,
   kAlgoDirect = 1,
   kAlgoHalvingDoubling = 2,
-  kAlgoDoubleBinaryTree = 3,
-  kAlgorithmCount = 4
+  kAlgoDoubleBinaryTree = 3
 };
 
 struct CollectiveRequest {

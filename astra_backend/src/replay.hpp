@@ -13,8 +13,7 @@ enum NodeKind : int {
   kNodeCompute = 0,
   kNodeSend = 1,
   kNodeRecv = 2,
-  kNodeCollectiveBase = 3,  // 3 + CollectiveKind for all_reduce .. broadcast
-  kNodeKindCount = 8
+  kNodeCollectiveBase = 3  // 3 + CollectiveKind for all_reduce .. broadcast
 };
 
 // Flat, already validated arrays (see astra_backend/trace.py).

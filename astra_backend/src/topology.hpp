@@ -21,8 +21,7 @@ enum Topology : int {
   kTorus2D = 6,
   kKingMesh2D = 7,
   kHyperCube = 8,
-  kFatTree = 9,       // two levels: leaves and spines
-  kTopologyCount = 10
+  kFatTree = 9        // two levels: leaves and spines
 };
 
 // One dimension of the fabric, already validated by the Python layer.
