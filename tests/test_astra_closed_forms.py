@@ -80,3 +80,23 @@ def test_send_recv_crosses_dimensions_cut_through():
     network = Network([Dimension("ring", 4, 100, 1e-6), Dimension("ring", 4, 25, 3e-6)])
     result = network.send_recv(0, 5, 8 * MIB)
     assert close(result.time_s, 8 * MIB / (25 * GBPS) + 1e-6 + 3e-6)
+
+
+def test_hierarchical_all_gather_and_reduce_scatter_on_ring_by_switch():
+    n0, n1, size = 4, 8, 64 * MIB
+    b0, a0, b1, a1 = 300 * GBPS, 0.5e-6, 50 * GBPS, 2e-6
+    network = Network([Dimension("ring", n0, b0 / GBPS, a0), Dimension("switch", n1, b1 / GBPS, a1)])
+    ring_phase = (n0 - 1) * (size / n0 / b0 + a0)
+    switch_phase = (n1 - 1) * (size / n0 / n1 / b1 + 2 * a1)
+    assert close(network.collective("reduce_scatter", size).time_s, ring_phase + switch_phase)
+    assert close(network.collective("all_gather", size).time_s, ring_phase + switch_phase)
+
+
+def test_hierarchical_broadcast_crosses_the_slow_dimension_once():
+    # root 5 = (1, 1): chain of 8 over the switch along dim 1 first, then chains of 4 on the rings.
+    n0, n1, size = 4, 8, 64 * MIB
+    b0, b1 = 300 * GBPS, 50 * GBPS
+    network = Network([Dimension("ring", n0, b0 / GBPS, 0.0), Dimension("switch", n1, b1 / GBPS, 0.0)])
+    result = network.collective("broadcast", size, root=5)
+    assert close(result.time_s, (n1 - 1) * size / b1 + (n0 - 1) * size / b0)
+    assert result.links.bytes_[result.links.dim == 1].sum() == 2 * (n1 - 1) * size
