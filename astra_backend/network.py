@@ -11,7 +11,7 @@ from .trace import ALGORITHMS, Trace
 
 COLLECTIVES = {"all_reduce": 0, "reduce_scatter": 1, "all_gather": 2, "all_to_all": 3, "broadcast": 4}
 MAX_CHUNKS = 1024
-MAX_FLOW_ESTIMATE = 1 << 27
+MAX_FLOW_ESTIMATE = 1 << 26  # about a gigabyte of ops and edges
 
 
 def _call(function, error, *args):
@@ -96,6 +96,12 @@ class Network:
             raise TraceSpecError(f"trace: {type(trace).__name__} must be an astra_backend.Trace")
         arrays = trace.arrays(self.num_npus)
         chunks = _check_chunks(chunks, TraceSpecError)
+        sizes = np.diff(arrays["group_offsets"])
+        collective = arrays["kind"] >= 3
+        estimate = int(sizes[arrays["group"][collective]].astype(np.int64).sum()) * chunks if collective.any() else 0
+        if estimate > MAX_FLOW_ESTIMATE:
+            raise TraceSpecError(f"trace: its collectives need about {estimate} flows, more than the "
+                                 f"{MAX_FLOW_ESTIMATE} that fit in memory; use fewer chunks or smaller groups")
         out = _call(_netsim.replay, TraceSpecError, self._dims, self._faults, arrays, chunks, bool(hierarchical))
         return ReplayResult(out["time_s"], out["rank_finish_s"], out["node_start_s"], out["node_end_s"],
                             out["flows"], LinkStats.from_dict(out["links"]))
