@@ -1,9 +1,13 @@
-"""Wall time and peak RSS of the network simulator on three large collectives (prints, asserts nothing)."""
+"""Wall time and peak RSS of the network simulator on three large collectives, each in a fresh
+process on one core (prints figures, asserts nothing)."""
 import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # one core: keep numpy's thread pool idle
 
+import json
 import resource
+import subprocess
+import sys
 import time
 
 from astra_backend import Dimension, Network
@@ -18,19 +22,30 @@ CASES = [
 ]
 
 
-def peak_rss_mib():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def run_case(index):
+    """Runs one case here and prints its figures as JSON."""
+    _, dims, algorithm, size = CASES[index]
+    network = Network(dims)
+    rss_before_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    start = time.perf_counter()
+    result = network.collective("all_reduce", size, algorithm=algorithm)
+    wall_s = time.perf_counter() - start
+    print(json.dumps({"wall_s": wall_s, "rss_before_mib": rss_before_mib,
+                      "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      "flows": result.flows, "time_s": result.time_s}))
 
 
 def main():
-    print(f"{'case':<48} {'wall_s':>8} {'peak_rss_MiB':>13} {'flows':>9} {'sim_time_s':>11}")
-    for name, dims, algorithm, size in CASES:
-        network = Network(dims)
-        start = time.perf_counter()
-        result = network.collective("all_reduce", size, algorithm=algorithm)
-        wall = time.perf_counter() - start
-        print(f"{name:<48} {wall:>8.3f} {peak_rss_mib():>13.0f} {result.flows:>9} {result.time_s:>11.6f}")
+    print(f"{'case':<48} {'wall_s':>8} {'peak_rss_MiB':>13} {'(python+numpy)':>15} {'flows':>9} {'sim_time_s':>11}")
+    for index, (name, *_rest) in enumerate(CASES):
+        out = subprocess.run([sys.executable, __file__, str(index)], capture_output=True, text=True, check=True)
+        r = json.loads(out.stdout)
+        print(f"{name:<48} {r['wall_s']:>8.3f} {r['peak_rss_mib']:>13.0f} {r['rss_before_mib']:>15.0f} "
+              f"{r['flows']:>9} {r['time_s']:>11.6f}")
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 2:
+        run_case(int(sys.argv[1]))
+    else:
+        main()
