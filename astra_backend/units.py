@@ -43,8 +43,8 @@ def parse_bandwidth(text):
     value, unit = _split(text, "bandwidth")
     if unit == "":
         return _checked(value * 1e9, text, "bandwidth")
-    per_second = unit[:-2] if unit.endswith("/s") else unit[:-2] if unit.lower().endswith("ps") else None
-    if per_second is None or not per_second:
+    per_second = unit[:-2] if unit.endswith("/s") or unit.lower().endswith("ps") else ""
+    if not per_second:
         raise ValueError(f"bandwidth {text!r} needs a unit like GB/s, GiB/s or Gb/s")
     bits = per_second.endswith("b")
     scale = _BYTES.get((per_second[:-1] + "B").lower() if bits else per_second.lower())
