@@ -114,9 +114,12 @@ def _check(a, num_npus):
     group, algo = a["group"], a["algorithm"]
     _fail_at("group", coll & ((group < 0) | (group >= num_groups)), group, f"groups are 0..{num_groups - 1}")
     _fail_at("algorithm", coll & ((algo < 0) | (algo >= len(ALGORITHMS))), algo, f"algorithms are {ALGORITHMS}")
-    for i in np.flatnonzero(coll):
-        ids = members[goffs[group[i]]:goffs[group[i] + 1]]
-        if rank[i] not in ids:
-            raise TraceSpecError(f"rank[{i}]: NPU {rank[i]} is not in group {group[i]} ({ids.tolist()})")
-        if kind[i] == BROADCAST and peer[i] not in ids:
-            raise TraceSpecError(f"peer[{i}]: broadcast root {peer[i]} is not in group {group[i]} ({ids.tolist()})")
+    # (group, NPU) pairs as one integer key each, to test membership of every node at once
+    member_keys = np.repeat(np.arange(num_groups, dtype=np.int64), np.diff(goffs)) * num_npus + members
+    in_group = lambda npus: np.isin(group.astype(np.int64) * num_npus + npus, member_keys)
+    for name, npus, mask, what in (("rank", rank, coll, "NPU"), ("peer", peer, kind == BROADCAST, "broadcast root")):
+        bad = np.flatnonzero(mask & ~in_group(npus))
+        if bad.size:
+            i = int(bad[0])
+            ids = members[goffs[group[i]]:goffs[group[i] + 1]].tolist()
+            raise TraceSpecError(f"{name}[{i}]: {what} {int(npus[i])} is not in group {int(group[i])} ({ids})")
