@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 SOURCES := pyproject.toml CMakeLists.txt $(shell find astra_backend -name '*.cpp' -o -name '*.hpp' -o -name 'CMakeLists.txt' 2>/dev/null)
 
-.PHONY: run test validate bench validate-network clean
+.PHONY: run test validate bench validate-network bench-network clean
 
 $(STAMP): $(SOURCES)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,6 +25,12 @@ validate: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python scripts/bench_core.py
+
+validate-network: $(STAMP)
+	$(BIN)/python scripts/validate_network.py
+
+bench-network: $(STAMP)
+	$(BIN)/python scripts/bench_network.py
 
 clean:
 	rm -rf $(VENV) build

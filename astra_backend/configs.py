@@ -1,0 +1,82 @@
+"""Network files: our hardware YAML (`network:` list of dimensions, innermost first) and
+ASTRA-sim's analytical network YAML (`topology`, `npus_count`, `bandwidth` GiB/s, `latency` ns)."""
+import yaml
+
+from .errors import NetworkSpecError
+from .spec import Dimension
+from .units import parse_bandwidth, parse_time
+
+_ASTRA_GIB = 2**30 / 1e9  # ASTRA-sim bandwidth unit (GiB/s) in our GB/s
+_OUR_KEYS = {"name", "topology", "size", "link_bandwidth", "latency", "shape", "npus_per_leaf", "spines",
+             "oversubscription", "parallelism", "axes"}
+
+
+def load_network_file(path):
+    """Reads either network YAML format and returns its list of Dimension."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = yaml.safe_load(f)
+    except OSError as exc:
+        raise NetworkSpecError(f"network file {path}: cannot be read ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise NetworkSpecError(f"network file {path}: is not valid YAML ({str(exc).splitlines()[0]})") from None
+    return network_from_config(config, str(path))
+
+
+def network_from_config(config, source="network"):
+    """A parsed YAML mapping (ours or ASTRA-sim's) -> list of Dimension."""
+    if not isinstance(config, dict):
+        raise NetworkSpecError(f"{source}: must be a mapping with `network:` or ASTRA-sim's `topology:`")
+    if "network" in config:
+        return _ours(config["network"], source)
+    if "topology" in config:
+        return _astra_sim(config, source)
+    raise NetworkSpecError(f"{source}: has neither `network:` (our format) nor `topology:` (ASTRA-sim's)")
+
+
+def _ours(dims, source):
+    if not isinstance(dims, list) or not dims:
+        raise NetworkSpecError(f"{source}: network: must be a non-empty list of dimensions, innermost first")
+    result = []
+    for d, entry in enumerate(dims):
+        field = f"{source}: network[{d}]"
+        if not isinstance(entry, dict):
+            raise NetworkSpecError(f"{field}: {entry!r} must be a mapping with topology, size, link_bandwidth, latency")
+        unknown = set(entry) - _OUR_KEYS
+        if unknown:
+            raise NetworkSpecError(f"{field}: unknown keys {sorted(unknown)}; allowed: {sorted(_OUR_KEYS)}")
+        for key in ("topology", "size", "link_bandwidth"):
+            if key not in entry:
+                raise NetworkSpecError(f"{field}.{key}: missing")
+        try:
+            bandwidth_gbps = parse_bandwidth(entry["link_bandwidth"]) / 1e9
+            latency_s = parse_time(entry.get("latency", 0))
+        except ValueError as exc:
+            raise NetworkSpecError(f"{field}: {exc}") from None
+        shape = entry.get("shape")
+        result.append(Dimension(entry["topology"], entry["size"], bandwidth_gbps, latency_s,
+                                tuple(shape) if isinstance(shape, list) else shape, entry.get("npus_per_leaf"),
+                                entry.get("spines"), entry.get("oversubscription", 1.0)))
+        result[-1].validated(field)
+    return result
+
+
+def _astra_sim(config, source):
+    columns = {}
+    for key in ("topology", "npus_count", "bandwidth", "latency"):
+        value = config.get(key)
+        if not isinstance(value, list) or not value:
+            raise NetworkSpecError(f"{source}: {key}: {value!r} must be a non-empty list (ASTRA-sim format)")
+        columns[key] = value
+    lengths = {k: len(v) for k, v in columns.items()}
+    if len(set(lengths.values())) != 1:
+        raise NetworkSpecError(f"{source}: topology, npus_count, bandwidth and latency must have equal lengths, got {lengths}")
+    result = []
+    for d, (topology, size, bandwidth, latency) in enumerate(zip(*columns.values())):
+        for key, value in (("bandwidth", bandwidth), ("latency", latency)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise NetworkSpecError(f"{source}: {key}[{d}]: {value!r} must be a number")
+        dim = Dimension(topology, size, bandwidth * _ASTRA_GIB, latency * 1e-9)
+        dim.validated(f"{source}: dimension {d}")
+        result.append(dim)
+    return result

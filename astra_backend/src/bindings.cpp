@@ -1,0 +1,183 @@
+// Python binding: arrays in, dicts of numpy arrays out; the GIL is released
+// while the network is built and simulated.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <memory>
+#include <vector>
+
+#include "collectives.hpp"
+#include "engine.hpp"
+#include "replay.hpp"
+#include "topology.hpp"
+
+namespace nb = nanobind;
+using namespace netsim;
+
+namespace {
+
+template <class T>
+using Array = nb::ndarray<const T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+template <class T>
+nb::ndarray<nb::numpy, T, nb::ndim<1>> to_numpy(std::vector<T>&& values) {
+  auto* owned = new std::vector<T>(std::move(values));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  return nb::ndarray<nb::numpy, T, nb::ndim<1>>(owned->data(), {owned->size()}, owner);
+}
+
+template <class T>
+std::vector<T> to_vector(const Array<T>& a) {
+  return std::vector<T>(a.data(), a.data() + a.shape(0));
+}
+
+// Everything needed to rebuild one faulted network, copied out of numpy.
+struct NetSpec {
+  std::vector<DimSpec> dims;
+  std::vector<int32_t> soft_a, soft_b, hard_a, hard_b;
+  std::vector<double> soft_factor, soft_extra_latency_s;
+
+  std::unique_ptr<Network> build() const {
+    auto net = std::make_unique<Network>(dims);
+    for (size_t i = 0; i < soft_a.size(); ++i)
+      net->soft_fault(soft_a[i], soft_b[i], soft_factor[i], soft_extra_latency_s[i]);
+    for (size_t i = 0; i < hard_a.size(); ++i) net->hard_fault(hard_a[i], hard_b[i]);
+    return net;
+  }
+};
+
+NetSpec make_spec(const nb::dict& dims, const nb::dict& faults) {
+  auto ints = [](const nb::dict& d, const char* k) { return to_vector(nb::cast<Array<int32_t>>(d[k])); };
+  auto reals = [](const nb::dict& d, const char* k) { return to_vector(nb::cast<Array<double>>(d[k])); };
+  const auto topology = ints(dims, "topology"), size = ints(dims, "size"), shape_x = ints(dims, "shape_x"),
+             shape_y = ints(dims, "shape_y"), per_leaf = ints(dims, "npus_per_leaf"), spines = ints(dims, "spines");
+  const auto bw = reals(dims, "bandwidth_Bps"), lat = reals(dims, "latency_s"), over = reals(dims, "oversubscription");
+  NetSpec spec;
+  for (size_t d = 0; d < topology.size(); ++d)
+    spec.dims.push_back(DimSpec{topology[d], size[d], bw[d], lat[d], shape_x[d], shape_y[d], per_leaf[d], spines[d],
+                                over[d]});
+  spec.soft_a = ints(faults, "soft_a");
+  spec.soft_b = ints(faults, "soft_b");
+  spec.soft_factor = reals(faults, "soft_factor");
+  spec.soft_extra_latency_s = reals(faults, "soft_extra_latency_s");
+  spec.hard_a = ints(faults, "hard_a");
+  spec.hard_b = ints(faults, "hard_b");
+  return spec;
+}
+
+nb::dict link_stats(const Network& net, LinkStats&& stats) {
+  std::vector<int32_t> src, dst, dim;
+  std::vector<double> bw, lat;
+  std::vector<uint8_t> failed;
+  for (size_t i = 0; i < net.links().size(); ++i) {
+    const Link& l = net.links()[i];
+    src.push_back(l.src);
+    dst.push_back(l.dst);
+    dim.push_back(net.link_dims()[i]);
+    bw.push_back(l.bandwidth_Bps);
+    lat.push_back(l.latency_s);
+    failed.push_back(l.failed);
+  }
+  nb::dict d;
+  d["src"] = to_numpy(std::move(src));
+  d["dst"] = to_numpy(std::move(dst));
+  d["dim"] = to_numpy(std::move(dim));
+  d["bandwidth_Bps"] = to_numpy(std::move(bw));
+  d["latency_s"] = to_numpy(std::move(lat));
+  d["failed"] = to_numpy(std::move(failed));
+  d["bytes"] = to_numpy(std::move(stats.bytes));
+  d["busy_s"] = to_numpy(std::move(stats.busy_s));
+  d["peak_flows"] = to_numpy(std::move(stats.peak_flows));
+  return d;
+}
+
+nb::dict describe(const nb::dict& dims, const nb::dict& faults) {
+  const NetSpec spec = make_spec(dims, faults);
+  std::unique_ptr<Network> net;
+  {
+    nb::gil_scoped_release release;
+    net = spec.build();
+  }
+  nb::dict d = link_stats(*net, LinkStats{std::vector<double>(net->links().size(), 0.0),
+                                          std::vector<double>(net->links().size(), 0.0),
+                                          std::vector<int32_t>(net->links().size(), 0)});
+  d["num_npus"] = net->num_npus();
+  d["num_nodes"] = net->num_nodes();
+  return d;
+}
+
+nb::dict collective(const nb::dict& dims, const nb::dict& faults, int kind, int algorithm, const Array<int32_t>& group,
+                    double bytes, int root, int chunks, bool hierarchical) {
+  const NetSpec spec = make_spec(dims, faults);
+  CollectiveRequest req{kind, algorithm, to_vector(group), bytes, root, chunks, hierarchical};
+  std::unique_ptr<Network> net;
+  SimOutput out;
+  {
+    nb::gil_scoped_release release;
+    net = spec.build();
+    Dag dag;
+    const size_t p = req.group.size();
+    dag.reserve(2 * p * p * static_cast<size_t>(chunks) + 4 * p, 4 * p * p * static_cast<size_t>(chunks) + 4 * p);
+    emit_collective(dag, *net, req, std::vector<int>(req.group.size(), -1));
+    out = simulate(*net, dag, false);
+  }
+  nb::dict d;
+  d["time_s"] = out.makespan_s;
+  d["flows"] = out.flows;
+  d["links"] = link_stats(*net, std::move(out.links));
+  return d;
+}
+
+nb::dict run_replay(const nb::dict& dims, const nb::dict& faults, const nb::dict& arrays, int chunks,
+                    bool hierarchical) {
+  const NetSpec spec = make_spec(dims, faults);
+  auto ints = [&](const char* k) { return nb::cast<Array<int32_t>>(arrays[k]); };
+  auto reals = [&](const char* k) { return nb::cast<Array<double>>(arrays[k]); };
+  auto longs = [&](const char* k) { return nb::cast<Array<int64_t>>(arrays[k]); };
+  const auto rank = ints("rank"), kind = ints("kind"), group = ints("group"), peer = ints("peer"), tag = ints("tag"),
+             algorithm = ints("algorithm"), deps = ints("deps"), group_npus = ints("group_npus");
+  const auto duration = reals("duration_s"), bytes = reals("bytes");
+  const auto dep_offsets = longs("dep_offsets"), group_offsets = longs("group_offsets");
+  Trace t;
+  t.num_nodes = static_cast<int64_t>(rank.shape(0));
+  t.rank = rank.data();
+  t.kind = kind.data();
+  t.duration_s = duration.data();
+  t.bytes = bytes.data();
+  t.group = group.data();
+  t.peer = peer.data();
+  t.tag = tag.data();
+  t.algorithm = algorithm.data();
+  t.dep_offsets = dep_offsets.data();
+  t.deps = deps.data();
+  t.num_groups = static_cast<int64_t>(group_offsets.shape(0)) - 1;
+  t.group_offsets = group_offsets.data();
+  t.group_npus = group_npus.data();
+  t.chunks = chunks;
+  t.hierarchical = hierarchical;
+  std::unique_ptr<Network> net;
+  ReplayOutput out;
+  {
+    nb::gil_scoped_release release;
+    net = spec.build();
+    out = replay(*net, t);
+  }
+  nb::dict d;
+  d["time_s"] = out.sim.makespan_s;
+  d["flows"] = out.sim.flows;
+  d["rank_finish_s"] = to_numpy(std::move(out.rank_finish_s));
+  d["node_start_s"] = to_numpy(std::move(out.node_start_s));
+  d["node_end_s"] = to_numpy(std::move(out.node_end_s));
+  d["links"] = link_stats(*net, std::move(out.sim.links));
+  return d;
+}
+
+}  // namespace
+
+NB_MODULE(_netsim, m) {
+  m.doc() = "Compiled flow-level network simulator (use astra_backend's Python API, which validates inputs).";
+  nb::exception<NoRouteError>(m, "NoRouteError", PyExc_ValueError);
+  m.def("describe", &describe, "Builds a network and returns its links and node counts.");
+  m.def("collective", &collective, "Simulates one collective or send/recv.");
+  m.def("replay", &run_replay, "Replays a per-rank dependency graph.");
+}

@@ -1,0 +1,79 @@
+// Operation graph and the flow-level (fluid) event-driven simulator.
+//
+// A flow occupies every link of its route at once (cut-through) at its
+// max-min fair rate; its data arrives one route latency after its last byte
+// leaves. Rates are re-solved only for the connected set of flows whose links
+// saw a flow start or end, once per batch of simultaneous events.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "topology.hpp"
+
+namespace netsim {
+
+// src >= 0 marks a flow; delays and joins use these negative codes (16-byte ops).
+enum OpKind : int32_t { kDelay = -1, kNop = -2 };
+
+struct Op {
+  double amount = 0.0;  // bytes for a flow, seconds for a delay
+  int32_t src = kNop;
+  int32_t dst = 0;
+};
+
+// A DAG of flows, delays and joins; successors stored as CSR after finalize().
+class Dag {
+ public:
+  int add_flow(int src, int dst, double bytes) { return add(Op{bytes, src, dst}); }
+  int add_delay(double seconds) { return add(Op{seconds, kDelay, 0}); }
+  int add_nop() { return add(Op{0.0, kNop, 0}); }
+  void add_dep(int pred, int succ) {
+    edge_from_.push_back(pred);
+    edge_to_.push_back(succ);
+    ++pending_[succ];
+  }
+  void reserve(size_t ops, size_t edges) {
+    ops_.reserve(ops);
+    pending_.reserve(ops);
+    edge_from_.reserve(edges);
+    edge_to_.reserve(edges);
+  }
+  // A single op that completes after every op in preds (a join when needed).
+  int join(const std::vector<int>& preds);
+  int size() const { return static_cast<int>(ops_.size()); }
+  void finalize();
+
+  std::vector<Op> ops_;
+  std::vector<int32_t> pending_;  // unfinished predecessors of each op
+  std::vector<int64_t> succ_offsets_;
+  std::vector<int32_t> succ_;
+
+ private:
+  int add(const Op& op) {
+    ops_.push_back(op);
+    pending_.push_back(0);
+    return static_cast<int>(ops_.size()) - 1;
+  }
+  std::vector<int32_t> edge_from_;
+  std::vector<int32_t> edge_to_;
+};
+
+struct LinkStats {
+  std::vector<double> bytes;
+  std::vector<double> busy_s;
+  std::vector<int32_t> peak_flows;
+};
+
+struct SimOutput {
+  double makespan_s = 0.0;
+  std::vector<double> op_end_s;  // filled when recording is requested
+  LinkStats links;
+  int64_t flows = 0;
+  int64_t completed_ops = 0;
+};
+
+// Runs the DAG to completion on the network. Throws NoRouteError when hard
+// faults disconnect a flow's endpoints.
+SimOutput simulate(Network& net, Dag& dag, bool record_op_times);
+
+}  // namespace netsim

@@ -1,0 +1,126 @@
+#include "replay.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+
+#include "collectives.hpp"
+
+namespace netsim {
+
+namespace {
+
+std::string node_label(const Trace& t, int64_t i) {
+  static const char* names[] = {"compute", "send", "recv", "all_reduce", "reduce_scatter",
+                                "all_gather", "all_to_all", "broadcast"};
+  return "node " + std::to_string(i) + " (rank " + std::to_string(t.rank[i]) + ", " + names[t.kind[i]] + ")";
+}
+
+void match_point_to_point(Dag& dag, const Trace& t, const std::vector<int>& gate, std::vector<int>& end) {
+  std::map<std::tuple<int, int, int>, std::deque<int64_t>> sends;
+  for (int64_t i = 0; i < t.num_nodes; ++i)
+    if (t.kind[i] == kNodeSend) sends[{t.rank[i], t.peer[i], t.tag[i]}].push_back(i);
+  for (int64_t i = 0; i < t.num_nodes; ++i) {
+    if (t.kind[i] != kNodeRecv) continue;
+    auto& queue = sends[{t.peer[i], t.rank[i], t.tag[i]}];
+    if (queue.empty())
+      throw std::invalid_argument(node_label(t, i) + " from rank " + std::to_string(t.peer[i]) + " with tag " +
+                                  std::to_string(t.tag[i]) + " has no matching send");
+    const int64_t s = queue.front();
+    queue.pop_front();
+    if (t.bytes[s] != t.bytes[i])
+      throw std::invalid_argument(node_label(t, i) + " expects " + std::to_string(t.bytes[i]) + " bytes but " +
+                                  node_label(t, s) + " sends " + std::to_string(t.bytes[s]));
+    const int op = dag.add_flow(t.rank[s], t.rank[i], t.bytes[s]);
+    dag.add_dep(gate[s], op);
+    dag.add_dep(gate[i], op);
+    end[s] = op;
+    end[i] = op;
+  }
+  for (auto& kv : sends)
+    if (!kv.second.empty())
+      throw std::invalid_argument(node_label(t, kv.second.front()) + " to rank " + std::to_string(std::get<1>(kv.first)) +
+                                  " with tag " + std::to_string(std::get<2>(kv.first)) + " has no matching recv");
+}
+
+void match_collectives(Dag& dag, const Network& net, const Trace& t, const std::vector<int>& gate,
+                       std::vector<int>& end) {
+  // Per group, per rank: that rank's collective nodes on the group, in order.
+  std::vector<std::map<int, std::deque<int64_t>>> per_group(t.num_groups);
+  for (int64_t i = 0; i < t.num_nodes; ++i)
+    if (t.kind[i] >= kNodeCollectiveBase) per_group[t.group[i]][t.rank[i]].push_back(i);
+  for (int64_t g = 0; g < t.num_groups; ++g) {
+    auto& ranks = per_group[g];
+    if (ranks.empty()) continue;
+    std::vector<int> members(t.group_npus + t.group_offsets[g], t.group_npus + t.group_offsets[g + 1]);
+    const size_t count = ranks.begin()->second.size();
+    for (int r : members)
+      if (ranks[r].size() != count)
+        throw std::invalid_argument("group " + std::to_string(g) + ": rank " + std::to_string(r) + " has " +
+                                    std::to_string(ranks[r].size()) + " collective nodes but rank " +
+                                    std::to_string(ranks.begin()->first) + " has " + std::to_string(count));
+    for (size_t k = 0; k < count; ++k) {
+      const int64_t first = ranks[members[0]][k];
+      CollectiveRequest req;
+      req.kind = t.kind[first] - kNodeCollectiveBase;
+      req.algorithm = t.algorithm[first];
+      req.group = members;
+      req.bytes = t.bytes[first];
+      req.root = t.peer[first];
+      req.chunks = t.chunks;
+      req.hierarchical = t.hierarchical;
+      std::vector<int> start;
+      for (int r : members) {
+        const int64_t i = ranks[r][k];
+        if (t.kind[i] != t.kind[first] || t.bytes[i] != t.bytes[first] || t.algorithm[i] != t.algorithm[first] ||
+            (req.kind == kBroadcast && t.peer[i] != t.peer[first]))
+          throw std::invalid_argument(node_label(t, i) + " does not match " + node_label(t, first) +
+                                      " (collective #" + std::to_string(k) + " of group " + std::to_string(g) +
+                                      " must agree on kind, bytes, algorithm and root)");
+        start.push_back(gate[i]);
+      }
+      const std::vector<int> ends = emit_collective(dag, net, req, start);
+      for (size_t m = 0; m < members.size(); ++m) end[ranks[members[m]][k]] = ends[m];
+    }
+  }
+}
+
+}  // namespace
+
+ReplayOutput replay(Network& net, const Trace& t) {
+  Dag dag;
+  std::vector<int> gate(t.num_nodes), end(t.num_nodes, -1);
+  for (int64_t i = 0; i < t.num_nodes; ++i) gate[i] = dag.add_nop();
+  for (int64_t i = 0; i < t.num_nodes; ++i)
+    if (t.kind[i] == kNodeCompute) {
+      end[i] = dag.add_delay(t.duration_s[i]);
+      dag.add_dep(gate[i], end[i]);
+    }
+  match_point_to_point(dag, t, gate, end);
+  match_collectives(dag, net, t, gate, end);
+  for (int64_t i = 0; i < t.num_nodes; ++i)
+    for (int64_t k = t.dep_offsets[i]; k < t.dep_offsets[i + 1]; ++k) dag.add_dep(end[t.deps[k]], gate[i]);
+
+  ReplayOutput out;
+  out.sim = simulate(net, dag, true);
+  out.node_start_s.resize(t.num_nodes);
+  out.node_end_s.resize(t.num_nodes);
+  out.rank_finish_s.assign(net.num_npus(), 0.0);
+  for (int64_t i = 0; i < t.num_nodes; ++i) {
+    out.node_start_s[i] = out.sim.op_end_s[gate[i]];
+    out.node_end_s[i] = out.sim.op_end_s[end[i]];
+    if (std::isnan(out.node_end_s[i]))
+      throw std::invalid_argument("trace deadlocks: " + node_label(t, i) +
+                                  " never finishes (a dependency cycle, or a collective/recv waiting on a node "
+                                  "that waits on it)");
+    out.rank_finish_s[t.rank[i]] = std::max(out.rank_finish_s[t.rank[i]], out.node_end_s[i]);
+  }
+  std::vector<double>().swap(out.sim.op_end_s);
+  return out;
+}
+
+}  // namespace netsim
