@@ -8,11 +8,12 @@ from .units import parse_bandwidth, parse_time
 
 _ASTRA_GIB = 2**30 / 1e9  # ASTRA-sim bandwidth unit (GiB/s) in our GB/s
 _OUR_KEYS = {"name", "topology", "size", "link_bandwidth", "latency", "shape", "npus_per_leaf", "spines",
-             "oversubscription", "parallelism", "axes"}
+             "oversubscription", "parallelism", "axes", "efficiency"}
 
 
-def load_network_file(path):
-    """Reads either network YAML format and returns its list of Dimension."""
+def load_network_file(path, npus=None):
+    """Reads either network YAML format and returns its list of Dimension; `npus` sizes an
+    outermost dimension written `size: auto`."""
     try:
         with open(path, encoding="utf-8") as f:
             config = yaml.safe_load(f)
@@ -20,24 +21,24 @@ def load_network_file(path):
         raise NetworkSpecError(f"network file {path}: cannot be read ({exc.strerror})") from None
     except yaml.YAMLError as exc:
         raise NetworkSpecError(f"network file {path}: is not valid YAML ({str(exc).splitlines()[0]})") from None
-    return network_from_config(config, str(path))
+    return network_from_config(config, str(path), npus)
 
 
-def network_from_config(config, source="network"):
+def network_from_config(config, source="network", npus=None):
     """A parsed YAML mapping (ours or ASTRA-sim's) -> list of Dimension."""
     if not isinstance(config, dict):
         raise NetworkSpecError(f"{source}: must be a mapping with `network:` or ASTRA-sim's `topology:`")
     if "network" in config:
-        return _ours(config["network"], source)
+        return _ours(config["network"], source, npus)
     if "topology" in config:
         return _astra_sim(config, source)
     raise NetworkSpecError(f"{source}: has neither `network:` (our format) nor `topology:` (ASTRA-sim's)")
 
 
-def _ours(dims, source):
+def _ours(dims, source, npus):
     if not isinstance(dims, list) or not dims:
         raise NetworkSpecError(f"{source}: network: must be a non-empty list of dimensions, innermost first")
-    result = []
+    result, inner = [], 1
     for d, entry in enumerate(dims):
         field = f"{source}: network[{d}]"
         if not isinstance(entry, dict):
@@ -53,12 +54,30 @@ def _ours(dims, source):
             latency_s = parse_time(entry.get("latency", 0))
         except ValueError as exc:
             raise NetworkSpecError(f"{field}: {exc}") from None
+        efficiency = entry.get("efficiency", 1.0)
+        if isinstance(efficiency, bool) or not isinstance(efficiency, (int, float)) or not 0 < efficiency <= 1:
+            raise NetworkSpecError(f"{field}.efficiency: {efficiency!r} must be a number in (0, 1]")
+        size = _sized(entry["size"], npus, inner, d == len(dims) - 1, field)
+        inner *= size if isinstance(size, int) else 1
         shape = entry.get("shape")
-        result.append(Dimension(entry["topology"], entry["size"], bandwidth_gbps, latency_s,
+        result.append(Dimension(entry["topology"], size, bandwidth_gbps * efficiency, latency_s,
                                 tuple(shape) if isinstance(shape, list) else shape, entry.get("npus_per_leaf"),
                                 entry.get("spines"), entry.get("oversubscription", 1.0)))
         result[-1].validated(field)
     return result
+
+
+def _sized(size, npus, inner, outermost, field):
+    """A dimension's size; `auto` (outermost only) takes the NPUs the inner ones leave."""
+    if size != "auto":
+        return size
+    if not outermost:
+        raise NetworkSpecError(f"{field}.size: auto is allowed on the outermost dimension only")
+    if npus is None:
+        raise NetworkSpecError(f"{field}.size: auto needs the NPU count (rapid net --npus N)")
+    if npus % inner:
+        raise NetworkSpecError(f"{field}.size: auto with {npus} NPUs: not a multiple of the inner {inner}")
+    return npus // inner
 
 
 def _astra_sim(config, source):

@@ -17,6 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser):
     """Adds the `net` options to `parser` (also used by the `rapid` CLI)."""
     parser.add_argument("--network", required=True, metavar="FILE",
                         help="our hardware YAML (network: list of dimensions) or an ASTRA-sim network YAML")
+    parser.add_argument("--npus", metavar="N", help="total NPUs, for a network whose outer size is auto")
     parser.add_argument("--collective", required=True, metavar="KIND", help=f"one of {', '.join(KINDS)}")
     parser.add_argument("--size", required=True, metavar="SIZE", help="bytes per rank, e.g. 1048576, 64MiB, 1GB")
     parser.add_argument("--algorithm", default="ring", metavar="A", help=f"one of {', '.join(ALGORITHMS)}")
@@ -78,7 +79,8 @@ def _simulate(args):
     except ValueError as exc:
         raise AstraError(f"--size: {exc}") from None
     faults = [_parse_fault(f) for f in args.fault]
-    network = Network(load_network_file(args.network), [f for f in faults if isinstance(f, SoftFault)],
+    npus = _integer(args.npus, "--npus") if args.npus is not None else None
+    network = Network(load_network_file(args.network, npus), [f for f in faults if isinstance(f, SoftFault)],
                       [f for f in faults if isinstance(f, HardFault)])
     group = _parse_group(args.group) if args.group else None
     chunks = _integer(args.chunks, "--chunks")

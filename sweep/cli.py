@@ -2,6 +2,7 @@
 import argparse
 import sys
 
+from astra_backend import netcli
 from core import SpecError
 
 from . import cmd_run, cmd_validate
@@ -9,6 +10,7 @@ from . import cmd_run, cmd_validate
 COMMANDS = {
     "run": (cmd_run, "predict one configuration (training step or inference request)"),
     "validate": (cmd_validate, "compare predictions with published measurements"),
+    "net": (netcli, "simulate one collective on a network (microbenchmark)"),
 }
 
 

@@ -180,3 +180,12 @@ def test_rapid_net_errors_are_one_line(tmp_path, capsys, argv, message):
     network = str(tmp_path / "missing.yaml") if message == "cannot be read" else str(config)
     status, _, err = run_cli(capsys, "--network", network, *argv)
     assert status == 2 and message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_rapid_net_reads_our_hardware_presets_with_auto_outer_size():
+    from astra_backend.configs import load_network_file
+    dims = load_network_file("core/presets/gpus/a100-sxm4-80gb.yaml", npus=32)
+    assert [d.size for d in dims] == [8, 4]
+    assert dims[0].bandwidth_gbps == pytest.approx(300 * 0.78)  # link rate times its efficiency
+    with pytest.raises(NetworkSpecError, match="auto needs the NPU count"):
+        load_network_file("core/presets/gpus/a100-sxm4-80gb.yaml")
