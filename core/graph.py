@@ -78,7 +78,7 @@ def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerG
     kv_heads = max(1, model.kv_heads // t)
     d = model.head_dim
     q_dim, kv_dim = heads * d, kv_heads * d
-    fwd, bwd = [], []  # bwd is built in forward order, reversed at the end
+    fwd, bwd = [], []  # bwd: groups of backward ops in time order, the groups in forward order
 
     def add(pair):
         fwd.append(pair[0])
@@ -88,14 +88,16 @@ def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerG
         """Megatron's f / g before a column-parallel GEMM: gather (SP) or identity forward,
         reduce backward. With SP the backward re-gathers the input for the weight
         gradient while the input gradient is computed."""
+        forward, (dgrad, wgrad) = gemm_pair
         if t > 1 and shape.sp:
             fwd.append(_comm(f"{tag}.allgather", "all_gather", "tp", T * h * el))
-            dgrad = gemm_pair[1][0].time_s
-            bwd.append((_comm(f"{tag}.reducescatter.bwd", "reduce_scatter", "tp", T * h * el),
-                        _comm(f"{tag}.allgather.bwd", "all_gather", "tp", T * h * el, dgrad)))
+            bwd.append((_comm(f"{tag}.allgather.bwd", "all_gather", "tp", T * h * el, dgrad.time_s),
+                        dgrad, wgrad, _comm(f"{tag}.reducescatter.bwd", "reduce_scatter", "tp", T * h * el)))
         elif t > 1:
-            bwd.append((_comm(f"{tag}.allreduce.bwd", "all_reduce", "tp", T * h * el),))
-        add(gemm_pair)
+            bwd.append((dgrad, wgrad, _comm(f"{tag}.allreduce.bwd", "all_reduce", "tp", T * h * el)))
+        else:
+            bwd.append((dgrad, wgrad))
+        fwd.append(forward)
 
     def leave_tp(tag):
         if t == 1:
@@ -136,10 +138,10 @@ def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerG
     if shape.cp > 1:
         kv_bytes = 2 * T * kv_dim * el * shape.cp
         fwd.append(_comm("cp.kv_allgather", "all_gather", "cp", kv_bytes, cover))
-        bwd.append((_comm("cp.kv_allgather.bwd", "all_gather", "cp", kv_bytes, cover),
-                    _comm("cp.dkv_reducescatter.bwd", "reduce_scatter", "cp", kv_bytes, cover)))
+        attn_bwd = (_comm("cp.kv_allgather.bwd", "all_gather", "cp", kv_bytes, cover), *attn_bwd,
+                    _comm("cp.dkv_reducescatter.bwd", "reduce_scatter", "cp", kv_bytes, cover))
     fwd.extend(attn_fwd)
-    bwd.append(tuple(reversed(attn_bwd)))
+    bwd.append(attn_bwd)
     add(_gemm_ops(hw, "attn_out", T, h, q_dim, T * q_dim * el))
     leave_tp("attn")
     mask = T_norm * h if model.dropout else 0.0
@@ -148,7 +150,7 @@ def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerG
     _mlp(model, hw, shape, add, enter_tp, fwd, bwd, T_norm)
     leave_tp("mlp")
     add(_pointwise_ops(hw, "residual2", 2 * norm_io, norm_io + mask, mask))
-    backward = tuple(op for group in reversed(bwd) for op in reversed(group))
+    backward = tuple(op for group in reversed(bwd) for op in group)
     return LayerGraph(tuple(fwd), backward)
 
 
