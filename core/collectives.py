@@ -39,9 +39,21 @@ def one_dim_time(kind: str, bytes_: float, dim: NetworkDim, ranks: float, effici
         return steps * alpha + steps / ranks * bytes_ / bw
     if kind == "all_to_all":
         return steps * alpha + steps / ranks * bytes_ / bw
-    ring = 2 * steps * alpha + 2 * steps / ranks * bytes_ / bw
-    tree = 2 * ceil(log2(ranks)) * alpha + 2 * bytes_ / bw
-    return min(ring, tree)
+    return min(_all_reduce_times(bytes_, ranks, bw, alpha).values())
+
+
+def _all_reduce_times(bytes_: float, ranks: float, bw: float, alpha: float) -> dict:
+    """All-reduce by ring (bandwidth-optimal) and by tree (log-depth latency)."""
+    steps = ranks - 1
+    return {"ring": 2 * steps * alpha + 2 * steps / ranks * bytes_ / bw,
+            "double_binary_tree": 2 * ceil(log2(ranks)) * alpha + 2 * bytes_ / bw}
+
+
+def all_reduce_algorithm(bytes_: float, dim: NetworkDim, ranks: float, efficiency: float = 1.0,
+                         step_s: float = 0.0) -> str:
+    """The algorithm the closed form picks for an all-reduce over one dimension."""
+    times = _all_reduce_times(bytes_, ranks, _bandwidth_bps(dim, ranks, efficiency), dim.latency_s + step_s)
+    return min(times, key=times.get)
 
 
 def collective_time(hw: HardwareSpec, dims: tuple, kind: str, bytes_: float, span: tuple) -> dict:

@@ -11,7 +11,7 @@ import yaml
 from . import units
 from .errors import SpecError
 from .specs import (ACTIVATIONS, ATTENTION_KERNELS, DTYPES, NORMS, POSITION_EMBEDDINGS,
-                    TOPOLOGIES, Calibration, GpuSpec, HardwareSpec, MemoryLevel,
+                    TOPOLOGIES, Calibration, GpuSpec, HardwareSpec, LinkFault, MemoryLevel,
                     ModelSpec, MoESpec, NetworkDim)
 
 PRESET_DIR = Path(__file__).parent / "presets"
@@ -254,6 +254,25 @@ def _network_from_list(items, source: str) -> tuple:
     return tuple(dims)
 
 
+def _faults_from_list(items, source: str) -> tuple:
+    if not isinstance(items, list):
+        raise SpecError(source, "faults", items, "expected a list of {link: [a, b], factor: f}")
+    faults = []
+    for i, item in enumerate(items):
+        f = _Fields(item, source, f"faults.{i}.")
+        link = f.raw("link", required=True)
+        if (not isinstance(link, list) or len(link) != 2
+                or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in link)):
+            raise SpecError(source, f.name("link"), link, "expected two node ids [a, b]")
+        factor = f.raw("factor", required=True)
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 <= factor <= 1:
+            raise SpecError(source, f.name("factor"), factor, "expected a bandwidth factor in [0, 1] (0 = link down)")
+        faults.append(LinkFault(link[0], link[1], float(factor),
+                                f.unit("extra_latency", units.parse_time, 0)))
+        f.done()
+    return tuple(faults)
+
+
 def hardware_from_mapping(data: dict, source: str) -> HardwareSpec:
     f = _Fields(data, source)
     cal_raw = f.raw("calibration", {})
@@ -273,6 +292,7 @@ def hardware_from_mapping(data: dict, source: str) -> HardwareSpec:
         network=_network_from_list(f.raw("network", required=True), source),
         calibration=calibration, dtype=f.choice("dtype", DTYPES, "bf16"),
         source=str(f.raw("source", "")),
+        faults=_faults_from_list(f.raw("faults", []), source),
     )
     f.done()
     if spec.dtype not in dict(spec.gpu.peak_flops):

@@ -123,6 +123,16 @@ class NetworkDim:
 
 
 @dataclass(frozen=True)
+class LinkFault:
+    """A degraded (0 < factor < 1) or failed (factor 0) link between two network nodes
+    (NPUs 0..N-1, then the switches); simulated by the astra backends only."""
+    src: int
+    dst: int
+    factor: float
+    extra_latency_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class Calibration:
     """The few factors fitted per GPU preset; see the preset file for what and on which rows."""
     compute_efficiency: float = 1.0
@@ -141,6 +151,7 @@ class HardwareSpec:
     calibration: Calibration = field(default_factory=Calibration)
     dtype: str = "bf16"
     source: str = ""
+    faults: tuple = ()  # of LinkFault
 
     def dims_for(self, gpus: int) -> tuple:
         """Network dimensions sized for `gpus` GPUs: an `auto` (0) size takes the remainder."""

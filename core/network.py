@@ -1,0 +1,87 @@
+"""The hardware spec's network as the compiled simulator sees it, and where each rank's
+parallel groups are: rank r runs on NPU r, ranks numbered with the first axis of the
+placement fastest, NPUs with network dimension 0 fastest."""
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from astra_backend import Dimension, HardFault, Network, SoftFault
+
+from .collectives import all_reduce_algorithm
+from .specs import HardwareSpec, Parallelism
+
+_TOPOLOGY = {"switch": "switch", "ring": "ring", "ring-uni": "ring_uni", "fully-connected": "fully_connected",
+             "mesh": "mesh", "mesh2d": "mesh2d", "torus2d": "torus2d", "kingmesh2d": "kingmesh2d",
+             "hypercube": "hypercube", "fattree": "fattree"}
+_SWITCHED = ("switch", "fattree")  # a step crosses two links: NPU to switch, switch to NPU
+
+
+def astra_dims(hw: HardwareSpec, gpus: int) -> tuple:
+    """Simulator dimensions with the same achievable bandwidth and per-step latency the
+    closed forms use, so the two agree wherever no link is shared."""
+    dims = []
+    for dim in hw.dims_for(gpus):
+        bandwidth = dim.link_bandwidth_bps * dim.efficiency * hw.calibration.network_efficiency
+        hops = 2 if dim.topology in _SWITCHED else 1
+        latency = (dim.latency_s + hw.calibration.collective_step_s) / hops
+        dims.append(Dimension(_TOPOLOGY[dim.topology], dim.size, bandwidth / 1e9, latency,
+                              oversubscription=dim.oversubscription))
+    return tuple(dims)
+
+
+@lru_cache(maxsize=64)
+def astra_network(hw: HardwareSpec, gpus: int) -> Network:
+    """The simulated network of `gpus` GPUs with the hardware spec's link faults."""
+    soft = [SoftFault(f.src, f.dst, f.factor, f.extra_latency_s) for f in hw.faults if f.factor > 0]
+    hard = [HardFault(f.src, f.dst) for f in hw.faults if f.factor == 0]
+    return Network(astra_dims(hw, gpus), soft, hard)
+
+
+def pick_algorithm(hw: HardwareSpec, kind: str, bytes_: float, dims: tuple, span: tuple) -> str:
+    """The simulator algorithm matching the closed form's choice: for an all-reduce, a tree
+    where the outermost step is latency-bound and a ring otherwise; all-to-all goes direct."""
+    if kind == "all_to_all":
+        return "direct"
+    if kind != "all_reduce" or not span:
+        return "ring"
+    shrink = 1.0
+    for _, ranks in span[:-1]:
+        shrink *= ranks
+    index, ranks = span[-1]
+    return all_reduce_algorithm(bytes_ / shrink, dims[index], ranks, hw.calibration.network_efficiency,
+                                hw.calibration.collective_step_s)
+
+
+@dataclass(frozen=True)
+class RankGroups:
+    """Every communicator of a layout: `members[g]` lists group g's ranks; `of[axis][r]` is
+    the group rank r uses for that axis (tp, cp, ep, dp = data-parallel gradients over dp*cp,
+    pp = the ranks of one pipeline)."""
+    members: tuple
+    of: dict
+    coords: dict  # axis -> np.ndarray of each rank's index along it
+
+
+def rank_groups(par: Parallelism) -> RankGroups:
+    degrees = {"tp": par.tp, "cp": par.cp, "dp": par.dp, "pp": par.pp}
+    ranks = np.arange(par.gpus)
+    coords, stride = {}, 1
+    for axis in par.placement:
+        coords[axis] = (ranks // stride) % degrees[axis]
+        stride *= degrees[axis]
+    coords["ep"] = coords["dp"] % par.ep
+    varying = {"tp": ("tp",), "cp": ("cp",), "ep": ("ep",), "dp": ("dp", "cp"), "pp": ("pp",)}
+    members, of = [], {}
+    for axis, moving in varying.items():
+        key = np.zeros(par.gpus, dtype=np.int64)
+        for other in ("tp", "cp", "dp", "pp", "ep"):
+            if other in moving or {axis, other} == {"ep", "dp"}:
+                continue
+            key = key * 1024 + coords[other]
+        if axis == "ep":
+            key = key * 1024 + coords["dp"] // par.ep
+        _, group_index = np.unique(key, return_inverse=True)
+        of[axis] = group_index + len(members)
+        for g in range(group_index.max() + 1):
+            members.append(tuple(ranks[group_index == g].tolist()))
+    return RankGroups(tuple(members), of, coords)
