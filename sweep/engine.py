@@ -53,6 +53,7 @@ def run_study(study: Study, executor: str = "ray", address: str | None = None, w
     size = batch_points or max(1, min(MAX_BATCH_POINTS, math.ceil(len(todo) / (runner.workers * 8))))
     batches = [todo[i:i + size] for i in range(0, len(todo), size)]
     buffer, state = [], {"rows": 0, "since": time.monotonic()}
+    start = time.perf_counter()
 
     def flush():
         if buffer:
@@ -61,7 +62,6 @@ def run_study(study: Study, executor: str = "ray", address: str | None = None, w
             buffer.clear()
         state["rows"], state["since"] = 0, time.monotonic()
 
-    start = time.perf_counter()
     try:
         with _progress(progress, len(todo)) as bar:
             def on_table(table: pa.Table, batch):
@@ -96,6 +96,7 @@ def work_context(study: Study, plan: Plan) -> WorkContext:
 
 def study_metadata(study: Study) -> dict:
     return {"study": study.text, "study_path": study.path, "study_name": study.name,
+            "knobs": ",".join(study.space.columns),
             "version": tool_version(), "git_commit": git_commit()}
 
 

@@ -114,4 +114,4 @@ def point_id(study: Study, resolved: Resolved) -> str:
         "backend": study.backend,
     }
     text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:20]
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
