@@ -12,14 +12,14 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 
-from .plan import Plan, plan_study
+from .plan import Plan, locality_key, plan_study
 from .runner import make_executor, run_batches
 from .space import AUTO
 from .store import ResultStore
 from .study import Study
 from .worker import WorkContext, knob_type
 
-MAX_BATCH_POINTS = 256
+MAX_BATCH_POINTS = 512
 PART_ROWS = 20_000
 PART_SECONDS = 5.0
 
@@ -44,7 +44,7 @@ def run_study(study: Study, executor: str = "ray", address: str | None = None, w
     plan = plan_study(study)
     store = ResultStore(study.output, study_metadata(study), fresh=fresh)
     done = store.done_ids()
-    todo = [p for p in plan.points if p.point_id not in done]
+    todo = sorted((p for p in plan.points if p.point_id not in done), key=locality_key)
     report = SweepReport(plan, skipped=len(plan.points) - len(todo), output=study.output)
     if not todo:
         store.harmonise()

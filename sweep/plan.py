@@ -93,6 +93,15 @@ def plan_study(study: Study) -> Plan:
     return Plan(tuple(points[k] for k in sorted(points)), models, hardware, illegal, examples, total)
 
 
+def locality_key(point: Point) -> tuple:
+    """Sort key that puts points sharing core's memo caches (same specs, same layer shape:
+    micro-batch, cp, tp, sp, ep) next to each other, so a batch rarely warms a cache another
+    worker has already warmed. Dispatch order only; tables are sorted by point_id."""
+    par = dict(zip(PARALLELISM_FIELDS, point.parallelism))
+    return (point.model_index, point.hardware_index, par["micro_batch"], par["cp"], par["tp"], par["sp"],
+            par["ep"], point.point_id)
+
+
 def suggest(trial, planner: Planner) -> Point | str:
     """One point chosen by an Optuna trial (ask/tell): a categorical per knob, then `Planner.point`."""
     choice = {name: trial.suggest_categorical(name, list(values))
