@@ -33,3 +33,16 @@ def write_study(tmp_path):
         path.write_text(yaml.safe_dump(study, sort_keys=False))
         return path
     return write
+
+
+@pytest.fixture(scope="session")
+def small_results(tmp_path_factory):
+    """The small study, evaluated once in-process: its results folder."""
+    from sweep.engine import run_study
+    from sweep.study import load_study
+
+    folder = tmp_path_factory.mktemp("small")
+    path = folder / "small.yaml"
+    path.write_text(yaml.safe_dump({**SMALL_STUDY, "output": str(folder / "results")}, sort_keys=False))
+    run_study(load_study(path), executor="inprocess", progress=False)
+    return folder / "results"
