@@ -38,9 +38,9 @@ def run(args) -> int:
                   f"{report.infeasible} do not (written, not timed); {report.skipped} already in the table")
     table = read_results(study.output)
     feasible = sum(table.column("feasible").to_pylist())
-    console.print(f"table: {study.output}/ ({table.num_rows} rows, {feasible} feasible; "
-                  f"{report.parts} part(s) written now)  ->  rapid query {study.output} --top 10 --by step_time_s")
     by = "step_time_s" if study.mode == "train" else "tokens_per_s"
+    console.print(f"table: {study.output}/ ({table.num_rows} rows, {feasible} feasible; "
+                  f"{report.parts} part(s) written now)  ->  rapid query {study.output} --top 10 --by {by}")
     best = query(table, where="feasible", by=by, top=args.top,
                  columns=summary_columns(table, knob_columns(study.output)))
     render(best, "table", title=f"top {best.num_rows} by {by}", console=console)

@@ -52,33 +52,23 @@ def run_study(study: Study, executor: str = "ray", address: str | None = None, w
     runner = make_executor(executor, work_context(study, plan), address, workers)
     size = batch_points or max(1, min(MAX_BATCH_POINTS, math.ceil(len(todo) / (runner.workers * 8))))
     batches = [todo[i:i + size] for i in range(0, len(todo), size)]
-    buffer, state = [], {"rows": 0, "since": time.monotonic()}
+    parts = _PartBuffer(store, part_rows, part_seconds)
     start = time.perf_counter()
-
-    def flush():
-        if buffer:
-            store.write_part(buffer)
-            report.parts += 1
-            buffer.clear()
-        state["rows"], state["since"] = 0, time.monotonic()
-
     try:
         with _progress(progress, len(todo)) as bar:
-            def on_table(table: pa.Table, batch):
-                buffer.append(table)
+            def on_table(table: pa.Table, batch) -> None:
                 feasible = sum(table.column("feasible").to_pylist())
                 report.evaluated += table.num_rows
                 report.feasible += feasible
                 report.infeasible += table.num_rows - feasible
-                state["rows"] += table.num_rows
-                if state["rows"] >= part_rows or time.monotonic() - state["since"] >= part_seconds:
-                    flush()
+                parts.add(table)
                 bar.advance(table.num_rows)
 
             run_batches(runner, batches, on_table)
-            flush()
+            parts.flush()
     finally:
         runner.close()
+    report.parts = parts.written
     report.seconds = time.perf_counter() - start
     store.harmonise()
     return report
@@ -114,6 +104,26 @@ def git_commit() -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return out.stdout.strip() if out.returncode == 0 else "unknown"
+
+
+class _PartBuffer:
+    """Collects batch tables and writes them as one part every `rows` rows or `seconds` seconds."""
+
+    def __init__(self, store: ResultStore, rows: int, seconds: float):
+        self.store, self.rows, self.seconds = store, rows, seconds
+        self.tables, self.buffered, self.since, self.written = [], 0, time.monotonic(), 0
+
+    def add(self, table: pa.Table) -> None:
+        self.tables.append(table)
+        self.buffered += table.num_rows
+        if self.buffered >= self.rows or time.monotonic() - self.since >= self.seconds:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.tables:
+            self.store.write_part(self.tables)
+            self.written += 1
+        self.tables, self.buffered, self.since = [], 0, time.monotonic()
 
 
 class _RateColumn(ProgressColumn):

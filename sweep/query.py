@@ -13,7 +13,7 @@ from core import SpecError
 from .store import part_files, read_metadata
 
 HIGHER_IS_BETTER = ("mfu", "tokens_per_s")
-SUMMARY_METRICS = ("step_time_s", "mfu", "tokens_per_s", "memory_peak_gib")
+SUMMARY_METRICS = ("step_time_s", "ttft_s", "tpot_s", "mfu", "tokens_per_s", "memory_peak_gib")
 FORMATS = ("table", "csv", "json")
 WIDE_COLUMNS = 240  # when printing to a file or pipe, where rich would otherwise assume 80
 
@@ -36,9 +36,10 @@ def knob_columns(folder) -> list:
 
 
 def summary_columns(table: pa.Table, knobs: list) -> list:
-    """point_id, the knobs that vary in `table`, and the headline metrics."""
+    """point_id, the knobs that vary in `table`, and the headline metrics the mode has."""
     varying = [k for k in knobs if k in table.column_names and len(set(table.column(k).to_pylist())) > 1]
-    return ["point_id"] + varying + [m for m in SUMMARY_METRICS if m in table.column_names]
+    metrics = [m for m in SUMMARY_METRICS if m in table.column_names and table.column(m).null_count < table.num_rows]
+    return ["point_id"] + varying + metrics
 
 
 def query(table: pa.Table, where: str | None = None, by: str | None = None, top: int | None = None,

@@ -136,11 +136,11 @@ def _as_list(raw, source: str, field: str) -> list:
         raise SpecError(source, field, raw, "empty list: give at least one value")
     if any(v is None or isinstance(v, (list, dict)) for v in values):
         raise SpecError(source, field, raw, "expected a list of plain values")
-    seen = []
+    seen = set()
     for value in values:
-        if value in seen and type(value) is type(seen[seen.index(value)]):
+        if (type(value), value) in seen:
             raise SpecError(source, field, raw, f"value {value!r} is listed twice")
-        seen.append(value)
+        seen.add((type(value), value))
     return values
 
 

@@ -17,7 +17,6 @@ def cluster():
                                                             "node_ip_address": "127.0.0.1"})
     workers = [cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1") for _ in range(2)]
     cluster.wait_for_nodes()
-    ray.init(address=cluster.address, log_to_driver=False)
     yield cluster, workers
     ray.shutdown()
     cluster.shutdown()
@@ -26,7 +25,7 @@ def cluster():
 def test_removing_a_worker_node_mid_study_completes_every_point(cluster, write_study):
     cluster, workers = cluster
     study = load_study(write_study(name="on-cluster"))
-    removed = threading.Event()
+    removed, done = threading.Event(), threading.Event()
 
     def remove_when_under_way():
         while not part_files(study.output) and not done.is_set():
@@ -35,11 +34,11 @@ def test_removing_a_worker_node_mid_study_completes_every_point(cluster, write_s
             cluster.remove_node(workers[1], allow_graceful=False)
             removed.set()
 
-    done = threading.Event()
     killer = threading.Thread(target=remove_when_under_way)
     killer.start()
     try:
-        report = run_study(study, executor="ray", batch_points=4, part_rows=20, progress=False)
+        report = run_study(study, executor="ray", address=cluster.address, batch_points=4, part_rows=20,
+                           progress=False)
     finally:
         done.set()
         killer.join()
