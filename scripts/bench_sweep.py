@@ -29,17 +29,18 @@ STUDY = {
     "space": {
         "tp": [1, 2, 4, 8], "pp": [1, 2, 4, 8], "cp": [1, 2], "dp": "auto", "zero": [0, 1, 2, 3],
         "micro_batch": [1, 2, 4], "recompute": ["none", "selective", "full"],
-        "hardware.gpu.hbm.bandwidth": [f"{bw} GB/s" for bw in range(1200, 2200, 100)],
+        "hardware.gpu.hbm.bandwidth": [f"{bw} GB/s" for bw in range(1200, 2400, 100)],
     },
 }
 BATCH_POINTS = 512
 
 
 def measure(kind: str, context, points, warmup, workers: int, batch_points: int) -> float:
-    """Points/s of `kind` over `points`, after start-up and one warm-up batch per worker."""
+    """Points/s of `kind` over `points`, after start-up and a warm-up that occupies every worker."""
     executor = make_executor(kind, context, workers=workers)
     try:
-        run_batches(executor, [warmup[i::executor.workers] for i in range(executor.workers)], lambda t, b: None)
+        slices = 4 * executor.workers
+        run_batches(executor, [warmup[i::slices] for i in range(slices)], lambda t, b: None)
         batches = [points[i:i + batch_points] for i in range(0, len(points), batch_points)]
         done = []
         start = time.perf_counter()
@@ -62,11 +63,14 @@ def main() -> None:
         path.write_text(yaml.safe_dump({**STUDY, "output": folder}))
         study = load_study(path)
     plan = plan_study(study)
-    warmup_points = 64
-    if len(plan.points) < args.points + warmup_points:
-        raise SystemExit(f"the bench study has only {len(plan.points)} legal points")
-    points = sorted(plan.points[:args.points], key=locality_key)  # dispatch order, as in `rapid sweep`
-    warmup = list(plan.points[-warmup_points:])
+    # Warm-up runs on a hardware variant of its own, so it starts the workers without
+    # warming the memo caches the measured points use.
+    warm_variant = len(plan.hardware) - 1
+    warmup = [p for p in plan.points if p.hardware_index == warm_variant]
+    measured = [p for p in plan.points if p.hardware_index != warm_variant]
+    if len(measured) < args.points:
+        raise SystemExit(f"the bench study has only {len(measured)} legal points to measure")
+    points = sorted(measured[:args.points], key=locality_key)  # dispatch order, as in `rapid sweep`
     context = work_context(study, plan)
     # Separate processes first, in-process last: a forked pool must not inherit warm caches.
     rates = {
