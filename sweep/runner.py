@@ -4,6 +4,7 @@ Three executors share one loop (`run_batches`): in the driver's own process, a l
 process pool (`--local`), and Ray (embedded, or an existing cluster with `--address`).
 The loop keeps a bounded number of batches in flight (back-pressure), resubmits a batch
 whose worker or node died, and hands each finished table to the caller as it arrives."""
+import logging
 import os
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -117,10 +118,10 @@ class RayExecutor:
         if self.owns_ray:
             os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
             if address:
-                ray.init(address=address, log_to_driver=False)
+                ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
             else:
                 ray.init(num_cpus=workers or os.cpu_count(), include_dashboard=False, log_to_driver=False,
-                         _node_ip_address="127.0.0.1")
+                         logging_level=logging.ERROR, _node_ip_address="127.0.0.1")
         self.workers = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
         self.context_ref = ray.put(context)
         self.task = ray.remote(num_cpus=1, max_retries=3)(evaluate_batch)

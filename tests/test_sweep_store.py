@@ -54,6 +54,12 @@ def test_table_opens_directly_in_pandas_and_duckdb(finished):
     assert count == report.evaluated
 
 
+def test_table_opens_directly_in_polars(finished):
+    polars = pytest.importorskip("polars")
+    study, report = finished
+    assert polars.read_parquet(f"{study.output}/*.parquet").height == report.evaluated
+
+
 def test_rerun_resumes_and_fresh_starts_over(finished):
     study, report = finished
     before = read_results(study.output).drop_columns(["eval_time_s"])
