@@ -3,7 +3,7 @@ an executor, and write the results in parts as they stream in."""
 import math
 import subprocess
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from importlib import metadata as package_metadata
 from pathlib import Path
 
@@ -34,7 +34,6 @@ class SweepReport:
     infeasible: int = 0
     parts: int = 0
     seconds: float = 0.0
-    output: Path = field(default_factory=Path)
 
 
 def run_study(study: Study, executor: str = "ray", address: str | None = None, workers: int | None = None,
@@ -45,7 +44,7 @@ def run_study(study: Study, executor: str = "ray", address: str | None = None, w
     store = ResultStore(study.output, study_metadata(study), fresh=fresh)
     done = store.done_ids()
     todo = sorted((p for p in plan.points if p.point_id not in done), key=locality_key)
-    report = SweepReport(plan, skipped=len(plan.points) - len(todo), output=study.output)
+    report = SweepReport(plan, skipped=len(plan.points) - len(todo))
     if not todo:
         store.harmonise()
         return report

@@ -60,13 +60,6 @@ class Space:
     def columns(self) -> tuple:
         return tuple(k.column for k in self.knobs)
 
-    @property
-    def size(self) -> int:
-        total = 1
-        for knob in self.knobs:
-            total *= len(knob.values)
-        return total
-
     def choices(self) -> dict:
         """Knob name -> candidate values, for a sampler that picks one value per knob."""
         return {k.name: k.values for k in self.knobs}

@@ -30,7 +30,6 @@ class ResultStore:
         if fresh:
             for part in self.parts():
                 part.unlink()
-        self.written_rows = 0
 
     def parts(self) -> list:
         return part_files(self.directory)
@@ -50,7 +49,6 @@ class ResultStore:
         parts = self.parts()
         index = int(parts[-1].stem.removeprefix(PART_PREFIX)) + 1 if parts else 0
         _write_atomically(table.replace_schema_metadata(self.metadata), self.directory / f"{PART_PREFIX}{index:06d}.parquet")
-        self.written_rows += table.num_rows
         return table.num_rows
 
     def harmonise(self) -> None:
