@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 SOURCES := pyproject.toml CMakeLists.txt $(shell find astra_backend -name '*.cpp' -o -name '*.hpp' -o -name 'CMakeLists.txt' 2>/dev/null)
 
-.PHONY: run test validate bench validate-network bench-network clean
+.PHONY: run test validate bench bench-sweep validate-network bench-network clean
 
 $(STAMP): $(SOURCES)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -14,8 +14,7 @@ $(STAMP): $(SOURCES)
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/rapid run --model llama3.1-8b --hardware a100-sxm4-80gb --gpus 8 --tp 2 --pp 1 --dp auto \
-		--mode train --global-batch 64 --micro-batch 1 --seq 4096
+	$(BIN)/rapid sweep studies/quickstart.yaml
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
@@ -31,6 +30,9 @@ validate-network: $(STAMP)
 
 bench-network: $(STAMP)
 	$(BIN)/python scripts/bench_network.py
+
+bench-sweep: $(STAMP)
+	$(BIN)/python scripts/bench_sweep.py
 
 clean:
 	rm -rf $(VENV) build

@@ -1,0 +1,47 @@
+"""`rapid sweep STUDY`: run a study file and print what happened and the best configurations."""
+from .engine import run_study
+from .query import knob_columns, query, render, summary_columns, wide_console
+from .store import read_results
+from .study import load_study
+
+SHOWN_REASONS = 5
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("study", metavar="STUDY", help="study file (YAML)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--address", help="run on an existing Ray cluster (host:port, or auto)")
+    where.add_argument("--local", action="store_true", help="a plain local process pool instead of Ray")
+    parser.add_argument("--workers", type=int, help="worker processes (default: the machine's cores)")
+    parser.add_argument("--fresh", action="store_true", help="discard the existing table and start over")
+    parser.add_argument("--batch-points", type=int, help="points per worker task (default: sized to the study)")
+    parser.add_argument("--part-rows", type=int, default=20_000, help="rows per Parquet part at most")
+    parser.add_argument("--top", type=int, default=10, help="best configurations to print")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def run(args) -> int:
+    study = load_study(args.study)
+    executor = "local" if args.local else "ray"
+    report = run_study(study, executor=executor, address=args.address, workers=args.workers, fresh=args.fresh,
+                       batch_points=args.batch_points, part_rows=args.part_rows, progress=not args.quiet)
+    console = wide_console()
+    plan = report.plan
+    console.print(f"[bold]{study.name}[/]: {plan.total} combinations in the space, "
+                  f"{len(plan.points)} legal, {plan.illegal_count} illegal (not written)")
+    for pattern, count in plan.illegal.most_common(SHOWN_REASONS):
+        console.print(f"  {count:>7}  illegal: {plan.illegal_examples[pattern]}")
+    if len(plan.illegal) > SHOWN_REASONS:
+        console.print(f"  {sum(c for _, c in plan.illegal.most_common()[SHOWN_REASONS:]):>7}  illegal for other reasons")
+    rate = f" in {report.seconds:.1f} s ({report.evaluated / report.seconds:,.0f} points/s)" if report.seconds else ""
+    console.print(f"evaluated {report.evaluated} points{rate}: {report.feasible} fit in memory, "
+                  f"{report.infeasible} do not (written, not timed); {report.skipped} already in the table")
+    table = read_results(study.output)
+    feasible = sum(table.column("feasible").to_pylist())
+    by = "step_time_s" if study.mode == "train" else "tokens_per_s"
+    console.print(f"table: {study.output}/ ({table.num_rows} rows, {feasible} feasible; "
+                  f"{report.parts} part(s) written now)  ->  rapid query {study.output} --top 10 --by {by}")
+    best = query(table, where="feasible", by=by, top=args.top,
+                 columns=summary_columns(table, knob_columns(study.output)))
+    render(best, "table", title=f"top {best.num_rows} by {by}", console=console)
+    return 0

@@ -1,0 +1,166 @@
+"""Run a study end to end: plan, skip what the table already holds, evaluate the rest on
+an executor, and write the results in parts as they stream in."""
+import math
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from importlib import metadata as package_metadata
+from pathlib import Path
+
+import pyarrow as pa
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+
+from .plan import Plan, locality_key, plan_study
+from .runner import make_executor, run_batches
+from .space import AUTO
+from .store import ResultStore
+from .study import Study
+from .worker import WorkContext, knob_type
+
+MAX_BATCH_POINTS = 512
+PART_ROWS = 20_000
+PART_SECONDS = 5.0
+
+
+@dataclass
+class SweepReport:
+    """What one `rapid sweep` did, for the end-of-run summary."""
+    plan: Plan
+    skipped: int = 0  # already in the table from an earlier run
+    evaluated: int = 0
+    feasible: int = 0
+    infeasible: int = 0
+    parts: int = 0
+    seconds: float = 0.0
+
+
+def run_study(study: Study, executor: str = "ray", address: str | None = None, workers: int | None = None,
+              fresh: bool = False, batch_points: int | None = None, part_rows: int = PART_ROWS,
+              part_seconds: float = PART_SECONDS, progress: bool = True) -> SweepReport:
+    """Plan the study (raises SpecError before touching the disk), then evaluate what is missing."""
+    plan = plan_study(study)
+    store = ResultStore(study.output, study_metadata(study), fresh=fresh)
+    done = store.done_ids()
+    todo = sorted((p for p in plan.points if p.point_id not in done), key=locality_key)
+    report = SweepReport(plan, skipped=len(plan.points) - len(todo))
+    if not todo:
+        store.harmonise()
+        return report
+    runner = make_executor(executor, work_context(study, plan), address, workers)
+    size = batch_points or max(1, min(MAX_BATCH_POINTS, math.ceil(len(todo) / (runner.workers * 8))))
+    batches = [todo[i:i + size] for i in range(0, len(todo), size)]
+    parts = _PartBuffer(store, part_rows, part_seconds)
+    start = time.perf_counter()
+    try:
+        with _progress(progress, len(todo)) as bar:
+            def on_table(table: pa.Table, batch) -> None:
+                feasible = sum(table.column("feasible").to_pylist())
+                report.evaluated += table.num_rows
+                report.feasible += feasible
+                report.infeasible += table.num_rows - feasible
+                parts.add(table)
+                bar.advance(table.num_rows)
+
+            run_batches(runner, batches, on_table)
+            parts.flush()
+    finally:
+        runner.close()
+    report.parts = parts.written
+    report.seconds = time.perf_counter() - start
+    store.harmonise()
+    return report
+
+
+def work_context(study: Study, plan: Plan) -> WorkContext:
+    """The per-study constants and column types every worker batch needs."""
+    constants = (("model", study.model), ("hardware", study.hardware), ("gpus", study.gpus),
+                 ("backend", study.backend)) + tuple(asdict(study.workload).items())
+    auto_types = {"dp": pa.int64(), "sp": pa.bool_()}
+    fields = tuple(pa.field(k.column, auto_types[k.name] if k.values == (AUTO,) else knob_type(k.values))
+                   for k in study.space.knobs)
+    return WorkContext(plan.models, plan.hardware, study.workload, study.gpus, study.backend, constants, fields)
+
+
+def study_metadata(study: Study) -> dict:
+    return {"study": study.text, "study_path": study.path, "study_name": study.name,
+            "knobs": ",".join(study.space.columns),
+            "version": tool_version(), "git_commit": git_commit()}
+
+
+def tool_version() -> str:
+    try:
+        return package_metadata.version("rapid-sweep")
+    except package_metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 else "unknown"
+
+
+class _PartBuffer:
+    """Collects batch tables and writes them as one part every `rows` rows or `seconds` seconds."""
+
+    def __init__(self, store: ResultStore, rows: int, seconds: float):
+        self.store, self.rows, self.seconds = store, rows, seconds
+        self.tables, self.buffered, self.since, self.written = [], 0, time.monotonic(), 0
+
+    def add(self, table: pa.Table) -> None:
+        self.tables.append(table)
+        self.buffered += table.num_rows
+        if self.buffered >= self.rows or time.monotonic() - self.since >= self.seconds:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.tables:
+            self.store.write_part(self.tables)
+            self.written += 1
+        self.tables, self.buffered, self.since = [], 0, time.monotonic()
+
+
+class _RateColumn(ProgressColumn):
+    def render(self, task):
+        return f"{task.speed:,.0f} points/s" if task.speed else ""
+
+
+class _NoBar:
+    def advance(self, n: int) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _Bar:
+    """A rich progress bar on stderr: points done, rate, elapsed and ETA."""
+
+    def __init__(self, total: int):
+        self.progress = Progress(TextColumn("evaluating"), BarColumn(), MofNCompleteColumn(), _RateColumn(),
+                                 TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                                 console=Console(stderr=True))
+        self.task = self.progress.add_task("points", total=total)
+
+    def advance(self, n: int) -> None:
+        self.progress.advance(self.task, n)
+
+    def __enter__(self):
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.progress.stop()
+        return False
+
+
+def _progress(enabled: bool, total: int):
+    return _Bar(total) if enabled else _NoBar()

@@ -1,0 +1,126 @@
+"""From a study to the points worth evaluating: enumerate (grid) or sample (Optuna ask/tell),
+reject illegal layouts with their reason, and give every point a stable id."""
+import hashlib
+import json
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass
+
+from core import SpecError, check_layout
+
+from .space import Resolved
+from .study import Study
+
+
+@dataclass(frozen=True)
+class Point:
+    """A legal configuration, ready for a worker: ids index into `Plan.models` / `Plan.hardware`."""
+    point_id: str
+    values: tuple  # knob values in `Space.knobs` order
+    parallelism: tuple  # Parallelism fields, in order (cheap to ship)
+    model_index: int
+    hardware_index: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    points: tuple  # of Point, sorted by point_id
+    models: tuple  # ModelSpec per model variant
+    hardware: tuple  # HardwareSpec per hardware variant
+    illegal: Counter  # reason pattern -> count
+    illegal_examples: dict  # reason pattern -> one full reason
+    total: int  # combinations in the space
+
+    @property
+    def illegal_count(self) -> int:
+        return sum(self.illegal.values())
+
+
+class Planner:
+    """Turns knob choices into legal points, caching spec variants by their knob values."""
+
+    def __init__(self, study: Study):
+        self.study = study
+        self._models, self._hardware = {}, {}
+
+    def specs(self) -> tuple[tuple, tuple]:
+        return (tuple(spec for _, spec in self._models.values()),
+                tuple(spec for _, spec in self._hardware.values()))
+
+    def point(self, choice: dict) -> Point | str:
+        """The legal point `choice` describes, or the reason it is illegal."""
+        resolved = self.study.space.resolve(choice)
+        if resolved.reason:
+            return resolved.reason
+        model_index, model = self._variant(self._models, resolved.model_knobs, self.study.model_spec)
+        hardware_index, hw = self._variant(self._hardware, resolved.hardware_knobs, self.study.hardware_spec)
+        par = resolved.parallelism
+        reason = check_layout(model, hw, par, self.study.workload, self.study.gpus)
+        if reason:
+            return reason
+        fields = tuple(getattr(par, name) for name in PARALLELISM_FIELDS)
+        return Point(point_id(self.study, resolved), resolved.values, fields, model_index, hardware_index)
+
+    @staticmethod
+    def _variant(cache: dict, knobs: tuple, load):
+        if knobs not in cache:
+            cache[knobs] = (len(cache), load(knobs))
+        return cache[knobs]
+
+
+PARALLELISM_FIELDS = ("dp", "tp", "pp", "cp", "ep", "sp", "zero", "micro_batch", "recompute", "schedule",
+                      "virtual_stages", "placement")
+
+
+def plan_study(study: Study) -> Plan:
+    """Every legal point of the grid; a space with none is a study error."""
+    planner = Planner(study)
+    points, illegal, examples, total = {}, Counter(), {}, 0
+    for choice in study.space.grid():
+        total += 1
+        point = planner.point(choice)
+        if isinstance(point, str):
+            pattern = reason_pattern(point)
+            illegal[pattern] += 1
+            examples.setdefault(pattern, point)
+        else:
+            points[point.point_id] = point
+    if not points:
+        common = illegal.most_common(1)[0][0] if illegal else "empty space"
+        raise SpecError(study.path, "gpus", study.gpus,
+                        f"no legal layout in the space ({total} combinations; most common reason: {examples.get(common, common)})")
+    models, hardware = planner.specs()
+    return Plan(tuple(points[k] for k in sorted(points)), models, hardware, illegal, examples, total)
+
+
+def locality_key(point: Point) -> tuple:
+    """Sort key that puts points sharing core's memo caches (same specs, same layer shape:
+    micro-batch, cp, tp, sp, ep) next to each other, so a batch rarely warms a cache another
+    worker has already warmed. Dispatch order only; tables are sorted by point_id."""
+    par = dict(zip(PARALLELISM_FIELDS, point.parallelism))
+    return (point.model_index, point.hardware_index, par["micro_batch"], par["cp"], par["tp"], par["sp"],
+            par["ep"], point.point_id)
+
+
+def suggest(trial, planner: Planner) -> Point | str:
+    """One point chosen by an Optuna trial (ask/tell): a categorical per knob, then `Planner.point`."""
+    choice = {name: trial.suggest_categorical(name, list(values))
+              for name, values in planner.study.space.choices().items()}
+    return planner.point(choice)
+
+
+def reason_pattern(reason: str) -> str:
+    """A reason with its numbers blanked, so rejections group by kind in the summary."""
+    return re.sub(r"\d+", "N", reason)
+
+
+def point_id(study: Study, resolved: Resolved) -> str:
+    """Hash of the resolved configuration; the same across runs, processes and machines."""
+    config = {
+        "model": study.model, "model_overrides": sorted(study.model_overrides + resolved.model_knobs),
+        "hardware": study.hardware, "hardware_overrides": sorted(study.hardware_overrides + resolved.hardware_knobs),
+        "gpus": study.gpus, "workload": asdict(study.workload), "parallelism": asdict(resolved.parallelism),
+        "backend": study.backend,
+    }
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,0 +1,124 @@
+"""Filter, sort and print a study's results table; `--sql` runs DuckDB over it as `results`."""
+import json
+import math
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+from rich.console import Console
+from rich.table import Table
+
+from core import SpecError
+
+from .store import part_files, read_metadata
+
+HIGHER_IS_BETTER = ("mfu", "tokens_per_s")
+SUMMARY_METRICS = ("step_time_s", "ttft_s", "tpot_s", "mfu", "tokens_per_s", "memory_peak_gib")
+FORMATS = ("table", "csv", "json")
+WIDE_COLUMNS = 240  # when printing to a file or pipe, where rich would otherwise assume 80
+
+
+def results_folder(ref) -> Path:
+    """A results folder as given, or the output folder a study file names."""
+    path = Path(ref)
+    if path.is_file() and path.suffix in (".yaml", ".yml"):
+        from .study import load_study
+        path = load_study(path).output
+    if not part_files(path):
+        raise SpecError("command line", "RESULTS", str(ref), "no results table there (a folder of part-*.parquet, or a study file)")
+    return path
+
+
+def knob_columns(folder) -> list:
+    """The study's knob columns, as recorded in the table's metadata."""
+    knobs = read_metadata(folder).get("knobs", "")
+    return [k for k in knobs.split(",") if k]
+
+
+def summary_columns(table: pa.Table, knobs: list) -> list:
+    """point_id, the knobs that vary in `table`, and the headline metrics the mode has."""
+    varying = [k for k in knobs if k in table.column_names and len(set(table.column(k).to_pylist())) > 1]
+    metrics = [m for m in SUMMARY_METRICS if m in table.column_names and table.column(m).null_count < table.num_rows]
+    return ["point_id"] + varying + metrics
+
+
+def query(table: pa.Table, where: str | None = None, by: str | None = None, top: int | None = None,
+          descending: bool | None = None, columns: list | None = None, sql: str | None = None) -> pa.Table:
+    """Rows of `table` matching the SQL condition `where`, sorted by `by` (best first), at most
+    `top`, restricted to `columns`; or the result of the SQL statement `sql` over `results`."""
+    connection = duckdb.connect()
+    connection.register("results", table)
+    if sql:
+        return _run(connection, sql, "--sql", sql)
+    names = set(table.column_names)
+    for column in (columns or []) + ([by] if by else []):
+        if column not in names:
+            raise SpecError("command line", "--by" if column == by else "--columns", column,
+                            f"no such column (have: {', '.join(table.column_names)})")
+    select = ", ".join(_quoted(c) for c in columns) if columns else "*"
+    statement = f"SELECT {select} FROM results"
+    if where:
+        statement += f" WHERE {where}"
+    if by:
+        down = by in HIGHER_IS_BETTER if descending is None else descending
+        statement += f" ORDER BY {_quoted(by)} {'DESC' if down else 'ASC'} NULLS LAST, point_id"
+    else:
+        statement += " ORDER BY point_id" if "point_id" in names and (not columns or "point_id" in columns) else ""
+    if top is not None:
+        statement += f" LIMIT {int(top)}"
+    return _run(connection, statement, "--where", where or "")
+
+
+def _quoted(column: str) -> str:
+    return '"' + column.replace('"', '""') + '"'
+
+
+def _run(connection, statement: str, option: str, given: str) -> pa.Table:
+    try:
+        relation = connection.sql(statement)
+    except duckdb.Error as err:
+        first = str(err).strip().splitlines()[0]
+        raise SpecError("command line", option, given, f"DuckDB could not run it ({first})") from None
+    if relation is None:
+        raise SpecError("command line", option, given, "expected a query that returns rows (SELECT ...)")
+    try:
+        return relation.to_arrow_table()
+    except duckdb.Error as err:
+        first = str(err).strip().splitlines()[0]
+        raise SpecError("command line", option, given, f"DuckDB could not run it ({first})") from None
+
+
+def wide_console() -> Console:
+    """A console that does not wrap tables at 80 columns when printing to a file or pipe."""
+    console = Console()
+    return console if console.is_terminal else Console(width=WIDE_COLUMNS)
+
+
+def render(table: pa.Table, fmt: str = "table", title: str | None = None, console: Console | None = None) -> None:
+    """Print `table` as a rich table, CSV or JSON lines' array."""
+    console = console or wide_console()
+    if fmt == "csv":
+        print(table.to_pandas().to_csv(index=False), end="")
+        return
+    if fmt == "json":
+        rows = [{k: _plain(v) for k, v in row.items()} for row in table.to_pylist()]
+        print(json.dumps(rows, indent=1))
+        return
+    view = Table(title=title, show_edge=False)
+    for name in table.column_names:
+        view.add_column(name, no_wrap=True, justify="left" if pa.types.is_string(table.schema.field(name).type) else "right")
+    for row in table.to_pylist():
+        view.add_row(*(_cell(v) for v in row.values()))
+    console.print(view)
+
+
+def _plain(value):
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def _cell(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)

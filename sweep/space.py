@@ -1,0 +1,166 @@
+"""The search space: named knobs, each a tuple of values, resolved into a Parallelism plus
+model and hardware overrides. The grid walks every combination; a sampler (Optuna
+ask/tell) picks one value per knob from `choices()` and calls `resolve` the same way."""
+import itertools
+from dataclasses import dataclass
+
+from core import Parallelism, SpecError
+from core.specs import RECOMPUTE, SCHEDULES
+
+AUTO = "auto"
+# knob -> (default, description of allowed values); dp and sp may be derived ("auto")
+PARALLEL_KNOBS = {
+    "dp": (AUTO, "a list of positive integers, or auto = gpus / (tp*pp*cp)"),
+    "tp": (1, "a list of positive integers"),
+    "pp": (1, "a list of positive integers"),
+    "cp": (1, "a list of positive integers"),
+    "ep": (1, "a list of positive integers"),
+    "sp": (AUTO, "a list of true/false, or auto = on when tp > 1 in training"),
+    "zero": (0, "a list of ZeRO stages 0, 1, 2, 3"),
+    "micro_batch": (1, "a list of positive integers"),
+    "recompute": ("none", f"a list of {', '.join(RECOMPUTE)}"),
+    "schedule": ("1f1b", f"a list of {', '.join(SCHEDULES)}"),
+    "virtual_stages": (1, "a list of positive integers"),
+}
+SPEC_KNOB_PREFIXES = ("model.", "hardware.")
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str  # `tp`, or a dotted spec path such as `hardware.gpu.hbm.bandwidth`
+    values: tuple
+
+    @property
+    def column(self) -> str:
+        """Column name in the results table (dots become underscores, so SQL needs no quoting)."""
+        return self.name.replace(".", "_")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """One point of the space: its knob values and what they mean, or why it is illegal."""
+    values: tuple  # resolved value per knob, in `Space.knobs` order (dp and sp filled in)
+    parallelism: Parallelism | None
+    model_knobs: tuple  # ((path under the model spec, value), ...)
+    hardware_knobs: tuple
+    reason: str  # empty when the knob values are consistent with the GPU count
+
+
+@dataclass(frozen=True)
+class Space:
+    knobs: tuple  # of Knob: every parallelism knob (defaults filled in), then spec knobs, as declared
+    gpus: int
+    mode: str
+
+    @property
+    def names(self) -> tuple:
+        return tuple(k.name for k in self.knobs)
+
+    @property
+    def columns(self) -> tuple:
+        return tuple(k.column for k in self.knobs)
+
+    def choices(self) -> dict:
+        """Knob name -> candidate values, for a sampler that picks one value per knob."""
+        return {k.name: k.values for k in self.knobs}
+
+    def grid(self):
+        """Every combination, as {knob name: value}, in a fixed order."""
+        names = self.names
+        for combo in itertools.product(*(k.values for k in self.knobs)):
+            yield dict(zip(names, combo))
+
+    def model_variants(self) -> list:
+        return _variants(self.knobs, "model.")
+
+    def hardware_variants(self) -> list:
+        return _variants(self.knobs, "hardware.")
+
+    def resolve(self, choice: dict) -> Resolved:
+        """Derive dp and sp, and build the Parallelism the chosen values describe."""
+        par = {name: choice[name] for name in PARALLEL_KNOBS}
+        inner = par["tp"] * par["pp"] * par["cp"]
+        reason = ""
+        if par["dp"] == AUTO:
+            if self.gpus % inner:
+                reason = f"gpus ({self.gpus}) not divisible by tp*pp*cp ({par['tp']}*{par['pp']}*{par['cp']} = {inner})"
+            par["dp"] = max(1, self.gpus // inner)
+        if par["sp"] == AUTO:
+            par["sp"] = self.mode == "train" and par["tp"] > 1
+        values = tuple(par.get(name, choice[name]) for name in self.names)
+        model = tuple((n.split(".", 1)[1], choice[n]) for n in self.names if n.startswith("model."))
+        hardware = tuple((n.split(".", 1)[1], choice[n]) for n in self.names if n.startswith("hardware."))
+        return Resolved(values, Parallelism(**par), model, hardware, reason)
+
+
+def _variants(knobs: tuple, prefix: str) -> list:
+    chosen = [k for k in knobs if k.name.startswith(prefix)]
+    return [tuple((k.name.split(".", 1)[1], v) for k, v in zip(chosen, combo))
+            for combo in itertools.product(*(k.values for k in chosen))]
+
+
+def parse_space(data, source: str, mode: str, gpus: int) -> Space:
+    """Validate the study's `space` mapping; knobs not given take their single default."""
+    if not isinstance(data, dict) or not data:
+        raise SpecError(source, "space", data, "expected a mapping of knob -> list of values")
+    given = {}
+    for name, raw in data.items():
+        name = str(name)
+        field = f"space.{name}"
+        if name in PARALLEL_KNOBS:
+            given[name] = _parallel_values(name, raw, source, field)
+        elif name.startswith(SPEC_KNOB_PREFIXES) and name not in SPEC_KNOB_PREFIXES:
+            given[name] = _spec_values(raw, source, field)
+        else:
+            allowed = ", ".join(PARALLEL_KNOBS)
+            raise SpecError(source, field, raw, f"unknown knob (allowed: {allowed}, or model.<path> / hardware.<path>)")
+    knobs = [Knob(name, given.get(name, (default,))) for name, (default, _) in PARALLEL_KNOBS.items()]
+    knobs += [Knob(name, values) for name, values in given.items() if name not in PARALLEL_KNOBS]
+    columns = [k.column for k in knobs]
+    for knob in knobs:
+        if columns.count(knob.column) > 1:
+            raise SpecError(source, f"space.{knob.name}", list(knob.values), f"column name {knob.column} is taken by another knob")
+    return Space(tuple(knobs), gpus, mode)
+
+
+def _as_list(raw, source: str, field: str) -> list:
+    values = raw if isinstance(raw, list) else [raw]
+    if not values:
+        raise SpecError(source, field, raw, "empty list: give at least one value")
+    if any(v is None or isinstance(v, (list, dict)) for v in values):
+        raise SpecError(source, field, raw, "expected a list of plain values")
+    seen = set()
+    for value in values:
+        if (type(value), value) in seen:
+            raise SpecError(source, field, raw, f"value {value!r} is listed twice")
+        seen.add((type(value), value))
+    return values
+
+
+def _parallel_values(name: str, raw, source: str, field: str) -> tuple:
+    allowed = PARALLEL_KNOBS[name][1]
+    if raw == AUTO:
+        if PARALLEL_KNOBS[name][0] != AUTO:
+            raise SpecError(source, field, raw, f"{name} cannot be derived; expected {allowed}")
+        return (AUTO,)
+    values = _as_list(raw, source, field)
+    for value in values:
+        if name == "sp":
+            ok = isinstance(value, bool)
+        elif name in ("recompute", "schedule"):
+            ok = value in (RECOMPUTE if name == "recompute" else SCHEDULES)
+        elif name == "zero":
+            ok = not isinstance(value, bool) and value in (0, 1, 2, 3)
+        else:
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+        if not ok:
+            raise SpecError(source, field, value, f"expected {allowed}")
+    return tuple(values)
+
+
+def _spec_values(raw, source: str, field: str) -> tuple:
+    values = _as_list(raw, source, field)
+    kinds = {type(v) for v in values}
+    if len(kinds) > 1 and kinds != {int, float}:
+        raise SpecError(source, field, raw, "expected values of one kind (all numbers or all strings with units)")
+    return tuple(values)

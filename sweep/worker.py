@@ -1,0 +1,85 @@
+"""What a worker runs: a batch of points through `core.evaluate`, back as one Arrow table.
+
+Batches amortise the per-task cost of Ray or a process pool and let core's memo caches
+work across neighbouring points; returning columns (not row dicts) keeps the driver cheap."""
+import math
+import time
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from core import Parallelism, evaluate
+
+from .plan import PARALLELISM_FIELDS
+
+METRICS = ("step_time_s", "mfu", "tokens_per_s", "ttft_s", "tpot_s", "memory_peak_gib")
+
+
+@dataclass(frozen=True)
+class WorkContext:
+    """Everything a batch needs besides its points; shipped once per worker, not per batch."""
+    models: tuple
+    hardware: tuple
+    workload: object
+    gpus: int
+    backend: str
+    constants: tuple  # ((column, value), ...) the same on every row
+    knob_fields: tuple  # of pa.Field, one per knob, in `Space.knobs` order
+
+
+def knob_type(values: tuple) -> pa.DataType:
+    """Arrow type for a knob column, from its candidate values (so every part agrees)."""
+    kinds = {type(v) for v in values}
+    if kinds <= {bool}:
+        return pa.bool_()
+    if kinds <= {int}:
+        return pa.int64()
+    if kinds <= {int, float}:
+        return pa.float64()
+    return pa.string()
+
+
+def evaluate_batch(context: WorkContext, points: list) -> pa.Table:
+    """One row per point: id, constants, knobs, feasibility, metrics, memory, breakdown, eval time."""
+    n = len(points)
+    columns = {"point_id": [p.point_id for p in points]}
+    for name, value in context.constants:
+        columns[name] = [value] * n
+    for i, field in enumerate(context.knob_fields):
+        columns[field.name] = [p.values[i] for p in points]
+    records, seconds = [], []
+    for p in points:
+        par = Parallelism(**dict(zip(PARALLELISM_FIELDS, p.parallelism)))
+        start = time.perf_counter()
+        records.append(evaluate(context.models[p.model_index], context.hardware[p.hardware_index], par,
+                                context.workload, context.gpus, backend=context.backend))
+        seconds.append(time.perf_counter() - start)
+    columns["feasible"] = [r["feasible"] for r in records]
+    columns["infeasible_reason"] = [r["infeasible_reason"] for r in records]
+    for key in METRICS:
+        columns[key] = [_number(r[key]) for r in records]
+    for group in ("memory", "breakdown"):
+        keys = sorted({k for r in records for k in r[group]})
+        for key in keys:
+            columns[f"{group}_{key}"] = [_group_value(r, group, key) for r in records]
+    columns["eval_time_s"] = seconds
+    fields = [pa.field("point_id", pa.string())]
+    fields += [pa.field(name, pa.scalar(value).type) for name, value in context.constants]
+    fields += list(context.knob_fields)
+    fields += [pa.field("feasible", pa.bool_()), pa.field("infeasible_reason", pa.string())]
+    known = {f.name for f in fields}
+    fields += [pa.field(name, pa.float64()) for name in columns if name not in known]
+    return pa.Table.from_pydict(columns, schema=pa.schema(fields))
+
+
+def _number(value):
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+
+
+def _group_value(record: dict, group: str, key: str):
+    """A memory or breakdown entry; a part of the time a timed point does not have is 0 s, an
+    untimed (memory-infeasible) point has no breakdown at all (null)."""
+    if key in record[group]:
+        return _number(record[group][key])
+    timed = _number(record["step_time_s"]) is not None
+    return 0.0 if timed or group == "memory" else None

@@ -1,0 +1,62 @@
+"""Enumeration, legality and point ids; the same space driven by Optuna ask/tell."""
+import subprocess
+import sys
+
+import optuna
+
+from sweep.plan import Planner, plan_study, suggest
+from sweep.study import load_study
+
+
+def test_grid_counts_every_combination_and_keeps_only_legal_points(write_study):
+    plan = plan_study(load_study(write_study()))
+    assert plan.total == 4 * 3 * 2 * 2 * 2 * 2 * 2
+    assert len(plan.points) + plan.illegal_count == plan.total
+    assert [p.point_id for p in plan.points] == sorted(p.point_id for p in plan.points)
+    assert len({p.point_id for p in plan.points}) == len(plan.points)
+    for pattern, example in plan.illegal_examples.items():
+        assert plan.illegal[pattern] >= 1 and example
+
+
+def test_illegal_points_carry_their_reason(write_study):
+    planner = Planner(load_study(write_study(space={"tp": [3, 8], "pp": [1, 5]})))
+    base = {name: values[0] for name, values in planner.study.space.choices().items()}
+    assert "not divisible by tp*pp*cp" in planner.point({**base, "tp": 3, "pp": 1})
+    heads = Planner(load_study(write_study(gpus=48, space={"tp": [3]}))).point({**base, "tp": 3})
+    assert heads == "heads (32) not divisible by tp (3)"
+    study = load_study(write_study(gpus=40, space={"tp": [8], "pp": [5]}))
+    assert Planner(study).point({**base, "tp": 8, "pp": 5}).startswith("layers (32) not divisible by pp")
+
+
+def test_point_id_is_stable_across_processes(write_study):
+    path = write_study()
+    ids = [p.point_id for p in plan_study(load_study(path)).points]
+    script = ("import sys; from sweep.plan import plan_study; from sweep.study import load_study; "
+              "print(','.join(p.point_id for p in plan_study(load_study(sys.argv[1])).points))")
+    other = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, check=True)
+    assert other.stdout.strip().split(",") == ids
+
+
+def test_point_id_changes_with_anything_that_changes_the_prediction(write_study):
+    first = {p.values: p.point_id for p in plan_study(load_study(write_study())).points}
+    longer = {p.values: p.point_id for p in plan_study(load_study(write_study(
+        workload={"mode": "train", "global_batch": 64, "seq": 8192}))).points}
+    assert not set(first.values()) & set(longer.values())
+
+
+def test_optuna_drives_the_same_space_with_ask_and_tell(write_study):
+    study = load_study(write_study())
+    planner = Planner(study)
+    legal = {p.point_id for p in plan_study(study).points}
+    search = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=study.seed))
+    asked = 0
+    for _ in range(20):
+        trial = search.ask()
+        point = suggest(trial, planner)
+        if isinstance(point, str):
+            search.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            continue
+        assert point.point_id in legal
+        asked += 1
+        search.tell(trial, float(point.parallelism[1]))
+    assert asked > 0

@@ -1,0 +1,31 @@
+"""The batch loop: every batch comes back once, even when a pool worker is killed mid-run."""
+import os
+import signal
+
+from sweep.engine import work_context
+from sweep.plan import plan_study
+from sweep.runner import LocalExecutor, run_batches
+from sweep.study import load_study
+
+
+def test_local_pool_replaces_a_killed_worker_and_finishes_every_batch(write_study):
+    study = load_study(write_study())
+    plan = plan_study(study)
+    points = list(plan.points)
+    batches = [points[i:i + 8] for i in range(0, len(points), 8)]
+    executor = LocalExecutor(work_context(study, plan), workers=2)
+    seen, killed = [], []
+
+    def on_table(table, batch):
+        seen.extend(table.column("point_id").to_pylist())
+        if not killed:
+            victim = next(iter(executor.pool._processes))
+            os.kill(victim, signal.SIGKILL)
+            killed.append(victim)
+
+    try:
+        run_batches(executor, batches, on_table)
+    finally:
+        executor.close()
+    assert killed
+    assert sorted(seen) == sorted(p.point_id for p in points)

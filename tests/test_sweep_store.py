@@ -1,0 +1,87 @@
+"""The results table: Parquet parts written atomically, resumable, one schema, open anywhere."""
+import duckdb
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sweep.engine import run_study
+from sweep.store import ResultStore, part_files, read_metadata, read_results
+from sweep.study import load_study
+
+
+@pytest.fixture
+def finished(write_study):
+    study = load_study(write_study())
+    report = run_study(study, executor="inprocess", part_rows=100, progress=False)
+    return study, report
+
+
+def test_one_row_per_legal_point_with_knobs_metrics_and_breakdown(finished):
+    study, report = finished
+    table = read_results(study.output)
+    assert table.num_rows == len(report.plan.points) == report.evaluated
+    assert table.column("point_id").to_pylist() == sorted(p.point_id for p in report.plan.points)
+    for column in ("tp", "pp", "cp", "dp", "zero", "micro_batch", "recompute", "hardware_gpu_hbm_bandwidth",
+                   "feasible", "infeasible_reason", "step_time_s", "mfu", "memory_peak_gib",
+                   "breakdown_compute_s", "memory_optimizer_gib", "eval_time_s"):
+        assert column in table.column_names
+    assert report.parts == len(part_files(study.output)) > 1
+
+
+def test_memory_infeasible_points_are_written_but_not_timed(finished):
+    study, report = finished
+    frame = read_results(study.output).to_pandas()
+    infeasible = frame[~frame.feasible]
+    assert len(infeasible) == report.infeasible > 0
+    assert infeasible.infeasible_reason.str.contains("GiB per GPU").all()
+    assert infeasible.step_time_s.isna().all() and infeasible.breakdown_compute_s.isna().all()
+    assert frame[frame.feasible].step_time_s.notna().all()
+
+
+def test_metadata_records_study_version_and_commit(finished):
+    study, _ = finished
+    meta = read_metadata(study.output)
+    assert meta["study"] == study.text and meta["version"] and meta["git_commit"]
+    assert meta["knobs"].split(",")[:3] == ["dp", "tp", "pp"]
+
+
+def test_table_opens_directly_in_pandas_and_duckdb(finished):
+    study, report = finished
+    frame = pd.read_parquet(study.output)
+    assert len(frame) == report.evaluated
+    count = duckdb.sql(f"select count(*) from read_parquet('{study.output}/*.parquet')").fetchall()[0][0]
+    assert count == report.evaluated
+
+
+def test_table_opens_directly_in_polars(finished):
+    polars = pytest.importorskip("polars")
+    study, report = finished
+    assert polars.read_parquet(f"{study.output}/*.parquet").height == report.evaluated
+
+
+def test_rerun_resumes_and_fresh_starts_over(finished):
+    study, report = finished
+    before = read_results(study.output).drop_columns(["eval_time_s"])
+    part_files(study.output)[-1].unlink()
+    (study.output / ".part-000099.parquet.tmp").write_bytes(b"half a part")
+    again = run_study(study, executor="inprocess", progress=False)
+    assert again.evaluated == report.evaluated - again.skipped > 0
+    assert not list(study.output.glob(".*.tmp"))
+    assert read_results(study.output).drop_columns(["eval_time_s"]).equals(before)
+    assert run_study(study, executor="inprocess", progress=False).evaluated == 0
+    assert run_study(study, executor="inprocess", fresh=True, progress=False).evaluated == report.evaluated
+
+
+def test_parts_with_different_breakdown_keys_share_one_schema(tmp_path):
+    store = ResultStore(tmp_path, {"study": "x"})
+    store.write_part([pa.table({"point_id": ["b"], "step_time_s": [1.0], "breakdown_compute_s": [1.0]})])
+    store.write_part([pa.table({"point_id": ["a", "c"], "step_time_s": [2.0, None],
+                                "breakdown_comm_ib_s": [0.5, None]})])
+    store.harmonise()
+    schemas = {str(pq_schema) for pq_schema in (pq.read_schema(p).remove_metadata() for p in part_files(tmp_path))}
+    assert len(schemas) == 1
+    table = read_results(tmp_path).to_pydict()
+    assert table["point_id"] == ["a", "b", "c"]
+    assert table["breakdown_compute_s"] == [0.0, 1.0, None]  # 0 s where timed, null where not
+    assert table["breakdown_comm_ib_s"] == [0.5, 0.0, None]
