@@ -11,11 +11,12 @@ import numpy as np
 
 from . import ops
 from .collectives import collective_time
-from .graph import LayerShape, Op, build_layer
+from .graph import LayerShape, Op, build_decode_layer, build_layer
+from .inference import _lm_head
 from .layout import group_spans
-from .memory import GRAD_BYTES, WEIGHT_BYTES, stage_params, training_memory
+from .memory import GRAD_BYTES, WEIGHT_BYTES, inference_memory, stage_params, training_memory
 from .network import astra_network, rank_groups
-from .replay import CommClasses, TraceBuilder, compute_block, concat, frontier_increments, ops_block
+from .replay import Block, CommClasses, TraceBuilder, compute_block, concat, frontier_increments, ops_block
 from .specs import DTYPE_BYTES
 from .training import ADAM_BYTES_PER_PARAM, _edge_ops
 from .errors import SpecError
@@ -36,6 +37,22 @@ class Context:
     spans: dict
     groups: object
     network: object
+    algorithms: dict  # (axis, collective, bytes) -> the faster algorithm on this network
+
+    def algorithm(self, axis: str, collective: str, bytes_: float) -> str:
+        """Direct for all-to-all; for all-reduce, whichever of ring and double binary tree the
+        simulator finishes first on this axis's first group; ring otherwise."""
+        if collective == "all_to_all":
+            return "direct"
+        if collective != "all_reduce":
+            return "ring"
+        key = (axis, bytes_)
+        if key not in self.algorithms:
+            group = self.groups.members[self.groups.of[axis][0]]
+            times = {name: self.network.collective(collective, bytes_, name, group).time_s
+                     for name in ("ring", "double_binary_tree")}
+            self.algorithms[key] = min(times, key=times.get)
+        return self.algorithms[key]
 
 
 def _context(model, hw, par, gpus) -> Context:
@@ -44,7 +61,7 @@ def _context(model, hw, par, gpus) -> Context:
     dims = hw.dims_for(gpus)
     spans = group_spans(par, dims)
     spans["dp"] = _merged(spans.get("dp", ()), spans.get("cp", ()))  # gradients reduce over dp*cp
-    return Context(model, hw, par, gpus, dims, spans, rank_groups(par), astra_network(hw, gpus))
+    return Context(model, hw, par, gpus, dims, spans, rank_groups(par), astra_network(hw, gpus), {})
 
 
 def _dim_shares(ctx: Context, classes: CommClasses) -> list:
@@ -119,19 +136,21 @@ def _layer_ops(ctx: Context, shape: LayerShape) -> tuple:
     if ctx.par.zero >= 3:  # parameters gathered ahead of use, gradients scattered after
         per_layer = stage_params(ctx.model, ctx.par)[0] / (ctx.model.layers // ctx.par.pp)
 
-        def gather(ops_list):
-            return Op("zero3.param_allgather", "comm", collective="all_gather", axis="dp",
-                      bytes_=per_layer * WEIGHT_BYTES, cover_s=sum(op.time_s for op in ops_list))
-        scatter = Op("zero3.grad_reducescatter", "comm", collective="reduce_scatter", axis="dp",
-                     bytes_=per_layer * GRAD_BYTES)
-        forward, backward = [gather(forward)] + forward, [gather(backward)] + backward + [scatter]
+        def hidden(collective, bytes_, ops_list):
+            return Op(f"zero3.{collective}", "comm", collective=collective, axis="dp", bytes_=bytes_,
+                      cover_s=sum(op.time_s for op in ops_list))
+        # Each pass gathers its parameters ahead of use; the backward also scatters the
+        # previous layer's gradients while it computes.
+        forward = [hidden("all_gather", per_layer * WEIGHT_BYTES, forward)] + forward
+        backward = [hidden("all_gather", per_layer * WEIGHT_BYTES, backward),
+                    hidden("reduce_scatter", per_layer * GRAD_BYTES, backward)] + backward
     return forward, backward
 
 
 def _replay_layer(ctx: Context, ops_list) -> dict:
     """One layer pass on every rank of the first stage: {"time_s", "compute_s", dims...}."""
     classes = CommClasses()
-    block = ops_block(ops_list, ctx.hw, ctx.dims, ctx.spans, classes)
+    block = ops_block(ops_list, ctx.algorithm, classes)
     builder = TraceBuilder(ctx.groups)
     for rank in _stage_ranks(ctx, 0):
         builder.place(int(rank), block, ())
@@ -163,7 +182,7 @@ class StageWork:
     split: dict
 
 
-def _pipeline(ctx: Context, work: StageWork, micro: int, message_bytes: float, classes: CommClasses):
+def _pipeline(ctx: Context, work: StageWork, micro: int, message_bytes: float, classes: CommClasses, emit=None):
     """Replays the pipeline: every rank's schedule with transfers between stages and the
     data-parallel gradient synchronisation overlapping the last backward pass."""
     par = ctx.par
@@ -183,6 +202,7 @@ def _pipeline(ctx: Context, work: StageWork, micro: int, message_bytes: float, c
                 last = (builder.p2p(rank, 2, peer, message_bytes, 2 * m + (0 if forward else 1), last, WAIT),)
             if forward:
                 last = tuple(builder.place(rank, work.forward[stage], last))
+                done = last
             else:
                 final = m == _schedule(par, stage, micro)[-1][1]
                 buckets = []
@@ -191,6 +211,7 @@ def _pipeline(ctx: Context, work: StageWork, micro: int, message_bytes: float, c
                     if final and dp_buckets:
                         kind_ = "all_reduce" if par.zero == 0 else "reduce_scatter"
                         buckets += list(builder.place(rank, _comm_block(ctx, "dp", kind_, bucket, classes), last))
+                done = last
                 if final:
                     last = tuple(builder.place(rank, compute_block(optimizer_s, OPTIMIZER), last + tuple(buckets)))
                     if dp_buckets and par.zero >= 1:
@@ -199,15 +220,17 @@ def _pipeline(ctx: Context, work: StageWork, micro: int, message_bytes: float, c
             target = stage + 1 if forward else stage - 1
             if 0 <= target < par.pp:
                 builder.p2p(rank, 1, rank + (target - stage) * stride, message_bytes,
-                            2 * m + (0 if forward else 1), last, p2p_label)
+                            2 * m + (0 if forward else 1), done, p2p_label)
     trace, node_rank, label = builder.build()
+    if emit is not None:
+        emit(trace, ctx)
     result = ctx.network.replay(trace)
     return _attribute(ctx, classes, result, node_rank, label, work.split), float(result.time_s)
 
 
 def _comm_block(ctx, axis, collective, bytes_, classes):
     return ops_block([Op(f"{axis}.{collective}", "comm", collective=collective, axis=axis, bytes_=bytes_)],
-                     ctx.hw, ctx.dims, ctx.spans, classes)
+                     ctx.algorithm, classes)
 
 
 def _optimizer_s(ctx: Context) -> float:
@@ -231,8 +254,9 @@ def _gradient_buckets(ctx, pieces: int) -> list:
     return [[params * GRAD_BYTES / pieces] * pieces for params in stage_params(ctx.model, ctx.par)]
 
 
-def train_step_astra(model, hw, par, work, gpus, backend: str):
-    """(step seconds, breakdown, memory, model FLOPs, busiest links) from a replay."""
+def train_step_astra(model, hw, par, work, gpus, backend: str, emit=None):
+    """(step seconds, breakdown, memory, model FLOPs, busiest links) from a replay; `emit`,
+    if given, is called with the replayed Trace and its Context first."""
     ctx = _context(model, hw, par, gpus)
     micro = work.global_batch // (par.dp * par.micro_batch)
     seq = work.seq // par.cp
@@ -248,7 +272,7 @@ def train_step_astra(model, hw, par, work, gpus, backend: str):
     else:
         stage_work = _flattened_work(ctx, forward_ops, backward_ops, edges, layers, classes)
     message = tokens * model.hidden * DTYPE_BYTES[hw.dtype] / par.tp
-    (breakdown, links), step_s = _pipeline(ctx, stage_work, micro, message, classes)
+    (breakdown, links), step_s = _pipeline(ctx, stage_work, micro, message, classes, emit)
     flops_per_token = 6.0 * model.active_params() + 12.0 * model.layers * model.hidden * work.seq
     if model.tied_embeddings:
         flops_per_token += 6.0 * model.vocab * model.hidden
@@ -279,8 +303,8 @@ def _shares(layer: dict, layers: int, edge_s: float, total_s: float) -> dict:
 
 
 def _flattened_work(ctx, forward_ops, backward_ops, edges, layers, classes):
-    fwd_layer = ops_block(forward_ops, ctx.hw, ctx.dims, ctx.spans, classes)
-    bwd_layer = ops_block(backward_ops, ctx.hw, ctx.dims, ctx.spans, classes)
+    fwd_layer = ops_block(forward_ops, ctx.algorithm, classes)
+    bwd_layer = ops_block(backward_ops, ctx.algorithm, classes)
     fwd_stack = fwd_layer.repeated(layers)
     pieces = min(DP_BUCKETS, layers)
     bucket_layers = [len(chunk) for chunk in np.array_split(np.arange(layers), pieces)]
@@ -293,3 +317,70 @@ def _flattened_work(ctx, forward_ops, backward_ops, edges, layers, classes):
             chunks[-1] = concat([chunks[-1], compute_block(tail)])
         backward.append(chunks)
     return StageWork(forward, backward, _gradient_buckets(ctx, pieces), None)
+
+
+def infer_request_astra(model, hw, par, work, gpus, backend: str, emit=None):
+    """(request seconds, TTFT, time per output token, breakdown, memory, FLOPs, busiest links)
+    from a replay of one replica: prefill, then every decode step, stage after stage."""
+    ctx = _context(model, hw, par, gpus)
+    b, prompt, decode = work.batch, work.prompt, work.decode
+    layers = model.layers // par.pp
+    head_s = _lm_head(model, hw, b, par.tp)
+    classes = CommClasses()
+    prefill_ops = build_layer(model, hw, LayerShape(b, prompt, prompt, par.tp, par.sp, 1, 1)).forward
+    contexts = (prompt + 1, prompt + decode)
+    decode_ops = [build_decode_layer(model, hw, b, c, par.tp) for c in contexts]
+    if backend == "astra-hierarchical":
+        prefill = compute_block(layers * _replay_layer(ctx, prefill_ops)["time_s"])
+        steps = [compute_block(layers * (_replay_layer(ctx, decode_ops[0])["time_s"]
+                                         + _replay_layer(ctx, decode_ops[1])["time_s"]) / 2)]
+    else:
+        prefill = ops_block(prefill_ops, ctx.algorithm, classes).repeated(layers)
+        first, last = (ops_block(o, ctx.algorithm, classes) for o in decode_ops)
+        steps = [_decode_stack(first, last, layers, k, decode) for k in range(decode)]
+    el = DTYPE_BYTES[hw.dtype]
+    builder = TraceBuilder(ctx.groups)
+    stride = _pp_stride(par)
+    first_token = []
+    for rank in np.flatnonzero(ctx.groups.coords["dp"] == 0):
+        rank, stage = int(rank), int(ctx.groups.coords["pp"][rank])
+        last = ()
+        tokens = b * 4  # each decode step starts from the tokens the last stage sampled
+        for step in range(decode + 1):
+            message = b * (prompt if step == 0 else 1) * model.hidden * el
+            label = classes.label("pp", "send_recv", message)
+            if stage > 0:
+                last = (builder.p2p(rank, 2, rank - stride, message, 2 * step, last, label),)
+            elif step > 0 and par.pp > 1:
+                last = (builder.p2p(rank, 2, rank + (par.pp - 1) * stride, tokens, 2 * step - 1, last, WAIT),)
+            work_block = prefill if step == 0 else steps[(step - 1) % len(steps)]
+            last = tuple(builder.place(rank, work_block, last))
+            if stage == par.pp - 1:
+                last = tuple(builder.place(rank, compute_block(head_s), last))
+                if step == 0:
+                    first_token.extend(last)
+                if par.pp > 1 and step < decode:
+                    builder.p2p(rank, 1, rank - (par.pp - 1) * stride, tokens, 2 * step + 1, last, WAIT)
+            else:
+                builder.p2p(rank, 1, rank + stride, message, 2 * step, last, label)
+    trace, node_rank, label = builder.build()
+    if emit is not None:
+        emit(trace, ctx)
+    result = ctx.network.replay(trace)
+    breakdown, links = _attribute(ctx, classes, result, node_rank, label)
+    breakdown.pop("bubble_s")
+    request_s = float(result.time_s)
+    ttft_s = float(result.node_end_s[first_token].max())
+    breakdown.update({"prefill_s": ttft_s, "decode_s": request_s - ttft_s})
+    memory = inference_memory(model, hw, par, b, prompt, decode)
+    flops = 2.0 * model.active_params() * b * (prompt + decode)
+    return request_s, ttft_s, (request_s - ttft_s) / decode, breakdown, memory, flops, links
+
+
+def _decode_stack(first: Block, last: Block, layers: int, step: int, steps: int) -> Block:
+    """One decode step through a stage's layers, its durations interpolated between the first
+    and the last step's (only attention grows with the context)."""
+    weight = step / max(1, steps - 1)
+    mixed = Block(first.kind, first.duration_s * (1 - weight) + last.duration_s * weight, first.bytes_,
+                  first.axis, first.algorithm, first.label, first.deps, first.entry, first.exits)
+    return mixed.repeated(layers)

@@ -134,3 +134,35 @@ def write_traces(directory, prefix: str, ranks: dict, metadata: dict | None = No
         write_trace(path, nodes, metadata)
         paths.append(path)
     return paths
+
+
+def write_replay_traces(directory, prefix: str, trace, context, backend: str) -> list:
+    """One `.et` file per rank of a replay graph (core.replay / astra_backend.Trace arrays)."""
+    import numpy as np
+    from astra_backend import NODE_KINDS
+
+    names = {code: name for name, code in NODE_KINDS.items()}
+    dims = context.dims
+    sizes = np.array([d.size for d in dims])
+    coords = np.stack(np.unravel_index(np.arange(int(np.prod(sizes))), sizes[::-1])[::-1], axis=1)
+    involved = [tuple(bool(v) for v in (coords[list(members)].min(0) != coords[list(members)].max(0)))
+                for members in context.groups.members]
+    ranks = {}
+    starts = trace.dep_offsets
+    for node in range(trace.rank.size):
+        rank = int(trace.rank[node])
+        kind = names[int(trace.kind[node])]
+        deps = tuple(int(d) for d in trace.deps[starts[node]:starts[node + 1]] if trace.rank[d] == rank)
+        common = {"id": node, "deps": deps, "bytes_": int(trace.bytes_[node])}
+        if kind == "compute":
+            entry = TraceNode(name="compute", kind="compute", duration_us=int(round(trace.duration_s[node] * 1e6)),
+                              **common)
+        elif kind in ("send", "recv"):
+            entry = TraceNode(name=kind, kind=kind, peer=int(trace.peer[node]), tag=int(trace.tag[node]), **common)
+        else:
+            group = int(trace.group[node])
+            entry = TraceNode(name=kind, kind="collective", collective=kind, group=f"group{group}",
+                              involved_dims=involved[group], **common)
+        ranks.setdefault(rank, []).append(entry)
+    metadata = {"generator": "rapid-sweep", "backend": backend, "ranks": len(ranks)}
+    return write_traces(directory, prefix, ranks, metadata)

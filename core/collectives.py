@@ -8,7 +8,7 @@ from .specs import HardwareSpec, NetworkDim
 KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv")
 
 # Parallel links one NPU can drive at once in a dimension, for ring-style algorithms.
-_RING_LINKS = {"switch": 1, "ring": 2, "ring-uni": 1, "mesh": 2, "mesh2d": 2, "torus2d": 4,
+_RING_LINKS = {"switch": 1, "ring": 1, "ring-uni": 1, "mesh": 2, "mesh2d": 2, "torus2d": 4,
                "kingmesh2d": 4, "hypercube": 1, "fattree": 1}
 
 
@@ -47,13 +47,6 @@ def _all_reduce_times(bytes_: float, ranks: float, bw: float, alpha: float) -> d
     steps = ranks - 1
     return {"ring": 2 * steps * alpha + 2 * steps / ranks * bytes_ / bw,
             "double_binary_tree": 2 * ceil(log2(ranks)) * alpha + 2 * bytes_ / bw}
-
-
-def all_reduce_algorithm(bytes_: float, dim: NetworkDim, ranks: float, efficiency: float = 1.0,
-                         step_s: float = 0.0) -> str:
-    """The algorithm the closed form picks for an all-reduce over one dimension."""
-    times = _all_reduce_times(bytes_, ranks, _bandwidth_bps(dim, ranks, efficiency), dim.latency_s + step_s)
-    return min(times, key=times.get)
 
 
 def collective_time(hw: HardwareSpec, dims: tuple, kind: str, bytes_: float, span: tuple) -> dict:

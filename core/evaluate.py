@@ -9,14 +9,16 @@ from .specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism, TrainWor
 from .inference import infer_request
 from .training import train_step
 
-BACKENDS = ("analytical",)
+BACKENDS = ("analytical", "astra-hierarchical", "astra-flattened")
 UNTIMED = ("step_time_s", "mfu", "tokens_per_s", "ttft_s", "tpot_s")
 
 
 def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: int | None = None,
-             backend: str = "analytical", time_infeasible: bool = False) -> dict:
+             backend: str = "analytical", time_infeasible: bool = False, emit_traces=None) -> dict:
     """Predict one configuration. Illegal layouts raise SpecError; layouts that do not fit
-    in memory come back with feasible = False and, unless `time_infeasible`, no timing."""
+    in memory come back with feasible = False and, unless `time_infeasible`, no timing.
+    The astra backends replay the configuration on the compiled network simulator; with
+    `emit_traces` (a folder) they also write the replayed graph as Chakra traces there."""
     gpus = par.gpus if gpus is None else gpus
     if backend not in BACKENDS:
         raise SpecError("", "backend", backend, f"expected one of {', '.join(BACKENDS)}")
@@ -30,6 +32,8 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
             record.update({key: math.nan for key in UNTIMED})
             record["breakdown"] = {}
             return record
+    if backend != "analytical":
+        return _astra_record(model, hw, par, work, gpus, backend, emit_traces)
     if isinstance(work, TrainWorkload):
         return _train_record(model, hw, par, work, gpus)
     return _infer_record(model, hw, par, work, gpus)
@@ -80,4 +84,33 @@ def _infer_record(model, hw, par, work, gpus):
         "ttft_s": ttft_s, "tpot_s": tpot_s,
         "breakdown": breakdown,
     })
+    return record
+
+
+def _astra_record(model, hw, par, work, gpus, backend, emit_traces):
+    from .astra_exec import infer_request_astra, train_step_astra  # loads the compiled simulator
+    from .chakra import write_replay_traces
+
+    emit = None
+    if emit_traces is not None:
+        def emit(trace, context):
+            write_replay_traces(emit_traces, model.name, trace, context, backend)
+    if isinstance(work, TrainWorkload):
+        step_s, breakdown, memory, model_flops, links = train_step_astra(model, hw, par, work, gpus, backend, emit)
+        record = _memory_fields(memory)
+        record.update({"step_time_s": step_s, "mfu": model_flops / (step_s * hw.gpu.flops(hw.dtype) * gpus),
+                       "tokens_per_s": work.global_batch * work.seq / step_s, "ttft_s": math.nan,
+                       "tpot_s": math.nan})
+    else:
+        request_s, ttft_s, tpot_s, breakdown, memory, flops, links = infer_request_astra(
+            model, hw, par, work, gpus, backend, emit)
+        record = _memory_fields(memory)
+        record.update({"step_time_s": request_s,
+                       "mfu": flops / (request_s * hw.gpu.flops(hw.dtype) * par.tp * par.pp),
+                       "tokens_per_s": par.dp * work.batch * work.decode / request_s,
+                       "ttft_s": ttft_s, "tpot_s": tpot_s})
+    record["breakdown"] = breakdown
+    dims = hw.dims_for(gpus)
+    record["busiest_links"] = [{"src": link["src"], "dst": link["dst"], "dim": dims[link["dim"]].name,
+                                "utilisation": link["busy_s"] / record["step_time_s"]} for link in links]
     return record

@@ -7,7 +7,6 @@ from functools import lru_cache
 import numpy as np
 from astra_backend import Dimension, HardFault, Network, SoftFault
 
-from .collectives import all_reduce_algorithm
 from .specs import HardwareSpec, Parallelism
 
 _TOPOLOGY = {"switch": "switch", "ring": "ring", "ring-uni": "ring_uni", "fully-connected": "fully_connected",
@@ -35,21 +34,6 @@ def astra_network(hw: HardwareSpec, gpus: int) -> Network:
     soft = [SoftFault(f.src, f.dst, f.factor, f.extra_latency_s) for f in hw.faults if f.factor > 0]
     hard = [HardFault(f.src, f.dst) for f in hw.faults if f.factor == 0]
     return Network(astra_dims(hw, gpus), soft, hard)
-
-
-def pick_algorithm(hw: HardwareSpec, kind: str, bytes_: float, dims: tuple, span: tuple) -> str:
-    """The simulator algorithm matching the closed form's choice: for an all-reduce, a tree
-    where the outermost step is latency-bound and a ring otherwise; all-to-all goes direct."""
-    if kind == "all_to_all":
-        return "direct"
-    if kind != "all_reduce" or not span:
-        return "ring"
-    shrink = 1.0
-    for _, ranks in span[:-1]:
-        shrink *= ranks
-    index, ranks = span[-1]
-    return all_reduce_algorithm(bytes_ / shrink, dims[index], ranks, hw.calibration.network_efficiency,
-                                hw.calibration.collective_step_s)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 from astra_backend import ALGORITHMS, NODE_KINDS, Trace
 
-from .network import RankGroups, pick_algorithm
+from .network import RankGroups
 
 AXES = ("tp", "cp", "ep", "dp", "pp")
 COMPUTE, SEND, RECV = NODE_KINDS["compute"], NODE_KINDS["send"], NODE_KINDS["recv"]
@@ -85,11 +85,12 @@ class CommClasses:
         return 1 + self._index[key]
 
 
-def ops_block(ops_list, hw, dims, spans: dict, classes: CommClasses) -> Block:
+def ops_block(ops_list, choose_algorithm, classes: CommClasses) -> Block:
     """One rank's run of core ops: a chain, except that a communication with compute to hide
-    behind (cover_s > 0) runs beside the next compute op and the op after waits for both."""
+    behind (cover_s > 0) runs beside the compute ops that follow until they add up to its
+    cover, and the op after those waits for it too."""
     kind, duration, size, axis, algorithm, label, deps = [], [], [], [], [], [], []
-    entry, frontier, side = [], [], None
+    entry, frontier, beside = [], [], []  # beside: [node, cover still to run]
     for op in ops_list:
         i = len(kind)
         if op.kind == "compute":
@@ -104,18 +105,23 @@ def ops_block(ops_list, hw, dims, spans: dict, classes: CommClasses) -> Block:
             duration.append(0.0)
             size.append(op.bytes_)
             axis.append(AXES.index(op.axis))
-            algorithm.append(ALGORITHMS[pick_algorithm(hw, op.collective, op.bytes_, dims, spans.get(op.axis, ()))])
+            algorithm.append(ALGORITHMS[choose_algorithm(op.axis, op.collective, op.bytes_)])
             label.append(classes.label(op.axis, op.collective, op.bytes_))
         if frontier:
             deps.extend((i, f) for f in frontier)
         else:
             entry.append(i)
         if op.kind == "comm" and op.cover_s > 0:
-            side = i
+            beside.append([i, op.cover_s])
             continue
-        frontier = [i] + ([side] if side is not None and side != i else [])
-        side = None
-    exits = frontier + ([side] if side is not None else [])
+        joined = []
+        if op.kind == "compute":
+            for side in beside:
+                side[1] -= op.time_s
+            joined = [node for node, cover in beside if cover <= 1e-15]
+            beside = [side for side in beside if side[1] > 1e-15]
+        frontier = [i] + joined
+    exits = frontier + [node for node, _ in beside]
     as_array = lambda values, dtype: np.array(values, dtype=dtype)
     return Block(as_array(kind, np.int32), as_array(duration, np.float64), as_array(size, np.float64),
                  as_array(axis, np.int32), as_array(algorithm, np.int32), as_array(label, np.int32),

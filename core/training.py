@@ -168,17 +168,24 @@ def _data_parallel(model, hw, par, dims, spans, prof, micro, layers):
     params = max(stage_params(model, par))
     exposed = {}
     if par.zero >= 3:
+        # Per layer and micro-batch: the forward gathers parameters while it runs; the backward
+        # gathers them again and scatters gradients while it runs (recompute included). Tensor-
+        # parallel traffic on other links proceeds meanwhile, so the whole pass is the cover.
         per_layer = params / layers
         gather = collective_time(hw, dims, "all_gather", per_layer * WEIGHT_BYTES, span)
         scatter = collective_time(hw, dims, "reduce_scatter", per_layer * GRAD_BYTES, span)
-        total = {}
-        _add(total, gather, 2.0)
-        _add(total, scatter)
-        per_layer_comm = sum(total.values())
-        cover = prof.forward.compute_s + prof.backward.compute_s
-        hidden_fraction = min(1.0, hw.calibration.dp_overlap * cover / per_layer_comm) if per_layer_comm else 1.0
-        _add(exposed, total, micro * layers * (1 - hidden_fraction))
-        return micro * layers * per_layer_comm, exposed
+        overlap = hw.calibration.dp_overlap
+        forward_cover = overlap * prof.forward.total_s
+        backward_cover = overlap * (prof.backward.total_s + prof.recompute.total_s)
+        forward_total = sum(gather.values())
+        backward = {}
+        _add(backward, gather)
+        _add(backward, scatter)
+        backward_total = sum(backward.values())
+        scale = micro * layers
+        _add(exposed, gather, scale * max(0.0, forward_total - forward_cover) / forward_total)
+        _add(exposed, backward, scale * max(0.0, backward_total - backward_cover) / backward_total)
+        return scale * (forward_total + backward_total), exposed
     if par.zero == 0:
         reduce = collective_time(hw, dims, "all_reduce", params * GRAD_BYTES, span)
         regather = {}

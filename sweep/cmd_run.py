@@ -5,7 +5,7 @@ import math
 from rich.console import Console
 from rich.table import Table
 
-from core import InferWorkload, Parallelism, SpecError, TrainWorkload, evaluate, list_presets
+from core import BACKENDS, InferWorkload, Parallelism, SpecError, TrainWorkload, evaluate, list_presets
 from core.specs import RECOMPUTE, SCHEDULES
 from core.loader import load_hardware, load_model
 
@@ -31,6 +31,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--batch", type=int, default=1, help="inference batch size")
     parser.add_argument("--prompt", type=int, default=512, help="inference prompt tokens")
     parser.add_argument("--decode", type=int, default=128, help="inference output tokens")
+    parser.add_argument("--backend", default="analytical", choices=BACKENDS,
+                        help="closed forms, or a replay on the compiled network simulator")
+    parser.add_argument("--emit-traces", metavar="DIR",
+                        help="with an astra backend: write the replayed graph as Chakra traces <model>.<rank>.et")
     parser.add_argument("--json", action="store_true", help="print one JSON record")
 
 
@@ -90,7 +94,11 @@ def run(args) -> int:
             print(f"{kind}: {', '.join(names)}")
         return 0
     model, hw, par, work, gpus = parse_config(args)
-    record = evaluate(model, hw, par, work, gpus, time_infeasible=True)
+    if args.emit_traces and args.backend == "analytical":
+        raise SpecError("command line", "--emit-traces", args.emit_traces,
+                        "traces come from a replay: add --backend astra-hierarchical or astra-flattened")
+    record = evaluate(model, hw, par, work, gpus, backend=args.backend, time_infeasible=True,
+                      emit_traces=args.emit_traces)
     if args.json:
         print(json.dumps(_jsonable(record), sort_keys=True))
     else:
@@ -144,6 +152,9 @@ def _print_table(model, hw, par, work, gpus, record) -> None:
     console.print(mem)
     verdict = "fits" if record["feasible"] else f"[red]does not fit[/]: {record['infeasible_reason']}"
     console.print(f"memory: {verdict}")
+    for link in record.get("busiest_links", [])[:3]:
+        console.print(f"busy link {link['src']} -> {link['dst']} ({link['dim']}): "
+                      f"{100 * link['utilisation']:.1f} % of the {'iteration' if work.mode == 'train' else 'request'}")
     line = f"MFU {100 * record['mfu']:.1f} %   tokens/s {record['tokens_per_s']:,.0f}"
     if work.mode == "infer":
         line += f"   TTFT {_seconds(record['ttft_s'])}   time per output token {_seconds(record['tpot_s'])}"

@@ -62,11 +62,17 @@ def evaluate_batch(context: WorkContext, points: list) -> pa.Table:
         keys = sorted({k for r in records for k in r[group]})
         for key in keys:
             columns[f"{group}_{key}"] = [_group_value(r, group, key) for r in records]
+    if any("busiest_links" in r for r in records):
+        top = [r.get("busiest_links") or [None] for r in records]
+        columns["busiest_link"] = [f"{t['src']}->{t['dst']} {t['dim']}" if t else None for t, *_ in top]
+        columns["busiest_link_utilisation"] = [t["utilisation"] if t else None for t, *_ in top]
     columns["eval_time_s"] = seconds
     fields = [pa.field("point_id", pa.string())]
     fields += [pa.field(name, pa.scalar(value).type) for name, value in context.constants]
     fields += list(context.knob_fields)
     fields += [pa.field("feasible", pa.bool_()), pa.field("infeasible_reason", pa.string())]
+    if "busiest_link" in columns:
+        fields.append(pa.field("busiest_link", pa.string()))
     known = {f.name for f in fields}
     fields += [pa.field(name, pa.float64()) for name in columns if name not in known]
     return pa.Table.from_pydict(columns, schema=pa.schema(fields))

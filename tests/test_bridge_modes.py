@@ -1,0 +1,86 @@
+"""The astra backends: core's graphs replayed on the compiled network simulator."""
+import pytest
+import yaml
+
+import core
+
+HIER, FLAT = "astra-hierarchical", "astra-flattened"
+
+
+def step(model, hw, par, work, backend="analytical"):
+    return core.evaluate(core.load_model(model), hw, par, work, par.gpus, backend=backend)["step_time_s"]
+
+
+def test_flattened_and_hierarchical_agree_on_four_gpu_data_parallel_training(a100):
+    par = core.Parallelism(dp=4, zero=1, recompute="full")
+    work = core.TrainWorkload(global_batch=16, seq=4096)
+    flat, hier = step("llama2-7b", a100, par, work, FLAT), step("llama2-7b", a100, par, work, HIER)
+    assert flat == pytest.approx(hier, rel=0.01)
+
+
+@pytest.mark.parametrize("model, par, work", [
+    ("llama2-7b", core.Parallelism(dp=4, zero=1, recompute="full"), core.TrainWorkload(16, 4096)),
+    ("llama2-7b", core.Parallelism(tp=8, sp=True, recompute="selective"), core.TrainWorkload(8, 4096)),
+    ("llama2-13b", core.Parallelism(tp=8, pp=2, sp=True, recompute="selective"), core.TrainWorkload(16, 4096)),
+    ("llama3.1-70b", core.Parallelism(tp=8, pp=8, sp=True, recompute="selective"), core.TrainWorkload(64, 4096)),
+    ("gpt-22b", core.Parallelism(tp=8, sp=True, micro_batch=4, recompute="full"), core.TrainWorkload(4, 2048)),
+])
+def test_without_shared_links_the_replay_matches_the_closed_forms(a100, model, par, work):
+    assert step(model, a100, par, work, HIER) == pytest.approx(step(model, a100, par, work), rel=0.03)
+
+
+def test_where_gradients_and_activations_share_nics_the_replay_is_never_faster(a100):
+    par = core.Parallelism(tp=8, pp=4, dp=2, sp=True, recompute="selective")
+    work = core.TrainWorkload(global_batch=64, seq=4096)
+    analytical = step("llama3.1-70b", a100, par, work)
+    assert step("llama3.1-70b", a100, par, work, HIER) >= analytical
+    assert step("llama3.1-70b", a100, par, work, FLAT) >= analytical
+
+
+def ring_hardware(tmp_path, faults=()):
+    """Eight GPUs on a bidirectional ring, optionally with degraded links."""
+    data = yaml.safe_load(open("core/presets/gpus/a100-sxm4-80gb.yaml"))
+    data["network"] = [{"name": "ring", "topology": "ring", "size": 8, "link_bandwidth": "25 GB/s",
+                        "latency": "2 us"}]
+    data["faults"] = [{"link": list(link), "factor": factor} for link, factor in faults]
+    path = tmp_path / f"ring{len(list(tmp_path.glob('ring*.yaml')))}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return core.load_hardware(path)
+
+
+def test_a_soft_fault_on_a_pipeline_link_slows_the_step_and_one_on_an_idle_link_does_not(tmp_path):
+    # Eight pipeline stages on ring NPUs 0..7: activations flow 0->1->...->7, gradients back;
+    # the wrap-around link between 7 and 0 carries nothing.
+    par = core.Parallelism(pp=8, recompute="full")
+    work = core.TrainWorkload(global_batch=16, seq=2048)
+    healthy = step("llama2-7b", ring_hardware(tmp_path), par, work, HIER)
+    degraded = step("llama2-7b", ring_hardware(tmp_path, [((3, 4), 0.05)]), par, work, HIER)
+    idle = step("llama2-7b", ring_hardware(tmp_path, [((7, 0), 0.05)]), par, work, HIER)
+    assert degraded > healthy * 1.001
+    assert idle == pytest.approx(healthy, rel=1e-12)
+
+
+def test_astra_records_name_the_busiest_links(a100):
+    record = core.evaluate(core.load_model("llama2-7b"), a100, core.Parallelism(dp=4, zero=1, recompute="full"), core.TrainWorkload(8, 2048),
+                           4, backend=HIER)
+    top = record["busiest_links"][0]
+    assert top["dim"] == "nvlink" and 0 < top["utilisation"] <= 1
+    parts = sum(v for k, v in record["breakdown"].items())
+    assert parts == pytest.approx(record["step_time_s"], rel=1e-9)
+
+
+@pytest.mark.parametrize("backend", [HIER, FLAT])
+def test_inference_requests_replay_prefill_and_every_decode_step(a100, backend):
+    model = core.load_model("llama2-13b")
+    par = core.Parallelism(tp=4, pp=2)
+    work = core.InferWorkload(batch=1, prompt=200, decode=50)
+    analytical = core.evaluate(model, a100, par, work, 8)
+    replayed = core.evaluate(model, a100, par, work, 8, backend=backend)
+    assert replayed["step_time_s"] == pytest.approx(analytical["step_time_s"], rel=0.03)
+    assert replayed["ttft_s"] < replayed["step_time_s"]
+
+
+def test_the_interleaved_schedule_is_refused_by_the_replay(a100):
+    par = core.Parallelism(tp=8, pp=2, sp=True, schedule="interleaved", virtual_stages=2)
+    with pytest.raises(core.SpecError, match="gpipe and 1f1b"):
+        step("llama2-13b", a100, par, core.TrainWorkload(16, 2048), HIER)
