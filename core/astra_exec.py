@@ -5,20 +5,18 @@ ranks of one pipeline stage, then a pipeline graph (stages x micro-batches, poin
 transfers, bucketed data-parallel gradients) whose stage work takes the layer times.
 `astra-flattened` replays every op of every layer, micro-batch and rank in one graph."""
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
-from . import ops
 from .collectives import collective_time
 from .graph import LayerShape, Op, build_decode_layer, build_layer
-from .inference import _lm_head
-from .layout import group_spans
+from .inference import lm_head_s
+from .layout import group_spans, merge_spans
 from .memory import GRAD_BYTES, WEIGHT_BYTES, inference_memory, stage_params, training_memory
 from .network import astra_network, rank_groups
 from .replay import Block, CommClasses, TraceBuilder, compute_block, concat, frontier_increments, ops_block
 from .specs import DTYPE_BYTES
-from .training import ADAM_BYTES_PER_PARAM, _edge_ops
+from .training import edge_ops, model_flops, optimizer_step_s
 from .errors import SpecError
 
 ASTRA_BACKENDS = ("astra-hierarchical", "astra-flattened")
@@ -60,7 +58,7 @@ def _context(model, hw, par, gpus) -> Context:
         raise SpecError("", "schedule", "interleaved", "the astra backends replay gpipe and 1f1b schedules")
     dims = hw.dims_for(gpus)
     spans = group_spans(par, dims)
-    spans["dp"] = _merged(spans.get("dp", ()), spans.get("cp", ()))  # gradients reduce over dp*cp
+    spans["dp"] = merge_spans(spans.get("dp", ()), spans.get("cp", ()))  # gradients reduce over dp*cp
     return Context(model, hw, par, gpus, dims, spans, rank_groups(par), astra_network(hw, gpus), {})
 
 
@@ -73,14 +71,6 @@ def _dim_shares(ctx: Context, classes: CommClasses) -> list:
         total = sum(times.values())
         shares.append({name: t / total for name, t in times.items()} if total else {})
     return shares
-
-
-def _merged(*spans) -> tuple:
-    ranks = {}
-    for span in spans:
-        for index, count in span:
-            ranks[index] = ranks.get(index, 1.0) * count
-    return tuple(sorted(ranks.items()))
 
 
 def _attribute(ctx, classes, result, node_rank, label, stage_split=None) -> tuple:
@@ -190,7 +180,7 @@ def _pipeline(ctx: Context, work: StageWork, micro: int, message_bytes: float, c
     stride = _pp_stride(par)
     p2p_label = classes.label("pp", "send_recv", message_bytes)
     dp_buckets = par.dp * par.cp > 1 and par.zero <= 2
-    optimizer_s = _optimizer_s(ctx)
+    optimizer_s = optimizer_step_s(ctx.model, ctx.hw, ctx.par)
     for rank in range(ctx.gpus):
         stage = int(ctx.groups.coords["pp"][rank])
         last = ()
@@ -233,15 +223,9 @@ def _comm_block(ctx, axis, collective, bytes_, classes):
                      ctx.algorithm, classes)
 
 
-def _optimizer_s(ctx: Context) -> float:
-    params = max(stage_params(ctx.model, ctx.par))
-    shard = ctx.par.dp * ctx.par.cp if ctx.par.zero >= 1 else 1
-    return ops.pointwise(ctx.hw, params / shard * ADAM_BYTES_PER_PARAM).time_s
-
-
 def _edges(ctx, tokens) -> tuple:
     """Per stage: extra (forward, backward) compute for embedding and LM head."""
-    embed_f, embed_b, last_f, last_b = _edge_ops(ctx.model, ctx.hw, tokens, ctx.par.tp)
+    embed_f, embed_b, last_f, last_b = edge_ops(ctx.model, ctx.hw, tokens, ctx.par.tp)
     extra = [[0.0, 0.0] for _ in range(ctx.par.pp)]
     extra[0][0] += embed_f
     extra[0][1] += embed_b
@@ -273,10 +257,7 @@ def train_step_astra(model, hw, par, work, gpus, backend: str, emit=None):
         stage_work = _flattened_work(ctx, forward_ops, backward_ops, edges, layers, classes)
     message = tokens * model.hidden * DTYPE_BYTES[hw.dtype] / par.tp
     (breakdown, links), step_s = _pipeline(ctx, stage_work, micro, message, classes, emit)
-    flops_per_token = 6.0 * model.active_params() + 12.0 * model.layers * model.hidden * work.seq
-    if model.tied_embeddings:
-        flops_per_token += 6.0 * model.vocab * model.hidden
-    return step_s, breakdown, memory, flops_per_token * work.global_batch * work.seq, links
+    return step_s, breakdown, memory, model_flops(model, work), links
 
 
 def _hierarchical_work(ctx, forward_ops, backward_ops, edges, layers):
@@ -325,7 +306,7 @@ def infer_request_astra(model, hw, par, work, gpus, backend: str, emit=None):
     ctx = _context(model, hw, par, gpus)
     b, prompt, decode = work.batch, work.prompt, work.decode
     layers = model.layers // par.pp
-    head_s = _lm_head(model, hw, b, par.tp)
+    head_s = lm_head_s(model, hw, b, par.tp)
     classes = CommClasses()
     prefill_ops = build_layer(model, hw, LayerShape(b, prompt, prompt, par.tp, par.sp, 1, 1)).forward
     contexts = (prompt + 1, prompt + decode)

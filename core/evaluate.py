@@ -1,11 +1,12 @@
 """One configuration in, one flat record out: the question every other part asks."""
+import functools
 import math
 
 from .errors import SpecError
 from .graph import LayerShape, build_layer
 from .layout import check_layout
 from .memory import GiB, MemoryEstimate, inference_memory, training_memory
-from .specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism, TrainWorkload
+from .specs import HardwareSpec, ModelSpec, Parallelism, TrainWorkload
 from .inference import infer_request
 from .training import train_step
 
@@ -93,8 +94,7 @@ def _astra_record(model, hw, par, work, gpus, backend, emit_traces):
 
     emit = None
     if emit_traces is not None:
-        def emit(trace, context):
-            write_replay_traces(emit_traces, model.name, trace, context, backend)
+        emit = functools.partial(write_replay_traces, emit_traces, model.name, backend=backend)
     if isinstance(work, TrainWorkload):
         step_s, breakdown, memory, model_flops, links = train_step_astra(model, hw, par, work, gpus, backend, emit)
         record = _memory_fields(memory)

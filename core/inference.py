@@ -8,7 +8,7 @@ from .graph import LayerShape, build_decode_layer, build_layer
 from .layout import group_spans
 from .memory import inference_memory
 from .specs import DTYPE_BYTES, HardwareSpec, InferWorkload, ModelSpec, Parallelism
-from .training import _add, time_ops
+from .training import add_times, time_ops
 
 
 @lru_cache(maxsize=8192)
@@ -18,7 +18,8 @@ def _decode_step(model, hw, dims, spans_key, batch, context, tp):
     return time_ops(hw, dims, dict(spans_key), ops_list)
 
 
-def _lm_head(model: ModelSpec, hw: HardwareSpec, batch: int, tp: int) -> float:
+def lm_head_s(model: ModelSpec, hw: HardwareSpec, batch: int, tp: int) -> float:
+    """Final norm, LM head and sampling for one new token per sequence."""
     el = DTYPE_BYTES[hw.dtype]
     return (ops.pointwise(hw, 2 * batch * model.hidden * el).time_s
             + ops.gemm(hw, batch, model.vocab // tp, model.hidden).time_s
@@ -37,17 +38,17 @@ def infer_request(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: In
     shape = LayerShape(b, prompt, prompt, par.tp, par.sp, 1, 1)
     graph = build_layer(model, hw, shape)
     prefill = time_ops(hw, dims, dict(spans_key), graph.forward)
-    head_s = _lm_head(model, hw, b, par.tp)
+    head_s = lm_head_s(model, hw, b, par.tp)
     p2p_prefill, p2p_decode = {}, {}
     if par.pp > 1:
         pp_span = spans["pp"][:1]
-        _add(p2p_prefill, collective_time(hw, dims, "send_recv", b * prompt * model.hidden * el, pp_span),
+        add_times(p2p_prefill, collective_time(hw, dims, "send_recv", b * prompt * model.hidden * el, pp_span),
              par.pp - 1)
-        _add(p2p_decode, collective_time(hw, dims, "send_recv", b * model.hidden * el, pp_span), par.pp - 1)
+        add_times(p2p_decode, collective_time(hw, dims, "send_recv", b * model.hidden * el, pp_span), par.pp - 1)
 
     comm = {}
-    _add(comm, dict(prefill.comm_s), model.layers)
-    _add(comm, p2p_prefill)
+    add_times(comm, dict(prefill.comm_s), model.layers)
+    add_times(comm, p2p_prefill)
     compute_s = model.layers * prefill.compute_s + head_s
     ttft_s = compute_s + sum(comm.values())
 
@@ -57,9 +58,9 @@ def infer_request(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: In
     last = _decode_step(model, hw, dims, spans_key, b, prompt + decode, par.tp)
     decode_compute = decode * (model.layers * (first.compute_s + last.compute_s) / 2 + head_s)
     compute_s += decode_compute
-    _add(comm, dict(first.comm_s), decode * model.layers / 2)
-    _add(comm, dict(last.comm_s), decode * model.layers / 2)
-    _add(comm, p2p_decode, decode)
+    add_times(comm, dict(first.comm_s), decode * model.layers / 2)
+    add_times(comm, dict(last.comm_s), decode * model.layers / 2)
+    add_times(comm, p2p_decode, decode)
     request_s = compute_s + sum(comm.values())
     tpot_s = (request_s - ttft_s) / decode if decode else 0.0
     breakdown = {"compute_s": compute_s, "prefill_s": ttft_s, "decode_s": request_s - ttft_s}

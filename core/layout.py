@@ -45,6 +45,15 @@ def _split(stride: int, degree: int, dims: tuple) -> Span:
     return tuple(parts)
 
 
+def merge_spans(*spans) -> Span:
+    """The span of a group made of several axes' groups (e.g. gradients over dp and cp)."""
+    ranks = {}
+    for span in spans:
+        for index, count in span:
+            ranks[index] = ranks.get(index, 1.0) * count
+    return tuple(sorted(ranks.items()))
+
+
 def check_layout(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: int) -> str | None:
     """None if the layout can run at all, else the reason it cannot (memory aside)."""
     if par.gpus != gpus:

@@ -8,7 +8,7 @@ from functools import lru_cache
 from . import ops
 from .collectives import collective_time
 from .graph import LayerGraph, LayerShape, build_layer
-from .layout import group_spans
+from .layout import group_spans, merge_spans
 from .memory import GRAD_BYTES, WEIGHT_BYTES, stage_params, training_memory
 from .specs import DTYPE_BYTES, HardwareSpec, ModelSpec, Parallelism, TrainWorkload
 
@@ -27,7 +27,7 @@ class PassTime:
         return self.compute_s + sum(s for _, s in self.comm_s)
 
 
-def _add(into: dict, times: dict, scale: float = 1.0) -> None:
+def add_times(into: dict, times: dict, scale: float = 1.0) -> None:
     for name, seconds in times.items():
         into[name] = into.get(name, 0.0) + seconds * scale
 
@@ -48,7 +48,7 @@ def time_ops(hw: HardwareSpec, dims: tuple, spans: dict, op_list, skip_core: boo
         if total <= 0:
             continue
         exposed = max(0.0, total - op.cover_s) / total
-        _add(comm, per_dim, exposed)
+        add_times(comm, per_dim, exposed)
     return PassTime(compute, tuple(sorted(comm.items())), flops)
 
 
@@ -77,7 +77,7 @@ def layer_profile(model: ModelSpec, hw: HardwareSpec, dims: tuple, shape: LayerS
 
 
 @lru_cache(maxsize=4096)
-def _edge_ops(model: ModelSpec, hw: HardwareSpec, tokens: int, tp: int) -> tuple:
+def edge_ops(model: ModelSpec, hw: HardwareSpec, tokens: int, tp: int) -> tuple:
     """(first-stage forward, first backward, last-stage forward, last backward) seconds: embedding, final
     norm, LM head and the cross-entropy loss."""
     el = DTYPE_BYTES[hw.dtype]
@@ -90,14 +90,6 @@ def _edge_ops(model: ModelSpec, hw: HardwareSpec, tokens: int, tp: int) -> tuple
     last_bwd = (ops.gemm(hw, tokens, h, vocab).time_s + ops.gemm(hw, h, vocab, tokens).time_s
                 + ops.pointwise(hw, loss_bytes).time_s + ops.pointwise(hw, tokens * h * el * 3).time_s)
     return embed_fwd, embed_bwd, last_fwd, last_bwd
-
-
-def _merge_spans(*spans) -> tuple:
-    ranks = {}
-    for span in spans:
-        for index, count in span:
-            ranks[index] = ranks.get(index, 1.0) * count
-    return tuple(sorted(ranks.items()))
 
 
 def train_step(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: TrainWorkload, gpus: int):
@@ -113,18 +105,18 @@ def train_step(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Train
     memory = training_memory(model, hw, par, prof.graph, micro, tokens)
 
     layers = model.layers // par.pp
-    embed_fwd, embed_bwd, last_fwd, last_bwd = _edge_ops(model, hw, tokens, par.tp)
+    embed_fwd, embed_bwd, last_fwd, last_bwd = edge_ops(model, hw, tokens, par.tp)
     layer_compute = prof.forward.compute_s + prof.backward.compute_s + prof.recompute.compute_s
     layer_comm = {}
     for part in (prof.forward, prof.backward, prof.recompute):
-        _add(layer_comm, dict(part.comm_s))
+        add_times(layer_comm, dict(part.comm_s))
     el = DTYPE_BYTES[hw.dtype]
     p2p = {}
     if par.pp > 1:
         message = tokens * model.hidden * el / par.tp  # scatter-gather across the TP ranks
         pp_span = spans["pp"][:1]
         one_way = collective_time(hw, dims, "send_recv", message, pp_span)
-        _add(p2p, one_way, 2.0 * par.virtual_stages)  # activation forward, gradient backward
+        add_times(p2p, one_way, 2.0 * par.virtual_stages)  # activation forward, gradient backward
 
     stage_compute = [layers * layer_compute for _ in range(par.pp)]
     stage_compute[0] += embed_fwd + embed_bwd
@@ -132,7 +124,7 @@ def train_step(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Train
     comm_per_mb = dict(layer_comm)
     for name in comm_per_mb:
         comm_per_mb[name] *= layers
-    _add(comm_per_mb, p2p)
+    add_times(comm_per_mb, p2p)
     comm_total = sum(comm_per_mb.values())
     stage_time = [c + comm_total for c in stage_compute]
     slowest = max(range(par.pp), key=stage_time.__getitem__)
@@ -144,27 +136,36 @@ def train_step(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Train
     breakdown = {"compute_s": micro * stage_compute[slowest], "bubble_s": bubble_s}
     comm = {name: micro * seconds for name, seconds in comm_per_mb.items()}
     dp_comm, dp_exposed = _data_parallel(model, hw, par, dims, spans, prof, micro, layers)
-    _add(comm, dp_exposed)
-    params_local = max(stage_params(model, par))
-    shard = par.dp * par.cp if par.zero >= 1 else 1
-    optimizer_s = ops.pointwise(hw, params_local / shard * ADAM_BYTES_PER_PARAM).time_s
+    add_times(comm, dp_exposed)
+    optimizer_s = optimizer_step_s(model, hw, par)
     breakdown["optimizer_s"] = optimizer_s
     step_s = pipeline_s + sum(dp_exposed.values()) + optimizer_s
     breakdown.update({f"comm_{name}_s": seconds for name, seconds in comm.items()})
     breakdown["dp_comm_total_s"] = dp_comm
 
-    flops_per_token = 6.0 * model.active_params() + 12.0 * model.layers * model.hidden * work.seq
+    return step_s, breakdown, memory, model_flops(model, work)
+
+
+def optimizer_step_s(model: ModelSpec, hw: HardwareSpec, par: Parallelism) -> float:
+    """The Adam update of the most loaded stage's (ZeRO-sharded) parameters, bandwidth-bound."""
+    shard = par.dp * par.cp if par.zero >= 1 else 1
+    return ops.pointwise(hw, max(stage_params(model, par)) / shard * ADAM_BYTES_PER_PARAM).time_s
+
+
+def model_flops(model: ModelSpec, work: TrainWorkload) -> float:
+    """Model FLOPs of one iteration for MFU: 6 per parameter per token (the tied output
+    layer counted again), plus 12 * layers * hidden * seq per token for attention."""
+    per_token = 6.0 * model.active_params() + 12.0 * model.layers * model.hidden * work.seq
     if model.tied_embeddings:
-        flops_per_token += 6.0 * model.vocab * model.hidden
-    model_flops = flops_per_token * work.global_batch * work.seq
-    return step_s, breakdown, memory, model_flops
+        per_token += 6.0 * model.vocab * model.hidden
+    return per_token * work.global_batch * work.seq
 
 
 def _data_parallel(model, hw, par, dims, spans, prof, micro, layers):
     """(total DP communication seconds, exposed seconds per dimension)."""
     if par.dp * par.cp == 1:
         return 0.0, {}
-    span = _merge_spans(spans.get("dp", ()), spans.get("cp", ()))
+    span = merge_spans(spans.get("dp", ()), spans.get("cp", ()))
     params = max(stage_params(model, par))
     exposed = {}
     if par.zero >= 3:
@@ -179,12 +180,12 @@ def _data_parallel(model, hw, par, dims, spans, prof, micro, layers):
         backward_cover = overlap * (prof.backward.total_s + prof.recompute.total_s)
         forward_total = sum(gather.values())
         backward = {}
-        _add(backward, gather)
-        _add(backward, scatter)
+        add_times(backward, gather)
+        add_times(backward, scatter)
         backward_total = sum(backward.values())
         scale = micro * layers
-        _add(exposed, gather, scale * max(0.0, forward_total - forward_cover) / forward_total)
-        _add(exposed, backward, scale * max(0.0, backward_total - backward_cover) / backward_total)
+        add_times(exposed, gather, scale * max(0.0, forward_total - forward_cover) / forward_total)
+        add_times(exposed, backward, scale * max(0.0, backward_total - backward_cover) / backward_total)
         return scale * (forward_total + backward_total), exposed
     if par.zero == 0:
         reduce = collective_time(hw, dims, "all_reduce", params * GRAD_BYTES, span)
@@ -195,6 +196,6 @@ def _data_parallel(model, hw, par, dims, spans, prof, micro, layers):
     reduce_total = sum(reduce.values())
     cover = layers * (prof.backward.compute_s + prof.recompute.compute_s)
     hidden = min(reduce_total, hw.calibration.dp_overlap * cover)
-    _add(exposed, reduce, (reduce_total - hidden) / reduce_total if reduce_total else 0.0)
-    _add(exposed, regather)
+    add_times(exposed, reduce, (reduce_total - hidden) / reduce_total if reduce_total else 0.0)
+    add_times(exposed, regather)
     return reduce_total + sum(regather.values()), exposed
