@@ -64,8 +64,8 @@ def run_study(study: Study, executor: str = "ray", address: str | None = None, w
                 bar.advance(table.num_rows)
 
             run_batches(runner, batches, on_table)
-            parts.flush()
     finally:
+        parts.flush()  # whatever finished is kept, even when the run stops early
         runner.close()
     report.parts = parts.written
     report.seconds = time.perf_counter() - start
