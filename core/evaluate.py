@@ -4,7 +4,7 @@ import math
 
 from .errors import SpecError
 from .graph import LayerShape, build_layer
-from .layout import check_layout
+from .layout import check_layout, group_spans
 from .memory import GiB, MemoryEstimate, inference_memory, training_memory
 from .specs import HardwareSpec, ModelSpec, Parallelism, TrainWorkload
 from .inference import infer_request
@@ -111,6 +111,27 @@ def _astra_record(model, hw, par, work, gpus, backend, emit_traces):
                        "ttft_s": ttft_s, "tpot_s": tpot_s})
     record["breakdown"] = breakdown
     dims = hw.dims_for(gpus)
+    if backend == "astra-hierarchical":
+        record["replay_note"] = hierarchy_note(par, dims)
     record["busiest_links"] = [{"src": link["src"], "dst": link["dst"], "dim": dims[link["dim"]].name,
                                 "utilisation": link["busy_s"] / record["step_time_s"]} for link in links]
     return record
+
+
+def hierarchy_note(par: Parallelism, dims: tuple) -> str:
+    """Empty when the layout keeps to what astra-hierarchical assumes (TP/CP/EP inside the
+    first network dimension, DP/PP outside it), else what the split replay cannot see."""
+    if len(dims) < 2:
+        return ""
+    spans = group_spans(par, dims)
+    inner_out = sorted({a for a in ("tp", "cp", "ep") for index, _ in spans.get(a, ()) if index > 0})
+    outer_in = sorted({a for a in ("dp", "pp") for index, _ in spans.get(a, ()) if index == 0})
+    if not inner_out and not outer_in:
+        return ""
+    parts = []
+    if inner_out:
+        parts.append(f"{'/'.join(inner_out)} groups reach beyond {dims[0].name}")
+    if outer_in:
+        parts.append(f"{'/'.join(outer_in)} groups use {dims[0].name}")
+    return ("; ".join(parts) + ": astra-hierarchical replays layer and pipeline traffic apart, so their "
+            "contention on shared links is not seen (astra-flattened sees it)")

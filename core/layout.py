@@ -4,6 +4,7 @@ from math import prod
 from .specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism, TrainWorkload
 
 Span = tuple  # ((dim_index, ranks_in_that_dim), ...): a group's extent per network dimension
+PLACEMENT = ("tp", "cp", "dp", "pp")
 
 
 def axis_degrees(par: Parallelism) -> dict:
@@ -56,6 +57,8 @@ def merge_spans(*spans) -> Span:
 
 def check_layout(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: int) -> str | None:
     """None if the layout can run at all, else the reason it cannot (memory aside)."""
+    if sorted(par.placement) != sorted(PLACEMENT):
+        return f"placement {','.join(par.placement)} is not an order of {', '.join(PLACEMENT)}"
     if par.gpus != gpus:
         return f"dp*tp*pp*cp = {par.dp}*{par.tp}*{par.pp}*{par.cp} = {par.gpus}, not gpus = {gpus}"
     if model.heads % par.tp:

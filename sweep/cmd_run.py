@@ -24,6 +24,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--recompute", default="none", choices=RECOMPUTE)
     parser.add_argument("--schedule", default="1f1b", choices=SCHEDULES)
     parser.add_argument("--virtual-stages", type=int, default=1, help="model chunks per stage (interleaved)")
+    parser.add_argument("--placement", default="tp,cp,dp,pp",
+                        help="order of the parallel axes over the NPUs, innermost first")
     parser.add_argument("--mode", default="train", choices=("train", "infer"))
     parser.add_argument("--global-batch", type=int, default=None, help="sequences per training iteration")
     parser.add_argument("--micro-batch", type=int, default=1)
@@ -77,7 +79,8 @@ def parse_config(args):
     sp = args.sp if args.sp is not None else (train and tp > 1)
     par = Parallelism(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, sp=sp, zero=args.zero,
                       micro_batch=_positive("--micro-batch", args.micro_batch), recompute=args.recompute,
-                      schedule=args.schedule, virtual_stages=_positive("--virtual-stages", args.virtual_stages))
+                      schedule=args.schedule, virtual_stages=_positive("--virtual-stages", args.virtual_stages),
+                      placement=tuple(args.placement.split(",")))
     if train:
         global_batch = args.global_batch if args.global_batch is not None else dp * par.micro_batch
         work = TrainWorkload(global_batch=_positive("--global-batch", global_batch),
@@ -152,6 +155,8 @@ def _print_table(model, hw, par, work, gpus, record) -> None:
     console.print(mem)
     verdict = "fits" if record["feasible"] else f"[red]does not fit[/]: {record['infeasible_reason']}"
     console.print(f"memory: {verdict}")
+    if record.get("replay_note"):
+        console.print(f"[yellow]note[/]: {record['replay_note']}")
     for link in record.get("busiest_links", [])[:3]:
         console.print(f"busy link {link['src']} -> {link['dst']} ({link['dim']}): "
                       f"{100 * link['utilisation']:.1f} % of the {'iteration' if work.mode == 'train' else 'request'}")

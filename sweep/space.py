@@ -21,8 +21,10 @@ PARALLEL_KNOBS = {
     "recompute": ("none", f"a list of {', '.join(RECOMPUTE)}"),
     "schedule": ("1f1b", f"a list of {', '.join(SCHEDULES)}"),
     "virtual_stages": (1, "a list of positive integers"),
+    "placement": ("tp,cp,dp,pp", "a list of axis orders, innermost first, such as tp,cp,dp,pp"),
 }
 SPEC_KNOB_PREFIXES = ("model.", "hardware.")
+PLACEMENT_AXES = ("tp", "cp", "dp", "pp")
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,7 @@ class Space:
         if par["sp"] == AUTO:
             par["sp"] = self.mode == "train" and par["tp"] > 1
         values = tuple(par.get(name, choice[name]) for name in self.names)
+        par["placement"] = tuple(par["placement"].split(","))
         model = tuple((n.split(".", 1)[1], choice[n]) for n in self.names if n.startswith("model."))
         hardware = tuple((n.split(".", 1)[1], choice[n]) for n in self.names if n.startswith("hardware."))
         return Resolved(values, Parallelism(**par), model, hardware, reason)
@@ -147,6 +150,8 @@ def _parallel_values(name: str, raw, source: str, field: str) -> tuple:
     for value in values:
         if name == "sp":
             ok = isinstance(value, bool)
+        elif name == "placement":
+            ok = isinstance(value, str) and sorted(value.split(",")) == sorted(PLACEMENT_AXES)
         elif name in ("recompute", "schedule"):
             ok = value in (RECOMPUTE if name == "recompute" else SCHEDULES)
         elif name == "zero":

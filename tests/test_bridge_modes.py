@@ -84,3 +84,12 @@ def test_the_interleaved_schedule_is_refused_by_the_replay(a100):
     par = core.Parallelism(tp=8, pp=2, sp=True, schedule="interleaved", virtual_stages=2)
     with pytest.raises(core.SpecError, match="gpipe and 1f1b"):
         step("llama2-13b", a100, par, core.TrainWorkload(16, 2048), HIER)
+
+
+def test_hierarchical_mode_says_when_a_layout_breaks_its_assumptions(a100):
+    model = core.load_model("llama2-7b")
+    work = core.TrainWorkload(global_batch=16, seq=2048)
+    kept = core.evaluate(model, a100, core.Parallelism(tp=8, dp=2, sp=True, recompute="full"), work, 16, backend=HIER)
+    broken = core.evaluate(model, a100, core.Parallelism(tp=16, sp=True, recompute="full"), work, 16, backend=HIER)
+    assert kept["replay_note"] == ""
+    assert broken["replay_note"].startswith("tp groups reach beyond nvlink")

@@ -25,3 +25,14 @@ def test_layout_reasons(a100):
     assert "global_batch (64)" in reason(tp=1, dp=64, micro_batch=2)
     assert "no experts" in reason(tp=8, dp=8, ep=2)
     assert "tp > 1" in reason(dp=64, sp=True)
+
+
+def test_placing_data_parallel_innermost_pushes_tensor_parallel_onto_infiniband(a100):
+    model = core.load_model("llama2-7b")
+    work = core.TrainWorkload(global_batch=16, seq=2048)
+    inner = core.Parallelism(tp=8, dp=2, sp=True, recompute="full")
+    outer = core.Parallelism(tp=8, dp=2, sp=True, recompute="full", placement=("dp", "tp", "cp", "pp"))
+    assert group_spans(outer, a100.dims_for(16))["tp"] == ((0, 4.0), (1, 2.0))
+    fast, slow = (core.evaluate(model, a100, par, work, 16) for par in (inner, outer))
+    assert slow["step_time_s"] > fast["step_time_s"]
+    assert slow["breakdown"]["comm_ib_s"] > fast["breakdown"].get("comm_ib_s", 0.0)

@@ -60,3 +60,13 @@ def test_optuna_drives_the_same_space_with_ask_and_tell(write_study):
         asked += 1
         search.tell(trial, float(point.parallelism[1]))
     assert asked > 0
+
+
+def test_placement_is_a_knob(write_study):
+    from sweep.plan import plan_study
+    from sweep.study import load_study
+
+    plan = plan_study(load_study(write_study(space={"tp": [8], "pp": [1], "cp": [1], "zero": [1],
+                                                    "placement": ["tp,cp,dp,pp", "dp,tp,cp,pp"]})))
+    orders = {p.parallelism[-1] for p in plan.points}
+    assert orders == {("tp", "cp", "dp", "pp"), ("dp", "tp", "cp", "pp")}
