@@ -202,5 +202,4 @@ class InferWorkload:
     batch: int
     prompt: int
     decode: int
-    replicas: int = 1
-    mode: str = "infer"
+    mode: str = "infer"  # replicas are the layout's dp: independent copies serving requests

@@ -87,7 +87,7 @@ def parse_config(args):
                              seq=_positive("--seq", args.seq))
     else:
         work = InferWorkload(batch=_positive("--batch", args.batch), prompt=_positive("--prompt", args.prompt),
-                             decode=_positive("--decode", args.decode), replicas=dp)
+                             decode=_positive("--decode", args.decode))
     return model, hw, par, work, gpus
 
 
