@@ -19,7 +19,6 @@ from .specs import DTYPE_BYTES
 from .training import edge_ops, model_flops, optimizer_step_s
 from .errors import SpecError
 
-ASTRA_BACKENDS = ("astra-hierarchical", "astra-flattened")
 STAGE_FWD, STAGE_BWD, WAIT, OPTIMIZER = -2, -3, -4, -5
 DP_BUCKETS = 4  # gradient buckets the last backward pass is cut into
 
@@ -35,7 +34,7 @@ class Context:
     spans: dict
     groups: object
     network: object
-    algorithms: dict  # (axis, collective, bytes) -> the faster algorithm on this network
+    algorithms: dict  # (axis, all-reduce bytes) -> the faster algorithm on this network
 
     def algorithm(self, axis: str, collective: str, bytes_: float) -> str:
         """Direct for all-to-all; for all-reduce, whichever of ring and double binary tree the
@@ -105,15 +104,6 @@ def _stage_ranks(ctx: Context, stage: int) -> np.ndarray:
     return np.flatnonzero(ctx.groups.coords["pp"] == stage)
 
 
-def _pp_stride(par) -> int:
-    stride = 1
-    for axis in par.placement:
-        if axis == "pp":
-            return stride
-        stride *= {"tp": par.tp, "cp": par.cp, "dp": par.dp}[axis]
-    return stride
-
-
 def _layer_ops(ctx: Context, shape: LayerShape) -> tuple:
     """(forward ops, backward ops with their recompute in front) of one layer."""
     graph = build_layer(ctx.model, ctx.hw, shape)
@@ -177,14 +167,16 @@ def _pipeline(ctx: Context, work: StageWork, micro: int, message_bytes: float, c
     data-parallel gradient synchronisation overlapping the last backward pass."""
     par = ctx.par
     builder = TraceBuilder(ctx.groups)
-    stride = _pp_stride(par)
+    stride = ctx.groups.strides["pp"]
     p2p_label = classes.label("pp", "send_recv", message_bytes)
     dp_buckets = par.dp * par.cp > 1 and par.zero <= 2
     optimizer_s = optimizer_step_s(ctx.model, ctx.hw, ctx.par)
+    reduce = "all_reduce" if par.zero == 0 else "reduce_scatter"
     for rank in range(ctx.gpus):
         stage = int(ctx.groups.coords["pp"][rank])
+        schedule = _schedule(par, stage, micro)
         last = ()
-        for kind, m in _schedule(par, stage, micro):
+        for kind, m in schedule:
             forward = kind == "F"
             source = stage - 1 if forward else stage + 1
             if 0 <= source < par.pp:
@@ -194,13 +186,12 @@ def _pipeline(ctx: Context, work: StageWork, micro: int, message_bytes: float, c
                 last = tuple(builder.place(rank, work.forward[stage], last))
                 done = last
             else:
-                final = m == _schedule(par, stage, micro)[-1][1]
+                final = m == schedule[-1][1]
                 buckets = []
                 for piece, bucket in zip(work.backward[stage], work.bucket_bytes[stage]):
                     last = tuple(builder.place(rank, piece, last))
                     if final and dp_buckets:
-                        kind_ = "all_reduce" if par.zero == 0 else "reduce_scatter"
-                        buckets += list(builder.place(rank, _comm_block(ctx, "dp", kind_, bucket, classes), last))
+                        buckets += list(builder.place(rank, _comm_block(ctx, "dp", reduce, bucket, classes), last))
                 done = last
                 if final:
                     last = tuple(builder.place(rank, compute_block(optimizer_s, OPTIMIZER), last + tuple(buckets)))
@@ -270,12 +261,12 @@ def _hierarchical_work(ctx, forward_ops, backward_ops, edges, layers):
         b_s = layers * bwd["time_s"] + edges[stage][1]
         forward.append(compute_block(f_s, STAGE_FWD))
         backward.append([compute_block(b_s / pieces, STAGE_BWD)] * pieces)
-        split[STAGE_FWD].append(_shares(fwd, layers, edges[stage][0], f_s))
-        split[STAGE_BWD].append(_shares(bwd, layers, edges[stage][1], b_s))
+        split[STAGE_FWD].append(_shares(fwd, layers, f_s))
+        split[STAGE_BWD].append(_shares(bwd, layers, b_s))
     return StageWork(forward, backward, _gradient_buckets(ctx, pieces), split)
 
 
-def _shares(layer: dict, layers: int, edge_s: float, total_s: float) -> dict:
+def _shares(layer: dict, layers: int, total_s: float) -> dict:
     """How a stage pass's time divides into compute and each dimension's exposed comm."""
     shares = {key.removeprefix("comm_").removesuffix("_s"): layers * v / total_s
               for key, v in layer.items() if key.startswith("comm_")}
@@ -289,11 +280,12 @@ def _flattened_work(ctx, forward_ops, backward_ops, edges, layers, classes):
     fwd_stack = fwd_layer.repeated(layers)
     pieces = min(DP_BUCKETS, layers)
     bucket_layers = [len(chunk) for chunk in np.array_split(np.arange(layers), pieces)]
+    bwd_chunks = [bwd_layer.repeated(count) for count in bucket_layers]
     forward, backward = [], []
     for stage in range(ctx.par.pp):
         head, tail = edges[stage]
         forward.append(concat([fwd_stack, compute_block(head)]) if head else fwd_stack)
-        chunks = [bwd_layer.repeated(count) for count in bucket_layers]
+        chunks = list(bwd_chunks)
         if tail:
             chunks[-1] = concat([chunks[-1], compute_block(tail)])
         backward.append(chunks)
@@ -321,7 +313,7 @@ def infer_request_astra(model, hw, par, work, gpus, backend: str, emit=None):
         steps = [_decode_stack(first, last, layers, k, decode) for k in range(decode)]
     el = DTYPE_BYTES[hw.dtype]
     builder = TraceBuilder(ctx.groups)
-    stride = _pp_stride(par)
+    stride = ctx.groups.strides["pp"]
     first_token = []
     for rank in np.flatnonzero(ctx.groups.coords["dp"] == 0):
         rank, stage = int(rank), int(ctx.groups.coords["pp"][rank])

@@ -44,14 +44,16 @@ class RankGroups:
     members: tuple
     of: dict
     coords: dict  # axis -> np.ndarray of each rank's index along it
+    strides: dict  # axis -> rank distance between neighbours along it
 
 
 def rank_groups(par: Parallelism) -> RankGroups:
     degrees = {"tp": par.tp, "cp": par.cp, "dp": par.dp, "pp": par.pp}
     ranks = np.arange(par.gpus)
-    coords, stride = {}, 1
+    coords, strides, stride = {}, {}, 1
     for axis in par.placement:
         coords[axis] = (ranks // stride) % degrees[axis]
+        strides[axis] = stride
         stride *= degrees[axis]
     coords["ep"] = coords["dp"] % par.ep
     varying = {"tp": ("tp",), "cp": ("cp",), "ep": ("ep",), "dp": ("dp", "cp"), "pp": ("pp",)}
@@ -68,4 +70,4 @@ def rank_groups(par: Parallelism) -> RankGroups:
         of[axis] = group_index + len(members)
         for g in range(group_index.max() + 1):
             members.append(tuple(ranks[group_index == g].tolist()))
-    return RankGroups(tuple(members), of, coords)
+    return RankGroups(tuple(members), of, coords, strides)
