@@ -100,12 +100,13 @@ def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerG
         fwd.append(forward)
 
     def leave_tp(tag):
-        if t == 1:
-            return
-        kind = "reduce_scatter" if shape.sp else "all_reduce"
-        back = "all_gather" if shape.sp else None
-        fwd.append(_comm(f"{tag}.{kind.replace('_', '')}", kind, "tp", T * h * el))
-        bwd.append((_comm(f"{tag}.allgather.bwd", back, "tp", T * h * el),) if back else ())
+        """Megatron's g after a row-parallel GEMM: all-reduce, or reduce-scatter with SP
+        (whose backward is an all-gather)."""
+        if t > 1 and shape.sp:
+            fwd.append(_comm(f"{tag}.reducescatter", "reduce_scatter", "tp", T * h * el))
+            bwd.append((_comm(f"{tag}.allgather.bwd", "all_gather", "tp", T * h * el),))
+        elif t > 1:
+            fwd.append(_comm(f"{tag}.allreduce", "all_reduce", "tp", T * h * el))
 
     norm_io = T_norm * h * el
     add(_pointwise_ops(hw, "norm1", norm_io, norm_io, norm_io))
