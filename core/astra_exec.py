@@ -14,7 +14,7 @@ from .inference import lm_head_s
 from .layout import group_spans, merge_spans
 from .memory import GRAD_BYTES, WEIGHT_BYTES, inference_memory, stage_params, training_memory
 from .network import astra_network, rank_groups
-from .replay import Block, CommClasses, TraceBuilder, compute_block, concat, frontier_increments, ops_block
+from .replay import RECV, SEND, Block, CommClasses, Program, assemble, compute_block, concat, frontier_increments, ops_block
 from .specs import DTYPE_BYTES
 from .training import edge_ops, model_flops, optimizer_step_s
 from .errors import SpecError
@@ -131,10 +131,7 @@ def _replay_layer(ctx: Context, ops_list) -> dict:
     """One layer pass on every rank of the first stage: {"time_s", "compute_s", dims...}."""
     classes = CommClasses()
     block = ops_block(ops_list, ctx.algorithm, classes)
-    builder = TraceBuilder(ctx.groups)
-    for rank in _stage_ranks(ctx, 0):
-        builder.place(int(rank), block, ())
-    trace, node_rank, label = builder.build()
+    trace, node_rank, label, _ = assemble(ctx.groups, [(_stage_ranks(ctx, 0), block)])
     result = ctx.network.replay(trace)
     parts, _ = _attribute(ctx, classes, result, node_rank, label)
     parts.pop("bubble_s")
@@ -163,46 +160,45 @@ class StageWork:
 
 
 def _pipeline(ctx: Context, work: StageWork, micro: int, message_bytes: float, classes: CommClasses, emit=None):
-    """Replays the pipeline: every rank's schedule with transfers between stages and the
+    """Replays the pipeline: every stage's schedule with transfers between stages and the
     data-parallel gradient synchronisation overlapping the last backward pass."""
     par = ctx.par
-    builder = TraceBuilder(ctx.groups)
     stride = ctx.groups.strides["pp"]
     p2p_label = classes.label("pp", "send_recv", message_bytes)
     dp_buckets = par.dp * par.cp > 1 and par.zero <= 2
     optimizer_s = optimizer_step_s(ctx.model, ctx.hw, ctx.par)
     reduce = "all_reduce" if par.zero == 0 else "reduce_scatter"
-    for rank in range(ctx.gpus):
-        stage = int(ctx.groups.coords["pp"][rank])
+    programs = []
+    for stage in range(par.pp):
+        program = Program()
         schedule = _schedule(par, stage, micro)
         last = ()
         for kind, m in schedule:
             forward = kind == "F"
+            tag = 2 * m + (0 if forward else 1)
             source = stage - 1 if forward else stage + 1
             if 0 <= source < par.pp:
-                peer = rank + (source - stage) * stride
-                last = (builder.p2p(rank, 2, peer, message_bytes, 2 * m + (0 if forward else 1), last, WAIT),)
+                last = (program.p2p(RECV, (source - stage) * stride, message_bytes, tag, last, WAIT),)
             if forward:
-                last = tuple(builder.place(rank, work.forward[stage], last))
-                done = last
+                last = done = tuple(program.place(work.forward[stage], last))
             else:
                 final = m == schedule[-1][1]
                 buckets = []
                 for piece, bucket in zip(work.backward[stage], work.bucket_bytes[stage]):
-                    last = tuple(builder.place(rank, piece, last))
+                    last = tuple(program.place(piece, last))
                     if final and dp_buckets:
-                        buckets += list(builder.place(rank, _comm_block(ctx, "dp", reduce, bucket, classes), last))
+                        buckets += list(program.place(_comm_block(ctx, "dp", reduce, bucket, classes), last))
                 done = last
                 if final:
-                    last = tuple(builder.place(rank, compute_block(optimizer_s, OPTIMIZER), last + tuple(buckets)))
+                    last = tuple(program.place(compute_block(optimizer_s, OPTIMIZER), last + tuple(buckets)))
                     if dp_buckets and par.zero >= 1:
                         params = sum(work.bucket_bytes[stage]) / GRAD_BYTES * WEIGHT_BYTES
-                        last = tuple(builder.place(rank, _comm_block(ctx, "dp", "all_gather", params, classes), last))
+                        program.place(_comm_block(ctx, "dp", "all_gather", params, classes), last)
             target = stage + 1 if forward else stage - 1
             if 0 <= target < par.pp:
-                builder.p2p(rank, 1, rank + (target - stage) * stride, message_bytes,
-                            2 * m + (0 if forward else 1), done, p2p_label)
-    trace, node_rank, label = builder.build()
+                program.p2p(SEND, (target - stage) * stride, message_bytes, tag, done, p2p_label)
+        programs.append((_stage_ranks(ctx, stage), program.block()))
+    trace, node_rank, label, _ = assemble(ctx.groups, programs)
     if emit is not None:
         emit(trace, ctx)
     result = ctx.network.replay(trace)
@@ -312,38 +308,38 @@ def infer_request_astra(model, hw, par, work, gpus, backend: str, emit=None):
         first, last = (ops_block(o, ctx.algorithm, classes) for o in decode_ops)
         steps = [_decode_stack(first, last, layers, k, decode) for k in range(decode)]
     el = DTYPE_BYTES[hw.dtype]
-    builder = TraceBuilder(ctx.groups)
     stride = ctx.groups.strides["pp"]
-    first_token = []
-    for rank in np.flatnonzero(ctx.groups.coords["dp"] == 0):
-        rank, stage = int(rank), int(ctx.groups.coords["pp"][rank])
+    tokens = b * 4  # each decode step starts from the tokens the last stage sampled
+    programs, first_token = [], None
+    for stage in range(par.pp):
+        program = Program()
         last = ()
-        tokens = b * 4  # each decode step starts from the tokens the last stage sampled
         for step in range(decode + 1):
             message = b * (prompt if step == 0 else 1) * model.hidden * el
             label = classes.label("pp", "send_recv", message)
             if stage > 0:
-                last = (builder.p2p(rank, 2, rank - stride, message, 2 * step, last, label),)
+                last = (program.p2p(RECV, -stride, message, 2 * step, last, label),)
             elif step > 0 and par.pp > 1:
-                last = (builder.p2p(rank, 2, rank + (par.pp - 1) * stride, tokens, 2 * step - 1, last, WAIT),)
-            work_block = prefill if step == 0 else steps[(step - 1) % len(steps)]
-            last = tuple(builder.place(rank, work_block, last))
+                last = (program.p2p(RECV, (par.pp - 1) * stride, tokens, 2 * step - 1, last, WAIT),)
+            last = tuple(program.place(prefill if step == 0 else steps[(step - 1) % len(steps)], last))
             if stage == par.pp - 1:
-                last = tuple(builder.place(rank, compute_block(head_s), last))
+                last = tuple(program.place(compute_block(head_s), last))
                 if step == 0:
-                    first_token.extend(last)
+                    first_token = list(last)
                 if par.pp > 1 and step < decode:
-                    builder.p2p(rank, 1, rank - (par.pp - 1) * stride, tokens, 2 * step + 1, last, WAIT)
+                    program.p2p(SEND, -(par.pp - 1) * stride, tokens, 2 * step + 1, last, WAIT)
             else:
-                builder.p2p(rank, 1, rank + stride, message, 2 * step, last, label)
-    trace, node_rank, label = builder.build()
+                program.p2p(SEND, stride, message, 2 * step, last, label)
+        replica = np.flatnonzero((ctx.groups.coords["dp"] == 0) & (ctx.groups.coords["pp"] == stage))
+        programs.append((replica, program.block()))
+    trace, node_rank, label, starts = assemble(ctx.groups, programs)
     if emit is not None:
         emit(trace, ctx)
     result = ctx.network.replay(trace)
     breakdown, links = _attribute(ctx, classes, result, node_rank, label)
     breakdown.pop("bubble_s")
     request_s = float(result.time_s)
-    ttft_s = float(result.node_end_s[first_token].max())
+    ttft_s = float(result.node_end_s[(starts[-1][:, None] + np.array(first_token)[None, :]).ravel()].max())
     breakdown.update({"prefill_s": ttft_s, "decode_s": request_s - ttft_s})
     memory = inference_memory(model, hw, par, b, prompt, decode)
     flops = 2.0 * model.active_params() * b * (prompt + decode)
@@ -354,6 +350,6 @@ def _decode_stack(first: Block, last: Block, layers: int, step: int, steps: int)
     """One decode step through a stage's layers, its durations interpolated between the first
     and the last step's (only attention grows with the context)."""
     weight = step / max(1, steps - 1)
-    mixed = Block(first.kind, first.duration_s * (1 - weight) + last.duration_s * weight, first.bytes_,
-                  first.axis, first.algorithm, first.label, first.deps, first.entry, first.exits)
-    return mixed.repeated(layers)
+    columns = dict(first.columns)
+    columns["duration_s"] = first.columns["duration_s"] * (1 - weight) + last.columns["duration_s"] * weight
+    return Block(columns, first.deps, first.entry, first.exits).repeated(layers)

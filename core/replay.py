@@ -1,6 +1,6 @@
 """Core's operator graphs as the simulator's replay input: per-rank dependency graphs in
-flat arrays, built from blocks (one rank's op sequence with its local dependencies)
-that are stamped out per rank, layer and micro-batch with numpy."""
+flat arrays, built from blocks (one rank's op sequence with its local dependencies),
+programs (what every rank of a pipeline stage runs) and their stamping onto ranks."""
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,25 +12,26 @@ AXES = ("tp", "cp", "ep", "dp", "pp")
 COMPUTE, SEND, RECV = NODE_KINDS["compute"], NODE_KINDS["send"], NODE_KINDS["recv"]
 
 
+COLUMNS = (("kind", np.int32), ("duration_s", np.float64), ("bytes_", np.float64), ("axis", np.int32),
+           ("algorithm", np.int32), ("label", np.int32), ("peer_offset", np.int32), ("tag", np.int32))
+
+
 @dataclass(frozen=True)
 class Block:
-    """A rank-independent sequence of nodes. `deps` holds (waiting node, awaited node) pairs
-    as local indices; `entry` nodes wait on whatever precedes the block; `exits` are what
-    follows waits on. `label` says what each node's time counts as in a breakdown:
-    0 compute, 1 + i the i-th communication class of the replay."""
-    kind: np.ndarray
-    duration_s: np.ndarray
-    bytes_: np.ndarray
-    axis: np.ndarray  # index into AXES, -1 for compute
-    algorithm: np.ndarray
-    label: np.ndarray
+    """A rank-independent sequence of nodes, one entry per node in each column: kind,
+    duration_s, bytes_, axis (index into AXES, -1 for none), algorithm, label (what the
+    node's time counts as: 0 compute, 1 + i the i-th communication class, negative codes
+    for the executor's own), peer_offset (send/recv: the peer's rank minus this rank) and
+    tag. `deps` holds (waiting node, awaited node) pairs as local indices; `entry` nodes
+    wait on whatever precedes the block; `exits` are what follows waits on."""
+    columns: dict
     deps: np.ndarray  # shape (k, 2)
     entry: np.ndarray
     exits: np.ndarray
 
     @property
     def size(self) -> int:
-        return self.kind.size
+        return self.columns["kind"].size
 
     def repeated(self, times: int) -> "Block":
         """`times` copies in a chain: copy k+1's entries wait on copy k's exits."""
@@ -38,36 +39,38 @@ class Block:
             return self
         n = self.size
         offsets = np.arange(times) * n
-        deps = [(self.deps[None, :, :] + offsets[:, None, None]).reshape(-1, 2)]
-        for k in range(1, times):
-            deps.append(np.array([(n * k + e, n * (k - 1) + x) for e in self.entry for x in self.exits]))
-        tile = lambda a: np.tile(a, times)
-        return Block(tile(self.kind), tile(self.duration_s), tile(self.bytes_), tile(self.axis),
-                     tile(self.algorithm), tile(self.label), np.concatenate(deps).astype(np.int64),
-                     self.entry.copy(), self.exits + n * (times - 1))
+        links = np.array([(e, x - n) for e in self.entry for x in self.exits], np.int64).reshape(-1, 2)
+        deps = [(self.deps[None, :, :] + offsets[:, None, None]).reshape(-1, 2),
+                (links[None, :, :] + offsets[1:, None, None]).reshape(-1, 2)]
+        return Block({name: np.tile(column, times) for name, column in self.columns.items()},
+                     np.concatenate(deps), self.entry.copy(), self.exits + n * (times - 1))
+
+
+def _columns(rows: dict) -> dict:
+    """Columns from lists (or scalars) of values, missing ones zero."""
+    size = len(rows["kind"])
+    return {name: np.asarray(rows[name], dtype) if name in rows else np.zeros(size, dtype)
+            for name, dtype in COLUMNS}
 
 
 def concat(blocks) -> Block:
     """Blocks one after another, each waiting on the previous one's exits."""
     blocks = [b for b in blocks if b.size]
-    parts, deps, offset, exits = [], [], 0, None
+    deps, offset, exits = [], 0, None
     for block in blocks:
         deps.append(block.deps + offset)
         if exits is not None:
-            deps.append(np.array([(offset + e, x) for e in block.entry for x in exits]).reshape(-1, 2))
+            deps.append(np.array([(offset + e, x) for e in block.entry for x in exits], np.int64).reshape(-1, 2))
         exits = block.exits + offset
-        parts.append(block)
         offset += block.size
-    cat = lambda name: np.concatenate([getattr(b, name) for b in parts])
-    return Block(cat("kind"), cat("duration_s"), cat("bytes_"), cat("axis"), cat("algorithm"), cat("label"),
-                 np.concatenate(deps).astype(np.int64).reshape(-1, 2), parts[0].entry.copy(), exits)
+    columns = {name: np.concatenate([b.columns[name] for b in blocks]) for name, _ in COLUMNS}
+    return Block(columns, np.concatenate(deps).astype(np.int64).reshape(-1, 2), blocks[0].entry.copy(), exits)
 
 
 def compute_block(duration_s: float, label: int = 0) -> Block:
-    one = lambda v, t: np.array([v], dtype=t)
-    return Block(one(COMPUTE, np.int32), one(duration_s, np.float64), one(0.0, np.float64), one(-1, np.int32),
-                 one(0, np.int32), one(label, np.int32), np.zeros((0, 2), np.int64), one(0, np.int64),
-                 one(0, np.int64))
+    columns = _columns({"kind": [COMPUTE], "duration_s": [duration_s], "axis": [-1], "label": [label]})
+    zero = np.zeros(1, np.int64)
+    return Block(columns, np.zeros((0, 2), np.int64), zero, zero)
 
 
 class CommClasses:
@@ -89,24 +92,18 @@ def ops_block(ops_list, choose_algorithm, classes: CommClasses) -> Block:
     """One rank's run of core ops: a chain, except that a communication with compute to hide
     behind (cover_s > 0) runs beside the compute ops that follow until they add up to its
     cover, and the op after those waits for it too."""
-    kind, duration, size, axis, algorithm, label, deps = [], [], [], [], [], [], []
-    entry, frontier, beside = [], [], []  # beside: [node, cover still to run]
+    rows = {"kind": [], "duration_s": [], "bytes_": [], "axis": [], "algorithm": [], "label": []}
+    deps, entry, frontier, beside = [], [], [], []  # beside: [node, cover still to run]
     for op in ops_list:
-        i = len(kind)
+        i = len(rows["kind"])
         if op.kind == "compute":
-            kind.append(COMPUTE)
-            duration.append(op.time_s)
-            size.append(0.0)
-            axis.append(-1)
-            algorithm.append(0)
-            label.append(0)
+            values = (COMPUTE, op.time_s, 0.0, -1, 0, 0)
         else:
-            kind.append(NODE_KINDS[op.collective])
-            duration.append(0.0)
-            size.append(op.bytes_)
-            axis.append(AXES.index(op.axis))
-            algorithm.append(ALGORITHMS[choose_algorithm(op.axis, op.collective, op.bytes_)])
-            label.append(classes.label(op.axis, op.collective, op.bytes_))
+            values = (NODE_KINDS[op.collective], 0.0, op.bytes_, AXES.index(op.axis),
+                      ALGORITHMS[choose_algorithm(op.axis, op.collective, op.bytes_)],
+                      classes.label(op.axis, op.collective, op.bytes_))
+        for column, value in zip(rows.values(), values):
+            column.append(value)
         if frontier:
             deps.extend((i, f) for f in frontier)
         else:
@@ -122,79 +119,91 @@ def ops_block(ops_list, choose_algorithm, classes: CommClasses) -> Block:
             beside = [side for side in beside if side[1] > 1e-15]
         frontier = [i] + joined
     exits = frontier + [node for node, _ in beside]
-    as_array = lambda values, dtype: np.array(values, dtype=dtype)
-    return Block(as_array(kind, np.int32), as_array(duration, np.float64), as_array(size, np.float64),
-                 as_array(axis, np.int32), as_array(algorithm, np.int32), as_array(label, np.int32),
-                 as_array(deps, np.int64).reshape(-1, 2), as_array(entry, np.int64), as_array(exits, np.int64))
+    return Block(_columns(rows), np.array(deps, np.int64).reshape(-1, 2), np.array(entry, np.int64),
+                 np.array(exits, np.int64))
 
 
-class TraceBuilder:
-    """Places blocks and point-to-point nodes on ranks and assembles one Trace."""
+class Program:
+    """One rank's program, built once for every rank that runs the same one: blocks and
+    point-to-point nodes (peers as rank offsets) in the order they are placed."""
 
-    def __init__(self, groups: RankGroups):
-        self.groups = groups
-        self._parts = []  # (rank, block, global offset, external deps for the entries)
-        self._extra_deps = []
-        self._p2p = []  # (index, rank, kind, peer, bytes, tag, label)
+    def __init__(self):
+        self._parts = []  # Blocks, and runs of point-to-point rows
+        self._deps = []
         self.size = 0
 
-    def place(self, rank: int, block: Block, after) -> np.ndarray:
-        """Puts `block` on `rank`, its entries waiting on global nodes `after`; returns its
-        exits as global indices."""
+    def place(self, block: Block, after) -> np.ndarray:
+        """Appends `block`, its entries waiting on local nodes `after`; returns its exits."""
         offset = self.size
-        self._parts.append((rank, block, offset))
-        for e in block.entry:
-            self._extra_deps.extend((offset + e, a) for a in after)
+        self._parts.append(block)
+        self._deps.append(block.deps + offset)
+        if len(after):
+            self._deps.append(np.array([(offset + e, a) for e in block.entry for a in after], np.int64))
         self.size += block.size
         return block.exits + offset
 
-    def p2p(self, rank: int, kind: int, peer: int, bytes_: float, tag: int, after, label: int) -> int:
+    def p2p(self, kind: int, peer_offset: int, bytes_: float, tag: int, after, label: int) -> int:
         index = self.size
-        self._p2p.append((index, rank, kind, peer, bytes_, tag, label))
-        self._extra_deps.extend((index, a) for a in after)
+        if not self._parts or isinstance(self._parts[-1], Block):
+            self._parts.append([])
+        self._parts[-1].append((kind, bytes_, label, peer_offset, tag))
+        self._deps.append(np.array([(index, a) for a in after], np.int64).reshape(-1, 2))
         self.size += 1
         return index
 
-    def build(self) -> tuple:
-        """(Trace, rank of each node, breakdown label of each node)."""
-        n = self.size
-        rank = np.zeros(n, np.int32)
-        kind = np.zeros(n, np.int32)
-        duration = np.zeros(n)
-        size = np.zeros(n)
-        group = np.zeros(n, np.int32)
-        peer = np.zeros(n, np.int32)
-        tag = np.zeros(n, np.int32)
-        algorithm = np.zeros(n, np.int32)
-        label = np.zeros(n, np.int32)
-        deps = [np.array(self._extra_deps, np.int64).reshape(-1, 2)]
-        group_of = np.stack([self.groups.of[a] for a in AXES])  # (axes, ranks)
-        for r, block, offset in self._parts:
-            sl = slice(offset, offset + block.size)
-            rank[sl] = r
-            kind[sl] = block.kind
-            duration[sl] = block.duration_s
-            size[sl] = block.bytes_
-            algorithm[sl] = block.algorithm
-            label[sl] = block.label
-            comm = block.axis >= 0
-            group[sl][comm] = group_of[block.axis[comm], r]
-            deps.append(block.deps + offset)
-        for index, r, k, p, b, t, lab in self._p2p:
-            rank[index], kind[index], peer[index], size[index], tag[index], label[index] = r, k, p, b, t, lab
-        deps = np.concatenate(deps)
-        order = np.argsort(deps[:, 0], kind="stable")
-        waiting, awaited = deps[order, 0], deps[order, 1]
-        dep_offsets = np.zeros(n + 1, np.int64)
-        np.cumsum(np.bincount(waiting, minlength=n), out=dep_offsets[1:])
-        members = self.groups.members
-        group_offsets = np.zeros(len(members) + 1, np.int64)
-        np.cumsum([len(m) for m in members], out=group_offsets[1:])
-        group_npus = np.fromiter((r for m in members for r in m), np.int32, int(group_offsets[-1]))
-        trace = Trace(rank=rank, kind=kind, duration_s=duration, bytes_=size, group=group, peer=peer, tag=tag,
-                      algorithm=algorithm, dep_offsets=dep_offsets, deps=awaited.astype(np.int32),
-                      group_offsets=group_offsets, group_npus=group_npus)
-        return trace, rank, label
+    def block(self) -> Block:
+        parts = []
+        for part in self._parts:
+            if isinstance(part, Block):
+                parts.append(part.columns)
+            else:
+                kind, size, label, peer, tag = zip(*part)
+                parts.append(_columns({"kind": kind, "bytes_": size, "label": label, "axis": [-1] * len(kind),
+                                       "peer_offset": peer, "tag": tag}))
+        columns = {name: np.concatenate([p[name] for p in parts]) for name, _ in COLUMNS}
+        deps = np.concatenate(self._deps) if self._deps else np.zeros((0, 2), np.int64)
+        empty = np.zeros(0, np.int64)
+        return Block(columns, deps.reshape(-1, 2), empty, empty)
+
+
+def assemble(groups: RankGroups, programs) -> tuple:
+    """One Trace from (ranks, Block) pairs, each block stamped out on each of its ranks.
+    Returns (trace, rank of each node, label of each node, first node of each (pair, rank))."""
+    group_of = np.stack([groups.of[a] for a in AXES])  # (axes, ranks)
+    columns = {name: [] for name, _ in COLUMNS}
+    node_rank, deps, starts, offset = [], [], [], 0
+    for ranks, block in programs:
+        ranks = np.asarray(ranks, np.int64)
+        n = block.size
+        first = offset + np.arange(ranks.size) * n
+        starts.append(first)
+        for name, _ in COLUMNS:
+            columns[name].append(np.tile(block.columns[name], ranks.size))
+        node_rank.append(np.repeat(ranks, n))
+        deps.append((block.deps[None, :, :] + first[:, None, None]).reshape(-1, 2))
+        offset += n * ranks.size
+    cat = {name: np.concatenate(parts) for name, parts in columns.items()}
+    node_rank = np.concatenate(node_rank)
+    axis = cat["axis"]
+    comm = axis >= 0
+    group = np.zeros(offset, np.int32)
+    group[comm] = group_of[axis[comm], node_rank[comm]]
+    p2p = (cat["kind"] == SEND) | (cat["kind"] == RECV)
+    peer = np.where(p2p, node_rank + cat["peer_offset"], 0)
+    deps = np.concatenate(deps)
+    order = np.argsort(deps[:, 0], kind="stable")
+    waiting, awaited = deps[order, 0], deps[order, 1]
+    dep_offsets = np.zeros(offset + 1, np.int64)
+    np.cumsum(np.bincount(waiting, minlength=offset), out=dep_offsets[1:])
+    members = groups.members
+    group_offsets = np.zeros(len(members) + 1, np.int64)
+    np.cumsum([len(m) for m in members], out=group_offsets[1:])
+    group_npus = np.fromiter((r for m in members for r in m), np.int32, int(group_offsets[-1]))
+    trace = Trace(rank=node_rank.astype(np.int32), kind=cat["kind"], duration_s=cat["duration_s"],
+                  bytes_=cat["bytes_"], group=group, peer=peer.astype(np.int32), tag=cat["tag"],
+                  algorithm=cat["algorithm"], dep_offsets=dep_offsets, deps=awaited.astype(np.int32),
+                  group_offsets=group_offsets, group_npus=group_npus)
+    return trace, node_rank, cat["label"], starts
 
 
 def frontier_increments(node_rank: np.ndarray, node_end: np.ndarray, rank: int) -> tuple:
