@@ -12,7 +12,7 @@ from .collectives import collective_time
 from .graph import LayerShape, Op, build_decode_layer, build_layer
 from .inference import lm_head_s
 from .layout import group_spans, merge_spans
-from .memory import GRAD_BYTES, WEIGHT_BYTES, inference_memory, stage_params, training_memory
+from .memory import GRAD_BYTES, WEIGHT_BYTES, stage_params
 from .network import astra_network, rank_groups
 from .replay import RECV, SEND, Block, CommClasses, Program, assemble, compute_block, concat, frontier_increments, ops_block
 from .specs import DTYPE_BYTES
@@ -226,7 +226,7 @@ def _gradient_buckets(ctx, pieces: int) -> list:
 
 
 def train_step_astra(model, hw, par, work, gpus, backend: str, emit=None):
-    """(step seconds, breakdown, memory, model FLOPs, busiest links) from a replay; `emit`,
+    """(step seconds, breakdown, model FLOPs, busiest links) from a replay; `emit`,
     if given, is called with the replayed Trace and its Context first."""
     ctx = _context(model, hw, par, gpus)
     micro = work.global_batch // (par.dp * par.micro_batch)
@@ -234,7 +234,6 @@ def train_step_astra(model, hw, par, work, gpus, backend: str, emit=None):
     shape = LayerShape(par.micro_batch, seq, work.seq, par.tp, par.sp, par.cp, par.ep)
     tokens = par.micro_batch * seq
     layers = model.layers // par.pp
-    memory = training_memory(model, hw, par, build_layer(model, hw, shape), micro, tokens)
     forward_ops, backward_ops = _layer_ops(ctx, shape)
     edges = _edges(ctx, tokens)
     classes = CommClasses()
@@ -244,7 +243,7 @@ def train_step_astra(model, hw, par, work, gpus, backend: str, emit=None):
         stage_work = _flattened_work(ctx, forward_ops, backward_ops, edges, layers, classes)
     message = tokens * model.hidden * DTYPE_BYTES[hw.dtype] / par.tp
     (breakdown, links), step_s = _pipeline(ctx, stage_work, micro, message, classes, emit)
-    return step_s, breakdown, memory, model_flops(model, work), links
+    return step_s, breakdown, model_flops(model, work), links
 
 
 def _hierarchical_work(ctx, forward_ops, backward_ops, edges, layers):
@@ -289,7 +288,7 @@ def _flattened_work(ctx, forward_ops, backward_ops, edges, layers, classes):
 
 
 def infer_request_astra(model, hw, par, work, gpus, backend: str, emit=None):
-    """(request seconds, TTFT, time per output token, breakdown, memory, FLOPs, busiest links)
+    """(request seconds, TTFT, time per output token, breakdown, FLOPs, busiest links)
     from a replay of one replica: prefill, then every decode step, stage after stage."""
     ctx = _context(model, hw, par, gpus)
     b, prompt, decode = work.batch, work.prompt, work.decode
@@ -341,9 +340,8 @@ def infer_request_astra(model, hw, par, work, gpus, backend: str, emit=None):
     request_s = float(result.time_s)
     ttft_s = float(result.node_end_s[(starts[-1][:, None] + np.array(first_token)[None, :]).ravel()].max())
     breakdown.update({"prefill_s": ttft_s, "decode_s": request_s - ttft_s})
-    memory = inference_memory(model, hw, par, b, prompt, decode)
     flops = 2.0 * model.active_params() * b * (prompt + decode)
-    return request_s, ttft_s, (request_s - ttft_s) / decode, breakdown, memory, flops, links
+    return request_s, ttft_s, (request_s - ttft_s) / decode, breakdown, flops, links
 
 
 def _decode_stack(first: Block, last: Block, layers: int, step: int, steps: int) -> Block:

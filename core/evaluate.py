@@ -26,18 +26,18 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
     reason = check_layout(model, hw, par, work, gpus)
     if reason:
         raise SpecError("", "parallelism", _layout_text(par), reason)
-    if not time_infeasible:
-        memory = estimate_memory(model, hw, par, work)
-        if not memory.feasible:
-            record = _memory_fields(memory)
-            record.update({key: math.nan for key in UNTIMED})
-            record["breakdown"] = {}
-            return record
+    record = _memory_fields(estimate_memory(model, hw, par, work))
+    if not record["feasible"] and not time_infeasible:
+        record.update({key: math.nan for key in UNTIMED})
+        record["breakdown"] = {}
+        return record
     if backend != "analytical":
-        return _astra_record(model, hw, par, work, gpus, backend, emit_traces)
-    if isinstance(work, TrainWorkload):
-        return _train_record(model, hw, par, work, gpus)
-    return _infer_record(model, hw, par, work, gpus)
+        record.update(_astra_timing(model, hw, par, work, gpus, backend, emit_traces))
+    elif isinstance(work, TrainWorkload):
+        record.update(_train_timing(model, hw, par, work, gpus))
+    else:
+        record.update(_infer_timing(model, hw, par, work, gpus))
+    return record
 
 
 def estimate_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work) -> MemoryEstimate:
@@ -60,35 +60,30 @@ def _memory_fields(memory) -> dict:
             "memory": {f"{kind}_gib": value / GiB for kind, value in memory.by_kind().items()}}
 
 
-def _train_record(model, hw, par, work, gpus):
-    step_s, breakdown, memory, model_flops = train_step(model, hw, par, work, gpus)
-    record = _memory_fields(memory)
-    peak = hw.gpu.flops(hw.dtype) * gpus
-    record.update({
-        "step_time_s": step_s,
-        "mfu": model_flops / (step_s * peak),
-        "tokens_per_s": work.global_batch * work.seq / step_s,
-        "ttft_s": math.nan, "tpot_s": math.nan,
-        "breakdown": breakdown,
-    })
-    return record
+def _train_metrics(hw, work, gpus, step_s, model_flops, breakdown) -> dict:
+    return {"step_time_s": step_s, "mfu": model_flops / (step_s * hw.gpu.flops(hw.dtype) * gpus),
+            "tokens_per_s": work.global_batch * work.seq / step_s, "ttft_s": math.nan, "tpot_s": math.nan,
+            "breakdown": breakdown}
 
 
-def _infer_record(model, hw, par, work, gpus):
-    request_s, ttft_s, tpot_s, breakdown, memory, flops = infer_request(model, hw, par, work, gpus)
-    record = _memory_fields(memory)
-    replica_gpus = par.tp * par.pp
-    record.update({
-        "step_time_s": request_s,
-        "mfu": flops / (request_s * hw.gpu.flops(hw.dtype) * replica_gpus),
-        "tokens_per_s": par.dp * work.batch * work.decode / request_s,
-        "ttft_s": ttft_s, "tpot_s": tpot_s,
-        "breakdown": breakdown,
-    })
-    return record
+def _infer_metrics(hw, par, work, request_s, ttft_s, tpot_s, flops, breakdown) -> dict:
+    """MFU over one replica's GPUs; tokens/s over all dp replicas."""
+    return {"step_time_s": request_s, "mfu": flops / (request_s * hw.gpu.flops(hw.dtype) * par.tp * par.pp),
+            "tokens_per_s": par.dp * work.batch * work.decode / request_s, "ttft_s": ttft_s, "tpot_s": tpot_s,
+            "breakdown": breakdown}
 
 
-def _astra_record(model, hw, par, work, gpus, backend, emit_traces):
+def _train_timing(model, hw, par, work, gpus) -> dict:
+    step_s, breakdown, model_flops = train_step(model, hw, par, work, gpus)
+    return _train_metrics(hw, work, gpus, step_s, model_flops, breakdown)
+
+
+def _infer_timing(model, hw, par, work, gpus) -> dict:
+    request_s, ttft_s, tpot_s, breakdown, flops = infer_request(model, hw, par, work, gpus)
+    return _infer_metrics(hw, par, work, request_s, ttft_s, tpot_s, flops, breakdown)
+
+
+def _astra_timing(model, hw, par, work, gpus, backend, emit_traces) -> dict:
     from .astra_exec import infer_request_astra, train_step_astra  # loads the compiled simulator
     from .chakra import write_replay_traces
 
@@ -96,26 +91,18 @@ def _astra_record(model, hw, par, work, gpus, backend, emit_traces):
     if emit_traces is not None:
         emit = functools.partial(write_replay_traces, emit_traces, model.name, backend=backend)
     if isinstance(work, TrainWorkload):
-        step_s, breakdown, memory, model_flops, links = train_step_astra(model, hw, par, work, gpus, backend, emit)
-        record = _memory_fields(memory)
-        record.update({"step_time_s": step_s, "mfu": model_flops / (step_s * hw.gpu.flops(hw.dtype) * gpus),
-                       "tokens_per_s": work.global_batch * work.seq / step_s, "ttft_s": math.nan,
-                       "tpot_s": math.nan})
+        step_s, breakdown, model_flops, links = train_step_astra(model, hw, par, work, gpus, backend, emit)
+        timing = _train_metrics(hw, work, gpus, step_s, model_flops, breakdown)
     else:
-        request_s, ttft_s, tpot_s, breakdown, memory, flops, links = infer_request_astra(
+        request_s, ttft_s, tpot_s, breakdown, flops, links = infer_request_astra(
             model, hw, par, work, gpus, backend, emit)
-        record = _memory_fields(memory)
-        record.update({"step_time_s": request_s,
-                       "mfu": flops / (request_s * hw.gpu.flops(hw.dtype) * par.tp * par.pp),
-                       "tokens_per_s": par.dp * work.batch * work.decode / request_s,
-                       "ttft_s": ttft_s, "tpot_s": tpot_s})
-    record["breakdown"] = breakdown
+        timing = _infer_metrics(hw, par, work, request_s, ttft_s, tpot_s, flops, breakdown)
     dims = hw.dims_for(gpus)
     if backend == "astra-hierarchical":
-        record["replay_note"] = hierarchy_note(par, dims)
-    record["busiest_links"] = [{"src": link["src"], "dst": link["dst"], "dim": dims[link["dim"]].name,
-                                "utilisation": link["busy_s"] / record["step_time_s"]} for link in links]
-    return record
+        timing["replay_note"] = hierarchy_note(par, dims)
+    timing["busiest_links"] = [{"src": link["src"], "dst": link["dst"], "dim": dims[link["dim"]].name,
+                                "utilisation": link["busy_s"] / timing["step_time_s"]} for link in links]
+    return timing
 
 
 def hierarchy_note(par: Parallelism, dims: tuple) -> str:

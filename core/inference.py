@@ -6,7 +6,6 @@ from . import ops
 from .collectives import collective_time
 from .graph import LayerShape, build_decode_layer, build_layer
 from .layout import group_spans
-from .memory import inference_memory
 from .specs import DTYPE_BYTES, HardwareSpec, InferWorkload, ModelSpec, Parallelism
 from .training import add_times, time_ops
 
@@ -27,8 +26,7 @@ def lm_head_s(model: ModelSpec, hw: HardwareSpec, batch: int, tp: int) -> float:
 
 
 def infer_request(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: InferWorkload, gpus: int):
-    """(request seconds, TTFT, time per output token, breakdown, memory, FLOPs of one replica's
-    request)."""
+    """(request seconds, TTFT, time per output token, breakdown, FLOPs of one replica's request)."""
     dims = hw.dims_for(gpus)
     spans = group_spans(par, dims)
     spans_key = (("tp", spans.get("tp", ())),)
@@ -65,6 +63,5 @@ def infer_request(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: In
     tpot_s = (request_s - ttft_s) / decode if decode else 0.0
     breakdown = {"compute_s": compute_s, "prefill_s": ttft_s, "decode_s": request_s - ttft_s}
     breakdown.update({f"comm_{name}_s": seconds for name, seconds in comm.items()})
-    memory = inference_memory(model, hw, par, b, prompt, decode)
     flops = 2.0 * model.active_params() * b * (prompt + decode)
-    return request_s, ttft_s, tpot_s, breakdown, memory, flops
+    return request_s, ttft_s, tpot_s, breakdown, flops

@@ -9,7 +9,7 @@ from . import ops
 from .collectives import collective_time
 from .graph import LayerGraph, LayerShape, build_layer
 from .layout import group_spans, merge_spans
-from .memory import GRAD_BYTES, WEIGHT_BYTES, stage_params, training_memory
+from .memory import GRAD_BYTES, WEIGHT_BYTES, stage_params
 from .specs import DTYPE_BYTES, HardwareSpec, ModelSpec, Parallelism, TrainWorkload
 
 ADAM_BYTES_PER_PARAM = 30  # read fp32 master, moments and gradient; write them and the bf16 copy
@@ -93,7 +93,7 @@ def edge_ops(model: ModelSpec, hw: HardwareSpec, tokens: int, tp: int) -> tuple:
 
 
 def train_step(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: TrainWorkload, gpus: int):
-    """(step seconds, breakdown dict, memory estimate, model FLOPs per step)."""
+    """(step seconds, breakdown dict, model FLOPs per step); memory is estimate_memory's job."""
     dims = hw.dims_for(gpus)
     spans = group_spans(par, dims)
     micro = work.global_batch // (par.dp * par.micro_batch)
@@ -102,7 +102,6 @@ def train_step(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Train
     spans_key = tuple(sorted((axis, spans.get(axis, ())) for axis in ("tp", "cp", "ep")))
     prof = layer_profile(model, hw, dims, shape, spans_key, par.recompute)
     tokens = par.micro_batch * seq
-    memory = training_memory(model, hw, par, prof.graph, micro, tokens)
 
     layers = model.layers // par.pp
     embed_fwd, embed_bwd, last_fwd, last_bwd = edge_ops(model, hw, tokens, par.tp)
@@ -143,7 +142,7 @@ def train_step(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Train
     breakdown.update({f"comm_{name}_s": seconds for name, seconds in comm.items()})
     breakdown["dp_comm_total_s"] = dp_comm
 
-    return step_s, breakdown, memory, model_flops(model, work)
+    return step_s, breakdown, model_flops(model, work)
 
 
 def optimizer_step_s(model: ModelSpec, hw: HardwareSpec, par: Parallelism) -> float:

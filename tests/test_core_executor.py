@@ -19,7 +19,7 @@ def test_pipeline_bubble_of_uniform_stages(a100):
     model = dataclasses.replace(core.load_model("gpt-22b"), vocab=8, max_position=0)
     work = core.TrainWorkload(global_batch=32, seq=2048)
     par = core.Parallelism(tp=8, pp=4, sp=True, recompute="selective")
-    _, breakdown, _, _ = train_step(model, a100, par, work, 32)
+    _, breakdown, _ = train_step(model, a100, par, work, 32)
     steady = breakdown["compute_s"] + sum(v for k, v in breakdown.items() if k.startswith("comm_"))
     assert breakdown["bubble_s"] / steady == pytest.approx(3 / 32, rel=0.02)
 
@@ -42,13 +42,13 @@ def test_recompute_costs_time(llama, a100):
 
 def test_data_parallel_gradients_cross_the_network(llama, a100):
     work = core.TrainWorkload(global_batch=64, seq=4096)
-    _, breakdown, _, _ = train_step(llama, a100, core.Parallelism(dp=16), work, 16)
+    _, breakdown, _ = train_step(llama, a100, core.Parallelism(dp=16), work, 16)
     assert breakdown["dp_comm_total_s"] > 0
 
 
 def test_inference_request_is_prefill_plus_decode(llama, a100):
     work = core.InferWorkload(batch=4, prompt=512, decode=64)
-    request, ttft, tpot, breakdown, _, _ = infer_request(llama, a100, core.Parallelism(tp=2), work, 2)
+    request, ttft, tpot, breakdown, _ = infer_request(llama, a100, core.Parallelism(tp=2), work, 2)
     assert request == pytest.approx(ttft + 64 * tpot)
     assert breakdown["prefill_s"] == pytest.approx(ttft)
 
