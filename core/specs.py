@@ -1,7 +1,7 @@
 """Frozen specs: what is modelled (ModelSpec), on what (HardwareSpec), how it is split
 (Parallelism) and what is run (TrainWorkload / InferWorkload). All sizes in bytes,
 bandwidths in bytes/s, times in seconds, throughput in FLOP/s."""
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 ACTIVATIONS = ("gelu", "swiglu")
 NORMS = ("layernorm", "rmsnorm")
@@ -160,14 +160,10 @@ class HardwareSpec:
             size = dim.size
             if size == 0:
                 size = max(1, -(-gpus // covered))
-            sized.append(dim if size == dim.size else _resized(dim, size))
+            sized.append(dim if size == dim.size else replace(dim, size=size))
             covered *= size
         return tuple(sized)
 
-
-def _resized(dim: NetworkDim, size: int) -> NetworkDim:
-    from dataclasses import replace
-    return replace(dim, size=size)
 
 
 @dataclass(frozen=True)
