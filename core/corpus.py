@@ -724,14 +724,15 @@ def _memory_unusable(row: _Row) -> str:
 
 def _memory_measurement(row: _Row, notes: list) -> tuple:
     """A peak figure where the row publishes an exact one, otherwise the verdict its outcome
-    states. "GB" in these Megatron-Bridge figures is read as GiB (2^30 bytes): Megatron's memory
-    reports divide bytes by 1024^2 per "MB"; the one row labelled GiB agrees. The reading is
-    7.4 % away from 1e9-byte GB, so it matters for a 10 % comparison."""
+    states. "GB" is 1e9 bytes: Megatron-Bridge's report_memory (training/utils/train_utils.py)
+    divides torch.cuda.memory_stats() bytes by 1.0e9 for its "mem-*-gigabytes" figures; "GiB"
+    (one row) is 2^30 bytes. The two differ by 7.4 %, which matters for a 10 % comparison."""
     value, outcome = row.text("value"), row.text("outcome")
     if "peak" in row.text("metric").lower() and _LEADING_NUMBER.match(value) and not value.startswith("~"):
-        if row.text("unit") == "GB":
-            notes.append("GB read as GiB (2^30 bytes)")
-        return "peak_memory_bytes", row.number("value") * GiB
+        unit = {"GB": 1e9, "GiB": GiB}.get(row.text("unit"))
+        if unit is None:
+            row.fail("unit", "GB or GiB")
+        return "peak_memory_bytes", row.number("value") * unit
     # "At least N GPUs ...": the vendor's minimum layout fits (and fewer GPUs would not).
     if "fit" in outcome or "passed" in outcome or outcome.startswith(("ran", "'At least", "H100: 'At least")):
         return "memory_verdict", "fits"

@@ -228,13 +228,14 @@ def test_reported_bandwidths_are_kept_but_not_usable():
 
 # --- memory_h100 ------------------------------------------------------------------------
 
-def test_peak_memory_in_gib():
+def test_peak_memory_gb_is_decimal_and_gib_binary():
     pp8 = case("MEM-L70B-SFT-PP8")
-    assert (pp8.metric, pp8.measured) == ("peak_memory_bytes", pytest.approx(53.2 * GIB))
+    assert (pp8.metric, pp8.measured) == ("peak_memory_bytes", pytest.approx(53.2e9))  # 53.2 GB
     assert (pp8.layout["dp"], pp8.layout["pp"], pp8.layout["virtual_stages"]) == (1, 8, 5)  # 32 / (4 * 8)
     vpp = case("MEM-VPP-note")
     assert (vpp.measured, vpp.layout["virtual_stages"], vpp.workload["global_batch"]) == \
-           (pytest.approx(60.2 * GIB), 10, 32)
+           (pytest.approx(60.2e9), 10, 32)
+    assert case("MEM-Q30B-canon").measured == pytest.approx(62.166 * GIB)  # the one row in GiB
 
 
 def test_memory_verdicts():
