@@ -77,7 +77,7 @@ def load_report_data(folder) -> ReportData:
     study = study if isinstance(study, dict) else {}
     declared = [k for k in metadata.get("knobs", "").split(",") if k]
     if "variant" in table:
-        declared = ["variant"] + declared
+        declared = ["variant"] + [k for k in declared if k != "variant"]
     knobs = tuple(k for k in declared if k in table and table[k].astype(str).nunique() > 1)
     return ReportData(folder, table, metadata, study, knobs, _hardware(study, metadata))
 

@@ -66,7 +66,7 @@ def ranked(data: ReportData) -> go.Figure | None:
 def breakdown(data: ReportData) -> go.Figure | None:
     """Stacked parts of the step time of the TOP_N fastest layouts."""
     rows = data.timed.nsmallest(TOP_N, "step_time_s")
-    parts = _stacked_parts(data)
+    parts = [p for p in _stacked_parts(data) if rows[f"breakdown_{p}"].fillna(0).abs().sum() > 0]
     if rows.empty or not parts:
         return None
     labels = _unique_labels(data, rows)
@@ -88,7 +88,7 @@ def memory(data: ReportData) -> go.Figure | None:
     """Per-GPU memory by kind of the TOP_N fastest layouts, with the HBM capacity marked."""
     rows = data.timed.nsmallest(TOP_N, "step_time_s")
     kinds = [c for c in data.table.columns if c.startswith("memory_") and c != "memory_peak_gib"
-             and data.table[c].fillna(0).abs().sum() > 0]
+             and rows[c].fillna(0).abs().sum() > 0]
     if rows.empty or not kinds:
         return None
     labels = _unique_labels(data, rows)
@@ -188,7 +188,7 @@ def _ordered_values(column) -> list:
 
 def _stacked_parts(data: ReportData) -> list:
     parts = [c.removeprefix("breakdown_") for c in data.table.columns if c.startswith("breakdown_")]
-    parts = [p for p in parts if p not in NOT_STACKED and data.timed[f"breakdown_{p}"].fillna(0).abs().sum() > 0]
+    parts = [p for p in parts if p not in NOT_STACKED]
     return sorted(parts, key=lambda p: (STACK_ORDER.index(p) if p in STACK_ORDER else 1.5, p))
 
 

@@ -57,7 +57,7 @@ def draw(spec: dict):
     _axes(ax, layout, categories, horizontal=any(t.get("orientation") == "h" for t in bars))
     ax.set_title("\n".join(textwrap.wrap(_text(layout.get("title")), 110)), loc="left", fontsize=11)
     if any(t.get("name") and t.get("showlegend", True) is not False for t in traces) and len(traces) > 1:
-        ax.legend(fontsize=8, loc="best")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
 
 
@@ -80,7 +80,9 @@ def _bar(ax, trace, index, count, categories, stacked, offsets):
     base = [offsets.get(p, 0.0) if stacked else 0.0 for p in positions]
     color = trace.get("marker", {}).get("color")
     draw = ax.barh if horizontal else ax.bar
-    draw([p + shift for p in positions], values, width, base, label=trace.get("name"), color=color)
+    container = draw([p + shift for p in positions], values, width, base, label=trace.get("name"), color=color)
+    if trace.get("text"):
+        ax.bar_label(container, labels=trace["text"], fontsize=8)
     if stacked:
         for p, v in zip(positions, values):
             offsets[p] = offsets.get(p, 0.0) + v
