@@ -69,7 +69,8 @@ def header_facts(data: ReportData) -> list:
              ("GPUs", _first(table, "gpus")), ("backend", _first(table, "backend"))]
     workload = study.get("workload")
     if isinstance(workload, dict):
-        facts.append(("workload", ", ".join(f"{k} {v}" for k, v in workload.items())))
+        facts.append(("workload", ", ".join(f"{k.replace('_', ' ')} {v}" if k != "mode" else str(v)
+                                            for k, v in workload.items())))
     timed = table["feasible"] & table["step_time_s"].notna() if "feasible" in table else table.index == table.index
     facts.append(("rows", f"{len(table):,}"))
     if "fault_sample" in table:
@@ -81,7 +82,7 @@ def header_facts(data: ReportData) -> list:
     if "trial_number" in table:
         facts.append(("trials", f"{table['trial_number'].nunique():,}"))
     if "variant" in table:
-        facts.append(("variants", ", ".join(dict.fromkeys(table["variant"].astype(str)))))
+        facts.append(("variants", ", ".join(map(str, data.value_order("variant", table["variant"])))))
     return [(k, str(v)) for k, v in facts if v is not None]
 
 

@@ -47,6 +47,19 @@ class ReportData:
             rows = rows[rows["fault_sample"] == 0]
         return rows[rows["feasible"] & rows["step_time_s"].notna()]
 
+    def value_order(self, knob: str, values) -> list:
+        """A knob's values in the order the study lists them (variants as declared), else sorted."""
+        listed = (self.study.get("variants") or {}) if knob == "variant" else (self.study.get("space") or {}).get(
+            knob.replace("_", ".") if knob.startswith(("model_", "hardware_")) else knob)
+        values = list(dict.fromkeys(values))
+        if isinstance(listed, (list, dict)):
+            rank = {str(v): i for i, v in enumerate(listed)}
+            return sorted(values, key=lambda v: (rank.get(str(v), len(rank)), str(v)))
+        try:
+            return sorted(values)
+        except TypeError:
+            return sorted(values, key=str)
+
     def label(self, row) -> str:
         """A layout's short name from the knobs that vary, e.g. `tp4 pp2 z1 mb2 selective`."""
         parts = []

@@ -39,7 +39,7 @@ def ranked(data: ReportData) -> go.Figure | None:
     knobs = sorted(data.knobs, key=lambda k: -_effect(rows, k)) or [None]
     traces, visibility = [], []
     for i, knob in enumerate(knobs):
-        values = _ordered_values(rows[knob]) if knob else [None]
+        values = data.value_order(knob, rows[knob].dropna()) if knob else [None]
         start = len(traces)
         for j, value in enumerate(values):
             mask = (rows[knob] == value) if knob else rows["step_time_s"].notna()
@@ -56,7 +56,7 @@ def ranked(data: ReportData) -> go.Figure | None:
         buttons = [dict(label=f"colour by {knob_title(k)}", method="update",
                         args=[{"visible": [start <= t < end for t in range(len(traces))]}])
                    for k, start, end in visibility]
-        fig.update_layout(updatemenus=[dict(buttons=buttons, x=1.0, xanchor="right", y=1.12, yanchor="bottom")])
+        fig.update_layout(updatemenus=[dict(buttons=buttons, x=1.02, xanchor="left", y=0.0, yanchor="bottom")])
     fig.update_layout(**base_layout(
         f"Which layouts are fastest? All {len(rows)} feasible layouts ranked by {time_title(data)}",
         "rank (1 = fastest)", time_title(data), legend=dict(title=dict(text="colour"))))
@@ -79,7 +79,8 @@ def breakdown(data: ReportData) -> go.Figure | None:
     fig = go.Figure(traces)
     fig.update_layout(**base_layout(f"Where does the time go? Parts of the {time_title(data)} of the "
                                     f"{len(rows)} fastest layouts", "seconds per step", "",
-                                    barmode="stack", height=max(380, 28 * len(rows) + 140)))
+                                    barmode="stack", height=max(380, 28 * len(rows) + 140),
+                                    legend=dict(traceorder="normal")))
     fig.update_yaxes(autorange="reversed")
     return fig
 
@@ -105,7 +106,8 @@ def memory(data: ReportData) -> go.Figure | None:
                       annotation_text=f"HBM capacity {data.hbm_capacity_gib:.1f} GiB",
                       annotation_position="top left")
     fig.update_layout(**base_layout(f"Does it fit? Per-GPU memory of the {len(rows)} fastest layouts by kind",
-                                    "GiB per GPU", "", barmode="stack", height=max(380, 28 * len(rows) + 140)))
+                                    "GiB per GPU", "", barmode="stack", height=max(380, 28 * len(rows) + 140),
+                                    legend=dict(traceorder="normal")))
     fig.update_yaxes(autorange="reversed")
     return fig
 
@@ -115,7 +117,7 @@ def knob_effects(data: ReportData) -> list:
     rows = data.timed
     figures = []
     for knob in data.knobs:
-        values = _ordered_values(rows[knob])
+        values = data.value_order(knob, rows[knob].dropna())
         groups = [rows[rows[knob] == v]["step_time_s"] for v in values]
         names = [str(v) for v in values]
         counts = [len(g) for g in groups]
@@ -139,7 +141,7 @@ def variant_speedup(data: ReportData) -> go.Figure | None:
     if "variant" not in data.table:
         return None
     rows = data.timed
-    order = list(dict.fromkeys(list((data.study.get("variants") or {}).keys()) + list(data.table["variant"].unique())))
+    order = data.value_order("variant", data.table["variant"])
     baseline = data.study.get("baseline") or order[0]
     base = rows[rows["variant"] == baseline]
     if base.empty:
@@ -157,7 +159,7 @@ def variant_speedup(data: ReportData) -> go.Figure | None:
         else:
             per_layout.append([])
     fig = go.Figure(go.Bar(x=order, y=best, name="best layout vs best layout", marker=dict(color=PALETTE[0]),
-                           text=[f"{b:.2f}x" if b else "none feasible" for b in best], textposition="outside",
+                           text=[f"{b:.3f}x" if b else "none feasible" for b in best], textposition="outside",
                            hovertemplate="%{x}: %{y:.3f}x faster than " + baseline + "<extra></extra>"))
     if any(len(p) > 1 for p in per_layout):
         for name, ratios in zip(order, per_layout):
@@ -170,20 +172,15 @@ def variant_speedup(data: ReportData) -> go.Figure | None:
     fig.update_layout(**base_layout(f"Where does a hardware change pay? Training speedup over {baseline}",
                                     "hardware variant", f"speedup over {baseline} (x)", height=440,
                                     boxmode="overlay"))
+    speedups = [v for v in best if v] + [v for p in per_layout for v in p]
+    if speedups and 0.8 < min(speedups) and max(speedups) < 1.25:  # small effects: zoom, the bars read 1.0x
+        fig.update_yaxes(range=[min(speedups + [1.0]) - 0.02, max(speedups + [1.0]) + 0.02])
     return fig
 
 
 def _effect(rows, knob) -> float:
     medians = rows.groupby(rows[knob].astype(str))["step_time_s"].median()
     return float(medians.max() - medians.min()) if len(medians) > 1 else 0.0
-
-
-def _ordered_values(column) -> list:
-    values = list(column.dropna().unique())
-    try:
-        return sorted(values)
-    except TypeError:
-        return sorted(values, key=str)
 
 
 def _stacked_parts(data: ReportData) -> list:
