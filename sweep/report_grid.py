@@ -101,12 +101,12 @@ def memory(data: ReportData) -> go.Figure | None:
                              marker=dict(color=PALETTE[j % len(PALETTE)]),
                              hovertemplate="%{y}<br>" + title + ": %{x:.1f} GiB<extra></extra>"))
     fig = go.Figure(traces)
+    x_title = "GiB per GPU"
     if data.hbm_capacity_gib:
-        fig.add_vline(x=data.hbm_capacity_gib, line=dict(color="black", dash="dash"),
-                      annotation_text=f"HBM capacity {data.hbm_capacity_gib:.1f} GiB",
-                      annotation_position="top left")
+        fig.add_vline(x=data.hbm_capacity_gib, line=dict(color="black", dash="dash"))
+        x_title += f" (dashed line: HBM capacity of {data.hardware.name}, {data.hbm_capacity_gib:.1f} GiB)"
     fig.update_layout(**base_layout(f"Does it fit? Per-GPU memory of the {len(rows)} fastest layouts by kind",
-                                    "GiB per GPU", "", barmode="stack", height=max(380, 28 * len(rows) + 140),
+                                    x_title, "", barmode="stack", height=max(380, 28 * len(rows) + 140),
                                     legend=dict(traceorder="normal")))
     fig.update_yaxes(autorange="reversed")
     return fig
