@@ -5,13 +5,14 @@ import sys
 from astra_backend import netcli
 from core import SpecError
 
-from . import cmd_query, cmd_run, cmd_sweep, cmd_validate
+from . import cmd_query, cmd_report, cmd_run, cmd_sweep, cmd_validate
 
 COMMANDS = {
     "run": (cmd_run, "predict one configuration (training step or inference request)"),
     "validate": (cmd_validate, "compare predictions with published measurements"),
     "sweep": (cmd_sweep, "run a study file: enumerate, prune, evaluate, write a Parquet table"),
     "query": (cmd_query, "filter, sort and print a study's results table, or run SQL over it"),
+    "report": (cmd_report, "draw a study's results as one self-contained HTML page (plotly)"),
     "net": (netcli, "simulate one collective on a network (microbenchmark)"),
 }
 
