@@ -49,6 +49,8 @@ def run_study(study: Study, executor: str = "ray", address: str | None = None, w
         store.harmonise()
         return report
     runner = make_executor(executor, work_context(study, plan), address, workers)
+    if progress:
+        Console(stderr=True).print(runner.note, highlight=False)
     size = batch_points or max(1, min(MAX_BATCH_POINTS, math.ceil(len(todo) / (runner.workers * 8))))
     batches = [todo[i:i + size] for i in range(0, len(todo), size)]
     parts = _PartBuffer(store, part_rows, part_seconds)
