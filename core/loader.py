@@ -6,10 +6,9 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-
 from . import units
 from .errors import SpecError
+from .textfile import parse_mapping, read_text
 from .specs import (ACTIVATIONS, ATTENTION_KERNELS, DTYPES, NORMS, POSITION_EMBEDDINGS,
                     TOPOLOGIES, Calibration, GpuSpec, HardwareSpec, LinkFault, MemoryLevel,
                     ModelSpec, MoESpec, NetworkDim)
@@ -22,25 +21,18 @@ def list_presets() -> dict:
             for kind in ("models", "gpus")}
 
 
-def _resolve(ref, kind: str) -> tuple[dict, str]:
-    """Raw mapping and its source name for a preset name or a file path."""
+def _resolve(ref, kind: str) -> tuple[str, str, bool]:
+    """(text, source name, is JSON) of a preset name or a file path; read on every call, so
+    an edited file is never served from a cache."""
     ref = str(ref)
     preset = PRESET_DIR / kind / f"{ref}.yaml"
     path = preset if preset.is_file() else Path(ref)
-    if not path.is_file():
+    if not path.exists():
         names = ", ".join(list_presets()[kind])
         raise SpecError("", "model" if kind == "models" else "hardware", ref,
                         f"not a preset ({names}) nor an existing file")
     source = str(path if path != preset else f"preset {ref}")
-    text = path.read_text()
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as err:
-        first = str(err).splitlines()[0]
-        raise SpecError(source, "<file>", path.name, f"not valid YAML/JSON ({first})") from None
-    if not isinstance(data, dict):
-        raise SpecError(source, "<file>", path.name, "expected a mapping at the top level")
-    return data, source
+    return read_text(path, source), source, path.suffix == ".json"
 
 
 def apply_overrides(raw: dict, overrides: dict | None, source: str) -> dict:
@@ -305,25 +297,25 @@ def _freeze(overrides: dict | None) -> tuple:
 
 
 @lru_cache(maxsize=512)
-def _load_model_cached(ref: str, frozen: tuple) -> ModelSpec:
-    raw, source = _resolve(ref, "models")
+def _load_model_cached(text: str, source: str, as_json: bool, frozen: tuple) -> ModelSpec:
+    raw = parse_mapping(text, source, Path(source).name, as_json)
     overrides = {k: json.loads(v) for k, v in frozen}
     return model_from_mapping(apply_overrides(raw, overrides, source), source)
 
 
 @lru_cache(maxsize=512)
-def _load_hardware_cached(ref: str, frozen: tuple) -> HardwareSpec:
-    raw, source = _resolve(ref, "gpus")
+def _load_hardware_cached(text: str, source: str, as_json: bool, frozen: tuple) -> HardwareSpec:
+    raw = parse_mapping(text, source, Path(source).name, as_json)
     overrides = {k: json.loads(v) for k, v in frozen}
     return hardware_from_mapping(apply_overrides(raw, overrides, source), source)
 
 
 def load_model(ref, overrides: dict | None = None) -> ModelSpec:
     """A preset name, a model YAML or a Hugging Face config.json, with dotted overrides."""
-    return _load_model_cached(str(ref), _freeze(overrides))
+    return _load_model_cached(*_resolve(ref, "models"), _freeze(overrides))
 
 
 def load_hardware(ref, overrides: dict | None = None) -> HardwareSpec:
     """A GPU preset name or a hardware YAML, with dotted overrides (`gpu.hbm.bandwidth`)."""
-    return _load_hardware_cached(str(ref), _freeze(overrides))
+    return _load_hardware_cached(*_resolve(ref, "gpus"), _freeze(overrides))
 

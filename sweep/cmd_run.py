@@ -9,30 +9,32 @@ from core import BACKENDS, InferWorkload, Parallelism, SpecError, TrainWorkload,
 from core.specs import RECOMPUTE, SCHEDULES
 from core.loader import load_hardware, load_model
 
+from .args import POSITIVE
+
 
 def add_arguments(parser) -> None:
     parser.add_argument("--model", help="model preset name, model YAML or Hugging Face config.json")
     parser.add_argument("--hardware", help="GPU preset name or hardware YAML")
     parser.add_argument("--list-presets", action="store_true", help="list model and GPU presets and exit")
-    parser.add_argument("--gpus", type=int, help="total GPUs (default: dp*tp*pp*cp)")
+    parser.add_argument("--gpus", type=POSITIVE, help="total GPUs (default: dp*tp*pp*cp)")
     parser.add_argument("--dp", default="auto", help="data-parallel degree, or auto = gpus/(tp*pp*cp)")
     for axis, text in (("tp", "tensor"), ("pp", "pipeline"), ("cp", "context"), ("ep", "expert")):
-        parser.add_argument(f"--{axis}", type=int, default=1, help=f"{text}-parallel degree")
+        parser.add_argument(f"--{axis}", type=POSITIVE, default=1, help=f"{text}-parallel degree")
     parser.add_argument("--sp", action=_BooleanFlag, default=None,
                         help="sequence parallelism (default: on when tp > 1 in training)")
     parser.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage")
     parser.add_argument("--recompute", default="none", choices=RECOMPUTE)
     parser.add_argument("--schedule", default="1f1b", choices=SCHEDULES)
-    parser.add_argument("--virtual-stages", type=int, default=1, help="model chunks per stage (interleaved)")
+    parser.add_argument("--virtual-stages", type=POSITIVE, default=1, help="model chunks per stage (interleaved)")
     parser.add_argument("--placement", default="tp,cp,dp,pp",
                         help="order of the parallel axes over the NPUs, innermost first")
     parser.add_argument("--mode", default="train", choices=("train", "infer"))
-    parser.add_argument("--global-batch", type=int, default=None, help="sequences per training iteration")
-    parser.add_argument("--micro-batch", type=int, default=1)
-    parser.add_argument("--seq", type=int, default=2048, help="training sequence length")
-    parser.add_argument("--batch", type=int, default=1, help="inference batch size")
-    parser.add_argument("--prompt", type=int, default=512, help="inference prompt tokens")
-    parser.add_argument("--decode", type=int, default=128, help="inference output tokens")
+    parser.add_argument("--global-batch", type=POSITIVE, default=None, help="sequences per training iteration")
+    parser.add_argument("--micro-batch", type=POSITIVE, default=1)
+    parser.add_argument("--seq", type=POSITIVE, default=2048, help="training sequence length")
+    parser.add_argument("--batch", type=POSITIVE, default=1, help="inference batch size")
+    parser.add_argument("--prompt", type=POSITIVE, default=512, help="inference prompt tokens")
+    parser.add_argument("--decode", type=POSITIVE, default=128, help="inference output tokens")
     parser.add_argument("--backend", default="analytical", choices=BACKENDS,
                         help="closed forms, or a replay on the compiled network simulator")
     parser.add_argument("--emit-traces", metavar="DIR",

@@ -1,5 +1,6 @@
 """Run a study end to end: plan, skip what the table already holds, evaluate the rest on
 an executor, and write the results in parts as they stream in."""
+import json
 import math
 import subprocess
 import time
@@ -12,10 +13,12 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 
-from .plan import Plan, locality_key, plan_study
+from core import MODEL_VERSION
+
+from .plan import Plan, definition_digests, locality_key, plan_study
 from .runner import make_executor, run_batches
 from .space import AUTO
-from .store import ResultStore
+from .store import DEFINITION_KEY, ResultStore
 from .study import Study
 from .worker import WorkContext, knob_type
 
@@ -38,10 +41,17 @@ class SweepReport:
 
 def run_study(study: Study, executor: str = "ray", address: str | None = None, workers: int | None = None,
               fresh: bool = False, batch_points: int | None = None, part_rows: int = PART_ROWS,
-              part_seconds: float = PART_SECONDS, progress: bool = True) -> SweepReport:
-    """Plan the study (raises SpecError before touching the disk), then evaluate what is missing."""
+              part_seconds: float = PART_SECONDS, progress: bool = True, wait: bool = False) -> SweepReport:
+    """Plan the study (raises SpecError before touching the disk), then evaluate what is missing
+    while holding the output folder's lock (`wait`: queue behind another writer)."""
     plan = plan_study(study)
-    store = ResultStore(study.output, study_metadata(study), fresh=fresh)
+    with ResultStore(study.output, study_metadata(study), fresh=fresh, wait=wait) as store:
+        return _evaluate_missing(study, plan, store, executor, address, workers, batch_points, part_rows,
+                                 part_seconds, progress)
+
+
+def _evaluate_missing(study, plan, store, executor, address, workers, batch_points, part_rows, part_seconds,
+                      progress) -> SweepReport:
     done = store.done_ids()
     todo = sorted((p for p in plan.points if p.point_id not in done), key=locality_key)
     report = SweepReport(plan, skipped=len(plan.points) - len(todo))
@@ -87,7 +97,8 @@ def work_context(study: Study, plan: Plan) -> WorkContext:
 
 def study_metadata(study: Study) -> dict:
     return {"study": study.text, "study_path": study.path, "study_name": study.name,
-            "knobs": ",".join(study.space.columns),
+            "knobs": ",".join(study.space.columns), "model_version": MODEL_VERSION,
+            DEFINITION_KEY: json.dumps(definition_digests(study), sort_keys=True),
             "version": tool_version(), "git_commit": git_commit()}
 
 
@@ -128,8 +139,10 @@ class _PartBuffer:
 
 
 class _RateColumn(ProgressColumn):
+    """Points over the whole elapsed time: the figure the end-of-run summary prints too."""
+
     def render(self, task):
-        return f"{task.speed:,.0f} points/s" if task.speed else ""
+        return f"{task.completed / task.elapsed:,.0f} points/s" if task.elapsed and task.completed else ""
 
 
 class _NoBar:
