@@ -1,6 +1,7 @@
 """`rapid run`: one configuration, as a readable breakdown or one JSON record."""
 import json
 import math
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -102,10 +103,13 @@ def run(args) -> int:
     if args.emit_traces and args.backend == "analytical":
         raise SpecError("command line", "--emit-traces", args.emit_traces,
                         "traces come from a replay: add --backend astra-hierarchical or astra-flattened")
+    if args.emit_traces and Path(args.emit_traces).exists() and not Path(args.emit_traces).is_dir():
+        raise SpecError("command line", "--emit-traces", args.emit_traces, "exists and is not a folder")
     record = evaluate(model, hw, par, work, gpus, backend=args.backend, time_infeasible=True,
                       emit_traces=args.emit_traces)
     if args.json:
-        print(json.dumps(_jsonable(record), sort_keys=True))
+        print(json.dumps(_jsonable({**record, "parameters": model.total_params(),
+                                    "active_parameters": model.active_params()}), sort_keys=True))
     else:
         _print_table(model, hw, par, work, gpus, record)
     return 0
@@ -117,6 +121,14 @@ def _jsonable(value):
     if isinstance(value, dict):
         return {k: _jsonable(v) for k, v in value.items()}
     return value
+
+
+def _parameters(model) -> str:
+    """The parameter count modelled, so a mis-read config shows at a glance."""
+    text = f"{model.total_params() / 1e9:.2f} B parameters"
+    if model.moe is not None:
+        text += f", {model.active_params() / 1e9:.2f} B active"
+    return text
 
 
 def _seconds(value: float) -> str:
@@ -133,7 +145,7 @@ def _print_table(model, hw, par, work, gpus, record) -> None:
     console = Console()
     layout = (f"dp={par.dp} tp={par.tp} pp={par.pp} cp={par.cp} ep={par.ep} sp={'on' if par.sp else 'off'} "
               f"zero={par.zero} recompute={par.recompute} schedule={par.schedule}")
-    console.print(f"[bold]{model.name}[/] on {gpus} x {hw.name}  ({work.mode})  {layout}")
+    console.print(f"[bold]{model.name}[/] ({_parameters(model)}) on {gpus} x {hw.name}  ({work.mode})  {layout}")
     step = record["step_time_s"]
     table = Table(title="time", show_edge=False)
     table.add_column("part")

@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 
 from core import MODEL_VERSION, SpecError, check_layout
+from core.network import astra_network
 
 from .space import Resolved
 from .study import Study
@@ -83,6 +84,11 @@ PARALLELISM_FIELDS = ("dp", "tp", "pp", "cp", "ep", "sp", "zero", "micro_batch",
 def plan_study(study: Study) -> Plan:
     """Every legal point of the grid; a space with none is a study error."""
     planner = Planner(study)
+    if study.backend != "analytical" and study.hardware_spec().faults:
+        try:
+            astra_network(study.hardware_spec(), study.gpus)
+        except SpecError as err:
+            raise SpecError(study.path, f"hardware ({study.hardware}): faults", err.value, err.allowed) from None
     points, illegal, examples, total = {}, Counter(), {}, 0
     for choice in study.space.grid():
         total += 1

@@ -5,6 +5,9 @@ process pool (`--local`), and Ray (embedded, or an existing cluster with `--addr
 The loop keeps a bounded number of batches in flight (back-pressure), resubmits a batch
 whose worker or node died, and hands each finished table to the caller as it arrives."""
 import os
+import signal
+import threading
+import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
@@ -66,11 +69,22 @@ class InProcessExecutor:
 
 
 _POOL_CONTEXT = None
+PARENT_POLL_S = 0.5
 
 
 def _set_pool_context(context: WorkContext) -> None:
+    """Worker start-up: keep the context, leave Ctrl-C to the driver (which stops the pool
+    and says so in one line), and exit as soon as the driver is gone, even after SIGKILL."""
     global _POOL_CONTEXT
     _POOL_CONTEXT = context
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
+
+
+def _exit_with_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    os._exit(1)
 
 
 def _evaluate_in_pool(batch):
