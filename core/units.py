@@ -107,3 +107,21 @@ def parse_frequency(text, source: str = "", field: str = "clock") -> float:
     if scale is None or value <= 0:
         raise SpecError(source, field, text, allowed)
     return value * scale
+
+
+# (column suffix, parser) for a quantity written with units, in the order they are tried
+QUANTITY_KINDS = (("bps", parse_bandwidth), ("flops", parse_flops), ("hz", parse_frequency),
+                  ("s", parse_time), ("bytes", parse_bytes))
+
+
+def quantity(text) -> tuple[str, float] | None:
+    """(kind suffix, value in base units) of a string with a unit (`2039 GB/s` -> ("bps",
+    2.039e12)); None for a plain number or a string that is no quantity."""
+    if not isinstance(text, str) or not re.search(r"[A-Za-z]", text):
+        return None
+    for suffix, parse in QUANTITY_KINDS:
+        try:
+            return suffix, parse(text)
+        except SpecError:
+            continue
+    return None

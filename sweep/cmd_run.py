@@ -152,8 +152,6 @@ def _print_table(model, hw, par, work, gpus, record) -> None:
     table.add_column("seconds", justify="right")
     table.add_column("share", justify="right")
     for key, value in record["breakdown"].items():
-        if key == "dp_comm_total_s" or (key in ("prefill_s", "decode_s")):
-            continue
         label = key.removesuffix("_s").replace("comm_", "exposed comm: ")
         table.add_row(label, _seconds(value), f"{100 * value / step:.1f} %")
     label = "iteration" if work.mode == "train" else "request"

@@ -20,7 +20,7 @@ from .runner import make_executor, run_batches
 from .space import AUTO
 from .store import DEFINITION_KEY, ResultStore
 from .study import Study
-from .worker import WorkContext, knob_type
+from .worker import WorkContext, knob_type, unit_columns
 
 MAX_BATCH_POINTS = 512
 PART_ROWS = 20_000
@@ -92,7 +92,8 @@ def work_context(study: Study, plan: Plan) -> WorkContext:
     auto_types = {"dp": pa.int64(), "sp": pa.bool_()}
     fields = tuple(pa.field(k.column, auto_types[k.name] if k.values == (AUTO,) else knob_type(k.values))
                    for k in study.space.knobs)
-    return WorkContext(plan.models, plan.hardware, study.workload, study.gpus, study.backend, constants, fields)
+    return WorkContext(plan.models, plan.hardware, study.workload, study.gpus, study.backend, constants, fields,
+                       unit_columns(study.space.knobs))
 
 
 def study_metadata(study: Study) -> dict:

@@ -28,7 +28,7 @@ TEMP_SUFFIX = ".tmp"
 LOCK_NAME = ".rapid.lock"
 DEFINITION_KEY = "definition"  # metadata entry: JSON {component: digest}; parts of another are refused
 _TEMP_WRITER = re.compile(r"\.(?P<host>[^.]+)\.(?P<pid>\d+)\.[0-9a-f]+" + re.escape(TEMP_SUFFIX) + "$")
-GROUP_PREFIXES = ("memory_", "breakdown_")
+GROUP_PREFIXES = ("memory_", "breakdown_", "detail_")
 LEAD_COLUMNS = ("memory_peak_gib",)  # a metric, though it shares the memory_ prefix
 LAST_COLUMNS = ("eval_time_s",)
 
@@ -241,7 +241,7 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
             column = table.column(field.name).cast(field.type)
         elif field.name.startswith("memory_"):
             column = pa.array([0.0] * table.num_rows, field.type)
-        elif field.name.startswith("breakdown_") and timed is not None:
+        elif field.name.startswith(("breakdown_", "detail_")) and timed is not None:
             column = pc.if_else(timed, pa.scalar(0.0, field.type), pa.scalar(None, field.type))
         else:
             column = pa.nulls(table.num_rows, field.type)
