@@ -15,6 +15,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColu
 
 from core import MODEL_VERSION
 
+from . import raycluster
 from .plan import Plan, definition_digests, locality_key, plan_study
 from .runner import make_executor, run_batches
 from .space import AUTO
@@ -45,6 +46,8 @@ def run_study(study: Study, executor: str = "ray", address: str | None = None, w
     """Plan the study (raises SpecError before touching the disk), then evaluate what is missing
     while holding the output folder's lock (`wait`: queue behind another writer)."""
     plan = plan_study(study)
+    if executor == "ray":
+        raycluster.preflight(address)
     with ResultStore(study.output, study_metadata(study), fresh=fresh, wait=wait) as store:
         return _evaluate_missing(study, plan, store, executor, address, workers, batch_points, part_rows,
                                  part_seconds, progress)

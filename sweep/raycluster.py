@@ -14,6 +14,13 @@ AUTH_HINT = ("a cluster started with RAY_AUTH_MODE=token also needs RAY_AUTH_MOD
              "(RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH) in this shell")
 
 
+def preflight(address: str | None) -> None:
+    """Check an explicit address before anything is written: SpecError when nobody answers."""
+    explicit = address or os.environ.get("RAY_ADDRESS") or None
+    if explicit and explicit != "auto":
+        _require_reachable(explicit, "--address" if address else "RAY_ADDRESS")
+
+
 def connect(ray, address: str | None, workers: int | None) -> str:
     """Initialise Ray; returns one line saying which cluster this is, for the user."""
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
