@@ -106,10 +106,14 @@ def render(table: pa.Table, fmt: str = "table", title: str | None = None, consol
         print(json.dumps(rows, indent=1))
         return
     view = Table(title=title, show_edge=False)
-    for name in table.column_names:
-        view.add_column(name, no_wrap=True, justify="left" if pa.types.is_string(table.schema.field(name).type) else "right")
-    for row in table.to_pylist():
-        view.add_row(*(_cell(v) for v in row.values()))
+    rows = [[_cell(v) for v in row.values()] for row in table.to_pylist()]
+    for i, name in enumerate(table.column_names):
+        numeric = not pa.types.is_string(table.schema.field(name).type)
+        widest = max([len(name)] + [len(r[i]) for r in rows]) if numeric else None
+        view.add_column(name, no_wrap=True, min_width=widest,  # numbers are never cut to "1.2…"
+                        justify="right" if numeric else "left")
+    for row in rows:
+        view.add_row(*row)
     console.print(view)
 
 
