@@ -153,8 +153,11 @@ def optimizer_step_s(model: ModelSpec, hw: HardwareSpec, par: Parallelism) -> fl
 
 def model_flops(model: ModelSpec, work: TrainWorkload) -> float:
     """Model FLOPs of one iteration for MFU: 6 per parameter per token (the tied output
-    layer counted again), plus 12 * layers * hidden * seq per token for attention."""
-    per_token = 6.0 * model.active_params() + 12.0 * model.layers * model.hidden * work.seq
+    layer counted again), plus 12 * layers * q_dim * seq per token for attention's two
+    matmuls, scaled to the share of scores the kernel executes (about half for causal
+    FlashAttention; the unfused kernel computes every score), so MFU stays <= 100 %."""
+    executed = ops.causal_fraction(work.seq) if model.attention_kernel == "flash" else 1.0
+    per_token = 6.0 * model.active_params() + 12.0 * model.layers * model.q_dim * work.seq * executed
     if model.tied_embeddings:
         per_token += 6.0 * model.vocab * model.hidden
     return per_token * work.global_batch * work.seq

@@ -1,6 +1,9 @@
 """The `rapid` command: one subcommand per module, each with `add_arguments` and `run`."""
 import argparse
+import os
+import signal
 import sys
+import threading
 
 from astra_backend import netcli
 from core import SpecError
@@ -35,14 +38,33 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     module = COMMANDS[args.command][0]
+    previous = _stop_on_sigterm()
     try:
         return module.run(args) or 0
     except SpecError as err:
         print(f"rapid {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"rapid {args.command}: interrupted", file=sys.stderr)
+        print(f"rapid {args.command}: interrupted (finished results are kept)", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader (head, less) left: stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _stop_on_sigterm():
+    """SIGTERM unwinds like Ctrl-C, so buffered rows are flushed and workers stopped; returns
+    the handler it replaced (None off the main thread, where signals cannot be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _interrupt)
 
 
 if __name__ == "__main__":

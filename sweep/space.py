@@ -162,8 +162,20 @@ def _as_list(raw, source: str, field: str) -> list:
     return values
 
 
+def _placement_orders(raw):
+    """`placement: [tp,cp,dp,pp]` is one order written as a YAML list (as the README shows),
+    not four values; a list of such lists is several orders."""
+    if isinstance(raw, list) and raw and all(isinstance(v, str) and v in PLACEMENT_AXES for v in raw):
+        return [",".join(raw)]
+    if isinstance(raw, list):
+        return [",".join(v) if isinstance(v, list) and all(isinstance(a, str) for a in v) else v for v in raw]
+    return raw
+
+
 def _parallel_values(name: str, raw, source: str, field: str) -> tuple:
     allowed = PARALLEL_KNOBS[name][1]
+    if name == "placement":
+        raw = _placement_orders(raw)
     if raw == AUTO:
         if PARALLEL_KNOBS[name][0] != AUTO:
             raise SpecError(source, field, raw, f"{name} cannot be derived; expected {allowed}")

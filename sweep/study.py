@@ -7,9 +7,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from core import BACKENDS, InferWorkload, SpecError, TrainWorkload, load_hardware, load_model
+from core.textfile import parse_mapping, read_text
 
 from .space import Space, Variant, parse_space
 
@@ -55,16 +54,8 @@ class Study:
 def load_study(path) -> Study:
     """Parse and validate a study file; raises SpecError naming file, field, value, allowed."""
     source = str(path)
-    file = Path(path)
-    if not file.is_file():
-        raise SpecError(source, "<file>", source, "no such study file")
-    text = file.read_text()
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise SpecError(source, "<file>", file.name, f"not valid YAML ({str(err).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise SpecError(source, "<file>", file.name, "expected a mapping of study fields at the top level")
+    text = read_text(path, kind="study file")
+    data = parse_mapping(text, source, Path(path).name)
     for key in data:
         if key not in STUDY_KEYS:
             raise SpecError(source, str(key), data[key], f"unknown field (allowed: {', '.join(STUDY_KEYS)})")
