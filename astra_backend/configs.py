@@ -106,10 +106,13 @@ _ASTRA_SIM_TOPOLOGIES = {1: "Ring", 2: "FullyConnected", 3: "Switch"}
 
 
 def astra_sim_network(dims) -> dict:
-    """Dimensions -> ASTRA-sim's analytical network mapping (bandwidth GiB/s, latency ns per link);
+    """Dimensions -> ASTRA-sim's analytical network mapping (bandwidth GiB/s, latency ns per link).
+    Dimensions of one NPU are left out (ASTRA-sim takes sizes above 1; NPU ids do not change);
     raises NetworkSpecError for a topology it does not have."""
     out = {"topology": [], "npus_count": [], "bandwidth": [], "latency": []}
     for d, dim in enumerate(dims):
+        if dim.size == 1:
+            continue
         code = topology_code(dim.topology, f"dimension {d}: topology")
         if code not in _ASTRA_SIM_TOPOLOGIES:
             raise NetworkSpecError(f"dimension {d}: topology: {dim.topology!r} has no ASTRA-sim analytical "

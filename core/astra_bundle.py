@@ -88,7 +88,8 @@ def system_config(ranks: dict, dims: int, peak_flops: float, memory_bps: float) 
     return config, notes
 
 
-def _network_yaml(hw, gpus: int) -> str:
+def _network_yaml(hw, gpus: int) -> tuple:
+    """(ASTRA-sim network.yml text, number of dimensions in it)."""
     try:
         network = astra_sim_network(astra_dims(hw, gpus))
     except NetworkSpecError as exc:
@@ -103,27 +104,29 @@ def _network_yaml(hw, gpus: int) -> str:
     for d, dim in enumerate(hw.dims_for(gpus)):
         header.append(f"#   dimension {d} ({dim.name}): {dim.link_bandwidth_bps / 1e9:g} GB/s x {dim.efficiency:g}"
                       f" x {factor:g}")
-    return "\n".join(header) + "\n" + yaml.safe_dump(network, sort_keys=False, default_flow_style=None)
+    text = "\n".join(header) + "\n" + yaml.safe_dump(network, sort_keys=False, default_flow_style=None)
+    return text, len(network["topology"])
 
 
 def write_bundle(directory, prefix: str, trace, context, backend: str) -> list:
-    """Writes the `.et` files (every NPU gets one, empty where the replay gave it nothing) and
-    the files in FILES; returns the paths written."""
+    """Writes the `.et` files (every NPU of the network gets one, empty where the replay gave it
+    nothing: ASTRA-sim runs one workload per NPU) and the files in FILES; returns the paths."""
     directory = Path(directory)
     hw, gpus, groups = context.hw, context.gpus, context.groups
     peak, memory = hw.gpu.flops(hw.dtype), hw.gpu.hbm.bandwidth_bps
-    network = _network_yaml(hw, gpus)
+    network, dims = _network_yaml(hw, gpus)
     ranks = rank_nodes(trace, groups, peak, memory)
-    for rank in range(gpus):
+    npus = int(np.prod([dim.size for dim in context.dims]))
+    for rank in range(npus):
         ranks.setdefault(rank, [])
     used = sorted({int(n.group) for nodes in ranks.values() for n in nodes if n.kind == "collective"})
     comm_groups = {str(g): list(groups.members[g - 1]) for g in used}
-    system, notes = system_config(ranks, len(context.dims), peak, memory)
-    metadata = {"generator": "rapid-sweep", "backend": backend, "ranks": gpus}
+    system, notes = system_config(ranks, dims, peak, memory)
+    metadata = {"generator": "rapid-sweep", "backend": backend, "ranks": npus}
     paths = write_traces(directory, prefix, ranks, metadata)
     texts = {"comm_group.json": json.dumps(comm_groups, indent=1), "network.yml": network,
              "system.json": json.dumps(system, indent=1), "remote_memory.json": json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}),
-             "README.txt": _readme(prefix, gpus, backend, notes)}
+             "README.txt": _readme(prefix, npus, gpus, backend, notes)}
     for name, text in texts.items():
         path = directory / name
         temp = path.with_name(path.name + ".tmp")
@@ -140,9 +143,11 @@ def astra_sim_command(binary: str, folder: str, prefix: str) -> list:
             f"--remote-memory-configuration={folder}/remote_memory.json"]
 
 
-def _readme(prefix: str, gpus: int, backend: str, notes: list) -> str:
+def _readme(prefix: str, npus: int, gpus: int, backend: str, notes: list) -> str:
     command = " \\\n    ".join(astra_sim_command("$ASTRA_SIM_BIN", "$BUNDLE", prefix))
-    lines = [f"Chakra traces of one {backend} replay by rapid-sweep: {gpus} ranks, {prefix}.<rank>.et.",
+    lines = [f"Chakra traces of one {backend} replay by rapid-sweep: {prefix}.<rank>.et for the {npus} NPUs of",
+             f"the network ({gpus} GPUs in the layout; an NPU outside it, or outside the one replica an inference",
+             "replay runs, has an empty trace).",
              "",
              "Run on stock ASTRA-sim (analytical backend; congestion-unaware or congestion-aware) from any folder:",
              "",

@@ -3,7 +3,7 @@ import argparse
 import sys
 
 from astra_backend import netcli
-from core import SpecError
+from core import SpecError, replaycli
 
 from . import cmd_query, cmd_run, cmd_sweep, cmd_validate
 
@@ -13,6 +13,7 @@ COMMANDS = {
     "sweep": (cmd_sweep, "run a study file: enumerate, prune, evaluate, write a Parquet table"),
     "query": (cmd_query, "filter, sort and print a study's results table, or run SQL over it"),
     "net": (netcli, "simulate one collective on a network (microbenchmark)"),
+    "replay": (replaycli, "replay a Chakra ET set (ours or another tool's) on the network simulator"),
 }
 
 
