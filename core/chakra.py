@@ -48,7 +48,7 @@ class UnsupportedNode(ValueError):
         super().__init__(f"node {node_id} '{name}': {what}")
 
 
-def _varint(value: int) -> bytes:
+def varint(value: int) -> bytes:
     out = bytearray()
     while True:
         low = value & 0x7F
@@ -140,7 +140,7 @@ def write_trace(path, nodes, metadata: dict | None = None) -> None:
     temp = path.with_name(path.name + ".tmp")
     with open(temp, "wb") as handle:
         for chunk in chunks:
-            handle.write(_varint(len(chunk)))
+            handle.write(varint(len(chunk)))
             handle.write(chunk)
     temp.replace(path)
 
