@@ -21,8 +21,10 @@ FILES = ("comm_group.json", "network.yml", "system.json", "remote_memory.json", 
 
 def roofline_cost(duration_s: float, peak_flops: float, memory_bps: float) -> tuple:
     """(num_ops, tensor_size) that ASTRA-sim's roofline turns back into `duration_s`: the op's
-    time as FLOPs at peak, over just few enough bytes to sit at the ridge (compute-bound)."""
-    num_ops = max(1, round(duration_s * peak_flops))
+    time as FLOPs at peak, over just few enough bytes to sit at the ridge (compute-bound).
+    ASTRA-sim truncates to whole nanoseconds and cannot take a zero-time event, so the time is
+    rounded to the nearest nanosecond, at least one."""
+    num_ops = round((max(duration_s, 1e-9) + 0.5e-9) * peak_flops)
     return num_ops, max(1, int(num_ops * memory_bps / peak_flops))
 
 
@@ -69,7 +71,7 @@ def system_config(ranks: dict, dims: int, peak_flops: float, memory_bps: float) 
             if n.kind == "collective" and n.collective in SYSTEM_KEYS:
                 per_type = carried.setdefault(n.collective, {})
                 per_type[n.algorithm] = per_type.get(n.algorithm, 0) + n.bytes_
-    config = {"scheduling-policy": "FIFO", "endpoint-delay": 0, "active-chunks-per-dimension": 1,
+    config = {"scheduling-policy": "FIFO", "endpoint-delay": 1, "active-chunks-per-dimension": 1,
               "preferred-dataset-splits": 1, "collective-optimization": "baseline", "local-reduction-delay": 0,
               "roofline-enabled": 1, "peak-perf": peak_flops / 1e12, "local-mem-bw": memory_bps / 1e9,
               "boost-mode": 0}
@@ -109,16 +111,17 @@ def _network_yaml(hw, gpus: int) -> tuple:
 
 
 def write_bundle(directory, prefix: str, trace, context, backend: str) -> list:
-    """Writes the `.et` files (every NPU of the network gets one, empty where the replay gave it
-    nothing: ASTRA-sim runs one workload per NPU) and the files in FILES; returns the paths."""
+    """Writes the `.et` files (every NPU of the network gets one, a single zero-time op where the
+    replay gave it nothing: ASTRA-sim runs one workload per NPU) and the files in FILES."""
     directory = Path(directory)
     hw, gpus, groups = context.hw, context.gpus, context.groups
     peak, memory = hw.gpu.flops(hw.dtype), hw.gpu.hbm.bandwidth_bps
     network, dims = _network_yaml(hw, gpus)
     ranks = rank_nodes(trace, groups, peak, memory)
     npus = int(np.prod([dim.size for dim in context.dims]))
-    for rank in range(npus):
-        ranks.setdefault(rank, [])
+    idle_ops, idle_bytes = roofline_cost(0.0, peak, memory)
+    for rank in range(npus):  # ASTRA-sim's feeder stops on a file without nodes: give it one free op
+        ranks.setdefault(rank, [TraceNode(0, "idle", "compute", flops=idle_ops, bytes_=idle_bytes)])
     used = sorted({int(n.group) for nodes in ranks.values() for n in nodes if n.kind == "collective"})
     comm_groups = {str(g): list(groups.members[g - 1]) for g in used}
     system, notes = system_config(ranks, dims, peak, memory)
@@ -147,7 +150,8 @@ def _readme(prefix: str, npus: int, gpus: int, backend: str, notes: list) -> str
     command = " \\\n    ".join(astra_sim_command("$ASTRA_SIM_BIN", "$BUNDLE", prefix))
     lines = [f"Chakra traces of one {backend} replay by rapid-sweep: {prefix}.<rank>.et for the {npus} NPUs of",
              f"the network ({gpus} GPUs in the layout; an NPU outside it, or outside the one replica an inference",
-             "replay runs, has an empty trace).",
+             "replay runs, has one zero-time op). system.json's endpoint-delay is 1 ns per message (0 trips an",
+             "assertion in ASTRA-sim's event queue); we model none.",
              "",
              "Run on stock ASTRA-sim (analytical backend; congestion-unaware or congestion-aware) from any folder:",
              "",

@@ -56,7 +56,7 @@ def interop_table(binary, folder, hw):
 
 def foreign_table(binary, folder):
     system = folder / "ring_system.json"
-    system.write_text('{"scheduling-policy": "FIFO", "endpoint-delay": 0, "active-chunks-per-dimension": 1, '
+    system.write_text('{"scheduling-policy": "FIFO", "endpoint-delay": 1, "active-chunks-per-dimension": 1, '
                       '"preferred-dataset-splits": 1, "collective-optimization": "baseline", '
                       '"all-reduce-implementation": ["ring"], "all-gather-implementation": ["ring"], '
                       '"reduce-scatter-implementation": ["ring"], "all-to-all-implementation": ["ring"]}')
