@@ -1,6 +1,6 @@
-"""Runs the interop layouts' bundles on a stock ASTRA-sim binary and prints its end time next to
-ours. Not part of `make test` (the binary is not on PyPI); build ASTRA-sim's analytical backend
-and point ASTRA_SIM_BIN at AstraSim_Analytical_Congestion_Unaware (or _Aware).
+"""Runs the interop layouts' bundles on stock ASTRA-sim binaries and prints their end times next
+to ours. Not part of `make test` (the binary is not on PyPI); build ASTRA-sim's analytical backend
+and point ASTRA_SIM_BIN at AstraSim_Analytical_Congestion_Unaware, _Aware, or both (':'-separated).
 
     ASTRA_SIM_BIN=/path/to/AstraSim_Analytical_Congestion_Unaware .venv/bin/python scripts/check_astra_interop.py [--keep DIR]
 
@@ -44,28 +44,35 @@ def _npus(folder, prefix):
     return len(list(folder.glob(f"{prefix}.*.et")))
 
 
-def interop_table(binary, folder, hw):
-    print(f"{'layout':<16} {'npus':>4} {'finished':>8} {'ours (ms)':>12} {'ASTRA-sim (ms)':>15} {'diff':>8}")
+def _label(binary):
+    return Path(binary).name.replace("AstraSim_Analytical_", "")
+
+
+def interop_table(binaries, folder, hw):
+    head = "".join(f" {_label(b) + ' (ms)':>24} {'diff':>8}" for b in binaries)
+    print(f"{'layout':<16} {'npus':>4} {'ours (ms)':>12}{head}")
     for name, (bundle, prefix, record) in write_bundles(folder, hw).items():
         npus = _npus(bundle, prefix)
-        end_s, finished, _ = run_astra_sim(binary, bundle, prefix, npus)
         ours = record["step_time_s"]
-        print(f"{name:<16} {npus:>4} {finished:>8} {ours * 1e3:>12.3f} {end_s * 1e3:>15.3f} "
-              f"{(end_s - ours) / ours:>+8.2%}")
+        cells = []
+        for binary in binaries:
+            end_s, _, _ = run_astra_sim(binary, bundle, prefix, npus)
+            cells.append(f" {end_s * 1e3:>24.3f} {(end_s - ours) / ours:>+8.2%}")
+        print(f"{name:<16} {npus:>4} {ours * 1e3:>12.3f}{''.join(cells)}")
 
 
-def foreign_table(binary, folder):
+def foreign_table(binaries, folder):
     system = folder / "ring_system.json"
     system.write_text('{"scheduling-policy": "FIFO", "endpoint-delay": 1, "active-chunks-per-dimension": 1, '
                       '"preferred-dataset-splits": 1, "collective-optimization": "baseline", '
                       '"all-reduce-implementation": ["ring"], "all-gather-implementation": ["ring"], '
                       '"reduce-scatter-implementation": ["ring"], "all-to-all-implementation": ["ring"]}')
     (folder / "remote_memory.json").write_text('{"memory-type": "NO_MEMORY_EXPANSION"}')
-    print(f"\n{'all-reduce':<22} {'ours (ms)':>12} {'ASTRA-sim (ms)':>15} {'diff':>8} {'our wall (s)':>13} "
-          f"{'ASTRA-sim wall (s)':>19}")
+    head = "".join(f" {_label(b) + ' (ms)':>24} {'diff':>8} {'wall (s)':>8}" for b in binaries)
+    print(f"\n{'all-reduce':<22} {'ours (ms)':>12} {'wall (s)':>8}{head}")
     for npus, size in ((8, 1 << 20), (64, 1 << 30), (256, 1 << 30)):
         case = folder / f"ar_{npus}_{size}"
-        case.mkdir()
+        case.mkdir(exist_ok=True)
         prefix = write_generator_set(case, npus, size)
         network = ring_network(case, npus)
         (case / "remote_memory.json").write_text((folder / "remote_memory.json").read_text())
@@ -75,28 +82,31 @@ def foreign_table(binary, folder):
                               "--json"], capture_output=True, text=True, cwd=ROOT)
         ours_wall = time.perf_counter() - start
         ours = float(re.search(r'"end_time_s": ([0-9.e-]+)', out.stdout).group(1))
-        end_s, _, astra_wall = run_astra_sim(binary, case, prefix.name, npus, comm_groups=False,
-                                             network=network.name)
+        cells = []
+        for binary in binaries:
+            end_s, _, astra_wall = run_astra_sim(binary, case, prefix.name, npus, comm_groups=False,
+                                                 network=network.name)
+            cells.append(f" {end_s * 1e3:>24.4f} {(end_s - ours) / ours:>+8.2%} {astra_wall:>8.2f}")
         label = f"{npus} NPUs ring, {size / 2**20:g} MiB"
-        print(f"{label:<22} {ours * 1e3:>12.4f} {end_s * 1e3:>15.4f} {(end_s - ours) / ours:>+8.2%} "
-              f"{ours_wall:>13.2f} {astra_wall:>19.2f}")
+        print(f"{label:<22} {ours * 1e3:>12.4f} {ours_wall:>8.2f}{''.join(cells)}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", metavar="DIR", help="write the bundles here and keep them")
     args = parser.parse_args()
-    binary = os.environ.get("ASTRA_SIM_BIN")
-    if not binary or not os.access(binary, os.X_OK):
-        print("check_astra_interop: set ASTRA_SIM_BIN to a stock ASTRA-sim analytical binary", file=sys.stderr)
+    binaries = [b for b in os.environ.get("ASTRA_SIM_BIN", "").split(os.pathsep) if b]
+    if not binaries or not all(os.access(b, os.X_OK) for b in binaries):
+        print("check_astra_interop: set ASTRA_SIM_BIN to one or more (':'-separated) stock ASTRA-sim analytical "
+              "binaries", file=sys.stderr)
         return 2
     hw = core.load_hardware("a100-sxm4-80gb")
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(args.keep or scratch)
         folder.mkdir(parents=True, exist_ok=True)
-        print(f"ASTRA-sim: {binary}\n")
-        interop_table(binary, folder, hw)
-        foreign_table(binary, folder)
+        print("ASTRA-sim: " + ", ".join(binaries) + "\n")
+        interop_table(binaries, folder, hw)
+        foreign_table(binaries, folder)
     return 0
 
 

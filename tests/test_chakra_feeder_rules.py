@@ -40,6 +40,7 @@ def _check_rules(folder, prefix, gpus):
     gpus = npus  # one workload per NPU
     system = json.loads((folder / "system.json").read_text())
     assert all(len(system[k]) == len(network["topology"]) for k in system if k.endswith("-implementation"))
+    peak_flops, memory_bps = system["peak-perf"] * 1e12, system["local-mem-bw"] * 1e9
     groups = json.loads((folder / "comm_group.json").read_text())
     assert all(key.isdigit() and int(key) > 0 for key in groups)
     sends, recvs, issued = Counter(), Counter(), Counter()
@@ -53,6 +54,7 @@ def _check_rules(folder, prefix, gpus):
             ids.add(node.id)
             if kind == "COMP_NODE":
                 assert attrs["num_ops"] > 0 and attrs["tensor_size"] > 0
+                assert attrs["num_ops"] / attrs["tensor_size"] * memory_bps >= peak_flops  # compute-bound roofline
             elif kind in ("COMM_SEND_NODE", "COMM_RECV_NODE"):
                 src, dst, tag = attrs["comm_src"], attrs["comm_dst"], attrs["comm_tag"]
                 assert 0 <= src < gpus and 0 <= dst < gpus and src != dst and tag >= 0
@@ -64,6 +66,7 @@ def _check_rules(folder, prefix, gpus):
                 assert group.isdigit() and group in groups and rank in groups[group]
                 assert len(groups[group]) > 1
                 issued[(group, rank)] += 1
+                assert attrs["comm_size"] / memory_bps < 1e-9  # a local reduction pass truncates to 0 ns
                 sizes.setdefault(attrs["comm_type"], set()).add(attrs["comm_size"])
     assert sends == recvs  # every send has a recv with the same peers, tag and size
     for group, members in groups.items():  # every member issues the group's collectives
