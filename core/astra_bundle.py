@@ -175,6 +175,10 @@ def _readme(prefix: str, npus: int, gpus: int, backend: str, notes: list) -> str
              "per NPU (a recv does not count), so a collective or send that we run beside another one (a tensor-",
              "parallel all-gather or a pipeline send during a data-parallel gradient all-reduce) waits there until",
              "the first finishes; training step times therefore end later on ASTRA-sim than in our simulator.",
+             "The congestion-aware backend forwards each message whole, link by link: a switch hop pays the",
+             "serialisation on both links, twice what we (and the congestion-unaware backend) model.",
+             "On a one-dimensional network ASTRA-sim may abort at exit (double free in ~CollectivePlan) when an NPU",
+             "ran one collective type on two communicator groups; every NPU has reported 'finished' by then.",
              "Collectives: pg_name is the communicator id in comm_group.json; comm_size is each rank's input.",
              "ASTRA-sim runs a collective on a group smaller than all ranks as a ring over the group whenever",
              "the network has more than one dimension. Algorithms per collective type:"]
