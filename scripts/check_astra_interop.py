@@ -4,11 +4,14 @@ and point ASTRA_SIM_BIN at AstraSim_Analytical_Congestion_Unaware, _Aware, or bo
 
     ASTRA_SIM_BIN=/path/to/AstraSim_Analytical_Congestion_Unaware .venv/bin/python scripts/check_astra_interop.py [--keep DIR]
 
-A second table replays an all-reduce written in the shape of ASTRA-sim's microbenchmark
-generator on both, and times both on a large one (our time includes Python start-up)."""
+A second table shrinks the training bundles' gradient buckets to 1 KiB (what remains agrees when
+the gap comes from how the buckets overlap the rest). A third replays an all-reduce written in the
+shape of ASTRA-sim's microbenchmark generator on both, and times both on large ones (our time
+includes Python start-up)."""
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,8 +22,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import core  # noqa: E402
+from astra_backend import Network, load_network_file  # noqa: E402
 from chakra_bundles import ring_network, write_bundles, write_generator_set  # noqa: E402
 from core.astra_bundle import astra_sim_command  # noqa: E402
+from core.chakra import read_protos, varint  # noqa: E402
+from core.chakra_replay import build_trace, load_comm_groups, trace_files  # noqa: E402
+from core.chakra_schema import NODE_TYPES  # noqa: E402
+
+BUCKET_BYTES = 64 << 20  # collectives above this in the interop layouts are the gradient buckets
 
 FINISHED = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles")
 
@@ -49,8 +58,10 @@ def _label(binary):
 
 
 def interop_table(binaries, folder, hw):
+    """Each layout's bundle on each binary; returns {name: (bundle, prefix)} of the training ones."""
     head = "".join(f" {_label(b) + ' (ms)':>24} {'diff':>8}" for b in binaries)
     print(f"{'layout':<16} {'npus':>4} {'ours (ms)':>12}{head}")
+    training = {}
     for name, (bundle, prefix, record) in write_bundles(folder, hw).items():
         npus = _npus(bundle, prefix)
         ours = record["step_time_s"]
@@ -59,6 +70,39 @@ def interop_table(binaries, folder, hw):
             end_s, _, _ = run_astra_sim(binary, bundle, prefix, npus)
             cells.append(f" {end_s * 1e3:>24.3f} {(end_s - ours) / ours:>+8.2%}")
         print(f"{name:<16} {npus:>4} {ours * 1e3:>12.3f}{''.join(cells)}")
+        if name.startswith("train"):
+            training[name] = (bundle, prefix)
+    return training
+
+
+def shrink_buckets(bundle, prefix, copy):
+    """A copy of a bundle whose collectives over BUCKET_BYTES carry 1 KiB: what is left when the
+    gradient buckets no longer overlap anything."""
+    shutil.copytree(bundle, copy, dirs_exist_ok=True)
+    for path in copy.glob(f"{prefix}.*.et"):
+        metadata, nodes = read_protos(path)
+        for node in nodes:
+            for attr in node.attr:
+                if node.type == NODE_TYPES["COMM_COLL_NODE"] and attr.name == "comm_size" and attr.int64_val > BUCKET_BYTES:
+                    attr.int64_val = 1024
+        path.write_bytes(b"".join(varint(len(data)) + data for data in
+                                  (m.SerializeToString() for m in [metadata, *nodes])))
+
+
+def bucket_table(binaries, folder, training):
+    """Training bundles with the gradient buckets shrunk: ours (a replay of the copy) vs ASTRA-sim."""
+    print(f"\n{'buckets at 1 KiB':<16} {'ours (ms)':>12}" + "".join(f" {_label(b) + ' (ms)':>24} {'diff':>8}"
+                                                            for b in binaries))
+    for name, (bundle, prefix) in training.items():
+        copy = folder / f"{name}-no-buckets"
+        shrink_buckets(bundle, prefix, copy)
+        chakra = build_trace(trace_files(copy / prefix), load_comm_groups(copy / "comm_group.json"))
+        ours = Network(load_network_file(str(copy / "network.yml"), chakra.ranks), [], []).replay(chakra.trace).time_s
+        cells = []
+        for binary in binaries:
+            end_s, _, _ = run_astra_sim(binary, copy, prefix, chakra.ranks)
+            cells.append(f" {end_s * 1e3:>24.3f} {(end_s - ours) / ours:>+8.2%}")
+        print(f"{name:<16} {ours * 1e3:>12.3f}{''.join(cells)}")
 
 
 def foreign_table(binaries, folder):
@@ -105,7 +149,8 @@ def main() -> int:
         folder = Path(args.keep or scratch)
         folder.mkdir(parents=True, exist_ok=True)
         print("ASTRA-sim: " + ", ".join(binaries) + "\n")
-        interop_table(binaries, folder, hw)
+        training = interop_table(binaries, folder, hw)
+        bucket_table(binaries, folder, training)
         foreign_table(binaries, folder)
     return 0
 
