@@ -61,6 +61,8 @@ def varint(value: int) -> bytes:
 
 
 def _read_varint(data: bytes, pos: int) -> tuple:
+    if data[pos] < 0x80:
+        return data[pos], pos + 1
     result = shift = 0
     while True:
         byte = data[pos]

@@ -11,9 +11,12 @@ from astra_backend import ALGORITHMS, NODE_KINDS, Trace
 
 from .astra_bundle import ASTRA_SIM_ALGORITHM, SYSTEM_KEYS
 from .chakra import UnsupportedNode, from_proto, read_protos
+from .chakra_schema import Node
+from .chakra_wire import node_records, split_node
 from .errors import SpecError
 
 DEFAULT_ALGORITHM = "ring"
+COLUMNS = ("rank", "kind", "duration_s", "bytes_", "group", "peer", "tag", "algorithm")
 
 
 def trace_files(prefix) -> list:
@@ -86,24 +89,18 @@ def build_trace(files, comm_groups=None, algorithms=None) -> ChakraSet:
     comm_groups = comm_groups or {}
     algorithms = algorithms or {}
     group_index, group_members = {}, []
-    columns = {name: [] for name in ("rank", "kind", "duration_s", "bytes_", "group", "peer", "tag", "algorithm")}
-    dep_lists = []
+    all_rows, dep_lists = [], []
     for rank, path in enumerate(files):
-        _, protos = read_protos(path)
-        first = len(columns["rank"])
-        index_of = {p.id: first + i for i, p in enumerate(protos)}
-        for proto in protos:
+        first = len(all_rows)
+        rows, ids = _rank_rows(path, rank, ranks, comm_groups, algorithms, group_index, group_members)
+        all_rows += rows
+        index_of = {node_id: first + i for i, (node_id, _) in enumerate(ids)}
+        for node_id, deps in ids:
             try:
-                node = from_proto(proto)
-            except UnsupportedNode as exc:
-                raise SpecError(str(path), f"node {exc.node_id} '{exc.name}'", "", exc.what) from None
-            row = _row(node, rank, ranks, path, comm_groups, algorithms, group_index, group_members)
-            for name, value in row.items():
-                columns[name].append(value)
-            try:
-                dep_lists.append([index_of[d] for d in node.deps])
+                dep_lists.append([index_of[d] for d in deps])
             except KeyError as exc:
-                raise SpecError(str(path), f"node {node.id} '{node.name}'", f"dependency {exc.args[0]}",
+                name = next(p.name for p in read_protos(path)[1] if p.id == node_id)
+                raise SpecError(str(path), f"node {node_id} '{name}'", f"dependency {exc.args[0]}",
                                 "dependencies must name nodes of the same file") from None
     counts = np.array([len(d) for d in dep_lists], np.int64)
     dep_offsets = np.zeros(counts.size + 1, np.int64)
@@ -112,10 +109,33 @@ def build_trace(files, comm_groups=None, algorithms=None) -> ChakraSet:
     group_offsets = np.zeros(len(group_members) + 1, np.int64)
     np.cumsum([len(m) for m in group_members], out=group_offsets[1:])
     group_npus = np.fromiter((r for m in group_members for r in m), np.int32, int(group_offsets[-1]))
-    arrays = {name: np.array(values) for name, values in columns.items()}
-    trace = Trace(dep_offsets=dep_offsets, deps=deps, group_offsets=group_offsets, group_npus=group_npus,
-                  **{name: arrays[name] for name in columns})
+    arrays = {name: np.array(values) for name, values in zip(COLUMNS, zip(*all_rows))}
+    trace = Trace(dep_offsets=dep_offsets, deps=deps, group_offsets=group_offsets, group_npus=group_npus, **arrays)
     return ChakraSet(trace, ranks, arrays["kind"] != NODE_KINDS["compute"])
+
+
+def _rank_rows(path, rank, ranks, comm_groups, algorithms, group_index, group_members) -> tuple:
+    """([row tuple per node], [(node id, dependency ids) per node]) of one rank's file. Protobuf
+    parses each distinct node content (all but id, name and dependencies) once per file."""
+    _, records = node_records(path)
+    rows, ids, seen = [], [], {}
+    for record in records:
+        node_id, node_type, deps, rest = split_node(record)
+        row = seen.get((node_type, rest))
+        if row is None:
+            proto = Node.FromString(record)
+            try:
+                node = from_proto(proto)
+            except UnsupportedNode as exc:
+                raise SpecError(str(path), f"node {exc.node_id} '{exc.name}'", "", exc.what) from None
+            fields = _row(node, rank, ranks, path, comm_groups, algorithms, group_index, group_members)
+            row = tuple(fields[name] for name in COLUMNS)
+            if (proto.id, node.deps) == (node_id, deps):  # written in field order: the rest is the content
+                seen[(node_type, rest)] = row
+            node_id, deps = proto.id, node.deps
+        rows.append(row)
+        ids.append((node_id, deps))
+    return rows, ids
 
 
 def _row(node, rank, ranks, path, comm_groups, algorithms, group_index, group_members) -> dict:
