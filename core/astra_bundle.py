@@ -77,7 +77,7 @@ def system_config(ranks: dict, dims: int, peak_flops: float) -> tuple:
                 per_type = carried.setdefault(n.collective, {})
                 per_type[n.algorithm] = per_type.get(n.algorithm, 0) + n.bytes_
     config = {"scheduling-policy": "FIFO", "endpoint-delay": 1, "active-chunks-per-dimension": 1,
-              "preferred-dataset-splits": 1, "collective-optimization": "baseline", "local-reduction-delay": 0,
+              "preferred-dataset-splits": 1, "collective-optimization": "localBWAware", "local-reduction-delay": 0,
               "roofline-enabled": 1, "peak-perf": peak_flops / 1e12, "local-mem-bw": REDUCTION_FREE_MEM_GB_S,
               "boost-mode": 0}
     notes = []
@@ -180,6 +180,9 @@ def _readme(prefix: str, npus: int, gpus: int, backend: str, notes: list) -> str
              "On a one-dimensional network ASTRA-sim may abort at exit (double free in ~CollectivePlan) when an NPU",
              "ran one collective type on two communicator groups; every NPU has reported 'finished' by then.",
              "Collectives: pg_name is the communicator id in comm_group.json; comm_size is each rank's input.",
+             "collective-optimization is localBWAware: on a network of several dimensions, a collective over all",
+             "NPUs then passes each dimension its share of the data, as ours does ('baseline' passes every",
+             "dimension the whole size: 3.3x our time on a 1 GiB all-reduce over Ring(8) x Switch(8)).",
              "ASTRA-sim runs a collective on a group smaller than all ranks as a ring over the group whenever",
              "the network has more than one dimension. Algorithms per collective type:"]
     lines += [f"  {note}" for note in notes] or ["  (no collectives)"]

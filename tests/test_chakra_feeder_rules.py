@@ -95,3 +95,4 @@ def test_readme_gives_the_command_and_system_names_what_we_simulated(bundles):
     system = json.loads((folder / "system.json").read_text())
     assert system["all-gather-implementation"] == ["ring"]
     assert system["roofline-enabled"] == 1 and system["peak-perf"] == pytest.approx(312.0)
+    assert system["collective-optimization"] == "localBWAware"  # each dimension gets its share, as ours
