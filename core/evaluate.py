@@ -90,11 +90,11 @@ def _infer_timing(model, hw, par, work, gpus) -> dict:
 
 def _astra_timing(model, hw, par, work, gpus, backend, emit_traces) -> dict:
     from .astra_exec import infer_request_astra, train_step_astra  # loads the compiled simulator
-    from .chakra import write_replay_traces
+    from .astra_bundle import write_bundle
 
     emit = None
     if emit_traces is not None:
-        emit = functools.partial(write_replay_traces, emit_traces, model.name, backend=backend)
+        emit = functools.partial(write_bundle, emit_traces, model.name, backend=backend)
     if isinstance(work, TrainWorkload):
         step_s, breakdown, model_flops, links = train_step_astra(model, hw, par, work, gpus, backend, emit)
         timing = _train_metrics(hw, work, gpus, step_s, model_flops, breakdown)

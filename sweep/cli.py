@@ -6,7 +6,7 @@ import sys
 import threading
 
 from astra_backend import netcli
-from core import SpecError
+from core import SpecError, replaycli
 
 from . import cmd_query, cmd_report, cmd_run, cmd_sweep, cmd_validate
 
@@ -17,6 +17,7 @@ COMMANDS = {
     "query": (cmd_query, "filter, sort and print a study's results table, or run SQL over it"),
     "report": (cmd_report, "draw a study's results as one self-contained HTML page (plotly)"),
     "net": (netcli, "simulate one collective on a network (microbenchmark)"),
+    "replay": (replaycli, "replay a Chakra ET set (ours or another tool's) on the network simulator"),
 }
 
 
