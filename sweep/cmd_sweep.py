@@ -1,4 +1,5 @@
 """`rapid sweep STUDY`: run a study file and print what happened and the best configurations."""
+from . import cmd_search
 from .engine import run_study
 from .query import knob_columns, query, render, summary_columns, wide_console
 from .store import read_results
@@ -22,6 +23,8 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     study = load_study(args.study)
+    if study.search is not None:
+        return cmd_search.run(study, args)
     executor = "local" if args.local else "ray"
     report = run_study(study, executor=executor, address=args.address, workers=args.workers, fresh=args.fresh,
                        batch_points=args.batch_points, part_rows=args.part_rows, progress=not args.quiet)

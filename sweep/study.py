@@ -14,7 +14,7 @@ from core import BACKENDS, InferWorkload, SpecError, TrainWorkload, load_hardwar
 from .space import Space, parse_space
 
 STUDY_KEYS = ("name", "description", "model", "hardware", "overrides", "gpus", "workload", "space",
-              "backend", "output", "seed")
+              "backend", "output", "seed", "search")
 REQUIRED_KEYS = ("name", "model", "hardware", "gpus", "workload", "space")
 WORKLOAD_KEYS = {"train": ("global_batch", "seq"), "infer": ("batch", "prompt", "decode")}
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -37,6 +37,7 @@ class Study:
     backend: str
     output: Path
     seed: int
+    search: object = None  # a sweep.search_spec.SearchSpec: sample the space instead of walking the grid
 
     @property
     def mode(self) -> str:
@@ -93,9 +94,17 @@ def load_study(path) -> Study:
     model_overrides, hardware_overrides = _split_overrides(data.get("overrides") or {}, source)
     workload = _workload(data["workload"], source)
     space = parse_space(data["space"], source, workload.mode, gpus)
+    search = None
+    if data.get("search") is not None:
+        from .search_spec import parse_search  # here, not on top: it needs sweep.worker, which needs this module
+        search = parse_search(data["search"], source, Path(output), seed)
+    elif space.ranges:
+        knob = space.ranges[0]
+        raise SpecError(source, f"space.{knob.name}", data["space"][knob.name],
+                        "a range needs a search: block (a grid enumerates lists only)")
     study = Study(name=name, path=source, text=text, model=data["model"], hardware=data["hardware"],
                   model_overrides=model_overrides, hardware_overrides=hardware_overrides, gpus=gpus,
-                  workload=workload, space=space, backend=backend, output=Path(output), seed=seed)
+                  workload=workload, space=space, backend=backend, output=Path(output), seed=seed, search=search)
     _check_specs(study)
     return study
 
