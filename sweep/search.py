@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 import optuna
 import pyarrow as pa
 import pyarrow.compute as pc
+import sqlalchemy
 
 from core import SpecError
 
@@ -83,8 +84,9 @@ class SearchLoop:
         self.fixed = {k.name: k.values[0] for k in knobs if not k.range and len(k.values) == 1}
         self.distributions = {k.name: _distribution(k) for k in knobs if k.name not in self.fixed}
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        existing = _existing_trials(self.spec.storage, study.name)
-        self.optuna = optuna.create_study(storage=self.spec.storage, study_name=study.name, load_if_exists=True,
+        storage = open_storage(self.spec.storage)
+        existing = _existing_trials(storage, study.name)
+        self.optuna = optuna.create_study(storage=storage, study_name=study.name, load_if_exists=True,
                                           sampler=make_sampler(self.spec, self.spec.seed + existing),
                                           directions=self.spec.directions)
         if existing or self.optuna.metric_names:
@@ -188,7 +190,26 @@ def _distribution(knob):
     return optuna.distributions.FloatDistribution(span.low, span.high, log=span.log, step=span.step)
 
 
-def _existing_trials(storage: str, name: str) -> int:
+def open_storage(url: str):
+    """The Optuna storage at `url`. SQLite runs in write-ahead-log mode without an fsync per
+    commit (a trial takes a dozen commits): durable when the process is killed, as resume
+    needs; a power cut may lose the last trials, which a re-run then asks again."""
+    if not url.startswith("sqlite"):
+        return url
+    storage = optuna.storages.RDBStorage(url)
+    sqlalchemy.event.listen(storage.engine, "connect", _sqlite_pragmas)
+    storage.engine.dispose()  # reconnect, so every connection gets the pragmas
+    return storage
+
+
+def _sqlite_pragmas(connection, _record) -> None:
+    cursor = connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def _existing_trials(storage, name: str) -> int:
     try:
         return len(optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False))
     except KeyError:
