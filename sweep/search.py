@@ -78,13 +78,14 @@ class SearchLoop:
     """The Optuna side of a search: the study in its storage, the sampler, the parameter
     distributions the space defines, asking rounds and telling outcomes. No evaluation here."""
 
-    def __init__(self, study: Study, planner: Planner):
+    def __init__(self, study: Study, planner: Planner, storage=None):
+        """`storage`: an Optuna storage object to use instead of the block's URL (benchmarks)."""
         self.study, self.spec, self.planner = study, study.search, planner
         knobs = study.space.knobs
         self.fixed = {k.name: k.values[0] for k in knobs if not k.range and len(k.values) == 1}
         self.distributions = {k.name: _distribution(k) for k in knobs if k.name not in self.fixed}
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        storage = open_storage(self.spec.storage)
+        storage = storage or open_storage(self.spec.storage)
         existing = _existing_trials(storage, study.name)
         self.optuna = optuna.create_study(storage=storage, study_name=study.name, load_if_exists=True,
                                           sampler=make_sampler(self.spec, self.spec.seed + existing),
@@ -371,13 +372,13 @@ def _delete_optuna_study(storage: str, name: str) -> None:
         pass
 
 
-def best_rows(study: Study, table: pa.Table, backend: str | None = None) -> pa.Table:
+def best_rows(study: Study, table: pa.Table) -> pa.Table:
     """The search's feasible trials that meet every constraint, one row per configuration:
     sorted by the objective for one objective, the Pareto front for several."""
     spec = study.search
     if TRIAL_COLUMN not in table.column_names:
         return table.slice(0, 0)
-    keep = pc.and_(pc.is_valid(table.column(TRIAL_COLUMN)), pc.equal(table.column("backend"), backend or study.backend))
+    keep = pc.and_(pc.is_valid(table.column(TRIAL_COLUMN)), pc.equal(table.column("backend"), study.backend))
     keep = pc.and_(keep, table.column("feasible"))
     for column, op, bound in spec.constraints:
         keep = pc.and_(keep, (pc.less_equal if op == "<=" else pc.greater_equal)(table.column(column), bound))

@@ -15,7 +15,7 @@ import pytest
 from sweep.cli import main
 from sweep.engine import run_study
 from sweep.search import run_search
-from sweep.store import part_files, read_results
+from sweep.store import part_files, read_metadata, read_results
 from sweep.study import load_study
 
 SPACE = {"tp": [1, 2, 4, 8], "pp": [1, 2, 4], "cp": [1], "zero": [0, 1], "micro_batch": [1, 2],
@@ -80,6 +80,9 @@ def test_same_seed_and_parallel_1_give_identical_tables(write_study):
         tables.append(by_trial(read_results(study.output)))
     assert tables[0] == tables[1]
     assert {r["sampler"] for r in tables[0]} == {"tpe"}
+    metadata = read_metadata(study.output)  # the report reads importances and history through these
+    stored = optuna.load_study(study_name=metadata["optuna_study"], storage=metadata["optuna_storage"])
+    assert len(stored.trials) == SEARCH["trials"] and stored.metric_names == ["step_time_s"]
 
 
 def test_a_configuration_already_in_the_table_is_not_recomputed(write_study):
