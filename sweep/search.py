@@ -272,7 +272,8 @@ def _round(study, loop, planner, asked, rows, store, executors, report) -> None:
         copied = point_id not in evaluated or point_id in used  # the first trial on a new point owns its time
         used.add(point_id)
         report.from_table += point_id not in evaluated
-        new.append(_with_trial(evaluated.get(point_id) or rows.by_point(point_id), a.number, study.search.sampler, copied))
+        source = evaluated[point_id] if point_id in evaluated else rows.by_point(point_id)
+        new.append(_with_trial(source, a.number, study.search.sampler, copied))
     if new:
         store.write_part(new)
         report.parts += 1

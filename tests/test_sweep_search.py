@@ -121,6 +121,34 @@ def test_sigkill_midway_then_rerun_loses_and_duplicates_no_trial(write_study):
     assert sorted(read_results(study.output).column("trial_number").to_pylist()) == legal
 
 
+def test_a_run_stopped_between_writing_rows_and_telling_resumes_from_the_rows(write_study, monkeypatch):
+    from sweep.search import SearchLoop
+
+    study = search_study(write_study, "stopped", space={"cp": [1, 2]}, parallel=4, trials=16)
+    told, tell = [], SearchLoop.tell
+
+    def tell_then_stop(self, asked, row):
+        if len(told) == 6:  # the second round's rows are written; two of its trials are told
+            raise KeyboardInterrupt
+        told.append(asked.number)
+        tell(self, asked, row)
+
+    monkeypatch.setattr(SearchLoop, "tell", tell_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        run_search(study, executor="inprocess", progress=False)
+    monkeypatch.setattr(SearchLoop, "tell", tell)
+    first = read_results(study.output)
+    report = run_search(study, executor="inprocess", progress=False)
+    assert report.resumed == 2 and report.before == 6
+    table = read_results(study.output)
+    final = {r["trial_number"]: r for r in by_trial(table)}
+    assert all(final[r["trial_number"]] == r for r in by_trial(first))  # rows written before the stop are kept as they are
+    assert report.evaluated == len(set(table.column("point_id").to_pylist())) - len(set(first.column("point_id").to_pylist()))
+    trials = optuna.load_study(study_name=study.name, storage=study.search.storage).get_trials()
+    legal = sorted(t.number for t in trials if "illegal_reason" not in t.user_attrs)
+    assert [t.number for t in trials] == list(range(16)) and sorted(table.column("trial_number").to_pylist()) == legal
+
+
 def test_refinement_adds_simulator_rows_and_compares_rankings(write_study):
     study = search_study(write_study, "refine", trials=10, refine={"backend": "astra-hierarchical", "top": 3})
     report = run_search(study, executor="inprocess", progress=False)
