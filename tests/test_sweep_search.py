@@ -215,3 +215,13 @@ def test_a_sampler_that_cannot_run_names_its_missing_package(write_study, capsys
         pytest.skip("torch is installed here, so the gp sampler can run")
     assert main(["sweep", str(write_study(space=SPACE, search={**SEARCH, "sampler": "gp"})), "--quiet"]) == 2
     assert "needs the Python package torch" in capsys.readouterr().err
+
+
+def test_rapid_sweep_prints_the_pareto_front_of_a_two_objective_search(write_study, capsys):
+    path = write_study(name="front", space={**SPACE, "micro_batch": {"low": 1, "high": 2}},
+                       search={**SEARCH, "sampler": "nsga2", "trials": 8, "parallel": 4,
+                               "objectives": ["minimize step_time_s", "minimize memory_peak_gib"]})
+    assert main(["sweep", str(path), "--local", "--workers", "1", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "nsga2 search, 8 of 8 trials" in out and "Pareto front" in out and "optuna: study 'front'" in out
+    assert set(read_results(load_study(path).output).column("micro_batch").to_pylist()) <= {1, 2}
