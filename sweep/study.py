@@ -6,12 +6,16 @@ value and what is allowed, before anything is written."""
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from core import BACKENDS, InferWorkload, SpecError, TrainWorkload, load_hardware, load_model
 
 from .space import Space, parse_space
+
+if TYPE_CHECKING:
+    from .search_spec import SearchSpec
 
 STUDY_KEYS = ("name", "description", "model", "hardware", "overrides", "gpus", "workload", "space",
               "backend", "output", "seed", "search")
@@ -37,7 +41,7 @@ class Study:
     backend: str
     output: Path
     seed: int
-    search: object = None  # a sweep.search_spec.SearchSpec: sample the space instead of walking the grid
+    search: "SearchSpec | None" = None  # sample the space with Optuna instead of walking the grid
 
     @property
     def mode(self) -> str:

@@ -1,7 +1,6 @@
-"""Enumeration, legality and point ids; the same space driven by Optuna ask/tell."""
+"""Enumeration, legality and point ids (the same space driven by Optuna: test_sweep_search.py)."""
 import subprocess
 import sys
-
 
 from sweep.plan import Planner, plan_study
 from sweep.study import load_study
