@@ -225,3 +225,11 @@ def test_rapid_sweep_prints_the_pareto_front_of_a_two_objective_search(write_stu
     out = capsys.readouterr().out
     assert "nsga2 search, 8 of 8 trials" in out and "Pareto front" in out and "optuna: study 'front'" in out
     assert set(read_results(load_study(path).output).column("micro_batch").to_pylist()) <= {1, 2}
+
+
+@pytest.mark.parametrize("sampler", ["nsga2", "random", "qmc", "cmaes"])
+def test_every_installed_sampler_runs_a_short_search(sampler, write_study):
+    study = search_study(write_study, sampler, sampler=sampler, trials=4)
+    report = run_search(study, executor="inprocess", progress=False)
+    assert report.trials == 4
+    assert set(read_results(study.output).column("sampler").to_pylist()) == {sampler}
