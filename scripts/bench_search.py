@@ -76,7 +76,7 @@ def grid_benchmark(seeds: int, folder: Path) -> None:
             print(f"  {sampler:6s} seed {seed}: " + (f"{t} trials, {e} distinct evaluations" if t else f"not within {cap} trials"))
         med_e = statistics.median(evaluations)
         print(f"{sampler}: median {statistics.median(trials)} trials, {med_e} evaluations "
-              f"= {med_e / legal:.1%} of the grid's {legal} evaluations")
+              f"= {med_e / legal:.1%} of the grid's {legal} evaluations (mean {statistics.mean(evaluations):.0f})")
 
 
 def hypervolume_2d(points: list, reference: tuple) -> float:
