@@ -260,7 +260,7 @@ def _round(study, loop, planner, asked, rows, store, executors, report) -> None:
     """Evaluate one round's new points, write its rows as one part, then tell every trial."""
     todo = {}
     for a in asked:
-        if isinstance(a.point, Point) and rows.by_trial(a.number) is None and rows.by_point(a.point.point_id) is None:
+        if isinstance(a.point, Point) and rows.by_trial(a.number) is None and rows.by_point(a.point.point_id, study.backend) is None:
             todo.setdefault(a.point.point_id, a.point)
     evaluated = executors.evaluate(study.backend, planner, list(todo.values()))
     report.evaluated += len(evaluated)
@@ -272,7 +272,7 @@ def _round(study, loop, planner, asked, rows, store, executors, report) -> None:
         copied = point_id not in evaluated or point_id in used  # the first trial on a new point owns its time
         used.add(point_id)
         report.from_table += point_id not in evaluated
-        source = evaluated[point_id] if point_id in evaluated else rows.by_point(point_id)
+        source = evaluated[point_id] if point_id in evaluated else rows.by_point(point_id, study.backend)
         new.append(_with_trial(source, a.number, study.search.sampler, copied))
     if new:
         store.write_part(new)
@@ -301,7 +301,9 @@ def _with_trial(row: pa.Table, number: int, sampler: str, copied: bool) -> pa.Ta
 
 
 class _TableRows:
-    """The study's table indexed by point_id (any row) and by trial number (rows of `backend`)."""
+    """The study's table indexed by (point_id, backend) and by trial number (rows of `backend`).
+    The backend is part of the key so that a refinement never mistakes a row of another
+    backend for its own, however point ids are computed."""
 
     def __init__(self, table: pa.Table, backend: str):
         self.backend = backend
@@ -310,14 +312,14 @@ class _TableRows:
             self.add(table.slice(i, 1))
 
     def add(self, row: pa.Table) -> None:
-        self.points.setdefault(row.column("point_id")[0].as_py(), row)
+        self.points.setdefault((row.column("point_id")[0].as_py(), row.column("backend")[0].as_py()), row)
         if TRIAL_COLUMN in row.column_names and row.column("backend")[0].as_py() == self.backend:
             number = row.column(TRIAL_COLUMN)[0].as_py()
             if number is not None:
                 self.trials.setdefault(number, row)
 
-    def by_point(self, point_id: str) -> pa.Table | None:
-        return self.points.get(point_id)
+    def by_point(self, point_id: str, backend: str) -> pa.Table | None:
+        return self.points.get((point_id, backend))
 
     def by_trial(self, number: int) -> pa.Table | None:
         return self.trials.get(number)
@@ -406,20 +408,17 @@ def refine(study: Study, loop: SearchLoop, rows: _TableRows, store: ResultStore,
     add them to the table under that backend, and compare the two rankings (Kendall tau)."""
     from scipy.stats import kendalltau
 
-    spec = study.search
-    result = RefineReport(spec.refine.backend)
+    spec, backend = study.search, study.search.refine.backend
+    result = RefineReport(backend)
     column, direction = spec.objectives[0]
     best = best_rows(replace(study, search=replace(spec, objectives=spec.objectives[:1])), read_results(study.output))
     best = best.slice(0, spec.refine.top)
-    refined_study = replace(study, backend=spec.refine.backend)
-    planner = Planner(refined_study)
+    planner = Planner(replace(study, backend=backend))
     trials = {t.number: t for t in loop.optuna.get_trials(deepcopy=False)}
-    points = {}
-    for number in best.column(TRIAL_COLUMN).to_pylist():
-        point = planner.point({**loop.fixed, **trials[number].params})
-        points[number] = point
-    known = {p.point_id: rows.by_point(p.point_id) for p in points.values() if rows.by_point(p.point_id) is not None}
-    evaluated = executors.evaluate(spec.refine.backend, planner, [p for p in points.values() if p.point_id not in known])
+    points = {n: planner.point({**loop.fixed, **trials[n].params}) for n in best.column(TRIAL_COLUMN).to_pylist()}
+    known = {p.point_id: rows.by_point(p.point_id, backend) for p in points.values()
+             if rows.by_point(p.point_id, backend) is not None}
+    evaluated = executors.evaluate(backend, planner, [p for p in points.values() if p.point_id not in known])
     result.evaluated = len(evaluated)
     new = [_with_trial(evaluated[p.point_id], n, spec.sampler, False) for n, p in points.items() if p.point_id in evaluated]
     if new:
