@@ -71,7 +71,7 @@ def main() -> None:
     if len(measured) < args.points:
         raise SystemExit(f"the bench study has only {len(measured)} legal points to measure")
     points = sorted(measured[:args.points], key=locality_key)  # dispatch order, as in `rapid sweep`
-    context = work_context(study, plan)
+    context = work_context(study, plan.models, plan.hardware)
     # Separate processes first, in-process last: a forked pool must not inherit warm caches.
     rates = {
         "local": measure("local", context, points, warmup, args.workers, args.batch_points),

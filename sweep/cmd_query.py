@@ -1,6 +1,8 @@
-"""`rapid query RESULTS`: filter, sort and print a study's table, or run SQL over it."""
+"""`rapid query RESULTS`: filter, sort and print a study's table, its Pareto front, or run SQL over it."""
+from core import SpecError
+
 from .args import POSITIVE
-from .query import FORMATS, knob_columns, query, render, results_folder, summary_columns
+from .query import FORMATS, knob_columns, pareto_front, pareto_objectives, query, render, results_folder, summary_columns
 from .store import read_results
 
 
@@ -15,16 +17,26 @@ def add_arguments(parser) -> None:
     parser.add_argument("--columns", nargs="+", metavar="COLUMN",
                         help="columns to show (default: knobs that vary and headline metrics for tables, all for csv/json)")
     parser.add_argument("--sql", metavar="SELECT", help="SQL over the table, which is called results")
+    parser.add_argument("--pareto", metavar="COL,COL", help="only the non-dominated rows over these metrics "
+                        "(minimised; mfu and tokens_per_s maximised), e.g. step_time_s,memory_peak_gib")
     parser.add_argument("--format", choices=FORMATS, default="table")
 
 
 def run(args) -> int:
     folder = results_folder(args.results)
-    table = read_results(folder)
+    whole = read_results(folder)
     columns = args.columns
     if columns is None and args.format == "table" and not args.sql:
-        columns = summary_columns(table, knob_columns(folder))
-    result = query(table, where=args.where, by=args.by, top=args.top, descending=args.descending,
+        columns = summary_columns(whole, knob_columns(folder))
+    table, by = whole, args.by
+    if args.pareto:
+        if args.sql:
+            raise SpecError("command line", "--pareto", args.pareto, "cannot be combined with --sql (use --where)")
+        objectives = pareto_objectives(args.pareto)
+        table = pareto_front(query(whole, where=args.where), objectives)
+        columns = columns and columns + [c for c, _ in objectives if c not in columns]
+        by = by or objectives[0][0]
+    result = query(table, where=args.where, by=by, top=args.top, descending=args.descending,
                    columns=columns, sql=args.sql)
-    render(result, args.format, title=f"{folder} ({result.num_rows} of {table.num_rows} rows)")
+    render(result, args.format, title=f"{folder} ({result.num_rows} of {whole.num_rows} rows)")
     return 0

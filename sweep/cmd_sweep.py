@@ -5,6 +5,7 @@ from pathlib import Path
 
 from core import SpecError
 
+from . import cmd_search
 from .args import POSITIVE
 from .engine import run_study
 from .plan import plan_study
@@ -36,6 +37,11 @@ def run(args) -> int:
     study = load_study(args.study)
     if args.output:
         study = dataclasses.replace(study, output=checked_output(args.output))
+    if study.search is not None:
+        if args.dry_run:
+            raise SpecError(study.path, "search", study.search.sampler,
+                            "--dry-run plans a grid; a search asks its points as it goes (drop --dry-run)")
+        return cmd_search.run(study, args)
     if args.dry_run:
         plan = plan_study(study)
         if args.json:

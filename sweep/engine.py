@@ -61,7 +61,7 @@ def _evaluate_missing(study, plan, store, executor, address, workers, batch_poin
     if not todo:
         store.harmonise()
         return report
-    runner = make_executor(executor, work_context(study, plan), address, workers)
+    runner = make_executor(executor, work_context(study, plan.models, plan.hardware), address, workers)
     if progress:
         Console(stderr=True).print(runner.note, highlight=False)
     size = batch_points or max(1, min(MAX_BATCH_POINTS, math.ceil(len(todo) / (runner.workers * 8))))
@@ -69,7 +69,7 @@ def _evaluate_missing(study, plan, store, executor, address, workers, batch_poin
     parts = _PartBuffer(store, part_rows, part_seconds)
     start = time.perf_counter()
     try:
-        with _progress(progress, len(todo)) as bar:
+        with progress_bar(progress, len(todo)) as bar:
             def on_table(table: pa.Table, batch) -> None:
                 feasible = sum(table.column("feasible").to_pylist())
                 report.evaluated += table.num_rows
@@ -88,14 +88,15 @@ def _evaluate_missing(study, plan, store, executor, address, workers, batch_poin
     return report
 
 
-def work_context(study: Study, plan: Plan) -> WorkContext:
-    """The per-study constants and column types every worker batch needs."""
+def work_context(study: Study, models: tuple = (), hardware: tuple = ()) -> WorkContext:
+    """The per-study constants and column types every worker batch needs, with the spec
+    variants points index into (a search ships its variants with each batch instead)."""
     constants = (("model", study.model), ("hardware", study.hardware), ("gpus", study.gpus),
                  ("backend", study.backend)) + tuple(asdict(study.workload).items())
     auto_types = {"dp": pa.int64(), "sp": pa.bool_()}
-    fields = tuple(pa.field(k.column, auto_types[k.name] if k.values == (AUTO,) else knob_type(k.values))
+    fields = tuple(pa.field(k.column, auto_types[k.name] if k.values == (AUTO,) else knob_type(k.probe_values))
                    for k in study.space.knobs)
-    return WorkContext(plan.models, plan.hardware, study.workload, study.gpus, study.backend, constants, fields,
+    return WorkContext(models, hardware, study.workload, study.gpus, study.backend, constants, fields,
                        unit_columns(study.space.knobs))
 
 
@@ -143,10 +144,14 @@ class _PartBuffer:
 
 
 class _RateColumn(ProgressColumn):
-    """Points over the whole elapsed time: the figure the end-of-run summary prints too."""
+    """Items over the whole elapsed time: the figure the end-of-run summary prints too."""
+
+    def __init__(self, unit: str):
+        super().__init__()
+        self.unit = unit
 
     def render(self, task):
-        return f"{task.completed / task.elapsed:,.0f} points/s" if task.elapsed and task.completed else ""
+        return f"{task.completed / task.elapsed:,.0f} {self.unit}/s" if task.elapsed and task.completed else ""
 
 
 class _NoBar:
@@ -161,13 +166,13 @@ class _NoBar:
 
 
 class _Bar:
-    """A rich progress bar on stderr: points done, rate, elapsed and ETA."""
+    """A rich progress bar on stderr: points (or trials) done, rate, elapsed and ETA."""
 
-    def __init__(self, total: int):
-        self.progress = Progress(TextColumn("evaluating"), BarColumn(), MofNCompleteColumn(), _RateColumn(),
+    def __init__(self, total: int, unit: str):
+        self.progress = Progress(TextColumn("evaluating"), BarColumn(), MofNCompleteColumn(), _RateColumn(unit),
                                  TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
                                  console=Console(stderr=True))
-        self.task = self.progress.add_task("points", total=total)
+        self.task = self.progress.add_task(unit, total=total)
 
     def advance(self, n: int) -> None:
         self.progress.advance(self.task, n)
@@ -181,5 +186,5 @@ class _Bar:
         return False
 
 
-def _progress(enabled: bool, total: int):
-    return _Bar(total) if enabled else _NoBar()
+def progress_bar(enabled: bool, total: int, unit: str = "points"):
+    return _Bar(total, unit) if enabled else _NoBar()

@@ -1,4 +1,4 @@
-"""From a study to the points worth evaluating: enumerate (grid) or sample (Optuna ask/tell),
+"""From a study to the points worth evaluating: enumerate (grid) or sample (`sweep.search`),
 reject illegal layouts with their reason, and give every point a stable id."""
 import hashlib
 import json
@@ -114,13 +114,6 @@ def locality_key(point: Point) -> tuple:
     par = dict(zip(PARALLELISM_FIELDS, point.parallelism))
     return (point.model_index, point.hardware_index, par["micro_batch"], par["cp"], par["tp"], par["sp"],
             par["ep"], point.point_id)
-
-
-def suggest(trial, planner: Planner) -> Point | str:
-    """One point chosen by an Optuna trial (ask/tell): a categorical per knob, then `Planner.point`."""
-    choice = {name: trial.suggest_categorical(name, list(values))
-              for name, values in planner.study.space.choices().items()}
-    return planner.point(choice)
 
 
 def reason_pattern(reason: str) -> str:

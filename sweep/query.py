@@ -4,7 +4,9 @@ import math
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from rich.console import Console
 from rich.table import Table
 
@@ -68,6 +70,44 @@ def query(table: pa.Table, where: str | None = None, by: str | None = None, top:
     if top is not None:
         statement += f" LIMIT {int(top)}"
     return _run(connection, statement, "--where", where or "")
+
+
+def pareto_front(table: pa.Table, objectives: list) -> pa.Table:
+    """The non-dominated rows of `table` over `objectives` [(column, maximize), ...], among rows
+    with a value in every objective column; one row per point_id where the table has several
+    (a search's repeated trials); sorted by the first objective, best first."""
+    for column, _ in objectives:
+        if column not in table.column_names:
+            raise SpecError("command line", "--pareto", column, f"no such column (have: {', '.join(table.column_names)})")
+        if not pa.types.is_integer(table.schema.field(column).type) and not pa.types.is_floating(table.schema.field(column).type):
+            raise SpecError("command line", "--pareto", column, "expected a numeric column")
+    valid = np.ones(table.num_rows, dtype=bool)
+    for column, _ in objectives:
+        valid &= pc.fill_null(pc.is_finite(table.column(column).cast(pa.float64())), False).to_numpy(zero_copy_only=False)
+    rows = table.filter(pa.array(valid))
+    if "point_id" in rows.column_names:
+        seen = {}
+        for i, point in enumerate(rows.column("point_id").to_pylist()):
+            seen.setdefault(point, i)
+        rows = rows.take(sorted(seen.values()))
+    # every objective as a cost to minimise, rows in lexicographic order: a dominator comes first
+    costs = np.column_stack([rows.column(c).cast(pa.float64()).to_numpy() * (-1.0 if up else 1.0)
+                             for c, up in objectives]) if rows.num_rows else np.zeros((0, len(objectives)))
+    order = np.lexsort(costs.T[::-1])
+    front = []
+    for i in order:
+        kept = costs[front]
+        if not np.any(np.all(kept <= costs[i], axis=1) & np.any(kept < costs[i], axis=1)):
+            front.append(i)
+    return rows.take(pa.array(front, pa.int64()))
+
+
+def pareto_objectives(text: str) -> list:
+    """`step_time_s,memory_peak_gib` -> [(column, maximize)]: higher is better for mfu and tokens/s."""
+    columns = [c.strip() for c in text.split(",") if c.strip()]
+    if len(columns) < 2:
+        raise SpecError("command line", "--pareto", text, "expected two or more comma-separated metric columns")
+    return [(c, c in HIGHER_IS_BETTER) for c in columns]
 
 
 def _quoted(column: str) -> str:

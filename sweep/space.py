@@ -1,11 +1,14 @@
-"""The search space: named knobs, each a tuple of values, resolved into a Parallelism plus
-model and hardware overrides. The grid walks every combination; a sampler (Optuna
-ask/tell) picks one value per knob from `choices()` and calls `resolve` the same way."""
+"""The search space: named knobs, each a tuple of values or a numeric range, resolved into a
+Parallelism plus model and hardware overrides. The grid walks every combination of the
+lists; a sampler (`sweep.search`) picks one value per knob, from a list or within a range,
+and calls `resolve` the same way."""
 import itertools
+import math
 from dataclasses import dataclass
 
 from core import Parallelism, SpecError
 from core.specs import RECOMPUTE, SCHEDULES
+from core.units import parse_bandwidth, parse_bytes, parse_flops, parse_frequency, parse_time
 
 AUTO = "auto"
 # knob -> (default, description of allowed values); dp and sp may be derived ("auto")
@@ -26,17 +29,50 @@ PARALLEL_KNOBS = {
 SPEC_KNOB_PREFIXES = ("model.", "hardware.")
 PLACEMENT_AXES = ("tp", "cp", "dp", "pp")
 VARIANT_KNOB = "variant"
+# parallelism knobs that may be integer ranges, with their smallest legal value
+RANGE_PARALLEL_KNOBS = {"dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero": 0, "micro_batch": 1, "virtual_stages": 1}
+RANGE_KEYS = ("low", "high", "log", "step")
+# quantities a range may be written in; each parses to its base unit (bytes, bytes/s, s, FLOP/s, Hz)
+QUANTITY_PARSERS = (parse_bytes, parse_bandwidth, parse_time, parse_flops, parse_frequency)
+
+
+@dataclass(frozen=True)
+class Range:
+    """A numeric range a sampler draws from: integers, or floats in the base unit of the
+    quantity its bounds were written in (`1 TB/s` -> bytes/s)."""
+    low: float
+    high: float
+    integer: bool
+    log: bool = False
+    step: float | None = None
+
+    @property
+    def ends(self) -> tuple:
+        return (self.low, self.high)
+
+    def size(self) -> float:
+        """Distinct values: finite for integers and stepped floats, infinite otherwise."""
+        if self.integer:
+            return (self.high - self.low) // (self.step or 1) + 1
+        return round((self.high - self.low) / self.step) + 1 if self.step else math.inf
 
 
 @dataclass(frozen=True)
 class Knob:
     name: str  # `tp`, or a dotted spec path such as `hardware.gpu.hbm.bandwidth`
-    values: tuple
+    values: tuple  # the listed values; empty for a range
+    range: Range | None = None
 
     @property
     def column(self) -> str:
         """Column name in the results table (dots become underscores, so SQL needs no quoting)."""
         return self.name.replace(".", "_")
+
+    @property
+    def probe_values(self) -> tuple:
+        """Values that stand for the knob when validating specs and typing its column: the
+        list, or the range's two ends."""
+        return self.range.ends if self.range else self.values
 
 
 @dataclass(frozen=True)
@@ -73,8 +109,16 @@ class Space:
         return tuple(k.column for k in self.knobs)
 
     def choices(self) -> dict:
-        """Knob name -> candidate values, for a sampler that picks one value per knob."""
+        """Knob name -> listed values (empty for a range)."""
         return {k.name: k.values for k in self.knobs}
+
+    @property
+    def ranges(self) -> tuple:
+        return tuple(k for k in self.knobs if k.range)
+
+    def size(self) -> float:
+        """Combinations in the space (infinite with a continuous range)."""
+        return math.prod(k.range.size() if k.range else len(k.values) for k in self.knobs)
 
     def grid(self):
         """Every combination, as {knob name: value}, in a fixed order."""
@@ -112,7 +156,7 @@ class Space:
 def _variants(knobs: tuple, prefix: str) -> list:
     chosen = [k for k in knobs if k.name.startswith(prefix)]
     return [tuple((k.name.split(".", 1)[1], v) for k, v in zip(chosen, combo))
-            for combo in itertools.product(*(k.values for k in chosen))]
+            for combo in itertools.product(*(k.probe_values for k in chosen))]
 
 
 def parse_space(data, source: str, mode: str, gpus: int, variants: tuple = ()) -> Space:
@@ -124,27 +168,30 @@ def parse_space(data, source: str, mode: str, gpus: int, variants: tuple = ()) -
     for name, raw in data.items():
         name = str(name)
         field = f"space.{name}"
-        if name in PARALLEL_KNOBS:
-            given[name] = _parallel_values(name, raw, source, field)
-        elif name.startswith(SPEC_KNOB_PREFIXES) and name not in SPEC_KNOB_PREFIXES:
-            given[name] = _spec_values(raw, source, field)
-        else:
+        is_spec = name.startswith(SPEC_KNOB_PREFIXES) and name not in SPEC_KNOB_PREFIXES
+        if name not in PARALLEL_KNOBS and not is_spec:
             allowed = ", ".join(PARALLEL_KNOBS)
             raise SpecError(source, field, raw, f"unknown knob (allowed: {allowed}, or model.<path> / hardware.<path>)")
-    knobs = [Knob(name, given.get(name, (default,))) for name, (default, _) in PARALLEL_KNOBS.items()]
-    knobs += [Knob(name, values) for name, values in given.items() if name not in PARALLEL_KNOBS]
+        if isinstance(raw, dict):
+            given[name] = Knob(name, (), _range(name, raw, source, field))
+        elif name in PARALLEL_KNOBS:
+            given[name] = Knob(name, _parallel_values(name, raw, source, field))
+        else:
+            given[name] = Knob(name, _spec_values(raw, source, field))
+    knobs = [given.get(name, Knob(name, (default,))) for name, (default, _) in PARALLEL_KNOBS.items()]
+    knobs += [knob for name, knob in given.items() if name not in PARALLEL_KNOBS]
     for variant in variants:
         for kind, overrides in (("model", variant.model_overrides), ("hardware", variant.hardware_overrides)):
             for path, value in overrides:
                 if f"{kind}.{path}" in given:
-                        raise SpecError(source, f"variants.{variant.name}.{kind}.{path}", value,
+                    raise SpecError(source, f"variants.{variant.name}.{kind}.{path}", value,
                                     f"space.{kind}.{path} sweeps this path already; set it in one place")
     if variants:
         knobs.append(Knob(VARIANT_KNOB, tuple(v.name for v in variants)))
     columns = [k.column for k in knobs]
     for knob in knobs:
         if columns.count(knob.column) > 1:
-            raise SpecError(source, f"space.{knob.name}", list(knob.values), f"column name {knob.column} is taken by another knob")
+            raise SpecError(source, f"space.{knob.name}", list(knob.probe_values), f"column name {knob.column} is taken by another knob")
     return Space(tuple(knobs), gpus, mode, tuple(variants))
 
 
@@ -203,3 +250,52 @@ def _spec_values(raw, source: str, field: str) -> tuple:
     if len(kinds) > 1 and kinds != {int, float}:
         raise SpecError(source, field, raw, "expected values of one kind (all numbers or all strings with units)")
     return tuple(values)
+
+
+def _range(name: str, raw: dict, source: str, field: str) -> Range:
+    """`{low, high, log, step}`: integers for parallelism knobs, numbers or quantities with
+    units for spec knobs (drawn in the quantity's base unit)."""
+    for key in raw:
+        if key not in RANGE_KEYS:
+            raise SpecError(source, f"{field}.{key}", raw[key], f"unknown range field (allowed: {', '.join(RANGE_KEYS)})")
+    for key in ("low", "high"):
+        if key not in raw or raw[key] is None:
+            raise SpecError(source, f"{field}.{key}", "<missing>", "a range needs low and high")
+    log = raw.get("log", False)
+    if not isinstance(log, bool):
+        raise SpecError(source, f"{field}.log", log, "expected true or false")
+    if name in PARALLEL_KNOBS:
+        if name not in RANGE_PARALLEL_KNOBS:
+            raise SpecError(source, field, raw, f"{name} takes a list, not a range (ranges: {', '.join(RANGE_PARALLEL_KNOBS)})")
+        bounds = [raw[k] for k in ("low", "high")] + ([raw["step"]] if "step" in raw else [])
+        if any(isinstance(v, bool) or not isinstance(v, int) for v in bounds):
+            raise SpecError(source, field, raw, f"expected integer low, high (and step) for {name}")
+        low, high, step, integer = raw["low"], raw["high"], raw.get("step"), True
+        if low < RANGE_PARALLEL_KNOBS[name]:
+            raise SpecError(source, f"{field}.low", low, f"expected at least {RANGE_PARALLEL_KNOBS[name]}")
+    else:
+        parse = _quantity_parser(raw["low"], raw["high"], source, field)
+        low, high = parse(raw["low"]), parse(raw["high"])
+        step = parse(raw["step"], source, f"{field}.step") if "step" in raw else None
+        integer = all(isinstance(raw[k], int) and not isinstance(raw[k], bool) for k in raw if k != "log")
+    if not low < high:
+        raise SpecError(source, field, raw, "expected low < high")
+    if log and (low <= 0 or step is not None):
+        raise SpecError(source, field, raw, "a log range needs low > 0 and no step")
+    if step is not None:
+        steps = (high - low) / step if step > 0 else 0.5
+        if step <= 0 or abs(steps - round(steps)) > 1e-9 * max(1.0, steps):
+            raise SpecError(source, f"{field}.step", raw["step"], "expected a positive step that divides high - low")
+    return Range(low, high, integer, log, step)
+
+
+def _quantity_parser(low, high, source: str, field: str):
+    """The first quantity both bounds parse as (plain numbers parse as any)."""
+    for parse in QUANTITY_PARSERS:
+        try:
+            parse(low), parse(high)
+        except SpecError:
+            continue
+        return parse
+    raise SpecError(source, field, {"low": low, "high": high},
+                    "expected numbers, or quantities of one kind such as 1 TB/s, 40 MB, 5 us, 1.4 GHz")

@@ -6,14 +6,18 @@ value and what is allowed, before anything is written."""
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from core import BACKENDS, InferWorkload, SpecError, TrainWorkload, load_hardware, load_model
 from core.textfile import parse_mapping, read_text
 
 from .space import Space, Variant, parse_space
 
+if TYPE_CHECKING:
+    from .search_spec import SearchSpec
+
 STUDY_KEYS = ("name", "description", "model", "hardware", "overrides", "gpus", "workload", "space",
-              "backend", "output", "seed", "variants", "baseline")
+              "backend", "output", "seed", "variants", "baseline", "search")
 REQUIRED_KEYS = ("name", "model", "hardware", "gpus", "workload", "space")
 WORKLOAD_KEYS = {"train": ("global_batch", "seq"), "infer": ("batch", "prompt", "decode")}
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -37,6 +41,7 @@ class Study:
     output: Path
     seed: int
     baseline: str = ""  # the variant speedups are measured against ("" without variants)
+    search: "SearchSpec | None" = None  # sample the space with Optuna instead of walking the grid
 
     @property
     def mode(self) -> str:
@@ -86,10 +91,18 @@ def load_study(path) -> Study:
     workload = _workload(data["workload"], source)
     variants, baseline = _variants(data, source)
     space = parse_space(data["space"], source, workload.mode, gpus, variants)
+    search = None
+    if data.get("search") is not None:
+        from .search_spec import parse_search  # here, not on top: it needs sweep.worker, which needs this module
+        search = parse_search(data["search"], source, Path(output), seed)
+    elif space.ranges:
+        knob = space.ranges[0]
+        raise SpecError(source, f"space.{knob.name}", data["space"][knob.name],
+                        "a range needs a search: block (a grid enumerates lists only)")
     study = Study(name=name, path=source, text=text, model=data["model"], hardware=data["hardware"],
                   model_overrides=model_overrides, hardware_overrides=hardware_overrides, gpus=gpus,
                   workload=workload, space=space, backend=backend, output=Path(output), seed=seed,
-                  baseline=baseline)
+                  baseline=baseline, search=search)
     _check_specs(study)
     return study
 

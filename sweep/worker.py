@@ -4,7 +4,7 @@ Batches amortise the per-task cost of Ray or a process pool and let core's memo 
 work across neighbouring points; returning columns (not row dicts) keeps the driver cheap."""
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
@@ -41,6 +41,15 @@ def unit_columns(knobs: tuple) -> tuple:
     return tuple(twins)
 
 
+@dataclass(frozen=True)
+class SpecBatch:
+    """Points shipped with the spec variants they index into: a search meets new model and
+    hardware variants as it samples, so they travel with the batch, not the context."""
+    points: tuple
+    models: tuple
+    hardware: tuple
+
+
 def knob_type(values: tuple) -> pa.DataType:
     """Arrow type for a knob column, from its candidate values (so every part agrees)."""
     kinds = {type(v) for v in values}
@@ -55,6 +64,9 @@ def knob_type(values: tuple) -> pa.DataType:
 
 def evaluate_batch(context: WorkContext, points: list) -> pa.Table:
     """One row per point: id, constants, knobs, feasibility, metrics, memory, breakdown, eval time."""
+    if isinstance(points, SpecBatch):
+        context = replace(context, models=points.models, hardware=points.hardware)
+        points = points.points
     n = len(points)
     columns = {"point_id": [p.point_id for p in points]}
     for name, value in context.constants:

@@ -1,10 +1,8 @@
-"""Enumeration, legality and point ids; the same space driven by Optuna ask/tell."""
+"""Enumeration, legality and point ids (the same space driven by Optuna: test_sweep_search.py)."""
 import subprocess
 import sys
 
-import optuna
-
-from sweep.plan import Planner, plan_study, suggest
+from sweep.plan import Planner, plan_study
 from sweep.study import load_study
 
 
@@ -42,24 +40,6 @@ def test_point_id_changes_with_anything_that_changes_the_prediction(write_study)
     longer = {p.values: p.point_id for p in plan_study(load_study(write_study(
         workload={"mode": "train", "global_batch": 64, "seq": 8192}))).points}
     assert not set(first.values()) & set(longer.values())
-
-
-def test_optuna_drives_the_same_space_with_ask_and_tell(write_study):
-    study = load_study(write_study())
-    planner = Planner(study)
-    legal = {p.point_id for p in plan_study(study).points}
-    search = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=study.seed))
-    asked = 0
-    for _ in range(20):
-        trial = search.ask()
-        point = suggest(trial, planner)
-        if isinstance(point, str):
-            search.tell(trial, state=optuna.trial.TrialState.PRUNED)
-            continue
-        assert point.point_id in legal
-        asked += 1
-        search.tell(trial, float(point.parallelism[1]))
-    assert asked > 0
 
 
 def test_placement_is_a_knob(write_study):

@@ -13,7 +13,7 @@ def test_local_pool_replaces_a_killed_worker_and_finishes_every_batch(write_stud
     plan = plan_study(study)
     points = list(plan.points)
     batches = [points[i:i + 8] for i in range(0, len(points), 8)]
-    executor = LocalExecutor(work_context(study, plan), workers=2)
+    executor = LocalExecutor(work_context(study, plan.models, plan.hardware), workers=2)
     seen, killed = [], []
 
     def on_table(table, batch):

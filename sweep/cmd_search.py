@@ -1,0 +1,37 @@
+"""The end-of-run summary of `rapid sweep` on a study with a `search:` block."""
+import math
+
+from .query import knob_columns, render, summary_columns, wide_console
+from .search import TRIAL_COLUMN, best_rows, run_search
+from .store import read_results
+
+
+def run(study, args) -> int:
+    spec = study.search
+    executor = "local" if args.local else "ray"
+    report = run_search(study, executor=executor, address=args.address, workers=args.workers, fresh=args.fresh,
+                        progress=not args.quiet, wait=args.wait)
+    console = wide_console()
+    size = study.space.size()
+    console.print(f"[bold]{study.name}[/]: {spec.sampler} search, {report.trials} of {spec.trials} trials "
+                  f"({report.before} before this run, {report.resumed} resumed from a stopped run) over "
+                  f"{'a continuous space' if math.isinf(size) else f'{size:,.0f} combinations'}")
+    rate = f" in {report.seconds:.1f} s" if report.seconds else ""
+    console.print(f"evaluated {report.evaluated} points{rate}; {report.from_table} trials answered from the table; "
+                  f"{report.illegal} illegal and {report.infeasible} memory-infeasible trials told to Optuna as infeasible")
+    console.print(f"optuna: study {study.name!r} in {spec.storage}  (optuna.load_study(study_name=..., storage=...))")
+    table = read_results(study.output)
+    best = best_rows(study, table)
+    columns = [TRIAL_COLUMN] + summary_columns(best, knob_columns(study.output))
+    objectives = ", ".join(f"{d} {c}" for c, d in spec.objectives)
+    title = (f"Pareto front ({best.num_rows} trials; {objectives})" if len(spec.objectives) > 1
+             else f"best {min(args.top, best.num_rows)} trials ({objectives})")
+    shown = best if len(spec.objectives) > 1 else best.slice(0, args.top)
+    render(shown.select([c for c in columns if c in shown.column_names]), "table", title=title, console=console)
+    if report.refine:
+        refined = report.refine
+        console.print(f"refinement with {refined.backend}: {refined.rows} best trials by {spec.objectives[0][0]} "
+                      f"({refined.evaluated} evaluated now); Kendall tau between the rankings = {refined.kendall_tau:.3f}")
+        moves = ", ".join(f"#{n}: {a}->{b}" for n, a, b in refined.ranks if a != b)
+        console.print(f"  rank changes (trial: {study.backend} -> {refined.backend}): {moves or 'none'}")
+    return 0
