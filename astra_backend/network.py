@@ -106,6 +106,17 @@ class Network:
         return ReplayResult(out["time_s"], out["rank_finish_s"], out["node_start_s"], out["node_end_s"],
                             out["flows"], LinkStats.from_dict(out["links"]))
 
+    def prepare(self, trace, chunks=1, hierarchical=True):
+        """`trace` matched into its operation graph once, to be re-run under other faults and
+        compute durations without rebuilding it (see PreparedReplay)."""
+        if not isinstance(trace, Trace):
+            raise TraceSpecError(f"trace: {type(trace).__name__} must be an astra_backend.Trace")
+        arrays = trace.arrays(self.num_npus)
+        chunks = _check_chunks(chunks, TraceSpecError)
+        native = _call(_netsim.PreparedReplay, TraceSpecError, self._dims, self._faults, arrays, chunks,
+                       bool(hierarchical))
+        return PreparedReplay(self, native, arrays["kind"].size)
+
     @staticmethod
     def _size(size_bytes):
         ok = isinstance(size_bytes, (int, float, np.integer, np.floating)) and not isinstance(size_bytes, bool)
@@ -128,3 +139,28 @@ class Network:
             raise CollectiveSpecError(f"group: {group!r} lists an NPU twice")
         return np.array(ids, dtype=np.int32)
 
+
+
+class PreparedReplay:
+    """One trace on one network's dimensions, matched once. `run` re-simulates it with
+    other link faults (the network's own faults are replaced, not added to) and, when
+    given, other compute durations (one per trace node; non-compute entries are ignored)."""
+
+    def __init__(self, network, native, num_nodes):
+        self.network = network
+        self.num_nodes = num_nodes
+        self._native = native
+        links = network.links()
+        self._links = {"src": links.src, "dst": links.dst}
+
+    def run(self, soft_faults=(), hard_faults=(), duration_s=None):
+        """(makespan seconds, bytes each directed link carried, in `Network.links()` order).
+        Raises NoRouteError when hard faults leave a flow's endpoints disconnected."""
+        faults = fault_arrays(_as_tuple(soft_faults, "soft_faults"), _as_tuple(hard_faults, "hard_faults"),
+                              self._links, self.network.num_nodes)
+        if duration_s is not None:
+            duration_s = np.ascontiguousarray(duration_s, dtype=np.float64)
+            if duration_s.shape != (self.num_nodes,) or not np.all(np.isfinite(duration_s)) or np.any(duration_s < 0):
+                raise TraceSpecError(f"duration_s: expected {self.num_nodes} finite non-negative seconds")
+        time_s, link_bytes = _call(self._native.run, TraceSpecError, faults, duration_s)
+        return float(time_s), link_bytes

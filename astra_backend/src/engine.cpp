@@ -15,6 +15,8 @@ int Dag::join(const std::vector<int>& preds) {
 }
 
 void Dag::finalize() {
+  if (finalized_) return;
+  finalized_ = true;
   succ_offsets_.assign(ops_.size() + 1, 0);
   for (int32_t f : edge_from_) ++succ_offsets_[f + 1];
   for (size_t i = 0; i < ops_.size(); ++i) succ_offsets_[i + 1] += succ_offsets_[i];

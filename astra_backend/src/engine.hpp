@@ -41,7 +41,7 @@ class Dag {
   // A single op that completes after every op in preds (a join when needed).
   int join(const std::vector<int>& preds);
   int size() const { return static_cast<int>(ops_.size()); }
-  void finalize();
+  void finalize();  // once; later calls keep the successor lists
 
   std::vector<Op> ops_;
   std::vector<int32_t> pending_;  // unfinished predecessors of each op
@@ -56,6 +56,7 @@ class Dag {
   }
   std::vector<int32_t> edge_from_;
   std::vector<int32_t> edge_to_;
+  bool finalized_ = false;
 };
 
 struct LinkStats {

@@ -91,9 +91,9 @@ void match_collectives(Dag& dag, const Network& net, const Trace& t, const std::
 
 }  // namespace
 
-ReplayOutput replay(Network& net, const Trace& t) {
-  Dag dag;
-  std::vector<int> gate(t.num_nodes), end(t.num_nodes, -1);
+void build_replay_dag(const Network& net, const Trace& t, Dag& dag, std::vector<int>& gate, std::vector<int>& end) {
+  gate.assign(t.num_nodes, 0);
+  end.assign(t.num_nodes, -1);
   for (int64_t i = 0; i < t.num_nodes; ++i) gate[i] = dag.add_nop();
   for (int64_t i = 0; i < t.num_nodes; ++i)
     if (t.kind[i] == kNodeCompute) {
@@ -104,6 +104,12 @@ ReplayOutput replay(Network& net, const Trace& t) {
   match_collectives(dag, net, t, gate, end);
   for (int64_t i = 0; i < t.num_nodes; ++i)
     for (int64_t k = t.dep_offsets[i]; k < t.dep_offsets[i + 1]; ++k) dag.add_dep(end[t.deps[k]], gate[i]);
+}
+
+ReplayOutput replay(Network& net, const Trace& t) {
+  Dag dag;
+  std::vector<int> gate, end;
+  build_replay_dag(net, t, dag, gate, end);
 
   ReplayOutput out;
   out.sim = simulate(net, dag, true);
@@ -120,6 +126,27 @@ ReplayOutput replay(Network& net, const Trace& t) {
     out.rank_finish_s[t.rank[i]] = std::max(out.rank_finish_s[t.rank[i]], out.node_end_s[i]);
   }
   std::vector<double>().swap(out.sim.op_end_s);
+  return out;
+}
+
+PreparedReplay::PreparedReplay(const Network& net, const Trace& t) : num_nodes_(t.num_nodes) {
+  std::vector<int> gate, end;
+  build_replay_dag(net, t, dag_, gate, end);
+  dag_.finalize();
+  for (int64_t i = 0; i < t.num_nodes; ++i)
+    if (t.kind[i] == kNodeCompute) {
+      compute_nodes_.push_back(i);
+      compute_ops_.push_back(end[i]);
+    }
+}
+
+SimOutput PreparedReplay::run(Network& net, const double* duration_s) const {
+  Dag dag = dag_;
+  if (duration_s != nullptr)
+    for (size_t k = 0; k < compute_nodes_.size(); ++k) dag.ops_[compute_ops_[k]].amount = duration_s[compute_nodes_[k]];
+  SimOutput out = simulate(net, dag, false);
+  if (out.completed_ops != dag.size())
+    throw std::invalid_argument("trace deadlocks: some node never finishes");
   return out;
 }
 

@@ -47,4 +47,21 @@ struct ReplayOutput {
 // collectives or a deadlocked graph.
 ReplayOutput replay(Network& net, const Trace& trace);
 
+// A trace matched into its operation graph once, then simulated many times on
+// networks that differ only in link faults, with the compute durations
+// changed per run (Monte Carlo fault and straggler sampling).
+class PreparedReplay {
+ public:
+  PreparedReplay(const Network& net, const Trace& trace);
+  // duration_s: one entry per trace node (only compute nodes are read), or null.
+  SimOutput run(Network& net, const double* duration_s) const;
+  int64_t num_nodes() const { return num_nodes_; }
+
+ private:
+  Dag dag_;
+  int64_t num_nodes_;
+  std::vector<int64_t> compute_nodes_;
+  std::vector<int> compute_ops_;
+};
+
 }  // namespace netsim
