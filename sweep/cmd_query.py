@@ -1,4 +1,5 @@
 """`rapid query RESULTS`: filter, sort and print a study's table, or run SQL over it."""
+from .faults import faults_summary
 from .query import FORMATS, knob_columns, query, render, results_folder, summary_columns
 from .store import read_results
 
@@ -15,11 +16,18 @@ def add_arguments(parser) -> None:
                         help="columns to show (default: knobs that vary and headline metrics for tables, all for csv/json)")
     parser.add_argument("--sql", metavar="SELECT", help="SQL over the table, which is called results")
     parser.add_argument("--format", choices=FORMATS, default="table")
+    parser.add_argument("--faults-summary", action="store_true",
+                        help="per point of a faults study: slowdown p50/p95/max and the links whose faults hurt most")
 
 
 def run(args) -> int:
     folder = results_folder(args.results)
     table = read_results(folder)
+    if args.faults_summary:
+        summary = faults_summary(table, knob_columns(folder))
+        result = summary.slice(0, args.top) if args.top is not None else summary
+        render(result, args.format, title=f"{folder}: slowdown under faults per point, most fragile first")
+        return 0
     columns = args.columns
     if columns is None and args.format == "table" and not args.sql:
         columns = summary_columns(table, knob_columns(folder))

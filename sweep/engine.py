@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 
+from .faults import KEY_COLUMNS, fault_blocks, memory_fits
 from .plan import Plan, locality_key, plan_study
 from .runner import make_executor, run_batches
 from .space import AUTO
@@ -42,13 +43,19 @@ def run_study(study: Study, executor: str = "ray", address: str | None = None, w
     """Plan the study (raises SpecError before touching the disk), then evaluate what is missing."""
     plan = plan_study(study)
     store = ResultStore(study.output, study_metadata(study), fresh=fresh)
-    done = store.done_ids()
-    todo = sorted((p for p in plan.points if p.point_id not in done), key=locality_key)
-    report = SweepReport(plan, skipped=len(plan.points) - len(todo))
+    context = work_context(study, plan)
+    if study.faults is None:
+        done = store.done_ids()
+        todo = sorted((p for p in plan.points if p.point_id not in done), key=locality_key)
+        report = SweepReport(plan, skipped=len(plan.points) - len(todo))
+    else:
+        todo = fault_blocks(sorted(plan.points, key=locality_key), study.faults, store.done_keys(KEY_COLUMNS),
+                            memory_fits(context))
+        report = SweepReport(plan)
     if not todo:
         store.harmonise()
         return report
-    runner = make_executor(executor, work_context(study, plan), address, workers)
+    runner = make_executor(executor, context, address, workers)
     size = batch_points or max(1, min(MAX_BATCH_POINTS, math.ceil(len(todo) / (runner.workers * 8))))
     batches = [todo[i:i + size] for i in range(0, len(todo), size)]
     parts = _PartBuffer(store, part_rows, part_seconds)
@@ -80,7 +87,8 @@ def work_context(study: Study, plan: Plan) -> WorkContext:
     auto_types = {"dp": pa.int64(), "sp": pa.bool_()}
     fields = tuple(pa.field(k.column, auto_types[k.name] if k.values == (AUTO,) else knob_type(k.values))
                    for k in study.space.knobs)
-    return WorkContext(plan.models, plan.hardware, study.workload, study.gpus, study.backend, constants, fields)
+    return WorkContext(plan.models, plan.hardware, study.workload, study.gpus, study.backend, constants, fields,
+                       study.faults)
 
 
 def study_metadata(study: Study) -> dict:

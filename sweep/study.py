@@ -4,7 +4,7 @@
 loaded once) so that a bad study fails with one line naming the file, the field, the
 value and what is allowed, before anything is written."""
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -14,7 +14,7 @@ from core import BACKENDS, InferWorkload, SpecError, TrainWorkload, load_hardwar
 from .space import Space, parse_space
 
 STUDY_KEYS = ("name", "description", "model", "hardware", "overrides", "gpus", "workload", "space",
-              "backend", "output", "seed")
+              "backend", "output", "seed", "faults")
 REQUIRED_KEYS = ("name", "model", "hardware", "gpus", "workload", "space")
 WORKLOAD_KEYS = {"train": ("global_batch", "seq"), "infer": ("batch", "prompt", "decode")}
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -37,6 +37,7 @@ class Study:
     backend: str
     output: Path
     seed: int
+    faults: object = None  # sweep.faults.FaultSpec when the study samples link faults and stragglers
 
     @property
     def mode(self) -> str:
@@ -97,7 +98,23 @@ def load_study(path) -> Study:
                   model_overrides=model_overrides, hardware_overrides=hardware_overrides, gpus=gpus,
                   workload=workload, space=space, backend=backend, output=Path(output), seed=seed)
     _check_specs(study)
+    if data.get("faults") is not None:
+        study = replace(study, faults=_faults(data["faults"], study))
     return study
+
+
+def _faults(data, study: Study):
+    """The faults block, checked against the study's backend, mode and network."""
+    from .faults import parse_faults
+
+    hw = study.hardware_spec()
+    if study.backend.startswith("astra"):
+        from core.network import astra_network
+        nodes = astra_network(hw, study.gpus).num_nodes
+    else:
+        nodes = study.gpus
+    names = tuple(dim.name for dim in hw.dims_for(study.gpus))
+    return parse_faults(data, study.path, study.backend, study.mode, names, nodes)
 
 
 def _spec_ref(ref: str, study_path: str) -> str:

@@ -25,6 +25,7 @@ class WorkContext:
     backend: str
     constants: tuple  # ((column, value), ...) the same on every row
     knob_fields: tuple  # of pa.Field, one per knob, in `Space.knobs` order
+    faults: object = None  # a sweep.faults.FaultSpec: batches are then FaultBlocks, one row per sample
 
 
 def knob_type(values: tuple) -> pa.DataType:
@@ -40,7 +41,11 @@ def knob_type(values: tuple) -> pa.DataType:
 
 
 def evaluate_batch(context: WorkContext, points: list) -> pa.Table:
-    """One row per point: id, constants, knobs, feasibility, metrics, memory, breakdown, eval time."""
+    """One row per point: id, constants, knobs, feasibility, metrics, memory, breakdown, eval time
+    (or, in a faults study, one row per (point, sample) of each block: see sweep.faults)."""
+    if context.faults is not None:
+        from .faults import evaluate_blocks
+        return evaluate_blocks(context, points)
     n = len(points)
     columns = {"point_id": [p.point_id for p in points]}
     for name, value in context.constants:
