@@ -48,10 +48,12 @@ def run_study(study: Study, executor: str = "ray", address: str | None = None, w
         done = store.done_ids()
         todo = sorted((p for p in plan.points if p.point_id not in done), key=locality_key)
         report = SweepReport(plan, skipped=len(plan.points) - len(todo))
+        rows = len(todo)
     else:
         todo = fault_blocks(sorted(plan.points, key=locality_key), study.faults, store.done_keys(KEY_COLUMNS),
                             memory_fits(context))
         report = SweepReport(plan)
+        rows = sum(block.stop - block.start for block in todo)
     if not todo:
         store.harmonise()
         return report
@@ -61,7 +63,7 @@ def run_study(study: Study, executor: str = "ray", address: str | None = None, w
     parts = _PartBuffer(store, part_rows, part_seconds)
     start = time.perf_counter()
     try:
-        with _progress(progress, len(todo)) as bar:
+        with _progress(progress, rows) as bar:
             def on_table(table: pa.Table, batch) -> None:
                 feasible = sum(table.column("feasible").to_pylist())
                 report.evaluated += table.num_rows

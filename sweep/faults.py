@@ -16,6 +16,8 @@ import pyarrow as pa
 
 from core import SpecError, estimate_memory
 
+from .store import conform, unified_schema
+
 FACTOR_FLOOR = 1e-3  # sampled factors are clipped to [FACTOR_FLOOR, 1]; 0 comes only from `hard`
 FAULT_KEYS = ("samples", "seed", "links", "count", "factor", "hard", "stragglers")
 STRAGGLER_KEYS = ("count", "factor")
@@ -273,7 +275,8 @@ def evaluate_blocks(context, blocks: list) -> pa.Table:
                 columns[name].append(value)
             seconds.append(time.perf_counter() - start)
         tables.append(_sample_rows(row, columns, seconds))
-    return pa.concat_tables(tables)
+    schema = unified_schema([t.schema for t in tables])
+    return pa.concat_tables([conform(t, schema) for t in tables])
 
 
 def _sample_rows(row: pa.Table, columns: dict, seconds: list) -> pa.Table:
