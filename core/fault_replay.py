@@ -7,12 +7,12 @@ re-simulates just the programs whose links or ranks it touches."""
 from dataclasses import dataclass
 
 import numpy as np
-from astra_backend import HardFault, SoftFault
+from astra_backend import NODE_KINDS, HardFault, SoftFault, Trace
 
 from .astra_exec import (OPTIMIZER, STAGE_BWD, STAGE_FWD, flattened_work, hierarchical_work, layer_trace,
                          pipeline_trace, train_replay)
 from .errors import SpecError
-from .replay import COMPUTE, CommClasses
+from .replay import COMPUTE, RECV, SEND, CommClasses
 from .specs import TrainWorkload
 
 
@@ -43,6 +43,12 @@ class _Program:
 
     def run(self, soft, hard, duration_s=None) -> float:
         return self.prepared.run(self.base_faults[0] + soft, self.base_faults[1] + hard, duration_s)[0]
+
+    def answer(self, soft, hard, touched: set, speed: np.ndarray, slow: set) -> float:
+        """The time under these faults: the baseline's when they touch none of its links or ranks."""
+        if slow & self.ranks:
+            return self.run(soft, hard, self.straggling(speed))
+        return self.run(soft, hard) if touched & self.loaded else self.time_s
 
     def straggling(self, speed: np.ndarray):
         """Compute durations with each rank's compute slowed to `speed[rank]` of nominal."""
@@ -79,8 +85,13 @@ class FaultReplay:
             work_ = flattened_work(step, CommClasses())
         trace, node_rank, label = pipeline_trace(step.ctx, work_, step.micro, step.message_bytes, CommClasses())
         self.pipeline = _Program(network, trace, node_rank, base, pairs)
-        self.label = label
-        self.node_stage = step.ctx.groups.coords["pp"][node_rank]
+        stage = step.ctx.groups.coords["pp"][node_rank]
+        # pipeline compute nodes rebuilt per sample: (nodes, their stage, their rank) per kind
+        self.passes = {code: (nodes, stage[nodes], node_rank[nodes])
+                       for code in (STAGE_FWD, STAGE_BWD, OPTIMIZER) for nodes in [np.flatnonzero(label == code)]}
+        self.edges = np.array(step.edges, np.float64).reshape(-1, 2)
+        self.slices = _independent_slices(network, trace, node_rank, base, pairs, self.pipeline.time_s)
+        self.classes = _alike(self.slices, (label, stage, self.pipeline.duration_s)) if not any(base) else None
         self.loaded = frozenset().union(self.pipeline.loaded, *(p.loaded for pair in self.layers for p in pair))
         self.baseline_s = self.pipeline.time_s
 
@@ -102,26 +113,121 @@ class FaultReplay:
             return self.pipeline.run(soft, hard, self.pipeline.straggling(speed) if slow else None)
         changed = {}
         for stage, programs in enumerate(self.layers):
-            if touched & programs[0].loaded or touched & programs[1].loaded or slow & programs[0].ranks:
-                changed[stage] = tuple(p.run(soft, hard, p.straggling(speed) if slow & p.ranks else None)
-                                       for p in programs)
+            times = tuple(p.answer(soft, hard, touched, speed, slow) for p in programs)
+            if times != (programs[0].time_s, programs[1].time_s):
+                changed[stage] = times
         if not changed and not slow and not touched & self.pipeline.loaded:
             return self.pipeline.time_s
+        if not changed and not slow and not hard and self.slices:
+            return max(piece.answer(soft, hard, touched, speed, slow) for piece in self.slices)
+        if not slow and not hard and self.classes:
+            return self._by_class(soft, touched, self._pipeline_durations(changed, speed))
         return self.pipeline.run(soft, hard, self._pipeline_durations(changed, speed))
+
+    def _by_class(self, soft, touched: set, duration_s: np.ndarray) -> float:
+        """The slowest slice when stage passes changed: the slices a fault touches run on their
+        own, the rest once per class of alike slices."""
+        times = []
+        for members in self.classes:
+            alike = [piece for piece in members if not touched & piece.loaded]
+            for piece in [p for p in members if touched & p.loaded] + alike[:1]:
+                times.append(piece.run(soft, (), duration_s[piece.nodes]))
+        return max(times)
 
     def _pipeline_durations(self, changed: dict, speed: np.ndarray) -> np.ndarray:
         """Stage passes from the (re-)replayed layer times, edge compute and the optimizer step
         slowed on straggling ranks."""
-        fwd, bwd = self._pass_times(changed)
-        step, stage, rank = self.step, self.node_stage, self.pipeline.node_rank
-        edge_f = np.array([e[0] for e in step.edges])[stage] / speed[rank]
-        edge_b = np.array([e[1] for e in step.edges])[stage] / speed[rank]
-        layer_f = step.layers * np.array([p["time_s"] for p in fwd])[stage]
-        layer_b = step.layers * np.array([p["time_s"] for p in bwd])[stage]
+        times = np.array([changed.get(s, (f.time_s, b.time_s)) for s, (f, b) in enumerate(self.layers)])
         out = self.pipeline.duration_s.copy()
-        label = self.label
-        out[label == STAGE_FWD] = (layer_f + edge_f)[label == STAGE_FWD]
-        out[label == STAGE_BWD] = ((layer_b + edge_b) / step.pieces)[label == STAGE_BWD]
-        optimizer = label == OPTIMIZER
-        out[optimizer] = out[optimizer] / speed[rank[optimizer]]
+        for column, code, divide in ((0, STAGE_FWD, 1), (1, STAGE_BWD, self.step.pieces)):
+            nodes, stage, rank = self.passes[code]
+            out[nodes] = (self.step.layers * times[stage, column] + self.edges[stage, column] / speed[rank]) / divide
+        nodes, _, rank = self.passes[OPTIMIZER]
+        out[nodes] /= speed[rank]
         return out
+
+
+def _independent_slices(network, trace, node_rank, base_faults, pairs, full_s: float) -> list:
+    """The pipeline split into groups of ranks that never exchange data (no send/recv, no
+    collective between them) and whose baseline routes share no link, as separate programs;
+    [] when it does not split, or when the slowest slice does not give the full replay's time.
+    Under soft faults routes stay put, so the step is the slowest slice's time, and a fault
+    re-runs only the slices that load its link."""
+    kind, peer = np.asarray(trace.kind), np.asarray(trace.peer)
+    p2p = np.flatnonzero((kind == SEND) | (kind == RECV))
+    joined = set(zip(node_rank[p2p].tolist(), peer[p2p].tolist()))
+    offsets, members = np.asarray(trace.group_offsets), np.asarray(trace.group_npus).tolist()
+    for g in np.unique(np.asarray(trace.group)[kind >= NODE_KINDS["all_reduce"]]).tolist():
+        group = members[offsets[g]:offsets[g + 1]]
+        joined.update((group[0], other) for other in group[1:])
+    ranks = np.unique(node_rank)
+    slice_of = _components(ranks, joined)
+    pieces = _slice_programs(network, trace, node_rank, slice_of, base_faults, pairs)
+    owner = {}  # link pair -> a slice loading it; slices loading one link are merged
+    sharing = set()
+    for r, piece in pieces.items():
+        for pair in piece.loaded:
+            sharing.add((owner.setdefault(pair, r), r))
+    merged = _components(np.array(sorted(pieces)), sharing)
+    if any(merged[r] != r for r in pieces):
+        pieces = _slice_programs(network, trace, node_rank, merged[slice_of], base_faults, pairs)
+    if len(pieces) < 2 or max(piece.time_s for piece in pieces.values()) != full_s:
+        return []
+    return list(pieces.values())
+
+
+def _slice_programs(network, trace, node_rank, slice_of, base_faults, pairs) -> dict:
+    """{slice label: its program}, each program knowing which pipeline nodes it holds."""
+    pieces = {}
+    for r in np.unique(slice_of[node_rank]).tolist():
+        keep = slice_of[node_rank] == r
+        pieces[r] = _Program(network, *_sub_trace(trace, node_rank, keep), base_faults, pairs)
+        pieces[r].nodes = np.flatnonzero(keep)
+    return pieces
+
+
+def _alike(slices: list, node_columns: tuple) -> list:
+    """Slices grouped into classes that simulate alike: equal graphs with equal routes (see
+    PreparedReplay.shape) and, node for node, equal columns (pass kind, stage, base duration),
+    so equal per-stage pass times give them equal finish times."""
+    classes = {}
+    for piece in slices:
+        key = piece.prepared.shape().tobytes() + b"".join(np.ascontiguousarray(c[piece.nodes]).tobytes()
+                                                          for c in node_columns)
+        classes.setdefault(key, []).append(piece)
+    return list(classes.values())
+
+
+def _components(items: np.ndarray, joined) -> np.ndarray:
+    """Lookup array: item -> the smallest item it is (transitively) joined with."""
+    label = np.arange(int(items.max()) + 1)
+
+    def root(i):
+        while label[i] != i:
+            label[i] = label[label[i]]
+            i = label[i]
+        return i
+
+    for a, b in joined:
+        ra, rb = root(a), root(b)
+        label[max(ra, rb)] = min(ra, rb)
+    for i in items.tolist():
+        label[i] = root(i)
+    return label
+
+
+def _sub_trace(trace, node_rank, keep: np.ndarray) -> tuple:
+    """(trace of the nodes in `keep`, their ranks); their dependencies stay among themselves."""
+    nodes = np.flatnonzero(keep)
+    index = np.full(keep.size, -1, np.int64)
+    index[nodes] = np.arange(nodes.size)
+    offsets = np.asarray(trace.dep_offsets)
+    counts = offsets[nodes + 1] - offsets[nodes]
+    starts = np.repeat(offsets[nodes] - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
+    deps = index[np.asarray(trace.deps)[starts + np.arange(counts.sum())]]
+    pick = lambda a: np.asarray(a)[nodes]
+    sub = Trace(rank=pick(trace.rank), kind=pick(trace.kind), duration_s=pick(trace.duration_s),
+                bytes_=pick(trace.bytes_), group=pick(trace.group), peer=pick(trace.peer), tag=pick(trace.tag),
+                algorithm=pick(trace.algorithm), dep_offsets=np.concatenate(([0], np.cumsum(counts))),
+                deps=deps.astype(np.int32), group_offsets=trace.group_offsets, group_npus=trace.group_npus)
+    return sub, node_rank[nodes]

@@ -37,14 +37,16 @@ class Distribution:
     kind: str
     params: tuple
 
-    def draw(self, rng: np.random.Generator, size: int) -> np.ndarray:
+    def draw(self, rng: np.random.Generator, size: int) -> list:
+        if not size:
+            return []
         if self.kind == "normal":
             values = rng.normal(self.params[0], self.params[1], size)
         elif self.kind == "uniform":
             values = rng.uniform(self.params[0], self.params[1], size)
         else:
             values = np.asarray(self.params)[rng.integers(0, len(self.params), size)]
-        return np.clip(values, FACTOR_FLOOR, 1.0)
+        return [min(1.0, max(FACTOR_FLOOR, v)) for v in values.tolist()]
 
 
 @dataclass(frozen=True)
@@ -179,15 +181,16 @@ def sample_faults(spec: FaultSpec, point_id: str, index: int, candidates: tuple,
     if index == 0:
         return Sample((), (), (), ())
     point_key = int.from_bytes(hashlib.sha256(point_id.encode()).digest()[:8], "little")
-    rng = np.random.default_rng(np.random.SeedSequence([spec.seed, point_key, index]))
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([spec.seed, point_key, index])))
     count = min(spec.count.draw(rng), len(candidates))
-    chosen = np.sort(rng.choice(len(candidates), count, replace=False))
+    chosen = sorted(rng.choice(len(candidates), count, replace=False).tolist()) if count else []
     factors = spec.factor.draw(rng, count)
-    factors[rng.random(count) < spec.hard] = 0.0
+    failed = rng.random(count) < spec.hard
+    factors = [0.0 if down else f for f, down in zip(factors, failed.tolist())]
     stragglers = min(spec.straggler_count.draw(rng), gpus)
-    ranks = np.sort(rng.choice(gpus, stragglers, replace=False))
-    return Sample(tuple(candidates[i] for i in chosen), tuple(factors.tolist()), tuple(ranks.tolist()),
-                  tuple(spec.straggler_factor.draw(rng, stragglers).tolist()))
+    ranks = sorted(rng.choice(gpus, stragglers, replace=False).tolist()) if stragglers else []
+    return Sample(tuple(candidates[i] for i in chosen), tuple(factors), tuple(ranks),
+                  tuple(spec.straggler_factor.draw(rng, stragglers)))
 
 
 def fault_blocks(points, spec: FaultSpec, done: set, fits) -> list:

@@ -206,6 +206,18 @@ class Prepared {
     return nb::make_tuple(out.makespan_s, to_numpy(std::move(out.links.bytes)));
   }
 
+  // See PreparedReplay::shape; on the network without faults.
+  nb::ndarray<nb::numpy, double, nb::ndim<1>> shape() {
+    std::vector<double> out;
+    {
+      nb::gil_scoped_release release;
+      NetSpec spec;
+      spec.dims = dims_;
+      out = replay_->shape(*spec.build());
+    }
+    return to_numpy(std::move(out));
+  }
+
  private:
   NetSpec make_spec_faults(const nb::dict& faults) const {
     auto ints = [&](const char* k) { return to_vector(nb::cast<Array<int32_t>>(faults[k])); };
@@ -235,5 +247,6 @@ NB_MODULE(_netsim, m) {
   m.def("replay", &run_replay, "Replays a per-rank dependency graph.");
   nb::class_<Prepared>(m, "PreparedReplay")
       .def(nb::init<const nb::dict&, const nb::dict&, const nb::dict&, int, bool>())
-      .def("run", &Prepared::run, nb::arg("faults"), nb::arg("duration_s").none());
+      .def("run", &Prepared::run, nb::arg("faults"), nb::arg("duration_s").none())
+      .def("shape", &Prepared::shape);
 }

@@ -56,6 +56,10 @@ class PreparedReplay {
   // duration_s: one entry per trace node (only compute nodes are read), or null.
   SimOutput run(Network& net, const double* duration_s) const;
   int64_t num_nodes() const { return num_nodes_; }
+  // The graph with flows' endpoints replaced by their routes on `net`, links numbered in
+  // order of first use, each with its bandwidth and latency: two prepared replays with
+  // equal shapes, given equal compute durations, simulate alike step for step.
+  std::vector<double> shape(Network& net) const;
 
  private:
   Dag dag_;
