@@ -50,9 +50,9 @@ def run_study(study: Study, executor: str = "ray", address: str | None = None, w
         report = SweepReport(plan, skipped=len(plan.points) - len(todo))
         rows = len(todo)
     else:
-        todo = fault_blocks(sorted(plan.points, key=locality_key), study.faults, store.done_keys(KEY_COLUMNS),
-                            memory_fits(context))
-        report = SweepReport(plan)
+        done = store.done_keys(KEY_COLUMNS)
+        todo = fault_blocks(sorted(plan.points, key=locality_key), study.faults, done, memory_fits(context))
+        report = SweepReport(plan, skipped=len(done))  # rows: one per (point, sample)
         rows = sum(block.stop - block.start for block in todo)
     if not todo:
         store.harmonise()

@@ -1,5 +1,11 @@
 """Monte Carlo link-fault and straggler studies: the replay reused per sample, the rows
 a faults study writes, its determinism and resume, and its validation."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import numpy as np
 import pyarrow.compute as pc
 import pytest
@@ -11,7 +17,8 @@ from core.fault_replay import FaultReplay
 from core.network import astra_dims
 from sweep.cli import main
 from sweep.engine import run_study
-from sweep.store import read_results
+from sweep.faults import fault_aggregates, faults_summary
+from sweep.store import part_files, read_results
 from sweep.study import load_study
 
 PAIR = [{"name": "pair", "topology": "ring", "size": 2, "link_bandwidth": "50 GB/s", "latency": "1 us"}]
@@ -142,3 +149,40 @@ def test_a_faults_study_on_ray_matches_the_in_process_table(tmp_path):
     run_study(local, executor="inprocess", progress=False)
     run_study(remote, executor="ray", workers=2, progress=False)
     assert rows(remote.output).equals(rows(local.output))
+
+
+def test_sigkill_midway_then_rerun_gives_the_uninterrupted_fault_table(tmp_path):
+    space = {"tp": [1, 2], "pp": [2, 4]}
+    killed = load_study(fault_study(tmp_path, "killed", space=space, faults={"samples": 200}))
+    reference = load_study(fault_study(tmp_path, "reference", space=space, faults={"samples": 200}))
+    command = [sys.executable, "-m", "sweep.cli", "sweep", killed.path, "--local", "--workers", "1",
+               "--batch-points", "1", "--part-rows", "10", "--quiet"]
+    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while len(part_files(killed.output)) < 3 and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.01)
+    assert process.poll() is None, "the sweep finished before it could be killed"
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    partial = read_results(killed.output).num_rows
+    assert 0 < partial < 4 * 201
+    rerun = subprocess.run(command, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr
+    run_study(reference, executor="inprocess", progress=False)
+    assert rows(killed.output).equals(rows(reference.output))
+
+
+def test_the_faults_summary_ranks_points_by_their_tail(tmp_path, capsys):
+    study = load_study(fault_study(tmp_path, space={"tp": [1, 2], "pp": [2]}, faults={"samples": 6}))
+    run_study(study, executor="inprocess", progress=False)
+    table = read_results(study.output)
+    aggregates = fault_aggregates(table)
+    assert sorted(aggregates) == sorted(set(table.column("point_id").to_pylist()))
+    for stats in aggregates.values():
+        assert 1.0 <= stats["slowdown_p50"] <= stats["slowdown_p95"] <= stats["slowdown_max"]
+    summary = faults_summary(table, ["tp"])
+    assert summary.column("slowdown_p95").to_pylist() == sorted((s["slowdown_p95"] for s in aggregates.values()),
+                                                               reverse=True)
+    assert main(["query", str(study.output), "--faults-summary"]) == 0
+    assert "slowdown_p95" in capsys.readouterr().out
