@@ -110,7 +110,9 @@ class FaultReplay:
             speed[rank] = factor
         slow = set(straggler_factors)
         if not self.hierarchical:
-            return self.pipeline.run(soft, hard, self.pipeline.straggling(speed) if slow else None)
+            if slow or hard or not self.slices:
+                return self.pipeline.run(soft, hard, self.pipeline.straggling(speed) if slow else None)
+            return max(piece.answer(soft, hard, touched, speed, slow) for piece in self.slices)
         changed = {}
         for stage, programs in enumerate(self.layers):
             times = tuple(p.answer(soft, hard, touched, speed, slow) for p in programs)

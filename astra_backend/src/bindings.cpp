@@ -48,6 +48,17 @@ struct NetSpec {
   }
 };
 
+void read_faults(NetSpec& spec, const nb::dict& faults) {
+  auto ints = [&](const char* k) { return to_vector(nb::cast<Array<int32_t>>(faults[k])); };
+  auto reals = [&](const char* k) { return to_vector(nb::cast<Array<double>>(faults[k])); };
+  spec.soft_a = ints("soft_a");
+  spec.soft_b = ints("soft_b");
+  spec.soft_factor = reals("soft_factor");
+  spec.soft_extra_latency_s = reals("soft_extra_latency_s");
+  spec.hard_a = ints("hard_a");
+  spec.hard_b = ints("hard_b");
+}
+
 NetSpec make_spec(const nb::dict& dims, const nb::dict& faults) {
   auto ints = [](const nb::dict& d, const char* k) { return to_vector(nb::cast<Array<int32_t>>(d[k])); };
   auto reals = [](const nb::dict& d, const char* k) { return to_vector(nb::cast<Array<double>>(d[k])); };
@@ -58,12 +69,7 @@ NetSpec make_spec(const nb::dict& dims, const nb::dict& faults) {
   for (size_t d = 0; d < topology.size(); ++d)
     spec.dims.push_back(DimSpec{topology[d], size[d], bw[d], lat[d], shape_x[d], shape_y[d], per_leaf[d], spines[d],
                                 over[d]});
-  spec.soft_a = ints(faults, "soft_a");
-  spec.soft_b = ints(faults, "soft_b");
-  spec.soft_factor = reals(faults, "soft_factor");
-  spec.soft_extra_latency_s = reals(faults, "soft_extra_latency_s");
-  spec.hard_a = ints(faults, "hard_a");
-  spec.hard_b = ints(faults, "hard_b");
+  read_faults(spec, faults);
   return spec;
 }
 
@@ -181,8 +187,9 @@ nb::dict run_replay(const nb::dict& dims, const nb::dict& faults, const nb::dict
 class Prepared {
  public:
   Prepared(const nb::dict& dims, const nb::dict& faults, const nb::dict& arrays, int chunks, bool hierarchical)
-      : dims_(make_spec(dims, faults).dims) {
+ {
     const NetSpec spec = make_spec(dims, faults);
+    dims_ = spec.dims;
     const Trace t = trace_view(arrays, chunks, hierarchical);
     nb::gil_scoped_release release;
     replay_ = std::make_unique<PreparedReplay>(*spec.build(), t);
@@ -191,7 +198,9 @@ class Prepared {
   // (makespan seconds, bytes per link) under `faults`, with compute durations `duration_s`
   // (one per trace node) when given.
   nb::tuple run(const nb::dict& faults, std::optional<Array<double>> duration_s) {
-    NetSpec spec = make_spec_faults(faults);
+    NetSpec spec;
+    spec.dims = dims_;
+    read_faults(spec, faults);
     const double* durations = nullptr;
     if (duration_s) {
       if (static_cast<int64_t>(duration_s->shape(0)) != replay_->num_nodes())
@@ -219,20 +228,6 @@ class Prepared {
   }
 
  private:
-  NetSpec make_spec_faults(const nb::dict& faults) const {
-    auto ints = [&](const char* k) { return to_vector(nb::cast<Array<int32_t>>(faults[k])); };
-    auto reals = [&](const char* k) { return to_vector(nb::cast<Array<double>>(faults[k])); };
-    NetSpec spec;
-    spec.dims = dims_;
-    spec.soft_a = ints("soft_a");
-    spec.soft_b = ints("soft_b");
-    spec.soft_factor = reals("soft_factor");
-    spec.soft_extra_latency_s = reals("soft_extra_latency_s");
-    spec.hard_a = ints("hard_a");
-    spec.hard_b = ints("hard_b");
-    return spec;
-  }
-
   std::vector<DimSpec> dims_;
   std::unique_ptr<PreparedReplay> replay_;
 };
