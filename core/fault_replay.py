@@ -28,6 +28,11 @@ class Link:
         return f"{self.a}-{self.b}"
 
 
+def undirected(stats) -> list:
+    """(a, b) with a < b for each directed link of a LinkStats, in its order."""
+    return [(min(a, b), max(a, b)) for a, b in zip(stats.src.tolist(), stats.dst.tolist())]
+
+
 class _Program:
     """One prepared replay, its fault-free time, the link pairs it loads and its compute nodes."""
 
@@ -71,7 +76,7 @@ class FaultReplay:
         network = step.ctx.network
         stats = network.links()
         dims = step.ctx.dims
-        pairs = [(min(a, b), max(a, b)) for a, b in zip(stats.src.tolist(), stats.dst.tolist())]
+        pairs = undirected(stats)
         names = {pair: dims[d].name for pair, d in zip(pairs, stats.dim.tolist())}
         self.links = tuple(Link(a, b, names[(a, b)]) for a, b in sorted(names))
         base = (network.soft_faults, network.hard_faults)

@@ -108,13 +108,13 @@ def _faults(data, study: Study):
     from .faults import parse_faults
 
     hw = study.hardware_spec()
+    links = set()
     if study.backend.startswith("astra"):
+        from core.fault_replay import undirected
         from core.network import astra_network
-        nodes = astra_network(hw, study.gpus).num_nodes
-    else:
-        nodes = study.gpus
+        links = set(undirected(astra_network(hw, study.gpus).links()))
     names = tuple(dim.name for dim in hw.dims_for(study.gpus))
-    return parse_faults(data, study.path, study.backend, study.mode, names, nodes)
+    return parse_faults(data, study.path, study.backend, study.mode, names, links)
 
 
 def _spec_ref(ref: str, study_path: str) -> str:

@@ -120,6 +120,7 @@ def test_same_seed_same_table_and_more_samples_extend_it(tmp_path):
     ({"links": "some"}, "faults.links"),
     ({"links": ["nvlink"]}, "faults.links"),
     ({"links": [[0, 99]]}, "faults.links"),
+    ({"links": [[0, 3]]}, "faults.links"),
     ({"count": -1}, "faults.count"),
     ({"count": {"poisson": -2}}, "faults.count.poisson"),
     ({"factor": {"normal": {"mean": 0.5}}}, "faults.factor.normal"),
