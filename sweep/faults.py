@@ -314,9 +314,11 @@ def _candidates(spec: FaultSpec, replay) -> tuple:
     return tuple(by_pair[pair] for pair in spec.links)
 
 
-def fault_aggregates(table: pa.Table) -> dict:
+def fault_aggregates(rows) -> dict:
     """Per point_id over its fault samples (fault_sample >= 1 that could be simulated):
-    {"slowdown_p50", "slowdown_p95", "slowdown_max", "step_time_p95_s"}; search objectives use these."""
+    {"slowdown_p50", "slowdown_p95", "slowdown_max", "step_time_p95_s"}; search objectives use
+    these. `rows`: a fault table (pyarrow) or row dicts with those columns."""
+    table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(list(rows))
     frame = table.select(["point_id", "fault_sample", "slowdown", "step_time_s"]).to_pandas()
     frame = frame[(frame.fault_sample >= 1) & frame.slowdown.notna()]
     out = {}

@@ -182,6 +182,7 @@ def test_the_faults_summary_ranks_points_by_their_tail(tmp_path, capsys):
     assert sorted(aggregates) == sorted(set(table.column("point_id").to_pylist()))
     for stats in aggregates.values():
         assert 1.0 <= stats["slowdown_p50"] <= stats["slowdown_p95"] <= stats["slowdown_max"]
+    assert fault_aggregates(table.to_pylist()) == aggregates
     summary = faults_summary(table, ["tp"])
     assert summary.column("slowdown_p95").to_pylist() == sorted((s["slowdown_p95"] for s in aggregates.values()),
                                                                reverse=True)
