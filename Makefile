@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 SOURCES := pyproject.toml CMakeLists.txt $(shell find astra_backend -name '*.cpp' -o -name '*.hpp' -o -name 'CMakeLists.txt' 2>/dev/null)
 
-.PHONY: run test validate bench bench-sweep validate-network bench-network clean
+.PHONY: run test validate bench bench-sweep bench-faults validate-network bench-network clean
 
 $(STAMP): $(SOURCES)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -33,6 +33,9 @@ bench-network: $(STAMP)
 
 bench-sweep: $(STAMP)
 	$(BIN)/python scripts/bench_sweep.py
+
+bench-faults: $(STAMP)
+	$(BIN)/python scripts/bench_faults.py
 
 clean:
 	rm -rf $(VENV) build
