@@ -197,18 +197,16 @@ def sample_faults(spec: FaultSpec, point_id: str, index: int, candidates: tuple,
 
 def fault_blocks(points, spec: FaultSpec, done: set, fits) -> list:
     """Blocks of samples still missing from the table (`done` holds (point_id, fault_sample)
-    keys); a point `fits(point)` says is memory-infeasible gets its baseline row only."""
+    keys), each run of missing samples cut into near-equal blocks of at most BLOCK_SAMPLES;
+    a point `fits(point)` says is memory-infeasible gets its baseline row only."""
     blocks = []
     for point in points:
-        last, i = (spec.samples + 1 if fits(point) else 1), 0
-        while i < last:
-            if (point.point_id, i) in done:
-                i += 1
-                continue
-            start = i
-            while i < last and i - start < BLOCK_SAMPLES and (point.point_id, i) not in done:
-                i += 1
-            blocks.append(FaultBlock(point, start, i))
+        last = spec.samples + 1 if fits(point) else 1
+        missing = [i for i in range(last) if (point.point_id, i) not in done]
+        runs = np.split(np.array(missing, np.int64), np.flatnonzero(np.diff(missing) > 1) + 1) if missing else []
+        for run in runs:
+            for piece in np.array_split(run, math.ceil(run.size / BLOCK_SAMPLES)):
+                blocks.append(FaultBlock(point, int(piece[0]), int(piece[-1]) + 1))
     return blocks
 
 

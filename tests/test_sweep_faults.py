@@ -17,7 +17,7 @@ from core.fault_replay import FaultReplay
 from core.network import astra_dims
 from sweep.cli import main
 from sweep.engine import run_study
-from sweep.faults import fault_aggregates, faults_summary
+from sweep.faults import fault_aggregates, fault_blocks, faults_summary
 from sweep.store import part_files, read_results
 from sweep.study import load_study
 
@@ -188,3 +188,13 @@ def test_the_faults_summary_ranks_points_by_their_tail(tmp_path, capsys):
                                                                reverse=True)
     assert main(["query", str(study.output), "--faults-summary"]) == 0
     assert "slowdown_p95" in capsys.readouterr().out
+
+
+def test_work_is_the_missing_samples_in_near_equal_blocks(tmp_path):
+    spec = load_study(fault_study(tmp_path, faults={"samples": 100})).faults
+    point = type("Point", (), {"point_id": "p"})()
+    spans = lambda done, fits=True: [(b.start, b.stop) for b in fault_blocks([point], spec, done, lambda _: fits)]
+    assert spans(set()) == [(0, 34), (34, 68), (68, 101)]
+    assert spans({("p", i) for i in range(30)} | {("p", 60)}) == [(30, 60), (61, 101)]
+    assert spans(set(), fits=False) == [(0, 1)]  # a point that does not fit: its baseline row only
+    assert spans({("p", i) for i in range(101)}) == []
