@@ -77,4 +77,8 @@ struct SimOutput {
 // faults disconnect a flow's endpoints.
 SimOutput simulate(Network& net, Dag& dag, bool record_op_times);
 
+// Runs a finalized DAG without changing it: `ops` stands in for its ops (same size, e.g.
+// with other delays) and `pending` is a scratch copy of its pending counts, used up.
+SimOutput simulate(Network& net, const Dag& dag, const std::vector<Op>& ops, std::vector<int32_t>& pending);
+
 }  // namespace netsim

@@ -175,11 +175,14 @@ std::vector<double> PreparedReplay::shape(Network& net) const {
 }
 
 SimOutput PreparedReplay::run(Network& net, const double* duration_s) const {
-  Dag dag = dag_;
-  if (duration_s != nullptr)
-    for (size_t k = 0; k < compute_nodes_.size(); ++k) dag.ops_[compute_ops_[k]].amount = duration_s[compute_nodes_[k]];
-  SimOutput out = simulate(net, dag, false);
-  if (out.completed_ops != dag.size())
+  std::vector<int32_t> pending = dag_.pending_;
+  std::vector<Op> changed;
+  if (duration_s != nullptr) {
+    changed = dag_.ops_;
+    for (size_t k = 0; k < compute_nodes_.size(); ++k) changed[compute_ops_[k]].amount = duration_s[compute_nodes_[k]];
+  }
+  SimOutput out = simulate(net, dag_, duration_s != nullptr ? changed : dag_.ops_, pending);
+  if (out.completed_ops != dag_.size())
     throw std::invalid_argument("trace deadlocks: some node never finishes");
   return out;
 }
