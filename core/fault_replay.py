@@ -7,13 +7,17 @@ re-simulates just the programs whose links or ranks it touches."""
 from dataclasses import dataclass
 
 import numpy as np
-from astra_backend import NODE_KINDS, HardFault, SoftFault, Trace
+from astra_backend import NODE_KINDS, HardFault, NoRouteError, SoftFault, Trace
 
 from .astra_exec import (OPTIMIZER, STAGE_BWD, STAGE_FWD, flattened_work, hierarchical_work, layer_trace,
                          pipeline_trace, train_replay)
 from .errors import SpecError
 from .replay import COMPUTE, RECV, SEND, CommClasses
 from .specs import TrainWorkload
+
+
+class Unroutable(Exception):
+    """Failed links leave two GPUs that must exchange data with no path between them."""
 
 
 @dataclass(frozen=True)
@@ -63,8 +67,8 @@ class _Program:
 class FaultReplay:
     """Build once with a training configuration on an astra backend; then `run` answers a
     sample: `link_factors` {(a, b): bandwidth factor, 0 = failed} and `straggler_factors`
-    {rank: compute speed as a fraction of nominal}. Raises astra_backend.NoRouteError when
-    failed links disconnect two GPUs that must talk."""
+    {rank: compute speed as a fraction of nominal}. Raises Unroutable when failed links
+    disconnect two GPUs that must talk."""
 
     def __init__(self, model, hw, par, work, gpus: int, backend: str):
         if not isinstance(work, TrainWorkload):
@@ -107,6 +111,12 @@ class FaultReplay:
 
     def run(self, link_factors: dict, straggler_factors: dict) -> float:
         """Step seconds under these faults and stragglers."""
+        try:
+            return self._run(link_factors, straggler_factors)
+        except NoRouteError as err:
+            raise Unroutable(str(err)) from None
+
+    def _run(self, link_factors: dict, straggler_factors: dict) -> float:
         soft = tuple(SoftFault(a, b, f) for (a, b), f in link_factors.items() if f > 0)
         hard = tuple(HardFault(a, b) for (a, b), f in link_factors.items() if f == 0)
         touched = set(link_factors)

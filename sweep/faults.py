@@ -14,9 +14,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pyarrow as pa
 
-from core import SpecError, estimate_memory
+from core import Parallelism, SpecError, estimate_memory
 
+from .plan import PARALLELISM_FIELDS
 from .store import conform, unified_schema
+from .worker import evaluate_batch
 
 FACTOR_FLOOR = 1e-3  # sampled factors are clipped to [FACTOR_FLOOR, 1]; 0 comes only from `hard`
 FAULT_KEYS = ("samples", "seed", "links", "count", "factor", "hard", "stragglers")
@@ -212,9 +214,6 @@ def fault_blocks(points, spec: FaultSpec, done: set, fits) -> list:
 
 def memory_fits(context):
     """`fits(point)` for `fault_blocks`, from core's memory estimate (cheap, no timing)."""
-    from core import Parallelism
-    from .plan import PARALLELISM_FIELDS
-
     def fits(point) -> bool:
         par = Parallelism(**dict(zip(PARALLELISM_FIELDS, point.parallelism)))
         return estimate_memory(context.models[point.model_index], context.hardware[point.hardware_index], par,
@@ -228,13 +227,8 @@ _REPLAYS_KEPT = 4
 
 def _point_state(context, point):
     """The point's grid row and its prepared replay, built once per worker and reused."""
-    from .worker import evaluate_batch
-
     if point.point_id not in _REPLAYS:
-        from core import Parallelism
-        from core.fault_replay import FaultReplay
-
-        from .plan import PARALLELISM_FIELDS
+        from core.fault_replay import FaultReplay  # loads the compiled simulator
 
         row = evaluate_batch(replace(context, faults=None), [point])
         replay = None
@@ -250,7 +244,7 @@ def _point_state(context, point):
 
 def evaluate_blocks(context, blocks: list) -> pa.Table:
     """One row per (point, sample) of every block: the point's grid columns, then the sample's."""
-    from astra_backend import NoRouteError
+    from core.fault_replay import Unroutable
 
     tables = []
     for block in blocks:
@@ -267,7 +261,7 @@ def evaluate_blocks(context, blocks: list) -> pa.Table:
                 replayed = bool(sample.ranks) or any(pair in replay.loaded for pair in pairs)
                 try:
                     step = replay.run(pairs, dict(zip(sample.ranks, sample.rank_factors))) if replayed else replay.baseline_s
-                except NoRouteError as err:
+                except Unroutable as err:
                     reason = f"no route: {err}"
             for name, value in (("fault_sample", index), ("fault_links", [link.name for link in sample.links]),
                                 ("fault_dims", [link.dim for link in sample.links]),

@@ -12,8 +12,7 @@ import pytest
 import yaml
 
 import core
-from astra_backend import NoRouteError
-from core.fault_replay import FaultReplay
+from core.fault_replay import FaultReplay, Unroutable
 from core.network import astra_dims
 from sweep.cli import main
 from sweep.engine import run_study
@@ -69,7 +68,7 @@ def test_a_fault_on_the_link_a_pipeline_transfer_crosses_costs_the_closed_form()
     factor = 0.3
     expected = (replay.baseline_s + 2 * transfer_s * (1 / factor - 1)) / replay.baseline_s
     assert replay.run({(0, 1): factor}, {}) / replay.baseline_s == pytest.approx(expected, rel=1e-9)
-    with pytest.raises(NoRouteError):
+    with pytest.raises(Unroutable):
         replay.run({(0, 1): 0.0}, {})
 
 
