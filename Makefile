@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 SOURCES := pyproject.toml CMakeLists.txt $(shell find astra_backend -name '*.cpp' -o -name '*.hpp' -o -name 'CMakeLists.txt' 2>/dev/null)
 
-.PHONY: run test validate bench bench-sweep validate-network bench-network report-check bench-report clean
+.PHONY: run test validate bench bench-sweep bench-faults validate-network bench-network report-check bench-report clean
 
 $(STAMP): $(SOURCES)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -42,6 +42,9 @@ report-check: $(STAMP)
 
 bench-report: $(STAMP)
 	$(BIN)/python scripts/bench_report.py
+
+bench-faults: $(STAMP)
+	$(BIN)/python scripts/bench_faults.py
 
 clean:
 	rm -rf $(VENV) build

@@ -6,7 +6,7 @@ import numpy as np
 from . import _netsim
 from .errors import CollectiveSpecError, NetworkSpecError, NoRouteError, TraceSpecError
 from .results import CollectiveResult, LinkStats, ReplayResult
-from .spec import dims_arrays, fault_arrays
+from .spec import dims_arrays, fault_arrays, link_pairs
 from .trace import ALGORITHMS, Trace
 
 COLLECTIVES = {"all_reduce": 0, "reduce_scatter": 1, "all_gather": 2, "all_to_all": 3, "broadcast": 4}
@@ -43,13 +43,14 @@ class Network:
     def __init__(self, dims, soft_faults=(), hard_faults=()):
         self.dims = tuple(dims) if not isinstance(dims, (str, bytes)) and hasattr(dims, "__iter__") else dims
         self._dims = dims_arrays(self.dims)
-        empty = fault_arrays((), (), {"src": np.zeros(0), "dst": np.zeros(0)}, 1)
+        empty = fault_arrays((), (), set(), 1)
         base = _netsim.describe(self._dims, empty)
         self.num_npus = int(base["num_npus"])
         self.num_nodes = int(base["num_nodes"])
         self.soft_faults = _as_tuple(soft_faults, "soft_faults")
         self.hard_faults = _as_tuple(hard_faults, "hard_faults")
-        self._faults = fault_arrays(self.soft_faults, self.hard_faults, base, self.num_nodes)
+        self._pairs = link_pairs(base)
+        self._faults = fault_arrays(self.soft_faults, self.hard_faults, self._pairs, self.num_nodes)
 
     def with_faults(self, soft_faults=(), hard_faults=()):
         """The same dimensions with these faults instead (for Monte Carlo fault sampling)."""
@@ -106,6 +107,17 @@ class Network:
         return ReplayResult(out["time_s"], out["rank_finish_s"], out["node_start_s"], out["node_end_s"],
                             out["flows"], LinkStats.from_dict(out["links"]))
 
+    def prepare(self, trace, chunks=1, hierarchical=True):
+        """`trace` matched into its operation graph once, to be re-run under other faults and
+        compute durations without rebuilding it (see PreparedReplay)."""
+        if not isinstance(trace, Trace):
+            raise TraceSpecError(f"trace: {type(trace).__name__} must be an astra_backend.Trace")
+        arrays = trace.arrays(self.num_npus)
+        chunks = _check_chunks(chunks, TraceSpecError)
+        native = _call(_netsim.PreparedReplay, TraceSpecError, self._dims, self._faults, arrays, chunks,
+                       bool(hierarchical))
+        return PreparedReplay(self, native, arrays["kind"].size)
+
     @staticmethod
     def _size(size_bytes):
         ok = isinstance(size_bytes, (int, float, np.integer, np.floating)) and not isinstance(size_bytes, bool)
@@ -128,3 +140,32 @@ class Network:
             raise CollectiveSpecError(f"group: {group!r} lists an NPU twice")
         return np.array(ids, dtype=np.int32)
 
+
+
+class PreparedReplay:
+    """One trace on one network's dimensions, matched once. `run` re-simulates it with
+    other link faults (the network's own faults are replaced, not added to) and, when
+    given, other compute durations (one per trace node; non-compute entries are ignored)."""
+
+    def __init__(self, network, native, num_nodes):
+        self.network = network
+        self.num_nodes = num_nodes
+        self._native = native
+
+    def run(self, soft_faults=(), hard_faults=(), duration_s=None):
+        """(makespan seconds, bytes each directed link carried, in `Network.links()` order).
+        Raises NoRouteError when hard faults leave a flow's endpoints disconnected."""
+        faults = fault_arrays(_as_tuple(soft_faults, "soft_faults"), _as_tuple(hard_faults, "hard_faults"),
+                              self.network._pairs, self.network.num_nodes)
+        if duration_s is not None:
+            duration_s = np.ascontiguousarray(duration_s, dtype=np.float64)
+            if duration_s.shape != (self.num_nodes,) or not np.all(np.isfinite(duration_s)) or np.any(duration_s < 0):
+                raise TraceSpecError(f"duration_s: expected {self.num_nodes} finite non-negative seconds")
+        time_s, link_bytes = _call(self._native.run, TraceSpecError, faults, duration_s)
+        return float(time_s), link_bytes
+
+    def shape(self):
+        """The matched graph as numbers, flows as their routes (links numbered in order of first
+        use, with bandwidth and latency) on the fault-free network: two prepared replays with
+        equal shapes, given equal compute durations and no faults on their links, finish alike."""
+        return self._native.shape()

@@ -151,9 +151,14 @@ def dims_arrays(dims):
     return {k: np.array([r[k] for r in records], dtype=np.int32 if k in ints else np.float64) for k in records[0]}
 
 
-def fault_arrays(soft, hard, links, num_nodes):
-    """Validated faults -> dict of numpy arrays; every fault must name an existing link."""
-    existing = set(zip(links["src"].tolist(), links["dst"].tolist()))
+def link_pairs(links) -> set:
+    """(src, dst) of every directed link in a describe()/LinkStats-like mapping."""
+    return set(zip(links["src"].tolist(), links["dst"].tolist()))
+
+
+def fault_arrays(soft, hard, existing, num_nodes):
+    """Validated faults -> dict of numpy arrays; every fault must name a link in `existing`
+    (a set of (src, dst) pairs, see link_pairs)."""
 
     def endpoints(fault, field):
         a = _int(fault.a, f"{field}.a", 0, num_nodes - 1)

@@ -104,18 +104,20 @@ def _check(a, num_npus):
                              f"and end at len(group_npus) = {members.size}")
     _fail_at("group_npus", (members < 0) | (members >= num_npus), members, f"NPU ids are 0..{num_npus - 1}")
     num_groups = goffs.size - 1
-    for g in range(num_groups):
-        ids = members[goffs[g]:goffs[g + 1]]
-        if np.unique(ids).size != ids.size:
-            raise TraceSpecError(f"group_npus: group {g} lists an NPU twice: {ids.tolist()}")
+    # (group, NPU) pairs as one integer key each: duplicates and membership tested at once
+    keys = np.repeat(np.arange(num_groups, dtype=np.int64), np.diff(goffs)) * num_npus + members
+    ordered = np.sort(keys)
+    repeated = ordered[1:][ordered[1:] == ordered[:-1]]
+    if repeated.size:
+        g = int(repeated.min() // num_npus)
+        raise TraceSpecError(f"group_npus: group {g} lists an NPU twice: {members[goffs[g]:goffs[g + 1]].tolist()}")
     coll = kind >= ALL_REDUCE
     if not np.any(coll):
         return
     group, algo = a["group"], a["algorithm"]
     _fail_at("group", coll & ((group < 0) | (group >= num_groups)), group, f"groups are 0..{num_groups - 1}")
     _fail_at("algorithm", coll & ((algo < 0) | (algo >= len(ALGORITHMS))), algo, f"algorithms are {ALGORITHMS}")
-    # (group, NPU) pairs as one integer key each, to test membership of every node at once
-    member_keys = np.repeat(np.arange(num_groups, dtype=np.int64), np.diff(goffs)) * num_npus + members
+    member_keys = keys
     in_group = lambda npus: np.isin(group.astype(np.int64) * num_npus + npus, member_keys)
     for name, npus, mask, what in (("rank", rank, coll, "NPU"), ("peer", peer, kind == BROADCAST, "broadcast root")):
         bad = np.flatnonzero(mask & ~in_group(npus))

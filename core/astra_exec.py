@@ -127,11 +127,17 @@ def _layer_ops(ctx: Context, shape: LayerShape) -> tuple:
     return forward, backward
 
 
-def _replay_layer(ctx: Context, ops_list) -> dict:
-    """One layer pass on every rank of the first stage: {"time_s", "compute_s", dims...}."""
+def layer_trace(ctx: Context, ops_list, stage: int = 0) -> tuple:
+    """(trace, node ranks, node labels, classes) of one layer pass on every rank of `stage`."""
     classes = CommClasses()
     block = ops_block(ops_list, ctx.algorithm, classes)
-    trace, node_rank, label, _ = assemble(ctx.groups, [(_stage_ranks(ctx, 0), block)])
+    trace, node_rank, label, _ = assemble(ctx.groups, [(_stage_ranks(ctx, stage), block)])
+    return trace, node_rank, label, classes
+
+
+def _replay_layer(ctx: Context, ops_list) -> dict:
+    """One layer pass on every rank of the first stage: {"time_s", "compute_s", dims...}."""
+    trace, node_rank, label, classes = layer_trace(ctx, ops_list)
     result = ctx.network.replay(trace)
     parts, _ = _attribute(ctx, classes, result, node_rank, label)
     parts.pop("bubble_s")
@@ -162,6 +168,15 @@ class StageWork:
 def _pipeline(ctx: Context, work: StageWork, micro: int, message_bytes: float, classes: CommClasses, emit=None):
     """Replays the pipeline: every stage's schedule with transfers between stages and the
     data-parallel gradient synchronisation overlapping the last backward pass."""
+    trace, node_rank, label = pipeline_trace(ctx, work, micro, message_bytes, classes)
+    if emit is not None:
+        emit(trace, ctx)
+    result = ctx.network.replay(trace)
+    return _attribute(ctx, classes, result, node_rank, label, work.split), float(result.time_s)
+
+
+def pipeline_trace(ctx: Context, work: StageWork, micro: int, message_bytes: float, classes: CommClasses) -> tuple:
+    """(trace, node ranks, node labels) of the whole pipeline schedule."""
     par = ctx.par
     stride = ctx.groups.strides["pp"]
     p2p_label = classes.label("pp", "send_recv", message_bytes)
@@ -199,10 +214,7 @@ def _pipeline(ctx: Context, work: StageWork, micro: int, message_bytes: float, c
                 program.p2p(SEND, (target - stage) * stride, message_bytes, tag, done, p2p_label)
         programs.append((_stage_ranks(ctx, stage), program.block()))
     trace, node_rank, label, _ = assemble(ctx.groups, programs)
-    if emit is not None:
-        emit(trace, ctx)
-    result = ctx.network.replay(trace)
-    return _attribute(ctx, classes, result, node_rank, label, work.split), float(result.time_s)
+    return trace, node_rank, label
 
 
 def _comm_block(ctx, axis, collective, bytes_, classes):
@@ -225,40 +237,62 @@ def _gradient_buckets(ctx, pieces: int) -> list:
     return [[params * GRAD_BYTES / pieces] * pieces for params in stage_params(ctx.model, ctx.par)]
 
 
-def train_step_astra(model, hw, par, work, gpus, backend: str, emit=None):
-    """(step seconds, breakdown, model FLOPs, busiest links) from a replay; `emit`,
-    if given, is called with the replayed Trace and its Context first."""
+@dataclass(frozen=True)
+class TrainReplay:
+    """A training step laid out for replay: the context, one layer's forward and backward
+    ops, per-stage edge compute, and what the pipeline needs besides its stage work."""
+    ctx: Context
+    forward_ops: list
+    backward_ops: list
+    edges: list  # per stage: [extra forward s, extra backward s]
+    layers: int  # per stage
+    micro: int
+    message_bytes: float
+
+    @property
+    def pieces(self) -> int:
+        """Backward sub-blocks per stage pass (the gradient buckets)."""
+        return min(DP_BUCKETS, self.layers)
+
+
+def train_replay(model, hw, par, work, gpus) -> TrainReplay:
     ctx = _context(model, hw, par, gpus)
-    micro = work.global_batch // (par.dp * par.micro_batch)
     seq = work.seq // par.cp
     shape = LayerShape(par.micro_batch, seq, work.seq, par.tp, par.sp, par.cp, par.ep)
     tokens = par.micro_batch * seq
-    layers = model.layers // par.pp
     forward_ops, backward_ops = _layer_ops(ctx, shape)
-    edges = _edges(ctx, tokens)
+    return TrainReplay(ctx, forward_ops, backward_ops, _edges(ctx, tokens), model.layers // par.pp,
+                       work.global_batch // (par.dp * par.micro_batch),
+                       tokens * model.hidden * DTYPE_BYTES[hw.dtype] / par.tp)
+
+
+def train_step_astra(model, hw, par, work, gpus, backend: str, emit=None):
+    """(step seconds, breakdown, model FLOPs, busiest links) from a replay; `emit`,
+    if given, is called with the replayed Trace and its Context first."""
+    step = train_replay(model, hw, par, work, gpus)
     classes = CommClasses()
     if backend == "astra-hierarchical":
-        stage_work = _hierarchical_work(ctx, forward_ops, backward_ops, edges, layers)
+        fwd = _replay_layer(step.ctx, step.forward_ops)
+        bwd = _replay_layer(step.ctx, step.backward_ops)
+        stage_work = hierarchical_work(step, [fwd] * par.pp, [bwd] * par.pp)
     else:
-        stage_work = _flattened_work(ctx, forward_ops, backward_ops, edges, layers, classes)
-    message = tokens * model.hidden * DTYPE_BYTES[hw.dtype] / par.tp
-    (breakdown, links), step_s = _pipeline(ctx, stage_work, micro, message, classes, emit)
+        stage_work = flattened_work(step, classes)
+    (breakdown, links), step_s = _pipeline(step.ctx, stage_work, step.micro, step.message_bytes, classes, emit)
     return step_s, breakdown, model_flops(model, work), links
 
 
-def _hierarchical_work(ctx, forward_ops, backward_ops, edges, layers):
-    fwd = _replay_layer(ctx, forward_ops)
-    bwd = _replay_layer(ctx, backward_ops)
+def hierarchical_work(step: TrainReplay, fwd: list, bwd: list) -> StageWork:
+    """Stage work from each stage's replayed layer passes (`fwd[stage]["time_s"]`, ...)."""
     forward, backward, split = [], [], {STAGE_FWD: [], STAGE_BWD: []}
-    pieces = min(DP_BUCKETS, layers)
-    for stage in range(ctx.par.pp):
-        f_s = layers * fwd["time_s"] + edges[stage][0]
-        b_s = layers * bwd["time_s"] + edges[stage][1]
+    layers, pieces = step.layers, step.pieces
+    for stage in range(step.ctx.par.pp):
+        f_s = layers * fwd[stage]["time_s"] + step.edges[stage][0]
+        b_s = layers * bwd[stage]["time_s"] + step.edges[stage][1]
         forward.append(compute_block(f_s, STAGE_FWD))
         backward.append([compute_block(b_s / pieces, STAGE_BWD)] * pieces)
-        split[STAGE_FWD].append(_shares(fwd, layers, f_s))
-        split[STAGE_BWD].append(_shares(bwd, layers, b_s))
-    return StageWork(forward, backward, _gradient_buckets(ctx, pieces), split)
+        split[STAGE_FWD].append(_shares(fwd[stage], layers, f_s))
+        split[STAGE_BWD].append(_shares(bwd[stage], layers, b_s))
+    return StageWork(forward, backward, _gradient_buckets(step.ctx, pieces), split)
 
 
 def _shares(layer: dict, layers: int, total_s: float) -> dict:
@@ -269,11 +303,11 @@ def _shares(layer: dict, layers: int, total_s: float) -> dict:
     return shares
 
 
-def _flattened_work(ctx, forward_ops, backward_ops, edges, layers, classes):
-    fwd_layer = ops_block(forward_ops, ctx.algorithm, classes)
-    bwd_layer = ops_block(backward_ops, ctx.algorithm, classes)
+def flattened_work(step: TrainReplay, classes: CommClasses) -> StageWork:
+    ctx, edges, layers, pieces = step.ctx, step.edges, step.layers, step.pieces
+    fwd_layer = ops_block(step.forward_ops, ctx.algorithm, classes)
+    bwd_layer = ops_block(step.backward_ops, ctx.algorithm, classes)
     fwd_stack = fwd_layer.repeated(layers)
-    pieces = min(DP_BUCKETS, layers)
     bucket_layers = [len(chunk) for chunk in np.array_split(np.arange(layers), pieces)]
     bwd_chunks = [bwd_layer.repeated(count) for count in bucket_layers]
     forward, backward = [], []

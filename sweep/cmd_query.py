@@ -2,6 +2,7 @@
 from core import SpecError
 
 from .args import POSITIVE
+from .faults import faults_summary
 from .query import FORMATS, knob_columns, pareto_front, pareto_objectives, query, render, results_folder, summary_columns
 from .store import read_results
 
@@ -20,11 +21,18 @@ def add_arguments(parser) -> None:
     parser.add_argument("--pareto", metavar="COL,COL", help="only the non-dominated rows over these metrics "
                         "(minimised; mfu and tokens_per_s maximised), e.g. step_time_s,memory_peak_gib")
     parser.add_argument("--format", choices=FORMATS, default="table")
+    parser.add_argument("--faults-summary", action="store_true",
+                        help="per point of a faults study: slowdown p50/p95/max and the links whose faults hurt most")
 
 
 def run(args) -> int:
     folder = results_folder(args.results)
     whole = read_results(folder)
+    if args.faults_summary:
+        summary = faults_summary(whole, knob_columns(folder))
+        result = summary.slice(0, args.top) if args.top is not None else summary
+        render(result, args.format, title=f"{folder}: slowdown under faults per point, most fragile first")
+        return 0
     columns = args.columns
     if columns is None and args.format == "table" and not args.sql:
         columns = summary_columns(whole, knob_columns(folder))

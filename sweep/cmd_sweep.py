@@ -8,6 +8,7 @@ from core import SpecError
 from . import cmd_search
 from .args import POSITIVE
 from .engine import run_study
+from .faults import faults_summary
 from .plan import plan_study
 from .query import knob_columns, query, render, summary_columns, wide_console
 from .store import read_results
@@ -65,12 +66,18 @@ def run(args) -> int:
     console = wide_console()
     plan = report.plan
     print_plan(console, study, plan)
-    rate = f" in {report.seconds:.1f} s ({report.evaluated / report.seconds:,.0f} points/s)" if report.seconds else ""
-    console.print(f"evaluated {report.evaluated} points{rate}: {report.feasible} fit in memory, "
+    unit = "points" if study.faults is None else "fault-sample rows"
+    rate = f" in {report.seconds:.1f} s ({report.evaluated / report.seconds:,.0f} {unit}/s)" if report.seconds else ""
+    console.print(f"evaluated {report.evaluated} {unit}{rate}: {report.feasible} fit in memory, "
                   f"{report.infeasible} do not (written, not timed); {report.skipped} already in the table")
     by = "step_time_s" if study.mode == "train" else "tokens_per_s"
+    hint = f"--top 10 --by {by}" if study.faults is None else "--faults-summary"
     console.print(f"table: {study.output}/ ({table.num_rows} rows, {feasible} feasible; "
-                  f"{report.parts} part(s) written now)  ->  rapid query {study.output} --top 10 --by {by}")
+                  f"{report.parts} part(s) written now)  ->  rapid query {study.output} {hint}")
+    if study.faults is not None:
+        fragile = faults_summary(table, knob_columns(study.output)).slice(0, args.top)
+        render(fragile, "table", title=f"{fragile.num_rows} most fragile points under faults", console=console)
+        return 0
     best = query(table, where="feasible", by=by, top=args.top,
                  columns=summary_columns(table, knob_columns(study.output)))
     render(best, "table", title=f"top {best.num_rows} by {by}", console=console)

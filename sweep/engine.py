@@ -16,6 +16,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColu
 from core import MODEL_VERSION
 
 from . import raycluster
+from .faults import KEY_COLUMNS, fault_blocks, memory_fits
 from .plan import Plan, definition_digests, locality_key, plan_study
 from .runner import make_executor, run_batches
 from .space import AUTO
@@ -55,13 +56,21 @@ def run_study(study: Study, executor: str = "ray", address: str | None = None, w
 
 def _evaluate_missing(study, plan, store, executor, address, workers, batch_points, part_rows, part_seconds,
                       progress) -> SweepReport:
-    done = store.done_ids()
-    todo = sorted((p for p in plan.points if p.point_id not in done), key=locality_key)
-    report = SweepReport(plan, skipped=len(plan.points) - len(todo))
+    context = work_context(study, plan.models, plan.hardware)
+    if study.faults is None:
+        done = store.done_ids()
+        todo = sorted((p for p in plan.points if p.point_id not in done), key=locality_key)
+        report = SweepReport(plan, skipped=len(plan.points) - len(todo))
+        rows = len(todo)
+    else:
+        done = store.done_keys(KEY_COLUMNS)
+        todo = fault_blocks(sorted(plan.points, key=locality_key), study.faults, done, memory_fits(context))
+        report = SweepReport(plan, skipped=len(done))  # rows: one per (point, sample)
+        rows = sum(block.stop - block.start for block in todo)
     if not todo:
         store.harmonise()
         return report
-    runner = make_executor(executor, work_context(study, plan.models, plan.hardware), address, workers)
+    runner = make_executor(executor, context, address, workers)
     if progress:
         Console(stderr=True).print(runner.note, highlight=False)
     size = batch_points or max(1, min(MAX_BATCH_POINTS, math.ceil(len(todo) / (runner.workers * 8))))
@@ -69,7 +78,7 @@ def _evaluate_missing(study, plan, store, executor, address, workers, batch_poin
     parts = _PartBuffer(store, part_rows, part_seconds)
     start = time.perf_counter()
     try:
-        with progress_bar(progress, len(todo)) as bar:
+        with progress_bar(progress, rows, "points" if study.faults is None else "rows") as bar:
             def on_table(table: pa.Table, batch) -> None:
                 feasible = sum(table.column("feasible").to_pylist())
                 report.evaluated += table.num_rows
@@ -97,7 +106,7 @@ def work_context(study: Study, models: tuple = (), hardware: tuple = ()) -> Work
     fields = tuple(pa.field(k.column, auto_types[k.name] if k.values == (AUTO,) else knob_type(k.probe_values))
                    for k in study.space.knobs)
     return WorkContext(models, hardware, study.workload, study.gpus, study.backend, constants, fields,
-                       unit_columns(study.space.knobs))
+                       unit_columns(study.space.knobs), study.faults)
 
 
 def study_metadata(study: Study) -> dict:

@@ -39,10 +39,12 @@ def knob_columns(folder) -> list:
 
 
 def summary_columns(table: pa.Table, knobs: list) -> list:
-    """point_id, the knobs that vary in `table`, and the headline metrics the mode has."""
+    """point_id, the knobs that vary in `table`, the headline metrics the mode has, and in a
+    faults study the sample and its slowdown."""
     varying = [k for k in knobs if k in table.column_names and len(set(table.column(k).to_pylist())) > 1]
     metrics = [m for m in SUMMARY_METRICS if m in table.column_names and table.column(m).null_count < table.num_rows]
-    return ["point_id"] + varying + metrics
+    faults = [c for c in ("fault_sample", "slowdown") if c in table.column_names]
+    return ["point_id"] + varying + faults + metrics
 
 
 def query(table: pa.Table, where: str | None = None, by: str | None = None, top: int | None = None,
@@ -64,9 +66,9 @@ def query(table: pa.Table, where: str | None = None, by: str | None = None, top:
         statement += f" WHERE {where}"
     if by:
         down = by in HIGHER_IS_BETTER if descending is None else descending
-        statement += f" ORDER BY {_quoted(by)} {'DESC' if down else 'ASC'} NULLS LAST, point_id"
+        statement += f" ORDER BY {_quoted(by)} {'DESC' if down else 'ASC'} NULLS LAST, {_row_key(names)}"
     else:
-        statement += " ORDER BY point_id" if "point_id" in names and (not columns or "point_id" in columns) else ""
+        statement += f" ORDER BY {_row_key(names)}" if "point_id" in names and (not columns or "point_id" in columns) else ""
     if top is not None:
         statement += f" LIMIT {int(top)}"
     return _run(connection, statement, "--where", where or "")
@@ -108,6 +110,11 @@ def pareto_objectives(text: str) -> list:
     if len(columns) < 2:
         raise SpecError("command line", "--pareto", text, "expected two or more comma-separated metric columns")
     return [(c, c in HIGHER_IS_BETTER) for c in columns]
+
+
+def _row_key(names) -> str:
+    """What identifies a row: point_id, with fault_sample in a faults study."""
+    return "point_id, fault_sample" if "fault_sample" in names else "point_id"
 
 
 def _quoted(column: str) -> str:

@@ -7,7 +7,10 @@ place, so a killed run leaves only whole parts; the point_ids in those parts are
 re-run skips. A part that cannot be read, or that another study definition wrote, is
 reported by name, never read past.
 Parts share one schema (rows sorted by point_id), so pandas, polars and DuckDB open the
-folder directly; the study file, tool version and git commit ride in the schema metadata."""
+folder directly; the study file, tool version and git commit ride in the schema metadata.
+
+A faults study (sweep.faults) has one row per (point, sample): rows are keyed, for resume
+and sorting, by (point_id, fault_sample), and a re-run skips exactly the keys present."""
 import errno
 import fcntl
 import json
@@ -85,11 +88,20 @@ class ResultStore:
                                 f"holds rows of another study definition ({_what_differs(theirs, self.definition)} "
                                 f"changed); run with --fresh to discard them, or --output a new folder")
 
+    def done_keys(self, columns: tuple) -> set:
+        """Tuples of `columns` (e.g. point_id, fault_sample) of every row of every finished part."""
+        done = set()
+        for part in self.parts():
+            table = _read_part(part, columns=list(columns))
+            done.update(zip(*(table.column(c).to_pylist() for c in columns)))
+        return done
+
     def write_part(self, tables: list) -> int:
-        """Concatenate batch tables into one part, sorted by point_id, written atomically."""
+        """Concatenate batch tables into one part, sorted by `sort_keys`, written atomically."""
         table = pa.concat_tables(tables, promote_options="default")
         schema = unified_schema([table.schema] + [_read_schema(p) for p in self.parts()[-1:]])
-        table = conform(table, schema).sort_by("point_id")
+        table = conform(table, schema)
+        table = table.sort_by(sort_keys(table))
         parts = self.parts()
         index = int(parts[-1].stem.removeprefix(PART_PREFIX)) + 1 if parts else 0
         _write_atomically(table.replace_schema_metadata(self.metadata), self.directory / f"{PART_PREFIX}{index:06d}.parquet")
@@ -117,8 +129,14 @@ def read_results(directory) -> pa.Table:
         return pa.table({})
     tables = [_read_part(p) for p in parts]
     schema = unified_schema([t.schema for t in tables])
-    table = pa.concat_tables([conform(t, schema) for t in tables]).sort_by("point_id")
+    table = pa.concat_tables([conform(t, schema) for t in tables])
+    table = table.sort_by(sort_keys(table))
     return table.replace_schema_metadata(tables[-1].schema.metadata)
+
+
+def sort_keys(table: pa.Table) -> list:
+    """point_id, then fault_sample where the table has fault samples."""
+    return [(name, "ascending") for name in ("point_id", "fault_sample") if name in table.column_names]
 
 
 def read_metadata(directory) -> dict:

@@ -4,7 +4,7 @@
 loaded once) so that a bad study fails with one line naming the file, the field, the
 value and what is allowed, before anything is written."""
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .search_spec import SearchSpec
 
 STUDY_KEYS = ("name", "description", "model", "hardware", "overrides", "gpus", "workload", "space",
-              "backend", "output", "seed", "variants", "baseline", "search")
+              "backend", "output", "seed", "variants", "baseline", "search", "faults")
 REQUIRED_KEYS = ("name", "model", "hardware", "gpus", "workload", "space")
 WORKLOAD_KEYS = {"train": ("global_batch", "seq"), "infer": ("batch", "prompt", "decode")}
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -42,6 +42,7 @@ class Study:
     seed: int
     baseline: str = ""  # the variant speedups are measured against ("" without variants)
     search: "SearchSpec | None" = None  # sample the space with Optuna instead of walking the grid
+    faults: object = None  # sweep.faults.FaultSpec when the study samples link faults and stragglers
 
     @property
     def mode(self) -> str:
@@ -104,7 +105,23 @@ def load_study(path) -> Study:
                   workload=workload, space=space, backend=backend, output=Path(output), seed=seed,
                   baseline=baseline, search=search)
     _check_specs(study)
+    if data.get("faults") is not None:
+        study = replace(study, faults=_faults(data["faults"], study))
     return study
+
+
+def _faults(data, study: Study):
+    """The faults block, checked against the study's backend, mode and network."""
+    from .faults import parse_faults
+
+    hw = study.hardware_spec()
+    links = set()
+    if study.backend.startswith("astra"):
+        from core.fault_replay import undirected
+        from core.network import astra_network
+        links = set(undirected(astra_network(hw, study.gpus).links()))
+    names = tuple(dim.name for dim in hw.dims_for(study.gpus))
+    return parse_faults(data, study.path, study.backend, study.mode, names, links)
 
 
 def _spec_ref(ref: str, study_path: str) -> str:

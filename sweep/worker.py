@@ -27,6 +27,7 @@ class WorkContext:
     constants: tuple  # ((column, value), ...) the same on every row
     knob_fields: tuple  # of pa.Field, one per knob, in `Space.knobs` order
     unit_columns: tuple = ()  # ((knob index, column, {written value: number}), ...) for unit strings
+    faults: object = None  # a sweep.faults.FaultSpec: batches are then FaultBlocks, one row per sample
 
 
 def unit_columns(knobs: tuple) -> tuple:
@@ -63,7 +64,11 @@ def knob_type(values: tuple) -> pa.DataType:
 
 
 def evaluate_batch(context: WorkContext, points: list) -> pa.Table:
-    """One row per point: id, constants, knobs, feasibility, metrics, memory, breakdown, eval time."""
+    """One row per point: id, constants, knobs, feasibility, metrics, memory, breakdown, eval time
+    (or, in a faults study, one row per (point, sample) of each block: see sweep.faults)."""
+    if context.faults is not None:
+        from .faults import evaluate_blocks
+        return evaluate_blocks(context, points)
     if isinstance(points, SpecBatch):
         context = replace(context, models=points.models, hardware=points.hardware)
         points = points.points

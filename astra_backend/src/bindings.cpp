@@ -2,8 +2,10 @@
 // while the network is built and simulated.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "collectives.hpp"
@@ -46,6 +48,17 @@ struct NetSpec {
   }
 };
 
+void read_faults(NetSpec& spec, const nb::dict& faults) {
+  auto ints = [&](const char* k) { return to_vector(nb::cast<Array<int32_t>>(faults[k])); };
+  auto reals = [&](const char* k) { return to_vector(nb::cast<Array<double>>(faults[k])); };
+  spec.soft_a = ints("soft_a");
+  spec.soft_b = ints("soft_b");
+  spec.soft_factor = reals("soft_factor");
+  spec.soft_extra_latency_s = reals("soft_extra_latency_s");
+  spec.hard_a = ints("hard_a");
+  spec.hard_b = ints("hard_b");
+}
+
 NetSpec make_spec(const nb::dict& dims, const nb::dict& faults) {
   auto ints = [](const nb::dict& d, const char* k) { return to_vector(nb::cast<Array<int32_t>>(d[k])); };
   auto reals = [](const nb::dict& d, const char* k) { return to_vector(nb::cast<Array<double>>(d[k])); };
@@ -56,12 +69,7 @@ NetSpec make_spec(const nb::dict& dims, const nb::dict& faults) {
   for (size_t d = 0; d < topology.size(); ++d)
     spec.dims.push_back(DimSpec{topology[d], size[d], bw[d], lat[d], shape_x[d], shape_y[d], per_leaf[d], spines[d],
                                 over[d]});
-  spec.soft_a = ints(faults, "soft_a");
-  spec.soft_b = ints(faults, "soft_b");
-  spec.soft_factor = reals(faults, "soft_factor");
-  spec.soft_extra_latency_s = reals(faults, "soft_extra_latency_s");
-  spec.hard_a = ints(faults, "hard_a");
-  spec.hard_b = ints(faults, "hard_b");
+  read_faults(spec, faults);
   return spec;
 }
 
@@ -128,33 +136,36 @@ nb::dict collective(const nb::dict& dims, const nb::dict& faults, int kind, int 
   return d;
 }
 
+// The arrays of a replay trace, viewed (not copied) as the C++ Trace; `arrays` must outlive it.
+Trace trace_view(const nb::dict& arrays, int chunks, bool hierarchical) {
+  auto ints = [&](const char* k) { return nb::cast<Array<int32_t>>(arrays[k]).data(); };
+  auto reals = [&](const char* k) { return nb::cast<Array<double>>(arrays[k]).data(); };
+  auto longs = [&](const char* k) { return nb::cast<Array<int64_t>>(arrays[k]); };
+  const auto group_offsets = longs("group_offsets");
+  Trace t;
+  t.num_nodes = static_cast<int64_t>(nb::cast<Array<int32_t>>(arrays["rank"]).shape(0));
+  t.rank = ints("rank");
+  t.kind = ints("kind");
+  t.duration_s = reals("duration_s");
+  t.bytes = reals("bytes");
+  t.group = ints("group");
+  t.peer = ints("peer");
+  t.tag = ints("tag");
+  t.algorithm = ints("algorithm");
+  t.dep_offsets = longs("dep_offsets").data();
+  t.deps = ints("deps");
+  t.num_groups = static_cast<int64_t>(group_offsets.shape(0)) - 1;
+  t.group_offsets = group_offsets.data();
+  t.group_npus = ints("group_npus");
+  t.chunks = chunks;
+  t.hierarchical = hierarchical;
+  return t;
+}
+
 nb::dict run_replay(const nb::dict& dims, const nb::dict& faults, const nb::dict& arrays, int chunks,
                     bool hierarchical) {
   const NetSpec spec = make_spec(dims, faults);
-  auto ints = [&](const char* k) { return nb::cast<Array<int32_t>>(arrays[k]); };
-  auto reals = [&](const char* k) { return nb::cast<Array<double>>(arrays[k]); };
-  auto longs = [&](const char* k) { return nb::cast<Array<int64_t>>(arrays[k]); };
-  const auto rank = ints("rank"), kind = ints("kind"), group = ints("group"), peer = ints("peer"), tag = ints("tag"),
-             algorithm = ints("algorithm"), deps = ints("deps"), group_npus = ints("group_npus");
-  const auto duration = reals("duration_s"), bytes = reals("bytes");
-  const auto dep_offsets = longs("dep_offsets"), group_offsets = longs("group_offsets");
-  Trace t;
-  t.num_nodes = static_cast<int64_t>(rank.shape(0));
-  t.rank = rank.data();
-  t.kind = kind.data();
-  t.duration_s = duration.data();
-  t.bytes = bytes.data();
-  t.group = group.data();
-  t.peer = peer.data();
-  t.tag = tag.data();
-  t.algorithm = algorithm.data();
-  t.dep_offsets = dep_offsets.data();
-  t.deps = deps.data();
-  t.num_groups = static_cast<int64_t>(group_offsets.shape(0)) - 1;
-  t.group_offsets = group_offsets.data();
-  t.group_npus = group_npus.data();
-  t.chunks = chunks;
-  t.hierarchical = hierarchical;
+  const Trace t = trace_view(arrays, chunks, hierarchical);
   std::unique_ptr<Network> net;
   ReplayOutput out;
   {
@@ -172,6 +183,55 @@ nb::dict run_replay(const nb::dict& dims, const nb::dict& faults, const nb::dict
   return d;
 }
 
+// A replay matched once and re-simulated under other faults and compute durations.
+class Prepared {
+ public:
+  Prepared(const nb::dict& dims, const nb::dict& faults, const nb::dict& arrays, int chunks, bool hierarchical)
+ {
+    const NetSpec spec = make_spec(dims, faults);
+    dims_ = spec.dims;
+    const Trace t = trace_view(arrays, chunks, hierarchical);
+    nb::gil_scoped_release release;
+    replay_ = std::make_unique<PreparedReplay>(*spec.build(), t);
+  }
+
+  // (makespan seconds, bytes per link) under `faults`, with compute durations `duration_s`
+  // (one per trace node) when given.
+  nb::tuple run(const nb::dict& faults, std::optional<Array<double>> duration_s) {
+    NetSpec spec;
+    spec.dims = dims_;
+    read_faults(spec, faults);
+    const double* durations = nullptr;
+    if (duration_s) {
+      if (static_cast<int64_t>(duration_s->shape(0)) != replay_->num_nodes())
+        throw std::invalid_argument("duration_s: one entry per trace node is needed");
+      durations = duration_s->data();
+    }
+    SimOutput out;
+    {
+      nb::gil_scoped_release release;
+      out = replay_->run(*spec.build(), durations);
+    }
+    return nb::make_tuple(out.makespan_s, to_numpy(std::move(out.links.bytes)));
+  }
+
+  // See PreparedReplay::shape; on the network without faults.
+  nb::ndarray<nb::numpy, double, nb::ndim<1>> shape() {
+    std::vector<double> out;
+    {
+      nb::gil_scoped_release release;
+      NetSpec spec;
+      spec.dims = dims_;
+      out = replay_->shape(*spec.build());
+    }
+    return to_numpy(std::move(out));
+  }
+
+ private:
+  std::vector<DimSpec> dims_;
+  std::unique_ptr<PreparedReplay> replay_;
+};
+
 }  // namespace
 
 NB_MODULE(_netsim, m) {
@@ -180,4 +240,8 @@ NB_MODULE(_netsim, m) {
   m.def("describe", &describe, "Builds a network and returns its links and node counts.");
   m.def("collective", &collective, "Simulates one collective or send/recv.");
   m.def("replay", &run_replay, "Replays a per-rank dependency graph.");
+  nb::class_<Prepared>(m, "PreparedReplay")
+      .def(nb::init<const nb::dict&, const nb::dict&, const nb::dict&, int, bool>())
+      .def("run", &Prepared::run, nb::arg("faults"), nb::arg("duration_s").none())
+      .def("shape", &Prepared::shape);
 }

@@ -15,6 +15,8 @@ int Dag::join(const std::vector<int>& preds) {
 }
 
 void Dag::finalize() {
+  if (finalized_) return;
+  finalized_ = true;
   succ_offsets_.assign(ops_.size() + 1, 0);
   for (int32_t f : edge_from_) ++succ_offsets_[f + 1];
   for (size_t i = 0; i < ops_.size(); ++i) succ_offsets_[i + 1] += succ_offsets_[i];
@@ -104,7 +106,9 @@ struct Share {
 
 class Simulator {
  public:
-  Simulator(Network& net, Dag& dag, bool record) : net_(net), dag_(dag) {
+  // Runs `dag`'s structure with these op amounts and a scratch copy of its pending counts.
+  Simulator(Network& net, const Dag& dag, const std::vector<Op>& ops, std::vector<int32_t>& pending, bool record)
+      : net_(net), dag_(dag), ops_(ops), pending_(pending) {
     const auto& links = net.links();
     links_.resize(links.size());
     for (size_t i = 0; i < links.size(); ++i) links_[i].capacity = links[i].bandwidth_Bps;
@@ -116,7 +120,7 @@ class Simulator {
 
   SimOutput run() {
     for (int i = 0; i < dag_.size(); ++i)
-      if (dag_.pending_[i] == 0) ready_.push_back(i);
+      if (pending_[i] == 0) ready_.push_back(i);
     drain_ready();
     solve_rates();
     while (!events_.empty()) {
@@ -146,7 +150,7 @@ class Simulator {
     ++out_.completed_ops;
     for (int64_t k = dag_.succ_offsets_[op]; k < dag_.succ_offsets_[op + 1]; ++k) {
       const int s = dag_.succ_[k];
-      if (--dag_.pending_[s] == 0) ready_.push_back(s);
+      if (--pending_[s] == 0) ready_.push_back(s);
     }
   }
 
@@ -159,7 +163,7 @@ class Simulator {
     while (!ready_.empty()) {
       const int op = ready_.back();
       ready_.pop_back();
-      const Op& o = dag_.ops_[op];
+      const Op& o = ops_[op];
       if (o.src == kNop) complete(op);
       else if (o.src == kDelay) finish_at(op, now_ + o.amount);
       else start_flow(op);
@@ -184,7 +188,7 @@ class Simulator {
   }
 
   void start_flow(int op) {
-    const Op& o = dag_.ops_[op];
+    const Op& o = ops_[op];
     if (o.src == o.dst) {
       complete(op);
       return;
@@ -348,7 +352,9 @@ class Simulator {
   }
 
   Network& net_;
-  Dag& dag_;
+  const Dag& dag_;
+  const std::vector<Op>& ops_;
+  std::vector<int32_t>& pending_;
   SimOutput out_;
   double now_ = 0.0;
   std::vector<Flow> flows_;
@@ -365,9 +371,13 @@ class Simulator {
 
 }  // namespace
 
+SimOutput simulate(Network& net, const Dag& dag, const std::vector<Op>& ops, std::vector<int32_t>& pending) {
+  return Simulator(net, dag, ops, pending, false).run();
+}
+
 SimOutput simulate(Network& net, Dag& dag, bool record_op_times) {
   dag.finalize();
-  return Simulator(net, dag, record_op_times).run();
+  return Simulator(net, dag, dag.ops_, dag.pending_, record_op_times).run();
 }
 
 }  // namespace netsim

@@ -41,7 +41,7 @@ class Dag {
   // A single op that completes after every op in preds (a join when needed).
   int join(const std::vector<int>& preds);
   int size() const { return static_cast<int>(ops_.size()); }
-  void finalize();
+  void finalize();  // once; later calls keep the successor lists
 
   std::vector<Op> ops_;
   std::vector<int32_t> pending_;  // unfinished predecessors of each op
@@ -56,6 +56,7 @@ class Dag {
   }
   std::vector<int32_t> edge_from_;
   std::vector<int32_t> edge_to_;
+  bool finalized_ = false;
 };
 
 struct LinkStats {
@@ -75,5 +76,9 @@ struct SimOutput {
 // Runs the DAG to completion on the network. Throws NoRouteError when hard
 // faults disconnect a flow's endpoints.
 SimOutput simulate(Network& net, Dag& dag, bool record_op_times);
+
+// Runs a finalized DAG without changing it: `ops` stands in for its ops (same size, e.g.
+// with other delays) and `pending` is a scratch copy of its pending counts, used up.
+SimOutput simulate(Network& net, const Dag& dag, const std::vector<Op>& ops, std::vector<int32_t>& pending);
 
 }  // namespace netsim

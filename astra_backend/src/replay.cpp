@@ -91,19 +91,31 @@ void match_collectives(Dag& dag, const Network& net, const Trace& t, const std::
 
 }  // namespace
 
-ReplayOutput replay(Network& net, const Trace& t) {
-  Dag dag;
-  std::vector<int> gate(t.num_nodes), end(t.num_nodes, -1);
-  for (int64_t i = 0; i < t.num_nodes; ++i) gate[i] = dag.add_nop();
+// gate[i] is the op node i starts with, end[i] the op it ends with. A compute node gets its
+// own gate (a join, so that its start time is recorded) only when `compute_gates` is set;
+// otherwise its delay waits on the node's dependencies directly.
+void build_replay_dag(const Network& net, const Trace& t, Dag& dag, std::vector<int>& gate, std::vector<int>& end,
+                      bool compute_gates) {
+  gate.assign(t.num_nodes, 0);
+  end.assign(t.num_nodes, -1);
+  for (int64_t i = 0; i < t.num_nodes; ++i)
+    if (compute_gates || t.kind[i] != kNodeCompute) gate[i] = dag.add_nop();
   for (int64_t i = 0; i < t.num_nodes; ++i)
     if (t.kind[i] == kNodeCompute) {
       end[i] = dag.add_delay(t.duration_s[i]);
-      dag.add_dep(gate[i], end[i]);
+      if (compute_gates) dag.add_dep(gate[i], end[i]);
+      else gate[i] = end[i];
     }
   match_point_to_point(dag, t, gate, end);
   match_collectives(dag, net, t, gate, end);
   for (int64_t i = 0; i < t.num_nodes; ++i)
     for (int64_t k = t.dep_offsets[i]; k < t.dep_offsets[i + 1]; ++k) dag.add_dep(end[t.deps[k]], gate[i]);
+}
+
+ReplayOutput replay(Network& net, const Trace& t) {
+  Dag dag;
+  std::vector<int> gate, end;
+  build_replay_dag(net, t, dag, gate, end, true);
 
   ReplayOutput out;
   out.sim = simulate(net, dag, true);
@@ -120,6 +132,58 @@ ReplayOutput replay(Network& net, const Trace& t) {
     out.rank_finish_s[t.rank[i]] = std::max(out.rank_finish_s[t.rank[i]], out.node_end_s[i]);
   }
   std::vector<double>().swap(out.sim.op_end_s);
+  return out;
+}
+
+PreparedReplay::PreparedReplay(const Network& net, const Trace& t) : num_nodes_(t.num_nodes) {
+  std::vector<int> gate, end;
+  build_replay_dag(net, t, dag_, gate, end, false);
+  dag_.finalize();
+  for (int64_t i = 0; i < t.num_nodes; ++i)
+    if (t.kind[i] == kNodeCompute) {
+      compute_nodes_.push_back(i);
+      compute_ops_.push_back(end[i]);
+    }
+}
+
+std::vector<double> PreparedReplay::shape(Network& net) const {
+  std::vector<double> out;
+  std::map<int, int> renumbered;
+  std::vector<int> path;
+  const auto& links = net.links();
+  for (const Op& op : dag_.ops_) {
+    out.push_back(op.src < 0 ? op.src : -3);
+    out.push_back(op.amount);
+    if (op.src < 0) continue;
+    net.route(op.src, op.dst, path);
+    out.push_back(static_cast<double>(path.size()));
+    for (int l : path) {
+      const auto [it, fresh] = renumbered.emplace(l, static_cast<int>(renumbered.size()));
+      out.push_back(it->second);
+      if (fresh) {
+        out.push_back(links[l].bandwidth_Bps);
+        out.push_back(links[l].latency_s);
+      }
+    }
+  }
+  out.insert(out.end(), dag_.pending_.begin(), dag_.pending_.end());
+  out.insert(out.end(), dag_.succ_offsets_.begin(), dag_.succ_offsets_.end());
+  out.insert(out.end(), dag_.succ_.begin(), dag_.succ_.end());
+  out.insert(out.end(), compute_nodes_.begin(), compute_nodes_.end());
+  out.insert(out.end(), compute_ops_.begin(), compute_ops_.end());
+  return out;
+}
+
+SimOutput PreparedReplay::run(Network& net, const double* duration_s) const {
+  std::vector<int32_t> pending = dag_.pending_;
+  std::vector<Op> changed;
+  if (duration_s != nullptr) {
+    changed = dag_.ops_;
+    for (size_t k = 0; k < compute_nodes_.size(); ++k) changed[compute_ops_[k]].amount = duration_s[compute_nodes_[k]];
+  }
+  SimOutput out = simulate(net, dag_, duration_s != nullptr ? changed : dag_.ops_, pending);
+  if (out.completed_ops != dag_.size())
+    throw std::invalid_argument("trace deadlocks: some node never finishes");
   return out;
 }
 

@@ -47,4 +47,25 @@ struct ReplayOutput {
 // collectives or a deadlocked graph.
 ReplayOutput replay(Network& net, const Trace& trace);
 
+// A trace matched into its operation graph once, then simulated many times on
+// networks that differ only in link faults, with the compute durations
+// changed per run (Monte Carlo fault and straggler sampling).
+class PreparedReplay {
+ public:
+  PreparedReplay(const Network& net, const Trace& trace);
+  // duration_s: one entry per trace node (only compute nodes are read), or null.
+  SimOutput run(Network& net, const double* duration_s) const;
+  int64_t num_nodes() const { return num_nodes_; }
+  // The graph with flows' endpoints replaced by their routes on `net`, links numbered in
+  // order of first use, each with its bandwidth and latency: two prepared replays with
+  // equal shapes, given equal compute durations, simulate alike step for step.
+  std::vector<double> shape(Network& net) const;
+
+ private:
+  Dag dag_;
+  int64_t num_nodes_;
+  std::vector<int64_t> compute_nodes_;
+  std::vector<int> compute_ops_;
+};
+
 }  // namespace netsim
