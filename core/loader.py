@@ -325,18 +325,27 @@ def _freeze(overrides: dict | None) -> tuple:
     return tuple(sorted((str(k), json.dumps(v, sort_keys=True)) for k, v in (overrides or {}).items()))
 
 
+@lru_cache(maxsize=64)
+def _parsed(text: str, source: str, as_json: bool) -> dict:
+    """A file's mapping, parsed once per content: a search meets a new override set on
+    nearly every point, and parsing YAML costs far more than building the spec."""
+    return parse_mapping(text, source, Path(source).name, as_json)
+
+
+def _with_overrides(text: str, source: str, as_json: bool, frozen: tuple) -> dict:
+    """A private copy of the parsed file with the overrides applied (the cached parse stays untouched)."""
+    raw, overrides = _parsed(text, source, as_json), {k: json.loads(v) for k, v in frozen}
+    return apply_overrides(raw, overrides, source) if overrides else copy.deepcopy(raw)
+
+
 @lru_cache(maxsize=512)
 def _load_model_cached(text: str, source: str, as_json: bool, frozen: tuple) -> ModelSpec:
-    raw = parse_mapping(text, source, Path(source).name, as_json)
-    overrides = {k: json.loads(v) for k, v in frozen}
-    return model_from_mapping(apply_overrides(raw, overrides, source), source)
+    return model_from_mapping(_with_overrides(text, source, as_json, frozen), source)
 
 
 @lru_cache(maxsize=512)
 def _load_hardware_cached(text: str, source: str, as_json: bool, frozen: tuple) -> HardwareSpec:
-    raw = parse_mapping(text, source, Path(source).name, as_json)
-    overrides = {k: json.loads(v) for k, v in frozen}
-    return hardware_from_mapping(apply_overrides(raw, overrides, source), source)
+    return hardware_from_mapping(_with_overrides(text, source, as_json, frozen), source)
 
 
 def load_model(ref, overrides: dict | None = None) -> ModelSpec:
