@@ -1,5 +1,4 @@
 """`rapid sweep STUDY`: run a study file and print what happened and the best configurations."""
-import dataclasses
 import json
 from pathlib import Path
 
@@ -35,9 +34,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    study = load_study(args.study)
-    if args.output:
-        study = dataclasses.replace(study, output=checked_output(args.output))
+    study = load_study(args.study, output=args.output and str(checked_output(args.output)))
     if study.search is not None:
         if args.dry_run:
             raise SpecError(study.path, "search", study.search.sampler,

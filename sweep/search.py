@@ -15,6 +15,7 @@ import math
 import time
 import warnings
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import optuna
 import pyarrow as pa
@@ -198,7 +199,14 @@ def open_storage(url: str):
     needs; a power cut may lose the last trials, which a re-run then asks again."""
     if not url.startswith("sqlite"):
         return url
-    storage = optuna.storages.RDBStorage(url)
+    database = url.removeprefix("sqlite:///")
+    if database and database != ":memory:":
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        storage = optuna.storages.RDBStorage(url)
+    except sqlalchemy.exc.SQLAlchemyError as err:
+        reason = str(getattr(err, "orig", err)).strip().splitlines()[0]
+        raise SpecError("study", "search.storage", url, f"cannot open this Optuna storage ({reason})") from None
     sqlalchemy.event.listen(storage.engine, "connect", _sqlite_pragmas)
     storage.engine.dispose()  # reconnect, so every connection gets the pragmas
     return storage

@@ -57,8 +57,10 @@ class Study:
         return load_hardware(_spec_ref(self.hardware, self.path), dict(self.hardware_overrides + knobs))
 
 
-def load_study(path) -> Study:
-    """Parse and validate a study file; raises SpecError naming file, field, value, allowed."""
+def load_study(path, output: str | None = None) -> Study:
+    """Parse and validate a study file; raises SpecError naming file, field, value, allowed.
+    `output` (the command line's --output) replaces the study's output folder, and with it
+    the default place of a search's Optuna storage."""
     source = str(path)
     text = read_text(path, kind="study file")
     data = parse_mapping(text, source, Path(path).name)
@@ -80,7 +82,7 @@ def load_study(path) -> Study:
     seed = data.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise SpecError(source, "seed", seed, "expected a non-negative integer")
-    output = data.get("output", f"results/{name}")
+    output = data.get("output", f"results/{name}") if output is None else output
     if not isinstance(output, str) or not output.strip():
         raise SpecError(source, "output", output, "expected a folder path")
     if Path(output).exists() and not Path(output).is_dir():

@@ -233,3 +233,15 @@ def test_every_installed_sampler_runs_a_short_search(sampler, write_study):
     report = run_search(study, executor="inprocess", progress=False)
     assert report.trials == 4
     assert set(read_results(study.output).column("sampler").to_pylist()) == {sampler}
+
+
+def test_output_override_moves_the_default_optuna_storage_with_the_table(tmp_path):
+    """`rapid sweep STUDY --output DIR` keeps the search's default storage beside the table."""
+    study_file = tmp_path / "s.yaml"
+    study_file.write_text(
+        "name: moved\nmodel: llama3.1-8b\nhardware: a100-sxm4-80gb\ngpus: 8\n"
+        "workload: {mode: train, global_batch: 16, seq: 2048}\n"
+        "space: {tp: [1, 2, 4, 8]}\nsearch: {sampler: random, trials: 2}\n")
+    moved = load_study(study_file, output=str(tmp_path / "elsewhere"))
+    assert moved.output == tmp_path / "elsewhere"
+    assert moved.search.storage == f"sqlite:///{(tmp_path / 'elsewhere' / 'optuna.db').resolve()}"
