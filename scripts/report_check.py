@@ -1,4 +1,4 @@
-"""Render the quick start's and every paper study's report in headless Chromium and save a
+"""Render the quick start's, every paper study's and the hardware search's report in headless Chromium and save a
 screenshot of each, to look at as a person would (`make report-check`).
 
 Each study is swept first if its table is missing (`--local`), reported with `rapid
@@ -20,7 +20,8 @@ MIN_INK = 0.02  # share of non-white pixels below which a page counts as blank
 
 
 def studies() -> list:
-    return [ROOT / "studies" / "quickstart.yaml"] + sorted((ROOT / "studies").glob("paper_*.yaml"))
+    return [ROOT / "studies" / "quickstart.yaml"] + sorted((ROOT / "studies").glob("paper_*.yaml")) + \
+        [ROOT / "studies" / "search_70b_hardware.yaml"]
 
 
 def browser() -> str:
@@ -34,7 +35,7 @@ def output_folder(study: Path) -> Path:
     out = subprocess.run([str(RAPID), "query", str(study), "--sql", "select 1", "--format", "csv"],
                          capture_output=True, text=True, cwd=ROOT)
     if out.returncode != 0:
-        subprocess.run([str(RAPID), "sweep", str(study), "--local", "--quiet"], check=True, cwd=ROOT)
+        subprocess.run([str(RAPID), "sweep", str(study), "--local", "--workers", "2", "--quiet"], check=True, cwd=ROOT)
     sys.path.insert(0, str(ROOT))
     from sweep.study import load_study
     return ROOT / load_study(study).output

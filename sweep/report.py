@@ -47,7 +47,7 @@ def build_report(folder) -> Report:
     if report_search.is_search_table(data):
         importance, note = report_search.importances(data)
         _add(sections, "Search", [report_search.history(data), report_search.pareto(data), importance],
-             notes=[note] if note else [])
+             notes=[n for n in (note, refined_note(data)) if n])
     _add(sections, "Hardware variants", [report_grid.variant_speedup(data)])
     _add(sections, "Layouts ranked", [report_grid.ranked(data)])
     _add(sections, "The fastest layouts up close", [report_grid.breakdown(data), report_grid.memory(data)])
@@ -61,12 +61,22 @@ def _add(sections: list, title: str, figures: list, notes=(), columns: int = 1) 
         sections.append(Section(title, figures, tuple(notes), columns))
 
 
+def refined_note(data: ReportData) -> str:
+    """Which backend the views rank by when some rows were re-evaluated with another."""
+    if not data.main_backend:
+        return ""
+    others = data.table[data.table["backend"] != data.main_backend]
+    names = ", ".join(sorted(others["backend"].astype(str).unique()))
+    return (f"{len(others)} rows were re-evaluated with {names}: they appear in the history; the Pareto front, "
+            f"rankings, breakdowns and knob effects use the {data.main_backend} rows, one per layout.")
+
+
 def header_facts(data: ReportData) -> list:
     """(label, value) pairs for the page header: what was studied and how many rows."""
     table, study = data.table, data.study
     facts = [("model", study.get("model") or _first(table, "model")),
              ("hardware", study.get("hardware") or _first(table, "hardware")),
-             ("GPUs", _first(table, "gpus")), ("backend", _first(table, "backend"))]
+             ("GPUs", _first(table, "gpus")), ("backend", ", ".join(map(str, table["backend"].unique())) if "backend" in table else None)]
     workload = study.get("workload")
     if isinstance(workload, dict):
         facts.append(("workload", ", ".join(f"{k.replace('_', ' ')} {v}" if k != "mode" else str(v)

@@ -41,11 +41,24 @@ class ReportData:
 
     @property
     def timed(self) -> pd.DataFrame:
-        """Feasible rows with a step time (fault samples: the fault-free baseline only)."""
+        """Feasible rows with a step time (fault samples: the fault-free baseline only), under
+        the table's main backend: a refined search's re-evaluated rows would rank a layout twice."""
+        rows = self.timed_all_backends
+        return rows[rows["backend"] == self.main_backend] if self.main_backend else rows
+
+    @property
+    def timed_all_backends(self) -> pd.DataFrame:
         rows = self.table
         if "fault_sample" in rows:
             rows = rows[rows["fault_sample"] == 0]
         return rows[rows["feasible"] & rows["step_time_s"].notna()]
+
+    @property
+    def main_backend(self):
+        """The backend most rows were evaluated with, when the table has several; else None."""
+        if "backend" not in self.table or self.table["backend"].nunique() < 2:
+            return None
+        return self.table["backend"].value_counts().index[0]
 
     def value_order(self, knob: str, values) -> list:
         """A knob's values in the order the study lists them (variants as declared), else sorted."""
@@ -66,7 +79,9 @@ class ReportData:
         for knob in self.knobs:
             value = row[knob]
             prefix = LABEL_PREFIXES.get(knob)
-            if prefix is None:  # a spec knob or the variant: its value says enough
+            if prefix is None and spec_unit(knob) and knob_value(knob, value) is not value:
+                parts.append(f"{knob_title(knob).split(' (')[0]} {knob_value(knob, value):g} {spec_unit(knob)[1]}")
+            elif prefix is None:  # a spec knob or the variant: its value says enough
                 parts.append(str(value))
             elif knob == "sp":
                 parts.append("sp" if value else "no-sp")
@@ -75,8 +90,39 @@ class ReportData:
         return " ".join(parts) or "the only layout"
 
 
+# spec knobs (`hardware.gpu.hbm.bandwidth` -> column hardware_gpu_hbm_bandwidth), stored in base
+# units: (name ending, multiplier to the unit readers use, that unit), first match wins
+SPEC_UNITS = (("link_bandwidth", 8e-9, "Gb/s"), ("bandwidth", 1e-12, "TB/s"), ("l2_capacity", 1e-6, "MB"),
+              ("capacity", 1e-9, "GB"), ("latency", 1e6, "us"))
+ACRONYMS = {"hbm": "HBM", "l2": "L2", "ib": "IB", "nvlink": "NVLink", "sm": "SM", "gpu": "GPU"}
+
+
 def knob_title(column: str) -> str:
-    return KNOB_TITLES.get(column, column.replace("_", " "))
+    """A knob's name for axes and legends; a spec knob's says its unit: `HBM bandwidth (TB/s)`."""
+    column = column.replace(".", "_")
+    if column in KNOB_TITLES:
+        return KNOB_TITLES[column]
+    if not column.startswith(("hardware_", "model_")):
+        return column.replace("_", " ")
+    words = [ACRONYMS.get(w, w) for w in column.split("_")[1:] if w not in ("gpu", "network")]
+    unit = spec_unit(column)
+    return " ".join(words) + (f" ({unit[1]})" if unit else "")
+
+
+def spec_unit(column: str):
+    """(multiplier, unit) a spec knob's base-unit values are shown in, or None."""
+    if column.startswith("hardware_"):
+        for ending, scale, unit in SPEC_UNITS:
+            if column.endswith(ending):
+                return scale, unit
+    return None
+
+
+def knob_value(column: str, value):
+    """A knob's value in the unit readers use (`3.9e12` HBM bytes/s -> 3.9)."""
+    unit = spec_unit(column)
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return round(float(value) * unit[0], 6) if unit and numeric else value  # a grid's "2039 GB/s" stays text
 
 
 def load_report_data(folder) -> ReportData:

@@ -1,11 +1,13 @@
 """Views every timed table supports: layouts ranked by step time (the paper's Figure 11),
 where the time of the best layouts goes, their memory against capacity, each knob's
 effect, and the speedup of hardware variants over their baseline (Figure 12)."""
+import pandas as pd
 import plotly.graph_objects as go
 
-from .report_data import ReportData, knob_title
+from .report_data import ReportData, knob_title, knob_value
 
 TOP_N = 15
+MAX_CATEGORIES = 12  # a numeric knob with more values is drawn as a scatter, not bars
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")
 # breakdown parts that add up to the step time, in stacking order; the rest are totals or overlaps
@@ -36,7 +38,8 @@ def ranked(data: ReportData) -> go.Figure | None:
         return None
     rank = list(range(1, len(rows) + 1))
     labels = [data.label(r) for _, r in rows.iterrows()]
-    knobs = sorted(data.knobs, key=lambda k: -_effect(rows, k)) or [None]
+    knobs = sorted((k for k in data.knobs if rows[k].nunique() <= MAX_CATEGORIES), key=lambda k: -_effect(rows, k))
+    knobs = knobs or [None]
     traces, visibility = [], []
     for i, knob in enumerate(knobs):
         values = data.value_order(knob, rows[knob].dropna()) if knob else [None]
@@ -44,7 +47,7 @@ def ranked(data: ReportData) -> go.Figure | None:
         for j, value in enumerate(values):
             mask = (rows[knob] == value) if knob else rows["step_time_s"].notna()
             idx = [k for k, m in enumerate(mask) if m]
-            name = f"{knob_title(knob)} = {value}" if knob else "layouts"
+            name = f"{knob_title(knob)} = {knob_value(knob, value)}" if knob else "layouts"
             traces.append(go.Scatter(
                 x=[rank[k] for k in idx], y=rows["step_time_s"].iloc[idx].tolist(), mode="markers", name=name,
                 legendgroup=knob or "all", visible=i == 0, marker=dict(size=6, color=PALETTE[j % len(PALETTE)]),
@@ -113,13 +116,17 @@ def memory(data: ReportData) -> go.Figure | None:
 
 
 def knob_effects(data: ReportData) -> list:
-    """For each varying knob, the best and the median step time at each of its values."""
+    """For each varying knob, the best and the median step time at each of its values; a
+    numeric knob with many values (a search's range) as every layout against its value."""
     rows = data.timed
     figures = []
     for knob in data.knobs:
         values = data.value_order(knob, rows[knob].dropna())
+        if len(values) > MAX_CATEGORIES and pd.api.types.is_numeric_dtype(rows[knob]):
+            figures.append(_knob_scatter(data, rows, knob))
+            continue
         groups = [rows[rows[knob] == v]["step_time_s"] for v in values]
-        names = [str(v) for v in values]
+        names = [str(knob_value(knob, v)) for v in values]
         counts = [len(g) for g in groups]
         fig = go.Figure([
             go.Bar(x=names, y=[g.min() if len(g) else None for g in groups], name="best", marker=dict(color=PALETTE[0]),
@@ -133,6 +140,23 @@ def knob_effects(data: ReportData) -> list:
         fig.update_xaxes(type="category")
         figures.append(fig)
     return figures
+
+
+def _knob_scatter(data: ReportData, rows, knob: str) -> go.Figure:
+    """Every timed layout at its value of the knob, and the fastest at or below each value."""
+    ordered = rows.sort_values(knob, kind="stable")
+    x = [knob_value(knob, v) for v in ordered[knob]]
+    fig = go.Figure([
+        go.Scatter(x=x, y=ordered["step_time_s"].tolist(), mode="markers", name="layout",
+                   marker=dict(size=5, color=PALETTE[7], opacity=0.5),
+                   customdata=[[data.label(r)] for _, r in ordered.iterrows()],
+                   hovertemplate="%{customdata[0]}<br>%{y:.3f} s<extra></extra>"),
+        go.Scatter(x=x, y=ordered["step_time_s"].cummin().tolist(), mode="lines", name="best at or below this value",
+                   line=dict(shape="hv", color=PALETTE[0], width=2),
+                   hovertemplate="best at or below %{x}: %{y:.3f} s<extra></extra>"),
+    ])
+    fig.update_layout(**base_layout(f"Effect of {knob_title(knob)}", knob_title(knob), time_title(data), height=340))
+    return fig
 
 
 def variant_speedup(data: ReportData) -> go.Figure | None:

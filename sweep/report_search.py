@@ -13,7 +13,7 @@ def is_search_table(data: ReportData) -> bool:
 
 def history(data: ReportData) -> go.Figure | None:
     """Each trial's step time in trial order, and the best so far, per backend when refined."""
-    rows = data.timed.sort_values("trial_number", kind="stable")
+    rows = data.timed_all_backends.sort_values("trial_number", kind="stable")
     if rows.empty:
         return None
     traces = []

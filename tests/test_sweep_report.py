@@ -7,6 +7,7 @@ import yaml
 
 from sweep.cli import main
 from sweep.engine import run_study
+from sweep.search import run_search
 from sweep.report import build_report, figure_specs, write_html
 from sweep.store import read_results
 from sweep.study import load_study
@@ -94,14 +95,14 @@ def test_fault_report_draws_slowdown_per_layout_and_the_faulted_links(tmp_path):
     write_table(tmp_path / "faults", fault_columns())
     figures = page_figures(tmp_path / "faults", tmp_path)
     boxes = find(figures, "How much do link faults slow each layout down?")
-    assert [t["name"] for t in boxes["data"] if t["type"] == "box"] == ["tp1", "tp2"]  # most sensitive first
+    assert [t["x"][0] for t in boxes["data"] if t["type"] == "box"] == ["tp1", "tp2"]  # most fragile first
     assert [len(t["y"]) for t in boxes["data"]] == [3, 3]  # baselines are not samples
     links = find(figures, "Which links hurt most when they degrade?")
     npus = next(t for t in links["data"] if t.get("name") == "GPU (NPU id)")
     assert len(npus["x"]) == 8
     switches = next(t for t in links["data"] if t.get("name") == "switch")
     assert switches["text"] == ["8", "9"]  # node ids past the NPUs
-    midpoints = next(t for t in links["data"] if t.get("name", "").startswith("link"))
+    midpoints = next(t for t in links["data"] if t.get("name", "").startswith("faulted link"))
     assert [c[0] for c in midpoints["customdata"]] == ["0-1", "8-9", "1-2"]  # mean 1.275, 1.11, 1.05
     assert midpoints["marker"]["color"] == pytest.approx([1.275, 1.11, 1.05])
     assert not any(t.startswith(("How fast did the search", "Where does a hardware change")) for t in figures)
@@ -197,3 +198,63 @@ def test_cli_writes_the_page_and_pngs_of_the_same_figures(tmp_path, capsys):
     assert len(pngs) == 5 and all(p.read_bytes()[:4] == b"\x89PNG" for p in pngs)
     page = (tmp_path / "r.html").read_text()
     assert "Plotly.newPlot" in page and "src=\"http" not in page  # plotly.js inlined, nothing fetched
+
+
+def run_tiny(tmp_path, study: dict) -> object:
+    """A real results table from a small study run in-process (not a hand-made one)."""
+    path = tmp_path / f"{study['name']}.yaml"
+    path.write_text(yaml.safe_dump({**study, "output": str(tmp_path / study["name"])}, sort_keys=False))
+    loaded = load_study(path)
+    if loaded.search is not None:
+        run_search(loaded, executor="inprocess", progress=False)
+    else:
+        run_study(loaded, executor="inprocess", progress=False)
+    return loaded.output
+
+
+def test_fault_study_links_are_drawn_where_the_studys_own_torus_puts_them(tmp_path):
+    """The network comes from the study's `hardware.network` override (a 2x2 torus times a
+    ring of 2), not the preset: NPU 2 starts the torus's second row, NPU 4 the next block."""
+    output = run_tiny(tmp_path, {
+        "name": "tiny-faults", "model": "llama3.1-8b", "hardware": "a100-sxm4-80gb", "gpus": 8,
+        "overrides": {"hardware.network": [
+            {"name": "torus", "topology": "torus2d", "size": 4, "link_bandwidth": "100 GB/s", "latency": "1 us"},
+            {"name": "ring", "topology": "ring", "size": 2, "link_bandwidth": "25 GB/s", "latency": "1 us"}]},
+        "workload": {"mode": "train", "global_batch": 8, "seq": 1024},
+        "space": {"tp": [2, 4], "pp": [1], "recompute": ["full"]}, "backend": "astra-hierarchical",
+        "faults": {"samples": 6, "seed": 1, "links": "all", "count": 1, "factor": [0.5]}})
+    figures = page_figures(output, tmp_path)
+    boxes = find(figures, "How much do link faults slow each layout down?")
+    assert sorted(len(t["y"]) for t in boxes["data"] if t["type"] == "box") == [6, 6]
+    assert " parallel (" in boxes["data"][0]["name"]  # coloured by a knob (tp and dp move together here)
+    links = find(figures, "Which links hurt most when they degrade?")
+    npus = next(t for t in links["data"] if t.get("name") == "GPU (NPU id)")
+    assert (npus["x"][2], npus["y"][2]) == (0, -1) and (npus["x"][4], npus["y"][4]) == (4, 0)
+    assert "one block per torus (torus2d of 4)" in links["layout"]["xaxis"]["title"]["text"]
+    marks = next(t for t in links["data"] if t.get("name", "").startswith("faulted link"))
+    table = read_results(output).to_pandas()
+    faulted = {link for links_ in table["fault_links"] for link in links_}
+    assert sorted(c[0] for c in marks["customdata"]) == sorted(faulted)
+    assert {c[1] for c in marks["customdata"]} <= {"torus", "ring"}
+
+
+def test_refined_search_ranks_each_layout_once_and_shows_range_knobs_in_their_units(tmp_path):
+    output = run_tiny(tmp_path, {
+        "name": "tiny-search", "model": "llama3.1-8b", "hardware": "a100-sxm4-80gb", "gpus": 8,
+        "workload": {"mode": "train", "global_batch": 8, "seq": 1024},
+        "space": {"tp": [1, 2, 4, 8], "recompute": ["full"],
+                  "hardware.gpu.hbm.bandwidth": {"low": "1 TB/s", "high": "4 TB/s", "step": "0.1 TB/s"}},
+        "search": {"sampler": "random", "trials": 20, "parallel": 4, "seed": 3,
+                   "refine": {"backend": "astra-hierarchical", "top": 3}}})
+    table = read_results(output).to_pandas()
+    analytical = table[(table["backend"] == "analytical") & table["feasible"]]
+    assert (table["backend"] == "astra-hierarchical").sum() == 3
+    figures = page_figures(output, tmp_path)
+    ranked = find(figures, f"Which layouts are fastest? All {len(analytical)} feasible layouts")
+    assert sum(visible_points(ranked)) == len(analytical)  # refined rows are not ranked twice
+    history = find(figures, "How fast did the search converge?")
+    assert sorted(t["name"] for t in history["data"] if t["mode"] == "markers") == [
+        "trial (analytical)", "trial (astra-hierarchical)"]
+    effect = find(figures, "Effect of HBM bandwidth (TB/s)")
+    assert all(1.0 <= float(x) <= 4.0 for x in effect["data"][0]["x"])  # TB/s, not bytes/s
+    assert find(figures, "Which knobs mattered to the search?")["data"][0]["y"]  # read from the study's storage
