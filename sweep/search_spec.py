@@ -4,7 +4,7 @@ which constraints, where the Optuna study lives, and an optional fidelity refine
 Validated with the rest of the study file, so a bad block is one line and nothing is written."""
 import importlib.util
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from core import BACKENDS, SpecError
@@ -19,7 +19,6 @@ REFINE_KEYS = ("backend", "top")
 SAMPLERS = {"tpe": (), "nsga2": (), "random": (), "qmc": ("scipy",), "cmaes": ("cmaes",), "gp": ("scipy", "torch")}
 SINGLE_OBJECTIVE_SAMPLERS = ("cmaes",)
 DIRECTIONS = ("minimize", "maximize")
-STORAGE_NAME = "optuna.db"  # the default storage, beside the table
 # aggregates over a point's Monte Carlo fault samples: only for a study with a `faults:` block
 FAULT_OBJECTIVES = AGGREGATES
 CONSTRAINT_PATTERN = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(<=|>=)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
@@ -87,27 +86,15 @@ def parse_search(data, source: str, output: Path, default_seed: int, has_faults:
     if sampler in SINGLE_OBJECTIVE_SAMPLERS and len(objectives) > 1:
         raise SpecError(source, "search.sampler", sampler, "optimises one objective; use nsga2, tpe or random for several")
     constraints = _constraints(data.get("constraints", []), source, has_faults)
-    storage = data.get("storage", str(output / STORAGE_NAME))
+    storage = data.get("storage", str(output / "optuna.db"))
     if not isinstance(storage, str) or not storage.strip():
         raise SpecError(source, "search.storage", storage, "expected an Optuna storage URL or a SQLite file path")
-    url = storage if "://" in storage else storage_url(storage)
+    url = storage if "://" in storage else f"sqlite:///{Path(storage).resolve()}"
     refine = _refine(data["refine"], source) if data.get("refine") is not None else None
     if refine is not None and has_faults:
         raise SpecError(source, "search.refine", data["refine"], "not with a faults: block (fault samples are "
                         "already replayed on the study's simulator backend)")
     return SearchSpec(sampler, trials, parallel, objectives, constraints, url, seed, refine)
-
-
-def storage_url(path) -> str:
-    """The SQLite URL of an Optuna storage file."""
-    return f"sqlite:///{Path(path).resolve()}"
-
-
-def moved(spec: SearchSpec, old: Path, new: Path) -> SearchSpec:
-    """The block for a table moved from `old` to `new` (`--output`): a default storage moves with it."""
-    if spec.storage != storage_url(old / STORAGE_NAME):
-        return spec
-    return replace(spec, storage=storage_url(new / STORAGE_NAME))
 
 
 def _positive_int(data: dict, key: str, default, source: str) -> int:
