@@ -2,8 +2,9 @@
 from core import SpecError
 
 from .args import POSITIVE
-from .faults import faults_summary
+from .faults import AGGREGATES, faults_summary
 from .query import FORMATS, knob_columns, pareto_front, pareto_objectives, query, render, results_folder, summary_columns
+from .search_faults import per_point
 from .store import read_results
 
 
@@ -19,7 +20,8 @@ def add_arguments(parser) -> None:
                         help="columns to show (default: knobs that vary and headline metrics for tables, all for csv/json)")
     parser.add_argument("--sql", metavar="SELECT", help="SQL over the table, which is called results")
     parser.add_argument("--pareto", metavar="COL,COL", help="only the non-dominated rows over these metrics "
-                        "(minimised; mfu and tokens_per_s maximised), e.g. step_time_s,memory_peak_gib")
+                        "(minimised; mfu and tokens_per_s maximised), e.g. step_time_s,memory_peak_gib; on a "
+                        "faults table also slowdown_p50/p95/max and step_time_p95_s, per point")
     parser.add_argument("--format", choices=FORMATS, default="table")
     parser.add_argument("--faults-summary", action="store_true",
                         help="per point of a faults study: slowdown p50/p95/max and the links whose faults hurt most")
@@ -41,7 +43,8 @@ def run(args) -> int:
         if args.sql:
             raise SpecError("command line", "--pareto", args.pareto, "cannot be combined with --sql (use --where)")
         objectives = pareto_objectives(args.pareto)
-        table = pareto_front(query(whole, where=args.where), objectives)
+        aggregated = "fault_sample" in whole.column_names and any(c in AGGREGATES for c, _ in objectives)
+        table = pareto_front(query(per_point(whole) if aggregated else whole, where=args.where), objectives)
         columns = columns and columns + [c for c, _ in objectives if c not in columns]
         by = by or objectives[0][0]
     result = query(table, where=args.where, by=by, top=args.top, descending=args.descending,

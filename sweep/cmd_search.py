@@ -1,6 +1,7 @@
 """The end-of-run summary of `rapid sweep` on a study with a `search:` block."""
 import math
 
+from .faults import AGGREGATES
 from .query import knob_columns, render, summary_columns, wide_console
 from .search import TRIAL_COLUMN, best_rows, run_search
 from .store import read_results
@@ -17,12 +18,15 @@ def run(study, args) -> int:
                   f"({report.before} before this run, {report.resumed} resumed from a stopped run) over "
                   f"{'a continuous space' if math.isinf(size) else f'{size:,.0f} combinations'}")
     rate = f" in {report.seconds:.1f} s" if report.seconds else ""
-    console.print(f"evaluated {report.evaluated} points{rate}; {report.from_table} trials answered from the table; "
+    samples = f" ({report.sample_rows} fault-sample rows)" if study.faults is not None else ""
+    console.print(f"evaluated {report.evaluated} points{samples}{rate}; {report.from_table} trials answered from the table; "
                   f"{report.illegal} illegal and {report.infeasible} memory-infeasible trials told to Optuna as infeasible")
     console.print(f"optuna: study {study.name!r} in {spec.storage}  (optuna.load_study(study_name=..., storage=...))")
     table = read_results(study.output)
     best = best_rows(study, table)
     columns = [TRIAL_COLUMN] + summary_columns(best, knob_columns(study.output))
+    if study.faults is not None:  # a point's tail under faults, not its baseline sample
+        columns = [c for c in columns if c not in ("fault_sample", "slowdown")] + list(AGGREGATES)
     objectives = ", ".join(f"{d} {c}" for c, d in spec.objectives)
     title = (f"Pareto front ({best.num_rows} trials; {objectives})" if len(spec.objectives) > 1
              else f"best {min(args.top, best.num_rows)} trials ({objectives})")

@@ -8,6 +8,10 @@ or in-process, writes one Parquet part per round (every legal trial a row, with
 points are told as PRUNED with a violated `feasible` constraint (`Trial.set_constraint`), never
 as made-up objective values; memory is checked before any timing (`core.evaluate`).
 
+With a `faults:` block each trial's point is replayed under the study's fault samples by the
+grid's fault blocks and workers, one row per (point, sample) stamped with the first trial that
+asked for it, and trials are told the point's fault aggregates too (sweep.search_faults).
+
 Only this driver process talks to the Optuna storage; workers see points, never trials.
 A run killed at any moment resumes: trials left RUNNING are finished from the table when
 their row was written, re-evaluated when it was not, and asking goes on up to `trials`."""
@@ -26,9 +30,11 @@ from core import SpecError
 
 from . import raycluster
 from .engine import progress_bar, study_metadata, work_context
+from .faults import FaultBlock, memory_fits
 from .plan import Planner, Point
 from .query import pareto_front
 from .runner import make_executor, run_batches
+from .search_faults import FaultRows, per_point
 from .search_spec import SearchSpec
 from .store import ResultStore, read_results
 from .study import Study
@@ -68,6 +74,7 @@ class SearchReport:
     before: int  # trials finished before this run
     resumed: int = 0  # trials a killed run left RUNNING, finished now
     evaluated: int = 0  # points evaluated now
+    sample_rows: int = 0  # with a faults: block, (point, sample) rows written now
     from_table: int = 0  # trials answered from rows already in the table
     illegal: int = 0
     infeasible: int = 0
@@ -148,6 +155,10 @@ class SearchLoop:
             self.optuna.tell(trial, state=optuna.trial.TrialState.PRUNED)
             return
         values = [row[column] for column in self.spec.objective_columns]
+        if any(v is None or math.isnan(v) for v in values) and self.study.faults is not None:
+            trial.set_user_attr("fault_reason", "no fault sample of this point could be simulated")
+            self.optuna.tell(trial, state=optuna.trial.TrialState.FAIL)
+            return
         if any(v is None or math.isnan(v) for v in values):
             raise SpecError(self.study.path, "search.objectives", self.spec.objective_columns,
                             f"a feasible {self.study.mode} row has no value for one of them")
@@ -247,7 +258,9 @@ def _search(study: Study, store: ResultStore, executor: str, address, workers, p
     spec = study.search
     planner = Planner(study)
     loop = SearchLoop(study, planner)
-    rows = _TableRows(read_results(study.output), study.backend)
+    table = read_results(study.output)
+    rows = _TableRows(table, study.backend) if study.faults is None else FaultRows(table, study.faults)
+    play = _round if study.faults is None else _fault_round
     report = SearchReport(trials=spec.trials, before=loop.finished())
     executors = _Executors(study, executor, address, workers)
     start = time.perf_counter()
@@ -259,7 +272,7 @@ def _search(study: Study, store: ResultStore, executor: str, address, workers, p
                 asked += loop.ask(max(0, min(spec.parallel, spec.trials - loop.count())))
                 if not asked:
                     break
-                _round(study, loop, planner, asked, rows, store, executors, report)
+                play(study, loop, planner, asked, rows, store, executors, report)
                 bar.advance(len(asked))
                 asked = []
         if spec.refine:
@@ -302,14 +315,44 @@ def _round(study, loop, planner, asked, rows, store, executors, report) -> None:
         loop.tell(a, row)
 
 
-def _with_trial(row: pa.Table, number: int, sampler: str, copied: bool) -> pa.Table:
-    """A one-row table stamped with its trial (right after point_id); a row copied from
-    another trial took no evaluation time."""
+def _fault_round(study, loop, planner, asked, rows: FaultRows, store, executors, report) -> None:
+    """One round with fault samples: replay the samples the round's points lack, write them as
+    one part stamped with the first trial asking for each point, then tell every trial."""
+    owners = {}  # point_id -> (the first trial asking for it, the point)
+    for a in asked:
+        if isinstance(a.point, Point):
+            owners.setdefault(a.point.point_id, (a.number, a.point))
+    blocks = rows.missing([point for _, point in owners.values()], memory_fits(work_context(study, *planner.specs())))
+    fresh = {block.point.point_id for block in blocks}
+    report.evaluated += len(fresh)
+    tables = [_stamp(t, [owners[p][0] for p in t.column("point_id").to_pylist()], study.search.sampler)
+              for t in executors.evaluate_blocks(study.backend, planner, blocks)]
+    if tables:
+        report.sample_rows += store.write_part(tables)
+        report.parts += 1
+        for table in tables:
+            rows.add(table)
+    for a in asked:
+        row = None if isinstance(a.point, str) else rows.told(a.point.point_id)
+        report.from_table += row is not None and a.point.point_id not in fresh
+        report.illegal += row is None
+        report.infeasible += row is not None and not row["feasible"]
+        loop.tell(a, row)
+
+
+def _stamp(table: pa.Table, numbers: list, sampler: str) -> pa.Table:
+    """`table` with a trial number per row and the sampler, right after point_id."""
     for name in (TRIAL_COLUMN, SAMPLER_COLUMN):
-        if name in row.column_names:
-            row = row.drop_columns([name])
-    row = row.add_column(1, pa.field(TRIAL_COLUMN, pa.int64()), pa.array([number], pa.int64()))
-    row = row.add_column(2, pa.field(SAMPLER_COLUMN, pa.string()), pa.array([sampler], pa.string()))
+        if name in table.column_names:
+            table = table.drop_columns([name])
+    table = table.add_column(1, pa.field(TRIAL_COLUMN, pa.int64()), pa.array(numbers, pa.int64()))
+    return table.add_column(2, pa.field(SAMPLER_COLUMN, pa.string()), pa.array([sampler] * len(numbers), pa.string()))
+
+
+def _with_trial(row: pa.Table, number: int, sampler: str, copied: bool) -> pa.Table:
+    """A one-row table stamped with its trial; a row copied from another trial took no
+    evaluation time."""
+    row = _stamp(row, [number], sampler)
     if copied and "eval_time_s" in row.column_names:
         index = row.column_names.index("eval_time_s")
         row = row.set_column(index, row.schema.field(index), pa.array([0.0], pa.float64()))
@@ -351,22 +394,28 @@ class _Executors:
 
     def evaluate(self, backend: str, planner: Planner, points: list) -> dict:
         """point_id -> one-row table, for every point."""
-        if not points:
-            return {}
+        out = {}
+        for table in self._tables(backend, planner, points):
+            for i in range(table.num_rows):
+                out[table.column("point_id")[i].as_py()] = table.slice(i, 1)
+        return out
+
+    def evaluate_blocks(self, backend: str, planner: Planner, blocks: list) -> list:
+        """One table per batch of FaultBlocks: a row per (point, sample) of each block."""
+        return self._tables(backend, planner, blocks)
+
+    def _tables(self, backend: str, planner: Planner, work: list) -> list:
+        if not work:
+            return []
         if backend not in self.started:
             context = work_context(replace(self.study, backend=backend))
             self.started[backend] = make_executor(self.kind, context, self.address, self.workers)
         runner = self.started[backend]
-        size = max(1, math.ceil(len(points) / (runner.workers * BATCHES_PER_WORKER)))
-        batches = [_spec_batch(planner, points[i:i + size]) for i in range(0, len(points), size)]
-        out = {}
-
-        def on_table(table: pa.Table, batch) -> None:
-            for i in range(table.num_rows):
-                out[table.column("point_id")[i].as_py()] = table.slice(i, 1)
-
-        run_batches(runner, batches, on_table)
-        return out
+        size = max(1, math.ceil(len(work) / (runner.workers * BATCHES_PER_WORKER)))
+        batches = [_spec_batch(planner, work[i:i + size]) for i in range(0, len(work), size)]
+        tables = []
+        run_batches(runner, batches, lambda table, batch: tables.append(table))
+        return tables
 
     def close(self) -> None:
         for runner in reversed(list(self.started.values())):
@@ -374,13 +423,18 @@ class _Executors:
         self.started.clear()
 
 
-def _spec_batch(planner: Planner, points: list) -> SpecBatch:
-    """The points with only the spec variants they use, indices renumbered to match."""
+def _spec_batch(planner: Planner, work: list) -> SpecBatch:
+    """The points (or FaultBlocks) with only the spec variants they use, indices renumbered."""
     models, hardware = planner.specs()
+    points = [w.point if isinstance(w, FaultBlock) else w for w in work]
     model_ids = {old: new for new, old in enumerate(sorted({p.model_index for p in points}))}
     hardware_ids = {old: new for new, old in enumerate(sorted({p.hardware_index for p in points}))}
-    return SpecBatch(tuple(replace(p, model_index=model_ids[p.model_index], hardware_index=hardware_ids[p.hardware_index])
-                           for p in points),
+
+    def renumbered(p: Point) -> Point:
+        return replace(p, model_index=model_ids[p.model_index], hardware_index=hardware_ids[p.hardware_index])
+
+    return SpecBatch(tuple(replace(w, point=renumbered(w.point)) if isinstance(w, FaultBlock) else renumbered(w)
+                           for w in work),
                      tuple(models[i] for i in model_ids), tuple(hardware[i] for i in hardware_ids))
 
 
@@ -392,11 +446,14 @@ def _delete_optuna_study(storage: str, name: str) -> None:
 
 
 def best_rows(study: Study, table: pa.Table) -> pa.Table:
-    """The search's feasible trials that meet every constraint, one row per configuration:
-    sorted by the objective for one objective, the Pareto front for several."""
+    """The search's feasible trials that meet every constraint, one row per configuration
+    (with a faults: block, its baseline row and fault aggregates): sorted by the objective
+    for one objective, the Pareto front for several."""
     spec = study.search
     if TRIAL_COLUMN not in table.column_names:
         return table.slice(0, 0)
+    if study.faults is not None:
+        table = per_point(table)
     keep = pc.and_(pc.is_valid(table.column(TRIAL_COLUMN)), pc.equal(table.column("backend"), study.backend))
     keep = pc.and_(keep, table.column("feasible"))
     for column, op, bound in spec.constraints:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from core import BACKENDS, SpecError
 
+from .faults import AGGREGATES
 from .query import HIGHER_IS_BETTER
 from .worker import METRICS
 
@@ -18,8 +19,8 @@ REFINE_KEYS = ("backend", "top")
 SAMPLERS = {"tpe": (), "nsga2": (), "random": (), "qmc": ("scipy",), "cmaes": ("cmaes",), "gp": ("scipy", "torch")}
 SINGLE_OBJECTIVE_SAMPLERS = ("cmaes",)
 DIRECTIONS = ("minimize", "maximize")
-# aggregates over Monte Carlo fault samples: objectives only for a study with a `faults:` block
-FAULT_OBJECTIVES = ("slowdown_p95", "step_time_p95_s")
+# aggregates over a point's Monte Carlo fault samples: only for a study with a `faults:` block
+FAULT_OBJECTIVES = AGGREGATES
 CONSTRAINT_PATTERN = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(<=|>=)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
 
 
@@ -51,17 +52,20 @@ class SearchSpec:
 
 
 def objective_column(name: str, source: str, field: str, has_faults: bool = False) -> str:
-    """The results column an objective or constraint names. The one place objective names are
-    resolved: fault aggregates become available here once studies carry a `faults:` block."""
-    if name in FAULT_OBJECTIVES and not has_faults:
-        raise SpecError(source, field, name, "a fault aggregate needs a faults: block in the study")
+    """The results column an objective or constraint names (a fault aggregate is computed per
+    point from its sample rows, sweep.search_faults). The one place objective names are resolved."""
+    if name in FAULT_OBJECTIVES:
+        if not has_faults:
+            raise SpecError(source, field, name, "a fault aggregate needs a faults: block in the study")
+        return name
     if name not in METRICS:
         raise SpecError(source, field, name, f"expected a metric column ({', '.join(METRICS + FAULT_OBJECTIVES)})")
     return name
 
 
-def parse_search(data, source: str, output: Path, default_seed: int) -> SearchSpec:
-    """Validate the `search:` mapping; the storage defaults to SQLite beside the table."""
+def parse_search(data, source: str, output: Path, default_seed: int, has_faults: bool = False) -> SearchSpec:
+    """Validate the `search:` mapping (`has_faults`: the study has a `faults:` block, so fault
+    aggregates may be objectives); the storage defaults to SQLite beside the table."""
     if not isinstance(data, dict):
         raise SpecError(source, "search", data, "expected a mapping (sampler, trials, parallel, objectives, ...)")
     for key in data:
@@ -78,15 +82,18 @@ def parse_search(data, source: str, output: Path, default_seed: int) -> SearchSp
     seed = data.get("seed", default_seed)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise SpecError(source, "search.seed", seed, "expected a non-negative integer")
-    objectives = _objectives(data.get("objectives", ["minimize step_time_s"]), source)
+    objectives = _objectives(data.get("objectives", ["minimize step_time_s"]), source, has_faults)
     if sampler in SINGLE_OBJECTIVE_SAMPLERS and len(objectives) > 1:
         raise SpecError(source, "search.sampler", sampler, "optimises one objective; use nsga2, tpe or random for several")
-    constraints = _constraints(data.get("constraints", []), source)
+    constraints = _constraints(data.get("constraints", []), source, has_faults)
     storage = data.get("storage", str(output / "optuna.db"))
     if not isinstance(storage, str) or not storage.strip():
         raise SpecError(source, "search.storage", storage, "expected an Optuna storage URL or a SQLite file path")
     url = storage if "://" in storage else f"sqlite:///{Path(storage).resolve()}"
     refine = _refine(data["refine"], source) if data.get("refine") is not None else None
+    if refine is not None and has_faults:
+        raise SpecError(source, "search.refine", data["refine"], "not with a faults: block (fault samples are "
+                        "already replayed on the study's simulator backend)")
     return SearchSpec(sampler, trials, parallel, objectives, constraints, url, seed, refine)
 
 
@@ -97,7 +104,7 @@ def _positive_int(data: dict, key: str, default, source: str) -> int:
     return value
 
 
-def _objectives(raw, source: str) -> tuple:
+def _objectives(raw, source: str, has_faults: bool) -> tuple:
     items = raw if isinstance(raw, list) else [raw]
     if not items:
         raise SpecError(source, "search.objectives", raw, "expected at least one objective such as 'minimize step_time_s'")
@@ -108,21 +115,21 @@ def _objectives(raw, source: str) -> tuple:
             words = ["maximize" if words[0] in HIGHER_IS_BETTER else "minimize"] + words
         if len(words) != 2 or words[0] not in DIRECTIONS:
             raise SpecError(source, "search.objectives", item, "expected 'minimize COLUMN' or 'maximize COLUMN'")
-        column = objective_column(words[1], source, "search.objectives")
+        column = objective_column(words[1], source, "search.objectives", has_faults)
         if column in [c for c, _ in objectives]:
             raise SpecError(source, "search.objectives", item, f"{column} is already an objective")
         objectives.append((column, words[0]))
     return tuple(objectives)
 
 
-def _constraints(raw, source: str) -> tuple:
+def _constraints(raw, source: str, has_faults: bool) -> tuple:
     items = raw if isinstance(raw, list) else [raw]
     constraints = []
     for item in items:
         match = CONSTRAINT_PATTERN.match(item) if isinstance(item, str) else None
         if not match:
             raise SpecError(source, "search.constraints", item, "expected 'COLUMN <= NUMBER' or 'COLUMN >= NUMBER'")
-        column = objective_column(match.group(1), source, "search.constraints")
+        column = objective_column(match.group(1), source, "search.constraints", has_faults)
         constraints.append((column, match.group(2), float(match.group(3))))
     return tuple(constraints)
 

@@ -97,7 +97,7 @@ def load_study(path, output: str | None = None) -> Study:
     search = None
     if data.get("search") is not None:
         from .search_spec import parse_search  # here, not on top: it needs sweep.worker, which needs this module
-        search = parse_search(data["search"], source, Path(output), seed)
+        search = parse_search(data["search"], source, Path(output), seed, has_faults=data.get("faults") is not None)
     elif space.ranges:
         knob = space.ranges[0]
         raise SpecError(source, f"space.{knob.name}", data["space"][knob.name],

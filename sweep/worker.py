@@ -46,7 +46,7 @@ def unit_columns(knobs: tuple) -> tuple:
 class SpecBatch:
     """Points shipped with the spec variants they index into: a search meets new model and
     hardware variants as it samples, so they travel with the batch, not the context."""
-    points: tuple
+    points: tuple  # of Point, or of sweep.faults.FaultBlock in a study with a faults: block
     models: tuple
     hardware: tuple
 
@@ -66,12 +66,12 @@ def knob_type(values: tuple) -> pa.DataType:
 def evaluate_batch(context: WorkContext, points: list) -> pa.Table:
     """One row per point: id, constants, knobs, feasibility, metrics, memory, breakdown, eval time
     (or, in a faults study, one row per (point, sample) of each block: see sweep.faults)."""
-    if context.faults is not None:
-        from .faults import evaluate_blocks
-        return evaluate_blocks(context, points)
     if isinstance(points, SpecBatch):
         context = replace(context, models=points.models, hardware=points.hardware)
         points = points.points
+    if context.faults is not None:
+        from .faults import evaluate_blocks
+        return evaluate_blocks(context, points)
     n = len(points)
     columns = {"point_id": [p.point_id for p in points]}
     for name, value in context.constants:
