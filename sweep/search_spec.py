@@ -82,12 +82,20 @@ def parse_search(data, source: str, output: Path, default_seed: int) -> SearchSp
     if sampler in SINGLE_OBJECTIVE_SAMPLERS and len(objectives) > 1:
         raise SpecError(source, "search.sampler", sampler, "optimises one objective; use nsga2, tpe or random for several")
     constraints = _constraints(data.get("constraints", []), source)
-    storage = data.get("storage", str(output / "optuna.db"))
+    storage = data.get("storage", str(default_storage(output)))
     if not isinstance(storage, str) or not storage.strip():
         raise SpecError(source, "search.storage", storage, "expected an Optuna storage URL or a SQLite file path")
     url = storage if "://" in storage else f"sqlite:///{Path(storage).resolve()}"
     refine = _refine(data["refine"], source) if data.get("refine") is not None else None
     return SearchSpec(sampler, trials, parallel, objectives, constraints, url, seed, refine)
+
+
+def default_storage(output: Path) -> Path:
+    """SQLite beside the table, named with a leading _ so that pandas and pyarrow, which skip
+    such files, still read the folder as one Parquet dataset; a search begun under the
+    earlier name optuna.db keeps it."""
+    old = output / "optuna.db"
+    return old if old.exists() else output / "_optuna.db"
 
 
 def _positive_int(data: dict, key: str, default, source: str) -> int:
