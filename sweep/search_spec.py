@@ -86,6 +86,7 @@ def parse_search(data, source: str, output: Path, default_seed: int) -> SearchSp
     if not isinstance(storage, str) or not storage.strip():
         raise SpecError(source, "search.storage", storage, "expected an Optuna storage URL or a SQLite file path")
     url = storage if "://" in storage else f"sqlite:///{Path(storage).resolve()}"
+    _check_storage_url(url, source)
     refine = _refine(data["refine"], source) if data.get("refine") is not None else None
     return SearchSpec(sampler, trials, parallel, objectives, constraints, url, seed, refine)
 
@@ -96,6 +97,17 @@ def default_storage(output: Path) -> Path:
     earlier name optuna.db keeps it."""
     old = output / "optuna.db"
     return old if old.exists() else output / "_optuna.db"
+
+
+def _check_storage_url(url: str, source: str) -> None:
+    """A URL SQLAlchemy can parse and has a driver for, checked before anything is written."""
+    import sqlalchemy
+
+    try:
+        sqlalchemy.engine.make_url(url).get_dialect()
+    except (sqlalchemy.exc.ArgumentError, ImportError) as err:
+        raise SpecError(source, "search.storage", url, f"expected an Optuna storage URL SQLAlchemy can open "
+                        f"(sqlite:///FILE, postgresql://..., mysql://...) or a file path ({err})") from None
 
 
 def _positive_int(data: dict, key: str, default, source: str) -> int:

@@ -102,6 +102,8 @@ CASES = {
     "study fault to a missing node": (SWEEP, {"study": study(hardware="{hw}", backend="astra-hierarchical"),
                                               "hw": A100 + "faults: [{link: [0, 9999], factor: 0.5}]\n"},
                                       ["{study}", "faults", "9999", "NPUs, then the switches"]),
+    "search storage unknown dialect": (SWEEP, {"study": study(search={"trials": 2, "storage": "foo://bar"})},
+                                       ["{study}", "search.storage", "foo://bar", "Optuna storage URL"]),
     # model files
     "model layers zero": (RUN, {"model": model(layers=0), "hw": A100}, ["{model}", "layers", "0", "integer >= 1"]),
     "model layers float": (RUN, {"model": model(layers=1.5), "hw": A100}, ["{model}", "layers", "1.5", "integer"]),
