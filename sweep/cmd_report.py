@@ -1,6 +1,8 @@
 """`rapid report RESULTS`: one self-contained HTML page of the views the table supports."""
 from pathlib import Path
 
+from core import SpecError
+
 from .query import results_folder
 from .report import build_report, write_html
 
@@ -12,6 +14,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    _check_destinations(args)
     folder = results_folder(args.results)
     report = build_report(folder)
     out = write_html(report, Path(args.out) if args.out else folder / "_report.html")
@@ -21,3 +24,11 @@ def run(args) -> int:
         paths = write_pngs(report.figures, args.png)
         print(f"png: {len(paths)} files in {args.png}")
     return 0
+
+
+def _check_destinations(args) -> None:
+    """Refuse an --out that is a folder and a --png that is a file before anything is drawn."""
+    if args.out and Path(args.out).is_dir():
+        raise SpecError("command line", "--out", args.out, "is a folder; expected the page's file path, e.g. report.html")
+    if args.png and Path(args.png).exists() and not Path(args.png).is_dir():
+        raise SpecError("command line", "--png", args.png, "exists and is not a folder")

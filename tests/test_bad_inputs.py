@@ -7,6 +7,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -23,6 +25,9 @@ STUDY = {"name": "bad", "model": "llama3.1-8b", "hardware": "a100-sxm4-80gb", "g
 RUN = ["run", "--hardware", "{hw}", "--model", "{model}", "--gpus", "8", "--tp", "8", "--global-batch", "8", "--seq", "1024"]
 RUN_HF = ["run", "--hardware", "a100-sxm4-80gb", "--model", "{hf}", "--gpus", "8", "--tp", "8", "--global-batch", "8"]
 SWEEP = ["sweep", "{study}", "--local", "--quiet"]
+
+
+TABLE = pa.table({"point_id": ["a"], "tp": [1], "feasible": [True], "step_time_s": [1.0]})
 
 
 def study(**changes) -> str:
@@ -192,6 +197,10 @@ CASES = {
     "cli run model folder": (["run", "--model", "{tmp}", "--hardware", "a100-sxm4-80gb"], {}, ["{tmp}", "<file>", "folder"]),
     "cli query top": (["query", "{tmp}", "--top", "-1"], {}, ["--top", "-1", "integer >= 1"]),
     "cli query no table": (["query", "{tmp}"], {}, ["RESULTS", "{tmp}", "no results table"]),
+    "cli report out is a folder": (["report", "{tmp}/t", "--out", "{tmp}/o"], {"t/part-000000.parquet": TABLE, "o/x": "x"},
+                                   ["--out", "{tmp}/o", "folder"]),
+    "cli report png is a file": (["report", "{tmp}/t", "--png", "{tmp}/p"], {"t/part-000000.parquet": TABLE, "p": "x"},
+                                 ["--png", "{tmp}/p", "not a folder"]),
 }
 
 
@@ -203,7 +212,9 @@ def materialise(tmp: Path, argv, files) -> tuple[list, dict]:
     for key, text in files.items():
         path = Path(names[key])
         path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(text, bytes):
+        if isinstance(text, pa.Table):
+            pq.write_table(text, path)
+        elif isinstance(text, bytes):
             path.write_bytes(text)
         else:
             for placeholder, value in names.items():
