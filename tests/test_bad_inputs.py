@@ -201,6 +201,8 @@ CASES = {
                                    ["--out", "{tmp}/o", "folder"]),
     "cli report png is a file": (["report", "{tmp}/t", "--png", "{tmp}/p"], {"t/part-000000.parquet": TABLE, "p": "x"},
                                  ["--png", "{tmp}/p", "not a folder"]),
+    "cli net npus zero": (["net", "--network", str(PRESET_DIR / "gpus" / "a100-sxm4-80gb.yaml"), "--npus", "0",
+                           "--collective", "all_reduce", "--size", "1GiB"], {}, ["--npus", "0", "integer >= 1"]),
 }
 
 
