@@ -59,6 +59,8 @@ def hw(old: str, new: str) -> str:
 CASES = {
     # study files
     "study unknown key": (SWEEP, {"study": study(speed=3)}, ["{study}", "speed", "3", "allowed"]),
+    "study description not text": (SWEEP, {"study": study(description=["a", "b"])},
+                                   ["{study}", "description", "['a', 'b']", "text"]),
     "study bad name": (SWEEP, {"study": study(name="a b/c")}, ["{study}", "name", "a b/c"]),
     "study gpus zero": (SWEEP, {"study": study(gpus=0)}, ["{study}", "gpus", "0", "positive integer"]),
     "study gpus string": (SWEEP, {"study": study(gpus="16")}, ["{study}", "gpus", "16", "positive integer"]),
