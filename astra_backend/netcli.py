@@ -80,6 +80,8 @@ def _simulate(args):
         raise AstraError(f"--size: {exc}") from None
     faults = [parse_fault(f) for f in args.fault]
     npus = _integer(args.npus, "--npus") if args.npus is not None else None
+    if npus is not None and npus < 1:
+        raise AstraError(f"--npus: {npus} must be an integer >= 1")
     network = Network(load_network_file(args.network, npus), [f for f in faults if isinstance(f, SoftFault)],
                       [f for f in faults if isinstance(f, HardFault)])
     group = _parse_group(args.group) if args.group else None

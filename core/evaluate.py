@@ -104,20 +104,22 @@ def _astra_timing(model, hw, par, work, gpus, backend, emit_traces) -> dict:
         timing = _infer_metrics(hw, par, work, request_s, ttft_s, tpot_s, flops, breakdown)
     dims = hw.dims_for(gpus)
     if backend == "astra-hierarchical":
-        timing["replay_note"] = hierarchy_note(par, dims)
+        timing["replay_note"] = hierarchy_note(par, dims, replicas_talk=isinstance(work, TrainWorkload))
     timing["busiest_links"] = [{"src": link["src"], "dst": link["dst"], "dim": dims[link["dim"]].name,
                                 "utilisation": link["busy_s"] / timing["step_time_s"]} for link in links]
     return timing
 
 
-def hierarchy_note(par: Parallelism, dims: tuple) -> str:
+def hierarchy_note(par: Parallelism, dims: tuple, replicas_talk: bool = True) -> str:
     """Empty when the layout keeps to what astra-hierarchical assumes (TP/CP/EP inside the
-    first network dimension, DP/PP outside it), else what the split replay cannot see."""
+    first network dimension, DP/PP outside it), else what the split replay cannot see.
+    `replicas_talk`: False in inference, whose dp replicas exchange nothing."""
     if len(dims) < 2:
         return ""
     spans = group_spans(par, dims)
     inner_out = sorted({a for a in ("tp", "cp", "ep") for index, _ in spans.get(a, ()) if index > 0})
-    outer_in = sorted({a for a in ("dp", "pp") for index, _ in spans.get(a, ()) if index == 0})
+    outer = ("dp", "pp") if replicas_talk else ("pp",)
+    outer_in = sorted({a for a in outer for index, _ in spans.get(a, ()) if index == 0})
     if not inner_out and not outer_in:
         return ""
     parts = []

@@ -31,9 +31,8 @@ def run(args) -> int:
     folder = results_folder(args.results)
     whole = read_results(folder)
     if args.faults_summary:
-        summary = faults_summary(whole, knob_columns(folder))
-        result = summary.slice(0, args.top) if args.top is not None else summary
-        render(result, args.format, title=f"{folder}: slowdown under faults per point, most fragile first")
+        render(_faults_summary(whole, folder, args), args.format,
+               title=f"{folder}: slowdown under faults per point, most fragile first")
         return 0
     columns = args.columns
     if columns is None and args.format == "table" and not args.sql:
@@ -51,3 +50,19 @@ def run(args) -> int:
                    columns=columns, sql=args.sql)
     render(result, args.format, title=f"{folder} ({result.num_rows} of {whole.num_rows} rows)")
     return 0
+
+
+def _faults_summary(whole, folder, args):
+    """The per-point fault summary of the rows --where keeps, sorted (most fragile first unless
+    --by), cut to --top and --columns."""
+    if args.sql or args.pareto:
+        raise SpecError("command line", "--faults-summary", "--sql" if args.sql else "--pareto",
+                        "summarises fault samples per point; use --where, --by, --top and --columns with it")
+    if "fault_sample" not in whole.column_names:
+        raise SpecError("command line", "--faults-summary", str(folder), "this table has no fault samples (no faults: block)")
+    rows = query(whole, where=args.where)
+    if rows.num_rows == 0:
+        raise SpecError("command line", "--where", args.where, "no row matches, so there is nothing to summarise")
+    summary = faults_summary(rows, knob_columns(folder))
+    by, descending = (args.by, args.descending) if args.by else ("slowdown_p95", True)
+    return query(summary, by=by, top=args.top, descending=descending, columns=args.columns)

@@ -86,15 +86,35 @@ def parse_search(data, source: str, output: Path, default_seed: int, has_faults:
     if sampler in SINGLE_OBJECTIVE_SAMPLERS and len(objectives) > 1:
         raise SpecError(source, "search.sampler", sampler, "optimises one objective; use nsga2, tpe or random for several")
     constraints = _constraints(data.get("constraints", []), source, has_faults)
-    storage = data.get("storage", str(output / "optuna.db"))
+    storage = data.get("storage", str(default_storage(output)))
     if not isinstance(storage, str) or not storage.strip():
         raise SpecError(source, "search.storage", storage, "expected an Optuna storage URL or a SQLite file path")
     url = storage if "://" in storage else f"sqlite:///{Path(storage).resolve()}"
+    _check_storage_url(url, source)
     refine = _refine(data["refine"], source) if data.get("refine") is not None else None
     if refine is not None and has_faults:
         raise SpecError(source, "search.refine", data["refine"], "not with a faults: block (fault samples are "
                         "already replayed on the study's simulator backend)")
     return SearchSpec(sampler, trials, parallel, objectives, constraints, url, seed, refine)
+
+
+def default_storage(output: Path) -> Path:
+    """SQLite beside the table, named with a leading _ so that pandas and pyarrow, which skip
+    such files, still read the folder as one Parquet dataset; a search begun under the
+    earlier name optuna.db keeps it."""
+    old = output / "optuna.db"
+    return old if old.exists() else output / "_optuna.db"
+
+
+def _check_storage_url(url: str, source: str) -> None:
+    """A URL SQLAlchemy can parse and has a driver for, checked before anything is written."""
+    import sqlalchemy
+
+    try:
+        sqlalchemy.engine.make_url(url).get_dialect()
+    except (sqlalchemy.exc.ArgumentError, ImportError) as err:
+        raise SpecError(source, "search.storage", url, f"expected an Optuna storage URL SQLAlchemy can open "
+                        f"(sqlite:///FILE, postgresql://..., mysql://...) or a file path ({err})") from None
 
 
 def _positive_int(data: dict, key: str, default, source: str) -> int:

@@ -73,6 +73,8 @@ def load_study(path, output: str | None = None) -> Study:
     name = data["name"]
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
         raise SpecError(source, "name", name, "expected letters, digits, '.', '_' or '-' (a folder name)")
+    if not isinstance(data.get("description", ""), str):
+        raise SpecError(source, "description", data["description"], "expected text (shown at the top of the report)")
     gpus = data["gpus"]
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise SpecError(source, "gpus", gpus, "expected a positive integer")

@@ -7,6 +7,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -23,6 +25,9 @@ STUDY = {"name": "bad", "model": "llama3.1-8b", "hardware": "a100-sxm4-80gb", "g
 RUN = ["run", "--hardware", "{hw}", "--model", "{model}", "--gpus", "8", "--tp", "8", "--global-batch", "8", "--seq", "1024"]
 RUN_HF = ["run", "--hardware", "a100-sxm4-80gb", "--model", "{hf}", "--gpus", "8", "--tp", "8", "--global-batch", "8"]
 SWEEP = ["sweep", "{study}", "--local", "--quiet"]
+
+
+TABLE = pa.table({"point_id": ["a"], "tp": [1], "feasible": [True], "step_time_s": [1.0]})
 
 
 def study(**changes) -> str:
@@ -54,6 +59,8 @@ def hw(old: str, new: str) -> str:
 CASES = {
     # study files
     "study unknown key": (SWEEP, {"study": study(speed=3)}, ["{study}", "speed", "3", "allowed"]),
+    "study description not text": (SWEEP, {"study": study(description=["a", "b"])},
+                                   ["{study}", "description", "['a', 'b']", "text"]),
     "study bad name": (SWEEP, {"study": study(name="a b/c")}, ["{study}", "name", "a b/c"]),
     "study gpus zero": (SWEEP, {"study": study(gpus=0)}, ["{study}", "gpus", "0", "positive integer"]),
     "study gpus string": (SWEEP, {"study": study(gpus="16")}, ["{study}", "gpus", "16", "positive integer"]),
@@ -102,6 +109,8 @@ CASES = {
     "study fault to a missing node": (SWEEP, {"study": study(hardware="{hw}", backend="astra-hierarchical"),
                                               "hw": A100 + "faults: [{link: [0, 9999], factor: 0.5}]\n"},
                                       ["{study}", "faults", "9999", "NPUs, then the switches"]),
+    "search storage unknown dialect": (SWEEP, {"study": study(search={"trials": 2, "storage": "foo://bar"})},
+                                       ["{study}", "search.storage", "foo://bar", "Optuna storage URL"]),
     # model files
     "model layers zero": (RUN, {"model": model(layers=0), "hw": A100}, ["{model}", "layers", "0", "integer >= 1"]),
     "model layers float": (RUN, {"model": model(layers=1.5), "hw": A100}, ["{model}", "layers", "1.5", "integer"]),
@@ -190,6 +199,12 @@ CASES = {
     "cli run model folder": (["run", "--model", "{tmp}", "--hardware", "a100-sxm4-80gb"], {}, ["{tmp}", "<file>", "folder"]),
     "cli query top": (["query", "{tmp}", "--top", "-1"], {}, ["--top", "-1", "integer >= 1"]),
     "cli query no table": (["query", "{tmp}"], {}, ["RESULTS", "{tmp}", "no results table"]),
+    "cli report out is a folder": (["report", "{tmp}/t", "--out", "{tmp}/o"], {"t/part-000000.parquet": TABLE, "o/x": "x"},
+                                   ["--out", "{tmp}/o", "folder"]),
+    "cli report png is a file": (["report", "{tmp}/t", "--png", "{tmp}/p"], {"t/part-000000.parquet": TABLE, "p": "x"},
+                                 ["--png", "{tmp}/p", "not a folder"]),
+    "cli net npus zero": (["net", "--network", str(PRESET_DIR / "gpus" / "a100-sxm4-80gb.yaml"), "--npus", "0",
+                           "--collective", "all_reduce", "--size", "1GiB"], {}, ["--npus", "0", "integer >= 1"]),
 }
 
 
@@ -201,7 +216,9 @@ def materialise(tmp: Path, argv, files) -> tuple[list, dict]:
     for key, text in files.items():
         path = Path(names[key])
         path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(text, bytes):
+        if isinstance(text, pa.Table):
+            pq.write_table(text, path)
+        elif isinstance(text, bytes):
             path.write_bytes(text)
         else:
             for placeholder, value in names.items():

@@ -93,3 +93,14 @@ def test_hierarchical_mode_says_when_a_layout_breaks_its_assumptions(a100):
     broken = core.evaluate(model, a100, core.Parallelism(tp=16, sp=True, recompute="full"), work, 16, backend=HIER)
     assert kept["replay_note"] == ""
     assert broken["replay_note"].startswith("tp groups reach beyond nvlink")
+
+
+def test_inference_replicas_exchange_nothing_so_their_placement_gets_no_note(a100):
+    """dp in inference counts independent replicas: no traffic for the split replay to miss,
+    while pipeline sends inside the first dimension still get the note."""
+    model = core.load_model("llama2-7b")
+    work = core.InferWorkload(batch=1, prompt=200, decode=8)
+    replicas = core.evaluate(model, a100, core.Parallelism(tp=1, dp=16), work, 16, backend=HIER)
+    pipeline = core.evaluate(model, a100, core.Parallelism(pp=16), work, 16, backend=HIER)
+    assert replicas["replay_note"] == ""
+    assert pipeline["replay_note"].startswith("pp groups use nvlink")

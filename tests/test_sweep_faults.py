@@ -197,3 +197,21 @@ def test_work_is_the_missing_samples_in_near_equal_blocks(tmp_path):
     assert spans({("p", i) for i in range(30)} | {("p", 60)}) == [(30, 60), (61, 101)]
     assert spans(set(), fits=False) == [(0, 1)]  # a point that does not fit: its baseline row only
     assert spans({("p", i) for i in range(101)}) == []
+
+
+def test_the_faults_summary_honours_where_by_top_and_columns(tmp_path, capsys):
+    """--where picks the points summarised and --by/--top/--columns shape the summary, rather
+    than being dropped silently."""
+    study = load_study(fault_study(tmp_path, space={"tp": [1, 2], "pp": [2]}, faults={"samples": 4}))
+    run_study(study, executor="inprocess", progress=False)
+    table = read_results(study.output)
+    tp2 = {r["point_id"] for r in table.to_pylist() if r["tp"] == 2}
+    argv = ["query", str(study.output), "--faults-summary", "--format", "csv"]
+    assert main(argv + ["--where", "tp = 2", "--columns", "point_id", "slowdown_max"]) == 0
+    lines = capsys.readouterr().out.split()
+    assert lines[0] == "point_id,slowdown_max" and {line.split(",")[0] for line in lines[1:]} == tp2
+    assert main(argv + ["--by", "baseline_step_s", "--top", "1", "--columns", "baseline_step_s"]) == 0
+    fastest = min(r["step_time_s"] for r in table.to_pylist() if r["fault_sample"] == 0)
+    assert float(capsys.readouterr().out.split()[1]) == pytest.approx(fastest)
+    assert main(argv + ["--where", "tp = 3"]) == 2
+    assert "no row matches" in capsys.readouterr().err

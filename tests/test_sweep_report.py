@@ -258,3 +258,14 @@ def test_refined_search_ranks_each_layout_once_and_shows_range_knobs_in_their_un
     effect = find(figures, "Effect of HBM bandwidth (TB/s)")
     assert all(1.0 <= float(x) <= 4.0 for x in effect["data"][0]["x"])  # TB/s, not bytes/s
     assert find(figures, "Which knobs mattered to the search?")["data"][0]["y"]  # read from the study's storage
+
+
+def test_the_default_page_leaves_the_folder_readable_as_one_parquet_dataset(tmp_path, capsys):
+    """pandas.read_parquet(FOLDER) reads every file in the folder but those starting with '_' or
+    '.': the page `rapid report` writes there by default must not break the README's promise."""
+    import pandas as pd
+
+    folder = run_tiny(tmp_path, {**yaml.safe_load(STUDY_TEXT), "name": "readable"})
+    assert main(["report", str(folder)]) == 0
+    assert str(folder / "_report.html") in capsys.readouterr().out
+    assert len(pd.read_parquet(folder)) == len(read_results(folder))

@@ -244,4 +244,23 @@ def test_output_override_moves_the_default_optuna_storage_with_the_table(tmp_pat
         "space: {tp: [1, 2, 4, 8]}\nsearch: {sampler: random, trials: 2}\n")
     moved = load_study(study_file, output=str(tmp_path / "elsewhere"))
     assert moved.output == tmp_path / "elsewhere"
-    assert moved.search.storage == f"sqlite:///{(tmp_path / 'elsewhere' / 'optuna.db').resolve()}"
+    assert moved.search.storage == f"sqlite:///{(tmp_path / 'elsewhere' / '_optuna.db').resolve()}"
+
+
+def test_the_default_optuna_storage_leaves_the_folder_readable_as_one_parquet_dataset(write_study):
+    """pandas.read_parquet(FOLDER) skips only files starting with '_' or '.', so the SQLite
+    storage kept beside the table must be one of those."""
+    import pandas as pd
+
+    study = search_study(write_study, "readable", sampler="random", trials=3)
+    run_search(study, executor="inprocess", progress=False)
+    assert len(pd.read_parquet(study.output)) == read_results(study.output).num_rows
+
+
+def test_a_search_begun_with_the_old_storage_name_keeps_it(write_study):
+    """A folder whose Optuna study lives in optuna.db (the earlier default) resumes from it."""
+    path = write_study(name="old", space=SPACE, search={**SEARCH, "trials": 2})
+    output = load_study(path).output
+    output.mkdir(parents=True)
+    (output / "optuna.db").touch()
+    assert load_study(path).search.storage == f"sqlite:///{(output / 'optuna.db').resolve()}"
