@@ -89,9 +89,9 @@ class Sample:
     rank_factors: tuple
 
 
-def parse_faults(data, source: str, backend: str, mode: str, dim_names: tuple, links: set) -> FaultSpec:
-    """The study's `faults:` block, validated against the network's dimension names and its
-    links ((a, b) node pairs, a < b); raises SpecError naming the faults.* field."""
+def parse_faults(data, source: str, backend: str, mode: str, dim_names: tuple, links: set, gpus: int) -> FaultSpec:
+    """The study's `faults:` block, validated against the network's dimension names, its
+    links ((a, b) node pairs, a < b) and GPU count; raises SpecError naming the faults.* field."""
     if not isinstance(data, dict):
         raise SpecError(source, "faults", data, f"expected a mapping with {', '.join(FAULT_KEYS)}")
     for key in data:
@@ -115,9 +115,9 @@ def parse_faults(data, source: str, backend: str, mode: str, dim_names: tuple, l
             raise SpecError(source, f"faults.stragglers.{key}", stragglers[key],
                             f"unknown field (allowed: {', '.join(STRAGGLER_KEYS)})")
     return FaultSpec(samples, seed, _links(data.get("links", "all"), source, dim_names, links),
-                     _count(data.get("count", 1), source, "faults.count"),
+                     _count(data.get("count", 1), source, "faults.count", len(links), "links in the network"),
                      _distribution(data.get("factor", {"normal": {"mean": 0.5, "std": 0.1}}), source, "faults.factor"),
-                     float(hard), _count(stragglers.get("count", 0), source, "faults.stragglers.count"),
+                     float(hard), _count(stragglers.get("count", 0), source, "faults.stragglers.count", gpus, "GPUs"),
                      _distribution(stragglers.get("factor", {"uniform": [0.7, 0.95]}), source,
                                    "faults.stragglers.factor"))
 
@@ -149,7 +149,8 @@ def _links(value, source, dim_names, links):
     return tuple(pairs)
 
 
-def _count(value, source, field) -> Count:
+def _count(value, source, field, most: int, of: str) -> Count:
+    """A fixed count (at most `most`, the number of `of` there are to choose) or a Poisson mean."""
     if isinstance(value, dict) and list(value) == ["poisson"]:
         mean = value["poisson"]
         if isinstance(mean, bool) or not isinstance(mean, (int, float)) or not 0 <= mean <= 1e3:
@@ -157,6 +158,8 @@ def _count(value, source, field) -> Count:
         return Count(poisson_mean=float(mean))
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise SpecError(source, field, value, "expected an integer >= 0 or {poisson: mean}")
+    if value > most:
+        raise SpecError(source, field, value, f"expected at most {most} (the {of}) or {{poisson: mean}}")
     return Count(fixed=value)
 
 

@@ -125,7 +125,7 @@ def _faults(data, study: Study):
         from core.network import astra_network
         links = set(undirected(astra_network(hw, study.gpus).links()))
     names = tuple(dim.name for dim in hw.dims_for(study.gpus))
-    return parse_faults(data, study.path, study.backend, study.mode, names, links)
+    return parse_faults(data, study.path, study.backend, study.mode, names, links, study.gpus)
 
 
 def _spec_ref(ref: str, study_path: str) -> str:

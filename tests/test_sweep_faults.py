@@ -121,6 +121,8 @@ def test_same_seed_same_table_and_more_samples_extend_it(tmp_path):
     ({"links": [[0, 99]]}, "faults.links"),
     ({"links": [[0, 3]]}, "faults.links"),
     ({"count": -1}, "faults.count"),
+    ({"count": 10**9}, "faults.count"),
+    ({"stragglers": {"count": 10**9}}, "faults.stragglers.count"),
     ({"count": {"poisson": -2}}, "faults.count.poisson"),
     ({"factor": {"normal": {"mean": 0.5}}}, "faults.factor.normal"),
     ({"factor": {"uniform": [0.9, 0.1]}}, "faults.factor.uniform"),
