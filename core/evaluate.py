@@ -3,7 +3,7 @@ import functools
 import math
 
 from .errors import SpecError
-from .graph import LayerShape, build_layer
+from .graph import build_layer, train_shape
 from .layout import check_layout, group_spans
 from .memory import GiB, MemoryEstimate, inference_memory, training_memory
 from .specs import HardwareSpec, ModelSpec, Parallelism, TrainWorkload
@@ -43,11 +43,10 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
 def estimate_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work) -> MemoryEstimate:
     """Per-GPU memory of the most loaded stage, without timing anything else."""
     if isinstance(work, TrainWorkload):
-        seq = work.seq // par.cp
-        graph = build_layer(model, hw, LayerShape(par.micro_batch, seq, work.seq, par.tp, par.sp, par.cp, par.ep))
+        shape = train_shape(par, work)
         micro = work.global_batch // (par.dp * par.micro_batch)
-        return training_memory(model, hw, par, graph, micro, par.micro_batch * seq)
-    return inference_memory(model, hw, par, work.batch, work.prompt, work.decode)
+        return training_memory(model, hw, par, build_layer(model, hw, shape), micro, shape.tokens)
+    return inference_memory(model, hw, par, work.batch, work.prompt, work.decode, work.kv_bytes(hw))
 
 
 def _layout_text(par: Parallelism) -> str:

@@ -16,7 +16,7 @@ class Op:
     time_s: float = 0.0
     flops: float = 0.0
     collective: str = ""
-    axis: str = ""  # tp | cp | ep
+    axis: str = ""  # tp | cp | ep | etp
     bytes_: float = 0.0
     saved_bytes: float = 0.0  # activation kept from forward for backward
     cover_s: float = 0.0  # compute this communication overlaps with
@@ -34,10 +34,17 @@ class LayerShape:
     cp: int
     ep: int
     causal: bool = True
+    etp: int = 0  # expert tensor parallelism; 0 = tp
 
     @property
     def tokens(self) -> int:
         return self.micro_batch * self.seq
+
+
+def train_shape(par, work) -> LayerShape:
+    """The layer one rank runs per training micro-batch."""
+    return LayerShape(par.micro_batch, work.seq // par.cp, work.seq, par.tp, par.sp, par.cp, par.ep,
+                      etp=par.expert_tp)
 
 
 @dataclass(frozen=True)
@@ -55,11 +62,31 @@ def _compute(name: str, kernel: ops.KernelTime, saved: float = 0.0, core: bool =
               attention_core=core)
 
 
+def _plus(*kernels: ops.KernelTime) -> ops.KernelTime:
+    return ops.KernelTime(sum(k.time_s for k in kernels), sum(k.flops for k in kernels),
+                          sum(k.hbm_bytes for k in kernels))
+
+
 def _gemm_ops(hw, name, m, n, k, saved, batch=1, core=False):
-    """Forward op plus its two backward GEMMs (input gradient, weight gradient)."""
-    fwd = _compute(name, ops.gemm(hw, m, n, k, batch), saved, core)
-    dgrad = _compute(name + ".dgrad", ops.gemm(hw, m, k, n, batch), core=core)
+    """Forward op plus its two backward GEMMs (input gradient, weight gradient), each with
+    the FP8 casts it needs under FP8 training: the input (with its transpose, kept for the
+    weight gradient) before the forward, the output gradient (and transpose) before the
+    backward. Weights are cast once per step (Transformer Engine caches them across
+    micro-batches), so that cast is left to the optimizer step's traffic."""
+    rows = m * batch
+    fwd = _compute(name, _plus(ops.gemm(hw, m, n, k, batch), ops.fp8_cast(hw, rows * k, True)), saved, core)
+    dgrad = _compute(name + ".dgrad", _plus(ops.gemm(hw, m, k, n, batch), ops.fp8_cast(hw, rows * n, True)),
+                     core=core)
     wgrad = _compute(name + ".wgrad", ops.gemm(hw, k, n, m, batch), core=core)
+    return fwd, (dgrad, wgrad)
+
+
+def _attention_gemm_ops(hw, name, m, n, k, batch):
+    """Unfused attention's batched matmuls: they run in the activation dtype even under FP8."""
+    dtype = hw.act_dtype
+    fwd = _compute(name, ops.gemm(hw, m, n, k, batch, dtype), core=True)
+    dgrad = _compute(name + ".dgrad", ops.gemm(hw, m, k, n, batch, dtype), core=True)
+    wgrad = _compute(name + ".wgrad", ops.gemm(hw, k, n, m, batch, dtype), core=True)
     return fwd, (dgrad, wgrad)
 
 
@@ -71,7 +98,7 @@ def _pointwise_ops(hw, name, read_bytes, write_bytes, saved, core=False):
 
 @lru_cache(maxsize=4096)
 def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerGraph:
-    el = DTYPE_BYTES[hw.dtype]
+    el = hw.act_bytes
     t, T, h = shape.tp, shape.tokens, model.hidden
     T_norm = T // t if shape.sp else T  # tokens a rank holds outside the TP region
     heads = model.heads // t
@@ -126,13 +153,12 @@ def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerG
         attn_bwd = (_compute("attention.bwd", back),)
     else:
         scores = batch_heads * shape.seq * shape.kv_seq
-        qk = _gemm_ops(hw, "scores", shape.seq, shape.kv_seq, d, 0.0, batch=batch_heads, core=True)
+        qk = _attention_gemm_ops(hw, "scores", shape.seq, shape.kv_seq, d, batch_heads)
         core = [qk, _pointwise_ops(hw, "softmax", scores * el, scores * el, scores * el, core=True)]
         if model.dropout:
             core.append(_pointwise_ops(hw, "attn_dropout", scores * el, scores * (el + 1),
                                        scores * (el + 1), core=True))
-        core.append(_gemm_ops(hw, "context", shape.seq, d, shape.kv_seq, 0.0, batch=batch_heads,
-                              core=True))
+        core.append(_attention_gemm_ops(hw, "context", shape.seq, d, shape.kv_seq, batch_heads))
         attn_fwd = [pair[0] for pair in core]
         attn_bwd = tuple(op for pair in reversed(core) for op in pair[1])
     cover = sum(op.time_s for op in attn_fwd)
@@ -148,53 +174,83 @@ def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerG
     mask = T_norm * h if model.dropout else 0.0
     add(_pointwise_ops(hw, "residual1", 2 * norm_io, norm_io + mask, mask))
     add(_pointwise_ops(hw, "norm2", norm_io, norm_io, norm_io))
-    _mlp(model, hw, shape, add, enter_tp, fwd, bwd, T_norm)
-    leave_tp("mlp")
+    _mlp(model, hw, shape, add, enter_tp, leave_tp, fwd, bwd, T_norm)
     add(_pointwise_ops(hw, "residual2", 2 * norm_io, norm_io + mask, mask))
     backward = tuple(op for group in reversed(bwd) for op in group)
     return LayerGraph(tuple(fwd), backward)
 
 
-def _mlp(model, hw, shape, add, enter_tp, fwd, bwd, T_norm):
-    el = DTYPE_BYTES[hw.dtype]
+def _mlp(model, hw, shape, add, enter_tp, leave_tp, fwd, bwd, T_norm):
+    el = hw.act_bytes
     t, T, h = shape.tp, shape.tokens, model.hidden
     gated = model.activation == "swiglu"
-    if model.moe is None:
-        rows, ffn, local_experts = T, model.ffn_hidden // t, 1
-        enter_tp("mlp", _gemm_ops(hw, "mlp_up", T, ffn * (2 if gated else 1), h, T_norm * h * el))
-    else:
-        moe = model.moe
-        local_experts = moe.experts // shape.ep
-        routed = T * moe.top_k
-        rows = max(1, routed * shape.ep // moe.experts)
-        ffn = moe.expert_ffn_hidden // t
-        enter_tp("mlp", _gemm_ops(hw, "router", T, moe.experts, h, T_norm * h * el))
-        if shape.ep > 1:
-            a2a = routed * h * el
-            fwd.append(_comm("moe.dispatch", "all_to_all", "ep", a2a))
-            bwd.append((_comm("moe.dispatch.bwd", "all_to_all", "ep", a2a),))
-        add(_gemm_ops(hw, "expert_up", rows, ffn * (2 if gated else 1), h, routed * h * el,
-                      batch=local_experts))
-    act_in = rows * local_experts * ffn * el
+    width = 2 if gated else 1
+    if model.moe is None or model.moe.shared_expert_ffn_hidden:
+        ffn = (model.moe.shared_expert_ffn_hidden if model.moe else model.ffn_hidden) // t
+        enter_tp("mlp", _gemm_ops(hw, "mlp_up", T, ffn * width, h, T_norm * h * el))
+        _activation(hw, add, "mlp", T * ffn, gated)
+        add(_gemm_ops(hw, "mlp_down", T, h, ffn, T * ffn * el))
+        leave_tp("mlp")
+    if model.moe is not None:
+        _experts(model, hw, shape, add, fwd, bwd, T_norm)
+
+
+def _activation(hw, add, tag, elements, gated):
+    act_in = elements * hw.act_bytes
     if gated:
-        add(_pointwise_ops(hw, "swiglu", 2 * act_in, act_in, 2 * act_in))
+        add(_pointwise_ops(hw, f"{tag}.swiglu", 2 * act_in, act_in, 2 * act_in))
     else:
-        add(_pointwise_ops(hw, "gelu", act_in, act_in, act_in))
-    if model.moe is None:
-        add(_gemm_ops(hw, "mlp_down", T, h, ffn, act_in))
-    else:
-        add(_gemm_ops(hw, "expert_down", rows, h, ffn, act_in, batch=local_experts))
-        if shape.ep > 1:
-            a2a = T * model.moe.top_k * h * el
-            fwd.append(_comm("moe.combine", "all_to_all", "ep", a2a))
-            bwd.append((_comm("moe.combine.bwd", "all_to_all", "ep", a2a),))
+        add(_pointwise_ops(hw, f"{tag}.gelu", act_in, act_in, act_in))
+
+
+def routed_rows(model: ModelSpec, tokens: int) -> float:
+    """Token copies a rank sends to experts: top_k per token, fewer when token-drop routing
+    caps each expert at capacity_factor times its fair share (a factor below one drops that
+    fraction; at one or above, balanced routing keeps every copy)."""
+    moe = model.moe
+    kept = min(1.0, moe.capacity_factor) if moe.capacity_factor > 0 else 1.0
+    return tokens * moe.top_k * kept
+
+
+def _experts(model, hw, shape, add, fwd, bwd, T_norm):
+    """Megatron-Core's all-to-all token dispatcher with expert tensor parallelism: each rank
+    routes the tokens it holds (its sequence-parallel share), sends them over the EP group,
+    gathers them across the ETP group, runs its local experts' GEMMs (FFN split by etp),
+    reduce-scatters over ETP and sends the results back."""
+    moe, el, h = model.moe, hw.act_bytes, model.hidden
+    etp = shape.etp or shape.tp
+    etp_axis = "tp" if etp == shape.tp else "etp"
+    gated = model.activation == "swiglu"
+    local_experts = moe.experts // shape.ep
+    sent = routed_rows(model, T_norm)
+    received = sent * etp  # balanced routing: a rank receives as many rows as it sends, per ETP peer
+    rows = max(1, round(received / local_experts))
+    ffn = moe.expert_ffn_hidden // etp
+    add(_gemm_ops(hw, "router", T_norm, moe.experts, h, T_norm * h * el))
+    a2a = sent * h * el
+    if shape.ep > 1:
+        fwd.append(_comm("moe.dispatch", "all_to_all", "ep", a2a))
+        bwd.append((_comm("moe.dispatch.bwd", "all_to_all", "ep", a2a),))
+    if etp > 1:
+        fwd.append(_comm("moe.etp_allgather", "all_gather", etp_axis, received * h * el))
+        bwd.append((_comm("moe.etp_reducescatter.bwd", "reduce_scatter", etp_axis, received * h * el),))
+    add(_gemm_ops(hw, "expert_up", rows, ffn * (2 if gated else 1), h, received * h * el, batch=local_experts))
+    _activation(hw, add, "experts", rows * local_experts * ffn, gated)
+    add(_gemm_ops(hw, "expert_down", rows, h, ffn, rows * local_experts * ffn * el, batch=local_experts))
+    if etp > 1:
+        fwd.append(_comm("moe.etp_reducescatter", "reduce_scatter", etp_axis, received * h * el))
+        bwd.append((_comm("moe.etp_allgather.bwd", "all_gather", etp_axis, received * h * el),))
+    if shape.ep > 1:
+        fwd.append(_comm("moe.combine", "all_to_all", "ep", a2a))
+        bwd.append((_comm("moe.combine.bwd", "all_to_all", "ep", a2a),))
 
 
 @lru_cache(maxsize=16384)
-def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: int, tp: int) -> tuple:
+def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: int, tp: int,
+                       kv_bytes: float) -> tuple:
     """One layer of one decode step (a single new token per sequence) on one rank,
-    reading a KV cache of `context` tokens."""
-    el = DTYPE_BYTES[hw.dtype]
+    reading a KV cache of `context` tokens stored at `kv_bytes` per element."""
+    el = hw.act_bytes
     h = model.hidden
     heads = model.heads // tp
     kv_heads = max(1, model.kv_heads // tp)
@@ -207,8 +263,8 @@ def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: 
     ]
     if model.position_embedding == "rotary":
         out.append(_compute("rotary", ops.pointwise(hw, 2 * batch * (q_dim + kv_dim) * el)))
-    out.append(_compute("kv_append", ops.pointwise(hw, 4 * batch * kv_dim * el)))
-    out.append(_compute("attention", ops.decode_attention(hw, batch, heads, kv_heads, context, d)))
+    out.append(_compute("kv_append", ops.pointwise(hw, 2 * batch * kv_dim * (el + kv_bytes))))
+    out.append(_compute("attention", ops.decode_attention(hw, batch, heads, kv_heads, context, d, kv_bytes)))
     out.append(_compute("attn_out", ops.gemm(hw, batch, h, q_dim)))
     if tp > 1:
         out.append(_comm("attn.allreduce", "all_reduce", "tp", row))
@@ -222,7 +278,7 @@ def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: 
         routed = batch * model.moe.top_k
         experts = min(model.moe.experts, routed)  # experts a step's tokens actually touch
         rows = -(-routed // experts)
-        out.append(_compute("router", ops.gemm(hw, batch, model.moe.experts, h)))
+        out.append(_compute("router", ops.gemm(hw, batch, model.moe.experts, h, dtype=hw.act_dtype)))
     out.append(_compute("mlp_up", ops.gemm(hw, rows, ffn * (2 if gated else 1), h, experts)))
     act = rows * experts * ffn * el
     out.append(_compute("activation", ops.pointwise(hw, (3 if gated else 2) * act)))

@@ -281,7 +281,6 @@ def hardware_from_mapping(data: dict, source: str) -> HardwareSpec:
         compute_efficiency=c.number("compute_efficiency", 1.0, high=1.0),
         memory_efficiency=c.number("memory_efficiency", 1.0, high=1.0),
         network_efficiency=c.number("network_efficiency", 1.0, high=1.0),
-        dp_overlap=c.number("dp_overlap", 1.0, low=-1e-9, high=1.0),
         kernel_overhead_s=c.unit("kernel_overhead", units.parse_time, 0),
         collective_step_s=c.unit("collective_step", units.parse_time, 0),
     )

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from math import ceil, sqrt
 
-from .specs import DTYPE_BYTES, HardwareSpec
+from .specs import DTYPE_BYTES, HardwareSpec, activation_dtype
 
 # (tile_m, tile_n, tile_k) candidates a GEMM library would pick from.
 GEMM_TILES = ((256, 128, 32), (128, 256, 32), (128, 128, 32), (128, 64, 64), (64, 128, 64),
@@ -29,12 +29,15 @@ def _launch_s(hw: HardwareSpec) -> float:
 
 
 @lru_cache(maxsize=65536)
-def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1) -> KernelTime:
-    """C[m,n] = A[m,k] @ B[k,n], `batch` independent products, in the hardware's dtype."""
+def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = "") -> KernelTime:
+    """C[m,n] = A[m,k] @ B[k,n], `batch` independent products, with operands in `dtype`
+    (default: the hardware's compute dtype) at that dtype's peak. FP8 GEMMs write their
+    output in BF16, as Transformer Engine's do."""
     gpu, cal = hw.gpu, hw.calibration
-    in_bytes = DTYPE_BYTES[hw.dtype]
-    out_bytes = in_bytes
-    peak = gpu.flops(hw.dtype) * cal.compute_efficiency
+    dtype = dtype or hw.dtype
+    in_bytes = DTYPE_BYTES[dtype]
+    out_bytes = DTYPE_BYTES[activation_dtype(dtype)]
+    peak = gpu.flops(dtype) * cal.compute_efficiency
     per_sm_flops = peak / gpu.sm_count
     per_sm_sram = gpu.sram.bandwidth_bps / gpu.sm_count
     hbm_bw = gpu.hbm.bandwidth_bps * cal.memory_efficiency
@@ -78,6 +81,15 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1) -> KernelTime
     return KernelTime(best + _launch_s(hw), 2.0 * m * n * k * batch, best_hbm)
 
 
+def fp8_cast(hw: HardwareSpec, elements: float, transpose: bool = False) -> KernelTime:
+    """Transformer Engine's quantization of a BF16 tensor to FP8 before a GEMM: read it,
+    write the FP8 copy (and its transpose, for the backward GEMMs), with the amax
+    reduction fused in. Zero time when the GEMMs do not run in FP8."""
+    if hw.dtype != "fp8":
+        return KernelTime(0.0, 0.0, 0.0)
+    return pointwise(hw, elements * (hw.act_bytes + (2 if transpose else 1)))
+
+
 @lru_cache(maxsize=65536)
 def pointwise(hw: HardwareSpec, bytes_moved: float, flops: float = 0.0) -> KernelTime:
     """An elementwise or reduction kernel: bytes read plus written over HBM bandwidth."""
@@ -95,14 +107,14 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     `batch_heads` counts query heads; `kv_groups` is query heads per KV head (GQA).
     Backward does five tile matmuls to forward's two and recomputes the scores."""
     gpu, cal = hw.gpu, hw.calibration
-    el = DTYPE_BYTES[hw.dtype]
+    el = hw.act_bytes
     visible = 0.5 * (1 + 1 / max(1, ceil(kv_len / FLASH_TILE_KV))) if causal else 1.0
     scores = batch_heads * q_len * kv_len * visible
     matmuls = 5 if backward else 2
     flops = matmuls * 2.0 * scores * head_dim
     tiles = batch_heads * ceil(q_len / FLASH_TILE_Q)
     per_sm = ceil(tiles / gpu.sm_count) / (tiles / gpu.sm_count)  # tail-wave under-fill
-    tensor_s = flops / (gpu.flops(hw.dtype) * cal.compute_efficiency) * per_sm
+    tensor_s = flops / (gpu.flops(hw.act_dtype) * cal.compute_efficiency) * per_sm
     softmax_s = (2 if backward else 1) * scores * SOFTMAX_FP32_OPS / gpu.flops("fp32") * per_sm
     q_bytes = batch_heads * q_len * head_dim * el
     kv_bytes = 2 * (batch_heads // kv_groups) * kv_len * head_dim * el
@@ -118,10 +130,10 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
 
 @lru_cache(maxsize=65536)
 def decode_attention(hw: HardwareSpec, batch: int, heads: int, kv_heads: int, context: int,
-                     head_dim: int) -> KernelTime:
-    """One decode step's attention over a KV cache of `context` tokens: reads the cache once."""
-    el = DTYPE_BYTES[hw.dtype]
-    kv_bytes = 2 * batch * kv_heads * context * head_dim * el
-    q_bytes = 2 * batch * heads * head_dim * el
+                     head_dim: int, kv_bytes_per_element: float = 0.0) -> KernelTime:
+    """One decode step's attention over a KV cache of `context` tokens: reads the cache once.
+    The cache is in the activation dtype unless `kv_bytes_per_element` says otherwise."""
+    kv_bytes = 2 * batch * kv_heads * context * head_dim * (kv_bytes_per_element or hw.act_bytes)
+    q_bytes = 2 * batch * heads * head_dim * hw.act_bytes
     flops = 4.0 * batch * heads * context * head_dim
     return pointwise(hw, kv_bytes + q_bytes, flops)

@@ -14,6 +14,14 @@ TOPOLOGIES = ("switch", "ring", "ring-uni", "fully-connected", "mesh", "mesh2d",
 PARALLEL_AXES = ("tp", "cp", "ep", "dp", "pp")
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+COMPUTE_DTYPES = ("bf16", "fp16", "fp8")
+GRAD_DTYPES = ("fp32", "bf16")
+
+
+def activation_dtype(compute_dtype: str) -> str:
+    """What activations, attention, norms and weights' working copies are kept in: FP8
+    training (Transformer Engine) runs only the GEMMs in FP8 and keeps the rest in BF16."""
+    return "bf16" if compute_dtype == "fp8" else compute_dtype
 
 
 @dataclass(frozen=True)
@@ -21,6 +29,8 @@ class MoESpec:
     experts: int
     top_k: int
     expert_ffn_hidden: int
+    shared_expert_ffn_hidden: int = 0  # an always-active expert every token also passes
+    capacity_factor: float = 0.0  # token-drop routing: tokens per expert <= factor * fair share; 0 = dropless
 
 
 @dataclass(frozen=True)
@@ -63,7 +73,10 @@ class ModelSpec:
         if self.moe is None:
             return self.mlp_matrices * self.hidden * self.ffn_hidden
         per_expert = self.mlp_matrices * self.hidden * self.moe.expert_ffn_hidden
-        return self.moe.experts * per_expert + self.hidden * self.moe.experts
+        return self.moe.experts * per_expert + self.hidden * self.moe.experts + self.shared_expert_params()
+
+    def shared_expert_params(self) -> int:
+        return self.mlp_matrices * self.hidden * self.moe.shared_expert_ffn_hidden if self.moe else 0
 
     def layer_params(self) -> int:
         norms = 2 * self.hidden * (2 if self.norm == "layernorm" else 1)
@@ -138,7 +151,6 @@ class Calibration:
     compute_efficiency: float = 1.0
     memory_efficiency: float = 1.0
     network_efficiency: float = 1.0
-    dp_overlap: float = 1.0
     kernel_overhead_s: float = 0.0  # host / framework time per kernel beyond the launch itself
     collective_step_s: float = 0.0  # synchronisation cost per step of a collective algorithm
 
@@ -152,6 +164,15 @@ class HardwareSpec:
     dtype: str = "bf16"
     source: str = ""
     faults: tuple = ()  # of LinkFault
+
+    @property
+    def act_dtype(self) -> str:
+        return activation_dtype(self.dtype)
+
+    @property
+    def act_bytes(self) -> int:
+        """Bytes per element of activations and of the weights' working copy."""
+        return DTYPE_BYTES[self.act_dtype]
 
     def dims_for(self, gpus: int) -> tuple:
         """Network dimensions sized for `gpus` GPUs: an `auto` (0) size takes the remainder."""
@@ -180,10 +201,24 @@ class Parallelism:
     schedule: str = "1f1b"
     virtual_stages: int = 1
     placement: tuple = ("tp", "cp", "dp", "pp")
+    etp: int = 0  # expert tensor parallelism; 0 = tp (Megatron-Core's default)
+    first_stage_layers: int = 0  # 0 = Megatron's split; else the first pipeline stage's layer count
+    last_stage_layers: int = 0
+    # Data-parallel traffic as Megatron-Core runs it: gradients reduced bucket by bucket during
+    # the last micro-batch's backward, parameters gathered during the next forward. Off by
+    # default, as in Megatron-LM without --overlap-grad-reduce / --overlap-param-gather.
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+    grad_dtype: str = "fp32"  # main-gradient buffers and their reduction (fp32, or bf16)
+    fp8_params: bool = False  # weights kept in FP8 (no BF16 working copy)
 
     @property
     def gpus(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def expert_tp(self) -> int:
+        return self.etp or self.tp
 
 
 @dataclass(frozen=True)
@@ -198,4 +233,8 @@ class InferWorkload:
     batch: int
     prompt: int
     decode: int
+    kv_dtype: str = ""  # KV-cache element type; empty = the activation dtype
     mode: str = "infer"  # replicas are the layout's dp: independent copies serving requests
+
+    def kv_bytes(self, hw: HardwareSpec) -> int:
+        return DTYPE_BYTES[self.kv_dtype] if self.kv_dtype else hw.act_bytes
