@@ -59,15 +59,21 @@ def _memory_fields(memory) -> dict:
             "memory": {f"{kind}_gib": value / GiB for kind, value in memory.by_kind().items()}}
 
 
+def mfu_peak_flops(hw: HardwareSpec) -> float:
+    """The peak MFU is quoted against: the 16-bit one, also for FP8 runs (as NeMo and
+    Megatron-Core report it), so that FP8 and BF16 layouts compare on one scale."""
+    return hw.gpu.flops(hw.act_dtype)
+
+
 def _train_metrics(hw, work, gpus, step_s, model_flops, breakdown) -> dict:
-    return {"step_time_s": step_s, "mfu": model_flops / (step_s * hw.gpu.flops(hw.dtype) * gpus),
+    return {"step_time_s": step_s, "mfu": model_flops / (step_s * mfu_peak_flops(hw) * gpus),
             "tokens_per_s": work.global_batch * work.seq / step_s, "ttft_s": math.nan, "tpot_s": math.nan,
             "breakdown": breakdown}
 
 
 def _infer_metrics(hw, par, work, request_s, ttft_s, tpot_s, flops, breakdown) -> dict:
     """MFU over one replica's GPUs; tokens/s over all dp replicas."""
-    return {"step_time_s": request_s, "mfu": flops / (request_s * hw.gpu.flops(hw.dtype) * par.tp * par.pp),
+    return {"step_time_s": request_s, "mfu": flops / (request_s * mfu_peak_flops(hw) * par.tp * par.pp),
             "tokens_per_s": par.dp * work.batch * work.decode / request_s, "ttft_s": ttft_s, "tpot_s": tpot_s,
             "breakdown": breakdown}
 

@@ -2,6 +2,7 @@
 `config.json`, with dotted-path overrides. Every problem raises SpecError naming the
 file, the field, the value and what is allowed."""
 import copy
+import dataclasses
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -10,7 +11,7 @@ import yaml
 
 from . import units
 from .errors import SpecError
-from .specs import (ACTIVATIONS, ATTENTION_KERNELS, DTYPES, NORMS, POSITION_EMBEDDINGS,
+from .specs import (ACTIVATIONS, ATTENTION_KERNELS, COMPUTE_DTYPES, DTYPES, NORMS, POSITION_EMBEDDINGS,
                     TOPOLOGIES, Calibration, GpuSpec, HardwareSpec, LinkFault, MemoryLevel,
                     ModelSpec, MoESpec, NetworkDim)
 
@@ -152,7 +153,10 @@ def model_from_mapping(data: dict, source: str) -> ModelSpec:
     if moe_raw is not None:
         m = _Fields(moe_raw, source, "moe.")
         moe = MoESpec(experts=m.integer("experts"), top_k=m.integer("top_k"),
-                      expert_ffn_hidden=m.integer("expert_ffn_hidden"))
+                      expert_ffn_hidden=m.integer("expert_ffn_hidden"),
+                      shared_expert_ffn_hidden=m.integer("shared_expert_ffn_hidden", 0, minimum=0),
+                      capacity_factor=m.number("capacity_factor", 0.0, low=-1e-9) if "capacity_factor" in moe_raw
+                      else 0.0)
         m.done()
         if moe.top_k > moe.experts:
             raise SpecError(source, "moe.top_k", moe.top_k, f"must be <= experts ({moe.experts})")
@@ -326,3 +330,11 @@ def load_hardware(ref, overrides: dict | None = None) -> HardwareSpec:
     """A GPU preset name or a hardware YAML, with dotted overrides (`gpu.hbm.bandwidth`)."""
     return _load_hardware_cached(str(ref), _freeze(overrides))
 
+
+def with_dtype(hw: HardwareSpec, dtype: str, source: str, field: str) -> HardwareSpec:
+    """The hardware computing in `dtype`, which its GPU must have a peak for."""
+    if dtype not in COMPUTE_DTYPES:
+        raise SpecError(source, field, dtype, f"expected one of {', '.join(COMPUTE_DTYPES)}")
+    if dtype not in dict(hw.gpu.peak_flops):
+        raise SpecError(source, field, dtype, f"{hw.gpu.name} has no {dtype} peak in gpu.peak_flops")
+    return dataclasses.replace(hw, dtype=dtype)

@@ -5,7 +5,7 @@ import itertools
 from dataclasses import dataclass
 
 from core import Parallelism, SpecError
-from core.specs import RECOMPUTE, SCHEDULES
+from core.specs import COMPUTE_DTYPES, RECOMPUTE, SCHEDULES
 
 AUTO = "auto"
 # knob -> (default, description of allowed values); dp and sp may be derived ("auto")
@@ -24,6 +24,8 @@ PARALLEL_KNOBS = {
     "placement": ("tp,cp,dp,pp", "a list of axis orders, innermost first, such as tp,cp,dp,pp"),
 }
 SPEC_KNOB_PREFIXES = ("model.", "hardware.")
+# Short knobs that stand for a spec path: `dtype: [bf16, fp8]` is `hardware.dtype`.
+SPEC_KNOB_ALIASES = {"dtype": "hardware.dtype"}
 PLACEMENT_AXES = ("tp", "cp", "dp", "pp")
 
 
@@ -91,14 +93,21 @@ class Space:
             par["sp"] = self.mode == "train" and par["tp"] > 1
         values = tuple(par.get(name, choice[name]) for name in self.names)
         par["placement"] = tuple(par["placement"].split(","))
-        model = tuple((n.split(".", 1)[1], choice[n]) for n in self.names if n.startswith("model."))
-        hardware = tuple((n.split(".", 1)[1], choice[n]) for n in self.names if n.startswith("hardware."))
+        model = tuple((path, choice[n]) for n, path in _spec_paths(self.names, "model."))
+        hardware = tuple((path, choice[n]) for n, path in _spec_paths(self.names, "hardware."))
         return Resolved(values, Parallelism(**par), model, hardware, reason)
 
 
+def _spec_paths(names, prefix: str) -> list:
+    """(knob name, path under the spec) of the knobs that set a `prefix` spec field."""
+    full = ((name, SPEC_KNOB_ALIASES.get(name, name)) for name in names)
+    return [(name, path.split(".", 1)[1]) for name, path in full if path.startswith(prefix)]
+
+
 def _variants(knobs: tuple, prefix: str) -> list:
-    chosen = [k for k in knobs if k.name.startswith(prefix)]
-    return [tuple((k.name.split(".", 1)[1], v) for k, v in zip(chosen, combo))
+    paths = dict(_spec_paths([k.name for k in knobs], prefix))
+    chosen = [k for k in knobs if k.name in paths]
+    return [tuple((paths[k.name], v) for k, v in zip(chosen, combo))
             for combo in itertools.product(*(k.values for k in chosen))]
 
 
@@ -114,9 +123,16 @@ def parse_space(data, source: str, mode: str, gpus: int) -> Space:
             given[name] = _parallel_values(name, raw, source, field)
         elif name.startswith(SPEC_KNOB_PREFIXES) and name not in SPEC_KNOB_PREFIXES:
             given[name] = _spec_values(raw, source, field)
+        elif name == "dtype":
+            given[name] = _as_list(raw, source, field)
+            for value in given[name]:
+                if value not in COMPUTE_DTYPES:
+                    raise SpecError(source, field, value, f"expected a list of {', '.join(COMPUTE_DTYPES)}")
+            given[name] = tuple(given[name])
         else:
             allowed = ", ".join(PARALLEL_KNOBS)
-            raise SpecError(source, field, raw, f"unknown knob (allowed: {allowed}, or model.<path> / hardware.<path>)")
+            raise SpecError(source, field, raw,
+                           f"unknown knob (allowed: {allowed}, dtype, or model.<path> / hardware.<path>)")
     knobs = [Knob(name, given.get(name, (default,))) for name, (default, _) in PARALLEL_KNOBS.items()]
     knobs += [Knob(name, values) for name, values in given.items() if name not in PARALLEL_KNOBS]
     columns = [k.column for k in knobs]
