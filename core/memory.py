@@ -10,7 +10,7 @@ from .specs import DTYPE_BYTES, HardwareSpec, ModelSpec, Parallelism
 
 GiB = 2**30
 OPTIMIZER_BYTES = 12  # fp32 master weights + Adam first and second moments
-FP8_WEIGHT_CACHE_BYTES = 2  # Transformer Engine's FP8 weight and its transpose, kept across micro-batches
+FP8_WEIGHT_CACHE_BYTES = 1  # Transformer Engine's FP8 copy of each weight, kept across micro-batches
 # What the CUDA caching allocator and the runtime hold beyond live tensors: the CUDA context,
 # cuBLAS workspaces and NCCL buffers (a fixed amount), plus blocks freed but kept cached
 # and split (fragmentation, a share of what is allocated).

@@ -149,6 +149,7 @@ class LinkFault:
 class Calibration:
     """The few factors fitted per GPU preset; see the preset file for what and on which rows."""
     compute_efficiency: float = 1.0
+    fp8_efficiency: float = 1.0  # FP8 GEMMs' achieved share of the FP8 peak, relative to compute_efficiency
     memory_efficiency: float = 1.0
     network_efficiency: float = 1.0
     kernel_overhead_s: float = 0.0  # host / framework time per kernel beyond the launch itself

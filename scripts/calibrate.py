@@ -5,14 +5,20 @@ preset's `calibration:` block; it edits nothing.
 Training rows fit `compute_efficiency` and `network_efficiency`; inference rows fit `memory_efficiency`,
 `kernel_overhead` and `collective_step`. Each is searched on a grid refined three
 times, minimising the largest |error| on the fitted rows.
+
+`--cv` prints leave-one-source-out errors for every suite with data here: for each source,
+the factors are fitted on the fit rows of the other sources and that source is predicted
+(a suite whose rows all come from one source cannot be cross-validated on its own; its
+held-out figure is then the fit made without it, i.e. with the preset's prior factors).
 """
+import argparse
 import dataclasses
 import itertools
 
 import numpy as np
 
 from core.loader import load_hardware
-from core.validation import HARDWARE, inference_cases, training_cases
+from core.validation import HARDWARE, SUITES, available_suites, inference_cases, training_cases
 
 TRAIN_FIT = ("gpt-22b", "gpt-175b")  # held out: gpt-530b, gpt-1t
 INFER_FIT = ("llama2-7b ", "llama2-70b tp8")  # held out: llama2-13b, llama2-70b tp2 and tp4
@@ -23,11 +29,6 @@ def _is_fit(case, names) -> bool:
     return any(case.case.startswith(n) for n in names)
 
 
-def _score(cases, names) -> tuple:
-    errors = [abs(c.error_pct) for c in cases if _is_fit(c, names)]
-    return max(errors), float(np.mean(errors))
-
-
 def _refine(values: list, centre: float, low: float, high: float) -> list:
     """A finer grid around `centre`, kept inside the first grid's range."""
     step = (values[1] - values[0]) / 2 if len(values) > 1 else 0.0
@@ -36,16 +37,7 @@ def _refine(values: list, centre: float, low: float, high: float) -> list:
 
 def fit(base, suite, names, grid: dict, rounds: int = 3) -> dict:
     """Calibration fields (of core.specs.Calibration) minimising the fitted rows' max |error|."""
-    best, bounds = None, {key: (min(values), max(values)) for key, values in grid.items()}
-    for _ in range(rounds):
-        for values in itertools.product(*grid.values()):
-            fields = dict(zip(grid, values))
-            hw = dataclasses.replace(base, calibration=dataclasses.replace(base.calibration, **fields))
-            score = _score(suite(hw)[0], names)
-            if best is None or score < best[0]:
-                best = (score, fields)
-        grid = {key: _refine(values, best[1][key], *bounds[key]) for key, values in grid.items()}
-    return best[1]
+    return _fit_rows(base, lambda hw: [c for c in suite(hw)[0] if _is_fit(c, names)], grid, rounds)
 
 
 def report(title, cases, names) -> None:
@@ -58,6 +50,11 @@ def report(title, cases, names) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cv", action="store_true", help="leave-one-source-out errors for every suite")
+    if parser.parse_args().cv:
+        cross_validate()
+        return
     base = load_hardware(HARDWARE)
     base = dataclasses.replace(base, calibration=dataclasses.replace(
         base.calibration, compute_efficiency=1.0, memory_efficiency=1.0, network_efficiency=1.0,
@@ -81,6 +78,54 @@ def main() -> None:
           f"  memory_efficiency: {c.memory_efficiency:.3f}\n"
           f"  kernel_overhead: {c.kernel_overhead_s / US:.2f} us\n"
           f"  collective_step: {c.collective_step_s / US:.2f} us")
+
+
+def _errors(cases) -> tuple:
+    errors = [abs(c.error_pct) for c in cases]
+    return (float(np.mean(errors)), max(errors)) if errors else (float("nan"), float("nan"))
+
+
+def cross_validate() -> None:
+    """In-sample and leave-one-source-out mean / max |error| per suite (A100 factors)."""
+    base = load_hardware(HARDWARE)
+    grids = {"training": {"compute_efficiency": list(np.linspace(0.6, 1.0, 9)),
+                          "network_efficiency": list(np.linspace(0.4, 1.0, 7))},
+             "inference": {"memory_efficiency": list(np.linspace(0.6, 1.0, 5)),
+                           "kernel_overhead_s": list(np.linspace(0.0, 12.0, 5) * US)}}
+    print(f"{'suite':14s} {'in-sample mean/max %':>22s} {'leave-one-source-out mean/max %':>34s}")
+    for suite in available_suites():
+        cases = SUITES[suite](base)[0]
+        if not cases:
+            continue
+        held = []
+        for source in sorted({c.source for c in cases}):
+            rest = [c.case for c in cases if c.source != source]
+            hw = base
+            if suite in grids and rest:
+                def fitted(h, _suite=suite, _rest=tuple(rest)):
+                    return [c for c in SUITES[_suite](h)[0] if c.case in _rest]
+                hw = dataclasses.replace(base, calibration=dataclasses.replace(
+                    base.calibration, **_fit_rows(base, fitted, grids[suite], rounds=2)))
+            held += [c for c in SUITES[suite](hw)[0] if c.source == source]
+        mean, worst = _errors(cases)
+        cv_mean, cv_worst = _errors(held)
+        print(f"{suite:14s} {mean:10.1f} / {worst:5.1f}   {cv_mean:20.1f} / {cv_worst:5.1f}"
+              f"   ({len({c.source for c in cases})} sources)")
+
+
+def _fit_rows(base, rows_of, grid: dict, rounds: int) -> dict:
+    """Calibration fields minimising the max |error| of the rows `rows_of(hardware)` gives."""
+    best, bounds = None, {key: (min(values), max(values)) for key, values in grid.items()}
+    for _ in range(rounds):
+        for values in itertools.product(*grid.values()):
+            fields = dict(zip(grid, values))
+            hw = dataclasses.replace(base, calibration=dataclasses.replace(base.calibration, **fields))
+            errors = [abs(c.error_pct) for c in rows_of(hw)]
+            score = (max(errors), float(np.mean(errors)))
+            if best is None or score < best[0]:
+                best = (score, fields)
+        grid = {key: _refine(values, best[1][key], *bounds[key]) for key, values in grid.items()}
+    return best[1]
 
 
 if __name__ == "__main__":

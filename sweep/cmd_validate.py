@@ -4,7 +4,8 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from core.validation import SUITES, run_all, summary
+from core import SpecError
+from core.validation import SUITES, available_suites, run_all, summary
 
 
 def add_arguments(parser) -> None:
@@ -14,7 +15,11 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    cases, verdicts = run_all(tuple(args.suite or SUITES))
+    missing = [name for name in args.suite or () if name not in available_suites()]
+    if missing:
+        raise SpecError("command line", "--suite", missing[0], "needs the published corpus (core.corpus), "
+                        f"not in this checkout; available: {', '.join(available_suites())}")
+    cases, verdicts = run_all(tuple(args.suite or available_suites()))
     stats = summary(cases)
     if args.json:
         print(json.dumps({

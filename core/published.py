@@ -1,0 +1,103 @@
+"""Predictions for the published corpus (core.corpus's PublishedCase rows): each row's
+model, layout, workload and precision turned into specs, evaluated, and compared with
+what was measured in the row's metric. One function per kind of row; the suites are
+registered in core.validation."""
+import math
+
+from .collectives import collective_time
+from .evaluate import evaluate
+from .loader import load_hardware, with_dtype
+from .memory import GiB
+from .specs import InferWorkload, ModelSpec, MoESpec, Parallelism, TrainWorkload
+
+# The preset each published GPU name runs on (H200 rows would inherit H100's factors).
+HARDWARE_BY_GPU = (("h200", "h200-sxm-141gb"), ("h100", "h100-sxm5-80gb"), ("a100", "a100-sxm4-80gb"))
+MODEL_FIELDS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab")
+LAYOUT_FIELDS = ("dp", "tp", "pp", "cp", "ep", "etp", "micro_batch", "first_stage_layers", "last_stage_layers")
+
+
+def hardware_for(case):
+    """The preset for the row's GPU, computing in the row's dtype."""
+    gpu = str(case.hardware).lower()
+    name = next((preset for key, preset in HARDWARE_BY_GPU if key in gpu), None)
+    if name is None:
+        raise ValueError(f"{case.case_id}: no preset for hardware {case.hardware!r}")
+    return with_dtype(load_hardware(name), case.precision.get("compute", "bf16"), case.case_id, "precision.compute")
+
+
+def model_for(case) -> ModelSpec:
+    """The row's shape as given (not the released model's), GELU/LayerNorm for GPT-3 and
+    Nemotron shapes, SwiGLU/RMSNorm otherwise."""
+    m = case.model
+    sizes = {field: int(m[field]) for field in MODEL_FIELDS}
+    gpt_like = any(tag in str(m.get("name", case.case_id)).lower() for tag in ("gpt", "nemotron"))
+    moe = None
+    if m.get("experts"):
+        moe = MoESpec(experts=int(m["experts"]), top_k=int(m["top_k"]),
+                      expert_ffn_hidden=int(m.get("expert_ffn_hidden") or sizes["ffn_hidden"]),
+                      shared_expert_ffn_hidden=int(m.get("shared_expert_ffn_hidden") or 0),
+                      capacity_factor=float(m.get("capacity_factor") or 0.0))
+    return ModelSpec(name=str(m.get("name", case.case_id)), **sizes,
+                     activation=m.get("activation") or ("gelu" if gpt_like else "swiglu"),
+                     norm=m.get("norm") or ("layernorm" if gpt_like else "rmsnorm"), moe=moe)
+
+
+def layout_for(case, training: bool) -> Parallelism:
+    lay = case.layout
+    ints = {field: int(lay[field]) for field in LAYOUT_FIELDS if lay.get(field) is not None}
+    virtual = int(lay.get("virtual_stages") or 1)
+    recompute = lay.get("recompute") or "none"
+    zero = int(lay.get("zero") or (1 if lay.get("distributed_optimizer") else 0))
+    sp = lay.get("sp")
+    return Parallelism(**ints, sp=bool(sp) if sp is not None else training and ints.get("tp", 1) > 1,
+                       zero=zero, recompute=recompute, virtual_stages=virtual,
+                       schedule="interleaved" if virtual > 1 else "1f1b",
+                       overlap_grad_reduce=bool(lay.get("overlap_grad_reduce")),
+                       overlap_param_gather=bool(lay.get("overlap_param_gather")),
+                       fp8_params=bool(case.precision.get("fp8_params")))
+
+
+def predict(case, hw=None) -> tuple:
+    """(predicted value in the row's metric, feasible, record) for a training, inference
+    or memory row."""
+    hw = hw or hardware_for(case)
+    work = case.workload
+    training = "global_batch" in work
+    if training:
+        workload = TrainWorkload(global_batch=int(work["global_batch"]), seq=int(work["seq"]))
+    else:
+        workload = InferWorkload(batch=int(work["batch"]), prompt=int(work["prompt"]), decode=int(work["decode"]),
+                                 kv_dtype=case.precision.get("kv_cache") or "")
+    record = evaluate(model_for(case), hw, layout_for(case, training), workload, case.gpus, time_infeasible=True)
+    metric = case.metric
+    if metric == "step_time_s":
+        value = record["step_time_s"]
+    elif metric == "mfu":
+        value = record["mfu"]
+    elif metric == "tokens_per_s_per_gpu":
+        value = record["tokens_per_s"] / case.gpus
+    elif metric == "output_tokens_per_s":
+        value = record["tokens_per_s"]
+    elif metric == "peak_memory_bytes":
+        value = record["memory_peak_gib"] * GiB
+    else:
+        raise ValueError(f"{case.case_id}: metric {metric!r} is not one this module predicts")
+    return value, record["feasible"], record
+
+
+def all_reduce_s(case, hw=None) -> float:
+    """The closed-form all-reduce time of one nccl-tests row on the DGX H100 preset."""
+    hw = hw or load_hardware("h100-sxm5-80gb")
+    dims = hw.dims_for(case.gpus)
+    per_node = dims[0].size
+    span = ((0, min(case.gpus, per_node)),)
+    if case.gpus > per_node:
+        span += ((1, case.gpus // per_node),)
+    return sum(collective_time(hw, dims, "all_reduce", float(case.workload["size_bytes"]), span).values())
+
+
+def error_pct(predicted: float, measured: float) -> float:
+    return 100.0 * (predicted - measured) / measured if measured and not math.isnan(predicted) else math.nan
+
+
+__all__ = ["all_reduce_s", "error_pct", "hardware_for", "layout_for", "model_for", "predict"]
