@@ -2,6 +2,7 @@
 from the layer graph's saved tensors under the recompute policy, times the micro-batches
 each pipeline stage keeps in flight; KV cache for inference; and the verdict."""
 from dataclasses import dataclass
+from functools import lru_cache
 from math import ceil
 
 from .graph import LayerGraph
@@ -68,23 +69,27 @@ def stage_params(model: ModelSpec, par: Parallelism) -> list:
     return [dense + expert for dense, expert in stage_param_parts(model, par)]
 
 
-def stage_param_parts(model: ModelSpec, par: Parallelism) -> list:
+def stage_param_parts(model: ModelSpec, par: Parallelism) -> tuple:
     """(dense, expert) parameters one rank of each stage holds: experts are split over
     ep * etp ranks and replicated over the rest (their ZeRO shards differ)."""
-    t = par.tp
+    return _param_parts(model, par.tp, par.ep, par.expert_tp, stage_layers(model.layers, par))
+
+
+@lru_cache(maxsize=4096)
+def _param_parts(model: ModelSpec, t: int, ep: int, etp: int, split: tuple) -> tuple:
     norms = 2 * model.hidden * (2 if model.norm == "layernorm" else 1)
     if model.moe is None:
         dense_mlp, expert = model.mlp_params() / t, 0.0
     else:
         per_expert = model.mlp_matrices * model.hidden * model.moe.expert_ffn_hidden
-        expert = model.moe.experts // par.ep * per_expert / par.expert_tp
+        expert = model.moe.experts // ep * per_expert / etp
         dense_mlp = model.hidden * model.moe.experts + model.shared_expert_params() / t
     layer = model.attention_params() / t + dense_mlp + norms
-    parts = [[layers * layer, layers * expert] for layers in stage_layers(model.layers, par)]
+    parts = [[layers * layer, layers * expert] for layers in split]
     parts[0][0] += model.embedding_params() / t
-    if not model.tied_embeddings or par.pp > 1:
+    if not model.tied_embeddings or len(split) > 1:
         parts[-1][0] += model.vocab * model.hidden / t
-    return [tuple(part) for part in parts]
+    return tuple(tuple(part) for part in parts)
 
 
 def weight_bytes(hw: HardwareSpec, par: Parallelism) -> int:

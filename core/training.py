@@ -200,8 +200,11 @@ def data_parallel(model, hw, par, dims, spans, prof, split, micro) -> tuple:
         add_times(exposed, backward, scale * _uncovered(backward_total, backward_s))
         return scale * (forward_total + backward_total), exposed
     bucket = ddp_bucket_params(par.dp * par.cp)
-    worst = None
+    worst, seen = None, set()
     for stage, (stage_params_, layers) in enumerate(zip(params, split)):
+        if (stage_params_, layers) in seen:  # an identical earlier stage has less head start
+            continue
+        seen.add((stage_params_, layers))
         kind = "all_reduce" if par.zero == 0 else "reduce_scatter"
         reduce = collective_time(hw, dims, kind, stage_params_ * gradient_bytes, span)
         gather = collective_time(hw, dims, "all_gather", stage_params_ * weight_bytes, span) if par.zero else {}
