@@ -25,7 +25,8 @@ def test_illegal_points_carry_their_reason(write_study):
     heads = Planner(load_study(write_study(gpus=48, space={"tp": [3]}))).point({**base, "tp": 3})
     assert heads == "heads (32) not divisible by tp (3)"
     study = load_study(write_study(gpus=40, space={"tp": [8], "pp": [5]}))
-    assert Planner(study).point({**base, "tp": 8, "pp": 5}).startswith("layers (32) not divisible by pp")
+    # 32 layers on 5 stages split unevenly as Megatron does (5, 7, 7, 7, 6): a legal point
+    assert not isinstance(Planner(study).point({**base, "tp": 8, "pp": 5}), str)
 
 
 def test_point_id_is_stable_across_processes(write_study):
