@@ -12,7 +12,6 @@ from .specs import InferWorkload, ModelSpec, MoESpec, Parallelism, TrainWorkload
 
 # The preset each published GPU name runs on (H200 rows would inherit H100's factors).
 HARDWARE_BY_GPU = (("h200", "h200-sxm-141gb"), ("h100", "h100-sxm5-80gb"), ("a100", "a100-sxm4-80gb"))
-MODEL_FIELDS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab")
 LAYOUT_FIELDS = ("dp", "tp", "pp", "cp", "ep", "etp", "micro_batch", "first_stage_layers", "last_stage_layers")
 
 
@@ -26,25 +25,23 @@ def hardware_for(case):
 
 
 def model_for(case) -> ModelSpec:
-    """The row's shape as given (not the released model's), GELU/LayerNorm for GPT-3 and
-    Nemotron shapes, SwiGLU/RMSNorm otherwise."""
-    m = case.model
-    sizes = {field: int(m[field]) for field in MODEL_FIELDS}
-    gpt_like = any(tag in str(m.get("name", case.case_id)).lower() for tag in ("gpt", "nemotron"))
-    moe = None
-    if m.get("experts"):
-        moe = MoESpec(experts=int(m["experts"]), top_k=int(m["top_k"]),
-                      expert_ffn_hidden=int(m.get("expert_ffn_hidden") or sizes["ffn_hidden"]),
-                      shared_expert_ffn_hidden=int(m.get("shared_expert_ffn_hidden") or 0),
-                      capacity_factor=float(m.get("capacity_factor") or 0.0))
-    return ModelSpec(name=str(m.get("name", case.case_id)), **sizes,
-                     activation=m.get("activation") or ("gelu" if gpt_like else "swiglu"),
-                     norm=m.get("norm") or ("layernorm" if gpt_like else "rmsnorm"), moe=moe)
+    """The row's shape as the corpus gives it (not the released model's)."""
+    m = dict(case.model)
+    moe = m.pop("moe", None)
+    if moe:
+        moe = MoESpec(experts=int(moe["experts"]), top_k=int(moe["top_k"]),
+                      expert_ffn_hidden=int(moe["expert_ffn_hidden"]),
+                      shared_expert_ffn_hidden=int(moe.get("shared_expert_ffn_hidden") or 0),
+                      capacity_factor=float(moe.get("capacity_factor") or 0.0))
+    fields = {key: m[key] for key in ModelSpec.__dataclass_fields__ if key in m and m[key] is not None}
+    return ModelSpec(**{**fields, "moe": moe})
 
 
 def layout_for(case, training: bool) -> Parallelism:
     lay = case.layout
     ints = {field: int(lay[field]) for field in LAYOUT_FIELDS if lay.get(field) is not None}
+    if ints.get("etp") == ints.get("tp", 1):
+        ints.pop("etp", None)  # the default: experts split like the dense layers
     virtual = int(lay.get("virtual_stages") or 1)
     recompute = lay.get("recompute") or "none"
     zero = int(lay.get("zero") or (1 if lay.get("distributed_optimizer") else 0))
@@ -70,15 +67,17 @@ def predict(case, hw=None) -> tuple:
                                  kv_dtype=case.precision.get("kv_cache") or "")
     record = evaluate(model_for(case), hw, layout_for(case, training), workload, case.gpus, time_infeasible=True)
     metric = case.metric
-    if metric == "step_time_s":
+    if metric in ("step_time_s", "request_s"):
         value = record["step_time_s"]
+    elif metric == "model_flops_per_s_per_gpu":
+        value = record["mfu"] * hw.gpu.flops(hw.act_dtype)
     elif metric == "mfu":
         value = record["mfu"]
     elif metric == "tokens_per_s_per_gpu":
         value = record["tokens_per_s"] / case.gpus
     elif metric == "output_tokens_per_s":
         value = record["tokens_per_s"]
-    elif metric == "peak_memory_bytes":
+    elif metric in ("peak_memory_bytes", "memory_verdict"):
         value = record["memory_peak_gib"] * GiB
     else:
         raise ValueError(f"{case.case_id}: metric {metric!r} is not one this module predicts")

@@ -121,7 +121,7 @@ def published_cases(suite: str, hw: HardwareSpec | None = None) -> tuple:
     from . import corpus, published  # the corpus loads on first use only
 
     cases, verdicts = [], []
-    for row in corpus.load_cases(suite):
+    for row in corpus.published_cases(suite):
         if not row.usable:
             continue
         if suite == "collectives":
@@ -132,8 +132,9 @@ def published_cases(suite: str, hw: HardwareSpec | None = None) -> tuple:
         row_hw = hw if hw is not None and _family(hw.name) == _family(str(row.hardware)) else None
         value, feasible, record = published.predict(row, row_hw and with_dtype(
             row_hw, row.precision.get("compute", "bf16"), row.case_id, "precision.compute"))
-        ran = row.extra.get("ran", True) if isinstance(row.extra, dict) else True
-        if row.measured is not None and not math.isnan(row.measured):
+        # A row whose outcome starts with "OOM" did not fit; every other row ran.
+        ran = not str(row.extra.get("outcome", "")).lower().startswith("oom")
+        if row.metric != "memory_verdict" and row.measured is not None and not math.isnan(row.measured):
             cases.append(Case(suite, row.case_id, row.measured, value, row.metric, row.source))
         verdicts.append(Verdict(f"{suite} {row.case_id}", ran, feasible,
                                 record["infeasible_reason"] or f"{record['memory_peak_gib']:.1f} GiB"))
