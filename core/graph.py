@@ -21,6 +21,7 @@ class Op:
     saved_bytes: float = 0.0  # activation kept from forward for backward
     cover_s: float = 0.0  # compute this communication overlaps with
     attention_core: bool = False  # recomputed under selective recompute
+    min_exposed: float = 0.0  # share of the communication no overlap can hide
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class LayerShape:
     ep: int
     causal: bool = True
     etp: int = 0  # expert tensor parallelism; 0 = tp
+    tp_overlap: bool = False  # SP collectives pipelined with their GEMMs (userbuffers)
 
     @property
     def tokens(self) -> int:
@@ -44,7 +46,7 @@ class LayerShape:
 def train_shape(par, work) -> LayerShape:
     """The layer one rank runs per training micro-batch."""
     return LayerShape(par.micro_batch, work.seq // par.cp, work.seq, par.tp, par.sp, par.cp, par.ep,
-                      etp=par.expert_tp)
+                      etp=par.expert_tp, tp_overlap=par.overlap_tp_comm and par.sp and par.tp > 1)
 
 
 @dataclass(frozen=True)
@@ -53,8 +55,10 @@ class LayerGraph:
     backward: tuple
 
 
-def _comm(name: str, collective: str, axis: str, bytes_: float, cover_s: float = 0.0) -> Op:
-    return Op(name, "comm", collective=collective, axis=axis, bytes_=bytes_, cover_s=cover_s)
+def _comm(name: str, collective: str, axis: str, bytes_: float, cover_s: float = 0.0,
+          min_exposed: float = 0.0) -> Op:
+    return Op(name, "comm", collective=collective, axis=axis, bytes_=bytes_, cover_s=cover_s,
+              min_exposed=min_exposed)
 
 
 def _compute(name: str, kernel: ops.KernelTime, saved: float = 0.0, core: bool = False) -> Op:
@@ -79,6 +83,12 @@ def _gemm_ops(hw, name, m, n, k, saved, batch=1, core=False):
                      core=core)
     wgrad = _compute(name + ".wgrad", ops.gemm(hw, k, n, m, batch), core=core)
     return fwd, (dgrad, wgrad)
+
+
+def gemm_input_bytes(hw: HardwareSpec) -> int:
+    """Bytes per element of a linear layer's input kept for its weight gradient: Transformer
+    Engine saves the FP8 copy it cast for the forward GEMM (one byte), not the BF16 input."""
+    return DTYPE_BYTES["fp8"] if hw.dtype == "fp8" else hw.act_bytes
 
 
 def _attention_gemm_ops(hw, name, m, n, k, batch):
@@ -117,28 +127,41 @@ def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerG
         gradient while the input gradient is computed."""
         forward, (dgrad, wgrad) = gemm_pair
         if t > 1 and shape.sp:
-            fwd.append(_comm(f"{tag}.allgather", "all_gather", "tp", T * h * el))
+            fwd.append(_comm(f"{tag}.allgather", "all_gather", "tp", T * h * el, *overlap(forward)))
             bwd.append((_comm(f"{tag}.allgather.bwd", "all_gather", "tp", T * h * el, dgrad.time_s),
-                        dgrad, wgrad, _comm(f"{tag}.reducescatter.bwd", "reduce_scatter", "tp", T * h * el)))
+                        dgrad, wgrad, _comm(f"{tag}.reducescatter.bwd", "reduce_scatter", "tp", T * h * el,
+                                            *overlap(wgrad))))
         elif t > 1:
             bwd.append((dgrad, wgrad, _comm(f"{tag}.allreduce.bwd", "all_reduce", "tp", T * h * el)))
         else:
             bwd.append((dgrad, wgrad))
         fwd.append(forward)
 
-    def leave_tp(tag):
+    def overlap(gemm):
+        """(cover seconds, least exposed share) of an SP collective next to `gemm`. With
+        userbuffers (TE's tp_comm_overlap) the collective is split into t chunks exchanged
+        ring-wise while the GEMM runs on the chunks already there (forward all-gather and
+        reduce-scatter, backward output-gradient all-gather), or runs in bulk beside the
+        weight-gradient GEMM (backward reduce-scatter): hidden up to the GEMM's time, except
+        the one chunk that has to arrive before the first GEMM chunk can start (or leave
+        after the last one ends). Without it the collective is exposed."""
+        return (gemm.time_s, 1.0 / t) if shape.tp_overlap else (0.0, 0.0)
+
+    def leave_tp(tag, gemm_pair):
         """Megatron's g after a row-parallel GEMM: all-reduce, or reduce-scatter with SP
         (whose backward is an all-gather)."""
+        forward, (dgrad, _) = gemm_pair
         if t > 1 and shape.sp:
-            fwd.append(_comm(f"{tag}.reducescatter", "reduce_scatter", "tp", T * h * el))
-            bwd.append((_comm(f"{tag}.allgather.bwd", "all_gather", "tp", T * h * el),))
+            fwd.append(_comm(f"{tag}.reducescatter", "reduce_scatter", "tp", T * h * el, *overlap(forward)))
+            bwd.append((_comm(f"{tag}.allgather.bwd", "all_gather", "tp", T * h * el, *overlap(dgrad)),))
         elif t > 1:
             fwd.append(_comm(f"{tag}.allreduce", "all_reduce", "tp", T * h * el))
 
     norm_io = T_norm * h * el
+    gin = gemm_input_bytes(hw)
     add(_pointwise_ops(hw, "norm1", norm_io, norm_io, norm_io))
     qkv_out = T * (q_dim + 2 * kv_dim) * el  # Q, K, V: kept for attention's backward
-    enter_tp("attn", _gemm_ops(hw, "qkv", T, q_dim + 2 * kv_dim, h, T_norm * h * el + qkv_out))
+    enter_tp("attn", _gemm_ops(hw, "qkv", T, q_dim + 2 * kv_dim, h, T_norm * h * gin + qkv_out))
     if model.position_embedding == "rotary":
         rot = T * (q_dim + kv_dim) * el
         add(_pointwise_ops(hw, "rotary", rot, rot, 0.0))
@@ -169,8 +192,9 @@ def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerG
                     _comm("cp.dkv_reducescatter.bwd", "reduce_scatter", "cp", kv_bytes, cover))
     fwd.extend(attn_fwd)
     bwd.append(attn_bwd)
-    add(_gemm_ops(hw, "attn_out", T, h, q_dim, T * q_dim * el))
-    leave_tp("attn")
+    out_proj = _gemm_ops(hw, "attn_out", T, h, q_dim, T * q_dim * gin)
+    add(out_proj)
+    leave_tp("attn", out_proj)
     mask = T_norm * h if model.dropout else 0.0
     add(_pointwise_ops(hw, "residual1", 2 * norm_io, norm_io + mask, mask))
     add(_pointwise_ops(hw, "norm2", norm_io, norm_io, norm_io))
@@ -187,10 +211,11 @@ def _mlp(model, hw, shape, add, enter_tp, leave_tp, fwd, bwd, T_norm):
     width = 2 if gated else 1
     if model.moe is None or model.moe.shared_expert_ffn_hidden:
         ffn = (model.moe.shared_expert_ffn_hidden if model.moe else model.ffn_hidden) // t
-        enter_tp("mlp", _gemm_ops(hw, "mlp_up", T, ffn * width, h, T_norm * h * el))
+        enter_tp("mlp", _gemm_ops(hw, "mlp_up", T, ffn * width, h, T_norm * h * gemm_input_bytes(hw)))
         _activation(hw, add, "mlp", T * ffn, gated)
-        add(_gemm_ops(hw, "mlp_down", T, h, ffn, T * ffn * el))
-        leave_tp("mlp")
+        down = _gemm_ops(hw, "mlp_down", T, h, ffn, T * ffn * gemm_input_bytes(hw))
+        add(down)
+        leave_tp("mlp", down)
     if model.moe is not None:
         _experts(model, hw, shape, add, fwd, bwd, T_norm)
 
@@ -234,9 +259,10 @@ def _experts(model, hw, shape, add, fwd, bwd, T_norm):
     if etp > 1:
         fwd.append(_comm("moe.etp_allgather", "all_gather", etp_axis, received * h * el))
         bwd.append((_comm("moe.etp_reducescatter.bwd", "reduce_scatter", etp_axis, received * h * el),))
-    add(_gemm_ops(hw, "expert_up", rows, ffn * (2 if gated else 1), h, received * h * el, batch=local_experts))
+    gin = gemm_input_bytes(hw)
+    add(_gemm_ops(hw, "expert_up", rows, ffn * (2 if gated else 1), h, received * h * gin, batch=local_experts))
     _activation(hw, add, "experts", rows * local_experts * ffn, gated)
-    add(_gemm_ops(hw, "expert_down", rows, h, ffn, rows * local_experts * ffn * el, batch=local_experts))
+    add(_gemm_ops(hw, "expert_down", rows, h, ffn, rows * local_experts * ffn * gin, batch=local_experts))
     if etp > 1:
         fwd.append(_comm("moe.etp_reducescatter", "reduce_scatter", etp_axis, received * h * el))
         bwd.append((_comm("moe.etp_allgather.bwd", "all_gather", etp_axis, received * h * el),))

@@ -284,6 +284,7 @@ def hardware_from_mapping(data: dict, source: str) -> HardwareSpec:
     calibration = Calibration(
         compute_efficiency=c.number("compute_efficiency", 1.0, high=1.0),
         fp8_efficiency=c.number("fp8_efficiency", 1.0, high=1.0),
+        attention_efficiency=c.number("attention_efficiency", 1.0, high=1.0),
         memory_efficiency=c.number("memory_efficiency", 1.0, high=1.0),
         network_efficiency=c.number("network_efficiency", 1.0, high=1.0),
         kernel_overhead_s=c.unit("kernel_overhead", units.parse_time, 0),

@@ -12,7 +12,13 @@ GEMM_TILES = ((256, 128, 32), (128, 256, 32), (128, 128, 32), (128, 64, 64), (64
 SPLIT_K = (1, 2, 4, 8, 16)
 PIPELINE_STAGES = 3  # shared-memory buffers per operand (cp.async multi-stage pipeline)
 L2_USABLE_FRACTION = 0.5  # of L2 a GEMM's operands can keep resident while streaming
-SOFTMAX_FP32_OPS = 6  # scale, max, subtract, exp, sum, rescale per attention score
+SOFTMAX_FP32_OPS = 5  # scale, max, subtract, sum, rescale per attention score (the exp is apart)
+# The exponential runs on the special-function units, 16 results per SM per clock on every
+# architecture since Volta (CUDA C programming guide, arithmetic instruction throughput). On
+# H100 that is 3.9 T exp/s against 989 TFLOP/s of BF16 matmul (the FlashAttention-3 paper's
+# point): a FlashAttention-2-style kernel, which does not overlap the softmax with the
+# matmuls, spends a quarter (A100) to a half (H100) of its matmul time on exponentials.
+SFU_OPS_PER_SM_PER_CLOCK = 16
 FLASH_TILE_Q = 128
 FLASH_TILE_KV = 64
 
@@ -114,8 +120,10 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     flops = matmuls * 2.0 * scores * head_dim
     tiles = batch_heads * ceil(q_len / FLASH_TILE_Q)
     per_sm = ceil(tiles / gpu.sm_count) / (tiles / gpu.sm_count)  # tail-wave under-fill
-    tensor_s = flops / (gpu.flops(hw.act_dtype) * cal.compute_efficiency) * per_sm
+    tensor_s = flops / (gpu.flops(hw.act_dtype) * cal.compute_efficiency * cal.attention_efficiency) * per_sm
+    exp_rate = SFU_OPS_PER_SM_PER_CLOCK * gpu.sm_count * gpu.clock_hz
     softmax_s = (2 if backward else 1) * scores * SOFTMAX_FP32_OPS / gpu.flops("fp32") * per_sm
+    softmax_s += scores / exp_rate * per_sm  # one exp per score, forward and recomputed in backward
     q_bytes = batch_heads * q_len * head_dim * el
     kv_bytes = 2 * (batch_heads // kv_groups) * kv_len * head_dim * el
     kv_passes = ceil(q_len / FLASH_TILE_Q) * visible

@@ -150,6 +150,7 @@ class Calibration:
     """The few factors fitted per GPU preset; see the preset file for what and on which rows."""
     compute_efficiency: float = 1.0
     fp8_efficiency: float = 1.0  # FP8 GEMMs' achieved share of the FP8 peak, relative to compute_efficiency
+    attention_efficiency: float = 1.0  # fused attention's tensor-core share, relative to compute_efficiency
     memory_efficiency: float = 1.0
     network_efficiency: float = 1.0
     kernel_overhead_s: float = 0.0  # host / framework time per kernel beyond the launch itself
@@ -211,6 +212,12 @@ class Parallelism:
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     grad_dtype: str = "fp32"  # main-gradient buffers and their reduction (fp32, or bf16)
+    # Transformer Engine's userbuffers overlap of the sequence-parallel all-gathers and
+    # reduce-scatters with the GEMMs next to them (NeMo's tp_comm_overlap); needs sp.
+    overlap_tp_comm: bool = False
+    # Megatron-Core's overlap_p2p_comm: under the interleaved schedule, a chunk's activation
+    # (or gradient) send runs while the next chunk computes (NeMo turns it on when vp > 1).
+    overlap_p2p_comm: bool = False
     fp8_params: bool = False  # weights kept in FP8 (no BF16 working copy)
 
     @property

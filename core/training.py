@@ -48,7 +48,7 @@ def time_ops(hw: HardwareSpec, dims: tuple, spans: dict, op_list, skip_core: boo
         total = sum(per_dim.values())
         if total <= 0:
             continue
-        exposed = max(0.0, total - op.cover_s) / total
+        exposed = max(op.min_exposed * total, total - op.cover_s) / total
         add_times(comm, per_dim, exposed)
     return PassTime(compute, tuple(sorted(comm.items())), flops)
 
@@ -115,7 +115,12 @@ def train_step(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Train
         message = tokens * model.hidden * hw.act_bytes / par.tp  # scatter-gather across the TP ranks
         pp_span = spans["pp"][:1]
         one_way = collective_time(hw, dims, "send_recv", message, pp_span)
-        add_times(p2p, one_way, 2.0 * par.virtual_stages)  # activation forward, gradient backward
+        exposed = 1.0
+        if par.overlap_p2p_comm and par.virtual_stages > 1:
+            # each send hides behind the next chunk's pass (the shortest stage's, forward)
+            chunk_s = min(split) / par.virtual_stages * prof.forward.total_s
+            exposed = _uncovered(sum(one_way.values()), chunk_s)
+        add_times(p2p, one_way, 2.0 * par.virtual_stages * exposed)  # activation forward, gradient backward
 
     stage_compute = [layers * layer_compute for layers in split]
     stage_compute[0] += embed_fwd + embed_bwd
