@@ -31,6 +31,10 @@ def add_arguments(parser) -> None:
                         help="reduce gradients bucket by bucket during the backward (Megatron-Core)")
     parser.add_argument("--overlap-param-gather", action="store_true",
                         help="gather updated parameters during the next forward (Megatron-Core)")
+    parser.add_argument("--overlap-tp-comm", action="store_true",
+                        help="pipeline the sequence-parallel collectives with their GEMMs (TE userbuffers)")
+    parser.add_argument("--overlap-p2p-comm", action="store_true",
+                        help="hide pipeline sends behind the next chunk under the interleaved schedule")
     parser.add_argument("--grad-dtype", default="fp32", choices=GRAD_DTYPES,
                         help="main gradients and their data-parallel reduction")
     parser.add_argument("--dtype", default=None, choices=COMPUTE_DTYPES,
@@ -109,6 +113,7 @@ def parse_config(args):
                       first_stage_layers=_at_least_zero("--first-stage-layers", args.first_stage_layers),
                       last_stage_layers=_at_least_zero("--last-stage-layers", args.last_stage_layers),
                       overlap_grad_reduce=args.overlap_grad_reduce, overlap_param_gather=args.overlap_param_gather,
+                      overlap_tp_comm=args.overlap_tp_comm, overlap_p2p_comm=args.overlap_p2p_comm,
                       grad_dtype=args.grad_dtype, fp8_params=args.fp8_params)
     if train:
         global_batch = args.global_batch if args.global_batch is not None else dp * par.micro_batch

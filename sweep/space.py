@@ -5,7 +5,7 @@ import itertools
 from dataclasses import dataclass
 
 from core import Parallelism, SpecError
-from core.specs import COMPUTE_DTYPES, RECOMPUTE, SCHEDULES
+from core.specs import COMPUTE_DTYPES, GRAD_DTYPES, RECOMPUTE, SCHEDULES
 
 AUTO = "auto"
 # knob -> (default, description of allowed values); dp and sp may be derived ("auto")
@@ -22,7 +22,19 @@ PARALLEL_KNOBS = {
     "schedule": ("1f1b", f"a list of {', '.join(SCHEDULES)}"),
     "virtual_stages": (1, "a list of positive integers"),
     "placement": ("tp,cp,dp,pp", "a list of axis orders, innermost first, such as tp,cp,dp,pp"),
+    "etp": (0, "a list of integers >= 0 (0 = tp)"),
+    "first_stage_layers": (0, "a list of integers >= 0 (0 = Megatron's split)"),
+    "last_stage_layers": (0, "a list of integers >= 0 (0 = Megatron's split)"),
+    "overlap_grad_reduce": (False, "a list of true/false"),
+    "overlap_param_gather": (False, "a list of true/false"),
+    "overlap_tp_comm": (False, "a list of true/false"),
+    "overlap_p2p_comm": (False, "a list of true/false"),
+    "grad_dtype": ("fp32", f"a list of {', '.join(GRAD_DTYPES)}"),
+    "fp8_params": (False, "a list of true/false"),
 }
+BOOL_KNOBS = ("sp", "overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm", "overlap_p2p_comm",
+              "fp8_params")
+COUNT_KNOBS = ("etp", "first_stage_layers", "last_stage_layers")  # 0 means "derived"
 SPEC_KNOB_PREFIXES = ("model.", "hardware.")
 # Short knobs that stand for a spec path: `dtype: [bf16, fp8]` is `hardware.dtype`.
 SPEC_KNOB_ALIASES = {"dtype": "hardware.dtype"}
@@ -164,8 +176,12 @@ def _parallel_values(name: str, raw, source: str, field: str) -> tuple:
         return (AUTO,)
     values = _as_list(raw, source, field)
     for value in values:
-        if name == "sp":
+        if name in BOOL_KNOBS:
             ok = isinstance(value, bool)
+        elif name in COUNT_KNOBS:
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        elif name == "grad_dtype":
+            ok = value in GRAD_DTYPES
         elif name == "placement":
             ok = isinstance(value, str) and sorted(value.split(",")) == sorted(PLACEMENT_AXES)
         elif name in ("recompute", "schedule"):

@@ -4,7 +4,7 @@ import sys
 
 import optuna
 
-from sweep.plan import Planner, plan_study, suggest
+from sweep.plan import PARALLELISM_FIELDS, Planner, plan_study, suggest
 from sweep.study import load_study
 
 
@@ -69,5 +69,14 @@ def test_placement_is_a_knob(write_study):
 
     plan = plan_study(load_study(write_study(space={"tp": [8], "pp": [1], "cp": [1], "zero": [1],
                                                     "placement": ["tp,cp,dp,pp", "dp,tp,cp,pp"]})))
-    orders = {p.parallelism[-1] for p in plan.points}
+    orders = {p.parallelism[PARALLELISM_FIELDS.index("placement")] for p in plan.points}
     assert orders == {("tp", "cp", "dp", "pp"), ("dp", "tp", "cp", "pp")}
+
+
+def test_new_parallelism_fields_are_knobs_with_todays_defaults(write_study):
+    plan = plan_study(load_study(write_study(space={"tp": [2], "overlap_tp_comm": [False, True],
+                                                    "grad_dtype": ["bf16"]})))
+    fields = [dict(zip(PARALLELISM_FIELDS, p.parallelism)) for p in plan.points]
+    assert {f["overlap_tp_comm"] for f in fields} == {False, True}
+    assert {(f["grad_dtype"], f["etp"], f["overlap_grad_reduce"], f["fp8_params"]) for f in fields} == \
+        {("bf16", 0, False, False)}
