@@ -15,7 +15,9 @@ best point, minimising the largest |error| (then the mean) on the fitted rows:
 
 `--cv` prints, per suite, the in-sample error (the factors fitted on all their fit rows)
 beside the leave-one-source-out error: for each source, every group whose fit rows include
-it is refitted without that source, and that source's rows are predicted. A suite no group
+it is refitted without that source, and that source's rows are predicted. A group left with
+no fit row takes its family's prior (H100: the A100 factors); A100 has none, so a suite
+whose fit rows all come from one A100 source prints nan for its held-out column. A suite no group
 fits on (memory, collectives, moe) has nothing refitted: its rows are all held out already
 (moe is predicted with the factors the dense rows fit), so its two columns agree.
 """
@@ -50,6 +52,7 @@ class Family:
     preset: str
     suites: tuple  # the suites whose rows run on this family's preset
     groups: tuple
+    prior: str = ""  # preset whose factors a group falls back on when a fold leaves it no row
 
 
 A100_TRAIN_FIT = ("gpt-22b", "gpt-175b")  # held out: gpt-530b, gpt-1t
@@ -75,7 +78,7 @@ FAMILIES = {
         Group("training", ("h100_dense",), lambda c: c.source in H100_TRAIN_FIT_SOURCES,
               (("compute_efficiency", _grid(0.45, 0.85, 5)), ("fp8_efficiency", _grid(0.7, 1.0, 4)),
                ("attention_efficiency", _grid(0.4, 1.0, 4)), ("network_efficiency", _grid(0.6, 1.0, 3)))),
-    )),
+    ), prior="a100-sxm4-80gb"),
 }
 
 
@@ -123,9 +126,14 @@ def fit_family(family: Family, excluded: str = "", start=None):
     hw = start or load_hardware(family.preset)
     for _ in range(2 if len(family.groups) > 1 else 1):
         for group in family.groups:
-            fitted_source = any(group.fit_rows(c) and c.source == excluded
-                                for suite in group.suites for c in _cases(suite, hw))
-            hw = _with(hw, fit_group(hw, group, excluded if fitted_source else ""))
+            sources = {c.source for suite in group.suites for c in _cases(suite, hw) if group.fit_rows(c)}
+            if sources == {excluded}:
+                if not family.prior:
+                    return None  # nothing to fit on and no other family's factors to fall back on
+                prior = load_hardware(family.prior).calibration
+                hw = _with(hw, {key: getattr(prior, key) for key, _ in group.grid})
+                continue
+            hw = _with(hw, fit_group(hw, group, excluded if excluded in sources else ""))
     return hw
 
 
@@ -171,14 +179,20 @@ def cross_validate(families: dict) -> None:
             if not cases:
                 continue
             refits = any(suite in g.suites for g in family.groups)
-            held = []
+            held, unpredictable = [], []
             for source in sorted({c.source for c in cases}):
                 hw = fit_family(family, excluded=source) if refits else fitted
+                if hw is None:
+                    unpredictable.append(source)
+                    continue
                 held += [c for c in _cases(suite, hw) if c.source == source]
             mean, worst = _errors(cases)
             cv_mean, cv_worst = _errors(held)
+            note = "" if refits else ", nothing fitted on it"
+            if unpredictable:
+                note += f"; not predictable without its own rows: {', '.join(unpredictable)}"
             print(f"{suite:14s} {mean:10.1f} / {worst:5.1f}   {cv_mean:20.1f} / {cv_worst:5.1f}"
-                  f"   ({len({c.source for c in cases})} sources{'' if refits else ', nothing fitted on it'})")
+                  f"   ({len({c.source for c in cases})} sources{note})")
 
 
 def main() -> None:
