@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 SOURCES := pyproject.toml CMakeLists.txt $(shell find astra_backend -name '*.cpp' -o -name '*.hpp' -o -name 'CMakeLists.txt' 2>/dev/null)
 
-.PHONY: run test validate bench bench-sweep validate-network bench-network clean
+.PHONY: run test validate bench bench-sweep validate-network bench-network report-check bench-report clean
 
 $(STAMP): $(SOURCES)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -33,6 +33,15 @@ bench-network: $(STAMP)
 
 bench-sweep: $(STAMP)
 	$(BIN)/python scripts/bench_sweep.py
+
+# renders the quick start's and the paper studies' reports in headless Chromium (Debian's
+# package, installed here when missing) and saves screenshots under results/screenshots/
+report-check: $(STAMP)
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+	$(BIN)/python scripts/report_check.py
+
+bench-report: $(STAMP)
+	$(BIN)/python scripts/bench_report.py
 
 clean:
 	rm -rf $(VENV) build

@@ -3,7 +3,7 @@ ASTRA-sim's analytical network YAML (`topology`, `npus_count`, `bandwidth` GiB/s
 import yaml
 
 from .errors import NetworkSpecError
-from .spec import Dimension
+from .spec import Dimension, topology_code
 from .units import parse_bandwidth, parse_time
 
 _ASTRA_GIB = 2**30 / 1e9  # ASTRA-sim bandwidth unit (GiB/s) in our GB/s
@@ -99,3 +99,26 @@ def _astra_sim(config, source):
         dim.validated(f"{source}: dimension {d}")
         result.append(dim)
     return result
+
+
+# Topology codes ASTRA-sim's analytical backends take, with the name they spell them.
+_ASTRA_SIM_TOPOLOGIES = {1: "Ring", 2: "FullyConnected", 3: "Switch"}
+
+
+def astra_sim_network(dims) -> dict:
+    """Dimensions -> ASTRA-sim's analytical network mapping (bandwidth GiB/s, latency ns per link).
+    Dimensions of one NPU are left out (ASTRA-sim takes sizes above 1; NPU ids do not change);
+    raises NetworkSpecError for a topology it does not have."""
+    out = {"topology": [], "npus_count": [], "bandwidth": [], "latency": []}
+    for d, dim in enumerate(dims):
+        if dim.size == 1:
+            continue
+        code = topology_code(dim.topology, f"dimension {d}: topology")
+        if code not in _ASTRA_SIM_TOPOLOGIES:
+            raise NetworkSpecError(f"dimension {d}: topology: {dim.topology!r} has no ASTRA-sim analytical "
+                                   f"equivalent; allowed: ring, fully_connected, switch")
+        out["topology"].append(_ASTRA_SIM_TOPOLOGIES[code])
+        out["npus_count"].append(int(dim.size))
+        out["bandwidth"].append(float(dim.bandwidth_gbps) / _ASTRA_GIB)
+        out["latency"].append(float(dim.latency_s) * 1e9)
+    return out

@@ -53,7 +53,7 @@ def _parse_group(tokens):
     return ids
 
 
-def _parse_fault(text):
+def parse_fault(text):
     link, sep, factor_text = text.partition(":")
     ends = link.split("-")
     if not sep or len(ends) != 2:
@@ -78,7 +78,7 @@ def _simulate(args):
         size = parse_bytes(args.size)
     except ValueError as exc:
         raise AstraError(f"--size: {exc}") from None
-    faults = [_parse_fault(f) for f in args.fault]
+    faults = [parse_fault(f) for f in args.fault]
     npus = _integer(args.npus, "--npus") if args.npus is not None else None
     network = Network(load_network_file(args.network, npus), [f for f in faults if isinstance(f, SoftFault)],
                       [f for f in faults if isinstance(f, HardFault)])

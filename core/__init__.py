@@ -5,6 +5,7 @@ from .evaluate import BACKENDS, estimate_memory, evaluate
 from .layout import check_layout
 from .loader import list_presets, load_hardware, load_model
 from .specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism, TrainWorkload
+from .version import MODEL_VERSION
 
-__all__ = ["BACKENDS", "HardwareSpec", "InferWorkload", "ModelSpec", "Parallelism", "SpecError",
+__all__ = ["BACKENDS", "HardwareSpec", "InferWorkload", "MODEL_VERSION", "ModelSpec", "Parallelism", "SpecError",
            "TrainWorkload", "check_layout", "estimate_memory", "evaluate", "list_presets", "load_hardware", "load_model"]

@@ -350,8 +350,7 @@ def infer_request_astra(model, hw, par, work, gpus, backend: str, emit=None):
     if emit is not None:
         emit(trace, ctx)
     result = ctx.network.replay(trace)
-    breakdown, links = _attribute(ctx, classes, result, node_rank, label)
-    breakdown.pop("bubble_s")
+    breakdown, links = _attribute(ctx, classes, result, node_rank, label)  # bubble_s: waits for sampled tokens
     request_s = float(result.time_s)
     ttft_s = float(result.node_end_s[(starts[-1][:, None] + np.array(first_token)[None, :]).ravel()].max())
     breakdown.update({"prefill_s": ttft_s, "decode_s": request_s - ttft_s})

@@ -1,7 +1,13 @@
 """Chakra execution-trace files: `<prefix>.<rank>.et`, each a length-delimited
-GlobalMetadata followed by length-delimited Nodes, as Chakra's tools and ASTRA-sim read
-them. Nodes carry the attributes the public feeder reads (comm_type, comm_size, comm_src,
-comm_dst, comm_tag, pg_name, is_cpu_op, num_ops, tensor_size, involved_dim)."""
+GlobalMetadata followed by length-delimited Nodes, written the way ASTRA-sim's Chakra
+feeder reads them:
+- send and recv nodes carry both real ranks (`comm_src`, `comm_dst`, read as unsigned);
+- a collective's `pg_name` is a decimal communicator id listed in the bundle's
+  comm_group.json ("" or "0" would mean all ranks);
+- `comm_size` is each rank's input (for all-gather: the gathered total over the group size);
+- compute nodes carry `duration_micros` and a non-zero roofline cost (`num_ops`, `tensor_size`),
+  plus our exact time in `rapid_duration_s`;
+- collectives record the algorithm we simulated in `comm_algorithm`."""
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,26 +16,39 @@ from .chakra_schema import COLLECTIVE_TYPES, NODE_TYPES, GlobalMetadata, Node
 SCHEMA_VERSION = "0.0.4"
 COLLECTIVE_OF = {"all_reduce": "ALL_REDUCE", "all_gather": "ALL_GATHER", "reduce_scatter": "REDUCE_SCATTER",
                  "all_to_all": "ALL_TO_ALL", "broadcast": "BROADCAST"}
+KIND_OF_TYPE = {"COMP_NODE": "compute", "COMM_COLL_NODE": "collective", "COMM_SEND_NODE": "send",
+                "COMM_RECV_NODE": "recv"}
+EXACT_DURATION_ATTR = "rapid_duration_s"
 
 
 @dataclass(frozen=True)
 class TraceNode:
-    """One node of one rank's trace, in plain Python terms."""
+    """One node of one rank's trace, in Chakra's terms (sizes as the feeder reads them)."""
     id: int
     name: str
     kind: str  # "compute", "collective", "send", "recv"
-    duration_us: int = 0
+    duration_s: float = 0.0
     deps: tuple = ()
     collective: str = ""  # all_reduce, all_gather, ... for kind == "collective"
-    bytes_: int = 0
-    group: str = ""  # communicator name for collectives
-    peer: int = -1  # the other rank for send/recv
+    bytes_: int = 0  # comm_size, or tensor_size for compute
+    group: str = ""  # pg_name: decimal communicator id
+    src: int = 0  # sending rank of a send/recv
+    dst: int = 0  # receiving rank of a send/recv
     tag: int = 0
-    flops: int = 0
+    flops: int = 0  # num_ops
+    algorithm: str = ""  # comm_algorithm: ring, direct, double_binary_tree, halving_doubling
     involved_dims: tuple = field(default=())
 
 
-def _varint(value: int) -> bytes:
+class UnsupportedNode(ValueError):
+    """A node this reader cannot turn into a TraceNode: (node id, name, what it is)."""
+
+    def __init__(self, node_id: int, name: str, what: str):
+        self.node_id, self.name, self.what = node_id, name, what
+        super().__init__(f"node {node_id} '{name}': {what}")
+
+
+def varint(value: int) -> bytes:
     out = bytearray()
     while True:
         low = value & 0x7F
@@ -42,6 +61,8 @@ def _varint(value: int) -> bytes:
 
 
 def _read_varint(data: bytes, pos: int) -> tuple:
+    if data[pos] < 0x80:
+        return data[pos], pos + 1
     result = shift = 0
     while True:
         byte = data[pos]
@@ -53,45 +74,61 @@ def _read_varint(data: bytes, pos: int) -> tuple:
 
 
 def to_proto(node: TraceNode):
-    kinds = {"compute": "COMP_NODE", "collective": "COMM_COLL_NODE", "send": "COMM_SEND_NODE",
-             "recv": "COMM_RECV_NODE"}
+    kinds = {v: k for k, v in KIND_OF_TYPE.items()}
     proto = Node(id=node.id, name=node.name, type=NODE_TYPES[kinds[node.kind]],
-                 duration_micros=node.duration_us)
+                 duration_micros=int(round(node.duration_s * 1e6)))
     proto.data_deps.extend(node.deps)
     proto.attr.add(name="is_cpu_op", bool_val=False)
     if node.kind == "compute":
         proto.attr.add(name="num_ops", int64_val=node.flops)
         proto.attr.add(name="tensor_size", uint64_val=node.bytes_)
+        proto.attr.add(name=EXACT_DURATION_ATTR, double_val=node.duration_s)
     elif node.kind == "collective":
         proto.attr.add(name="comm_type", int64_val=COLLECTIVE_TYPES[COLLECTIVE_OF[node.collective]])
         proto.attr.add(name="comm_size", int64_val=node.bytes_)
         proto.attr.add(name="pg_name", string_val=node.group)
+        if node.algorithm:
+            proto.attr.add(name="comm_algorithm", string_val=node.algorithm)
         if node.involved_dims:
             proto.attr.add(name="involved_dim").bool_list.values.extend(node.involved_dims)
     else:
-        src, dst = (-1, node.peer) if node.kind == "send" else (node.peer, -1)
-        proto.attr.add(name="comm_src", int32_val=src)
-        proto.attr.add(name="comm_dst", int32_val=dst)
+        proto.attr.add(name="comm_src", int32_val=node.src)
+        proto.attr.add(name="comm_dst", int32_val=node.dst)
         proto.attr.add(name="comm_tag", int32_val=node.tag)
         proto.attr.add(name="comm_size", int64_val=node.bytes_)
     return proto
 
 
+def node_attrs(proto) -> dict:
+    """A Chakra node's attributes as {name: value}, whatever integer width each was written with."""
+    return {a.name: getattr(a, a.WhichOneof("value")) for a in proto.attr if a.WhichOneof("value")}
+
+
 def from_proto(proto) -> TraceNode:
-    attrs = {a.name: getattr(a, a.WhichOneof("value")) for a in proto.attr if a.WhichOneof("value")}
-    type_name = {v: k for k, v in NODE_TYPES.items()}[proto.type]
-    kind = {"COMP_NODE": "compute", "COMM_COLL_NODE": "collective", "COMM_SEND_NODE": "send",
-            "COMM_RECV_NODE": "recv"}[type_name]
+    """Our view of any Chakra node; raises UnsupportedNode for what we cannot replay."""
+    attrs = node_attrs(proto)
+    type_name = {v: k for k, v in NODE_TYPES.items()}.get(proto.type, f"type {proto.type}")
+    if type_name not in KIND_OF_TYPE:
+        raise UnsupportedNode(proto.id, proto.name, f"node type {type_name} is not supported "
+                                                    f"(supported: {', '.join(KIND_OF_TYPE)})")
+    kind = KIND_OF_TYPE[type_name]
     collective = ""
     if kind == "collective":
         by_number = {v: k for k, v in COLLECTIVE_TYPES.items()}
-        collective = {v: k for k, v in COLLECTIVE_OF.items()}[by_number[attrs["comm_type"]]]
-    peer = attrs.get("comm_dst", -1) if kind == "send" else attrs.get("comm_src", -1)
+        comm_type = by_number.get(attrs.get("comm_type"), f"comm_type {attrs.get('comm_type')}")
+        ours = {v: k for k, v in COLLECTIVE_OF.items()}
+        if comm_type not in ours:
+            raise UnsupportedNode(proto.id, proto.name, f"collective {comm_type} is not supported "
+                                                        f"(supported: {', '.join(ours)})")
+        collective = ours[comm_type]
+    duration_s = attrs.get(EXACT_DURATION_ATTR, proto.duration_micros * 1e-6)
     dims = tuple(attrs["involved_dim"].values) if "involved_dim" in attrs else ()
-    return TraceNode(id=proto.id, name=proto.name, kind=kind, duration_us=proto.duration_micros,
-                     deps=tuple(proto.data_deps), collective=collective,
-                     bytes_=attrs.get("comm_size", attrs.get("tensor_size", 0)), group=attrs.get("pg_name", ""),
-                     peer=peer, tag=attrs.get("comm_tag", 0), flops=attrs.get("num_ops", 0),
+    return TraceNode(id=proto.id, name=proto.name, kind=kind, duration_s=duration_s,
+                     deps=tuple(proto.data_deps) + tuple(proto.ctrl_deps), collective=collective,
+                     bytes_=int(attrs.get("comm_size", attrs.get("tensor_size", 0))),
+                     group=str(attrs.get("pg_name", "")), src=int(attrs.get("comm_src", 0)),
+                     dst=int(attrs.get("comm_dst", 0)), tag=int(attrs.get("comm_tag", 0)),
+                     flops=int(attrs.get("num_ops", 0)), algorithm=attrs.get("comm_algorithm", ""),
                      involved_dims=dims)
 
 
@@ -105,13 +142,13 @@ def write_trace(path, nodes, metadata: dict | None = None) -> None:
     temp = path.with_name(path.name + ".tmp")
     with open(temp, "wb") as handle:
         for chunk in chunks:
-            handle.write(_varint(len(chunk)))
+            handle.write(varint(len(chunk)))
             handle.write(chunk)
     temp.replace(path)
 
 
-def read_trace(path) -> tuple:
-    """(metadata dict, list of TraceNode) from one `.et` file."""
+def read_protos(path) -> tuple:
+    """(GlobalMetadata, list of raw Node messages) from one `.et` file."""
     data = Path(path).read_bytes()
     size, pos = _read_varint(data, 0)
     meta = GlobalMetadata.FromString(data[pos:pos + size])
@@ -119,9 +156,15 @@ def read_trace(path) -> tuple:
     nodes = []
     while pos < len(data):
         size, pos = _read_varint(data, pos)
-        nodes.append(from_proto(Node.FromString(data[pos:pos + size])))
+        nodes.append(Node.FromString(data[pos:pos + size]))
         pos += size
-    return {a.name: a.string_val for a in meta.attr}, nodes
+    return meta, nodes
+
+
+def read_trace(path) -> tuple:
+    """(metadata dict, list of TraceNode) from one `.et` file."""
+    meta, protos = read_protos(path)
+    return {a.name: a.string_val for a in meta.attr}, [from_proto(p) for p in protos]
 
 
 def write_traces(directory, prefix: str, ranks: dict, metadata: dict | None = None) -> list:
@@ -134,35 +177,3 @@ def write_traces(directory, prefix: str, ranks: dict, metadata: dict | None = No
         write_trace(path, nodes, metadata)
         paths.append(path)
     return paths
-
-
-def write_replay_traces(directory, prefix: str, trace, context, backend: str) -> list:
-    """One `.et` file per rank of a replay graph (core.replay / astra_backend.Trace arrays)."""
-    import numpy as np
-    from astra_backend import NODE_KINDS
-
-    names = {code: name for name, code in NODE_KINDS.items()}
-    dims = context.dims
-    sizes = np.array([d.size for d in dims])
-    coords = np.stack(np.unravel_index(np.arange(int(np.prod(sizes))), sizes[::-1])[::-1], axis=1)
-    involved = [tuple(bool(v) for v in (coords[list(members)].min(0) != coords[list(members)].max(0)))
-                for members in context.groups.members]
-    ranks = {}
-    starts = trace.dep_offsets
-    for node in range(trace.rank.size):
-        rank = int(trace.rank[node])
-        kind = names[int(trace.kind[node])]
-        deps = tuple(int(d) for d in trace.deps[starts[node]:starts[node + 1]] if trace.rank[d] == rank)
-        common = {"id": node, "deps": deps, "bytes_": int(trace.bytes_[node])}
-        if kind == "compute":
-            entry = TraceNode(name="compute", kind="compute", duration_us=int(round(trace.duration_s[node] * 1e6)),
-                              **common)
-        elif kind in ("send", "recv"):
-            entry = TraceNode(name=kind, kind=kind, peer=int(trace.peer[node]), tag=int(trace.tag[node]), **common)
-        else:
-            group = int(trace.group[node])
-            entry = TraceNode(name=kind, kind="collective", collective=kind, group=f"group{group}",
-                              involved_dims=involved[group], **common)
-        ranks.setdefault(rank, []).append(entry)
-    metadata = {"generator": "rapid-sweep", "backend": backend, "ranks": len(ranks)}
-    return write_traces(directory, prefix, ranks, metadata)

@@ -12,6 +12,9 @@ from .training import train_step
 
 BACKENDS = ("analytical", "astra-hierarchical", "astra-flattened")
 UNTIMED = ("step_time_s", "mfu", "tokens_per_s", "ttft_s", "tpot_s")
+# Figures the executors report beside the breakdown that overlap its parts (a phase's total,
+# all DP traffic hidden or not): kept apart so that the breakdown sums to step_time_s.
+DETAIL_KEYS = ("prefill_s", "decode_s", "dp_comm_total_s")
 
 
 def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: int | None = None,
@@ -29,7 +32,7 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
     record = _memory_fields(estimate_memory(model, hw, par, work))
     if not record["feasible"] and not time_infeasible:
         record.update({key: math.nan for key in UNTIMED})
-        record["breakdown"] = {}
+        record["breakdown"], record["detail"] = {}, {}
         return record
     if backend != "analytical":
         record.update(_astra_timing(model, hw, par, work, gpus, backend, emit_traces))
@@ -37,6 +40,8 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
         record.update(_train_timing(model, hw, par, work, gpus))
     else:
         record.update(_infer_timing(model, hw, par, work, gpus))
+    breakdown = record["breakdown"]
+    record["detail"] = {key: breakdown.pop(key) for key in DETAIL_KEYS if key in breakdown}
     return record
 
 
@@ -90,11 +95,11 @@ def _infer_timing(model, hw, par, work, gpus) -> dict:
 
 def _astra_timing(model, hw, par, work, gpus, backend, emit_traces) -> dict:
     from .astra_exec import infer_request_astra, train_step_astra  # loads the compiled simulator
-    from .chakra import write_replay_traces
+    from .astra_bundle import write_bundle
 
     emit = None
     if emit_traces is not None:
-        emit = functools.partial(write_replay_traces, emit_traces, model.name, backend=backend)
+        emit = functools.partial(write_bundle, emit_traces, model.name, backend=backend)
     if isinstance(work, TrainWorkload):
         step_s, breakdown, model_flops, links = train_step_astra(model, hw, par, work, gpus, backend, emit)
         timing = _train_metrics(hw, work, gpus, step_s, model_flops, breakdown)

@@ -7,10 +7,9 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-
 from . import units
 from .errors import SpecError
+from .textfile import parse_mapping, read_text
 from .specs import (ACTIVATIONS, ATTENTION_KERNELS, COMPUTE_DTYPES, DTYPES, NORMS, POSITION_EMBEDDINGS,
                     TOPOLOGIES, Calibration, GpuSpec, HardwareSpec, LinkFault, MemoryLevel,
                     ModelSpec, MoESpec, NetworkDim)
@@ -23,25 +22,18 @@ def list_presets() -> dict:
             for kind in ("models", "gpus")}
 
 
-def _resolve(ref, kind: str) -> tuple[dict, str]:
-    """Raw mapping and its source name for a preset name or a file path."""
+def _resolve(ref, kind: str) -> tuple[str, str, bool]:
+    """(text, source name, is JSON) of a preset name or a file path; read on every call, so
+    an edited file is never served from a cache."""
     ref = str(ref)
     preset = PRESET_DIR / kind / f"{ref}.yaml"
     path = preset if preset.is_file() else Path(ref)
-    if not path.is_file():
+    if not path.exists():
         names = ", ".join(list_presets()[kind])
         raise SpecError("", "model" if kind == "models" else "hardware", ref,
                         f"not a preset ({names}) nor an existing file")
     source = str(path if path != preset else f"preset {ref}")
-    text = path.read_text()
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as err:
-        first = str(err).splitlines()[0]
-        raise SpecError(source, "<file>", path.name, f"not valid YAML/JSON ({first})") from None
-    if not isinstance(data, dict):
-        raise SpecError(source, "<file>", path.name, "expected a mapping at the top level")
-    return data, source
+    return read_text(path, source), source, path.suffix == ".json"
 
 
 def apply_overrides(raw: dict, overrides: dict | None, source: str) -> dict:
@@ -146,7 +138,7 @@ def model_from_mapping(data: dict, source: str) -> ModelSpec:
     if hidden % heads:
         raise SpecError(source, "hidden", hidden, f"must be divisible by heads ({heads})")
     kv_heads = f.integer("kv_heads", heads)
-    if heads % kv_heads:
+    if kv_heads > heads or heads % kv_heads:
         raise SpecError(source, "kv_heads", kv_heads, f"must divide heads ({heads})")
     moe_raw = f.raw("moe")
     moe = None
@@ -177,30 +169,57 @@ def model_from_mapping(data: dict, source: str) -> ModelSpec:
     return spec
 
 
+HF_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe")
+HF_ACTIVATIONS = ("silu", "swish", "gelu", "gelu_new", "gelu_pytorch_tanh")
+
+
 def _model_from_hf(data: dict, source: str) -> ModelSpec:
-    """A Hugging Face config.json (Llama, Mistral, Qwen2, Mixtral families)."""
-    def need(key):
-        value = data.get(key)
+    """A Hugging Face config.json of a decoder family we model (HF_MODEL_TYPES): grouped-query
+    attention with an explicit `head_dim`, tied embeddings, and Mixtral / Qwen MoE blocks."""
+    def need(key, default=None):
+        value = default if data.get(key) is None else data[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise SpecError(source, key, value if key in data else "<missing>",
                             "expected a positive integer in this Hugging Face config")
         return value
-    act = str(data.get("hidden_act", "silu"))
-    if act not in ("silu", "swish", "gelu", "gelu_new", "gelu_pytorch_tanh"):
-        raise SpecError(source, "hidden_act", act, "expected silu, swish or a gelu variant")
+    model_type = data.get("model_type", "<missing>")
+    if model_type not in HF_MODEL_TYPES:
+        raise SpecError(source, "model_type", model_type,
+                        f"not a model family rapid-sweep models (supported: {', '.join(HF_MODEL_TYPES)})")
+    act = data.get("hidden_act", "silu")
+    if act not in HF_ACTIVATIONS:
+        raise SpecError(source, "hidden_act", act, f"expected one of {', '.join(HF_ACTIVATIONS)}")
+    tied = data.get("tie_word_embeddings", False)
+    if not isinstance(tied, bool):
+        raise SpecError(source, "tie_word_embeddings", tied, "expected true or false")
     heads = need("num_attention_heads")
+    kv_heads = need("num_key_value_heads", heads)
+    if kv_heads > heads or heads % kv_heads:
+        raise SpecError(source, "num_key_value_heads", kv_heads,
+                        f"expected a divisor of num_attention_heads ({heads})")
+    hidden = need("hidden_size")
+    head_dim = need("head_dim", hidden // heads if hidden % heads == 0 else None)
+    shared = data.get("shared_expert_intermediate_size") or 0
+    if shared:
+        raise SpecError(source, "shared_expert_intermediate_size", shared,
+                        "shared experts are not modelled yet; a config without them (0 or absent) is")
+    experts_key = "num_local_experts" if "num_local_experts" in data else "num_experts"
     moe = None
-    if "num_local_experts" in data:
-        moe = MoESpec(experts=need("num_local_experts"), top_k=need("num_experts_per_tok"),
-                      expert_ffn_hidden=need("intermediate_size"))
+    if data.get(experts_key):
+        ffn_key = "moe_intermediate_size" if "moe_intermediate_size" in data else "intermediate_size"
+        moe = MoESpec(experts=need(experts_key), top_k=need("num_experts_per_tok"), expert_ffn_hidden=need(ffn_key))
+        if moe.top_k > moe.experts:
+            raise SpecError(source, "num_experts_per_tok", moe.top_k, f"expected at most {experts_key} ({moe.experts})")
+    elif model_type.endswith("_moe") or model_type == "mixtral":
+        raise SpecError(source, experts_key, data.get(experts_key, "<missing>"),
+                        f"a {model_type} config needs a positive expert count")
     return ModelSpec(
         name=str(data.get("_name_or_path") or Path(source).parent.name or "hf-model"),
-        layers=need("num_hidden_layers"), hidden=need("hidden_size"), heads=heads,
-        kv_heads=data.get("num_key_value_heads") or heads,
+        layers=need("num_hidden_layers"), hidden=hidden, heads=heads, kv_heads=kv_heads,
         ffn_hidden=need("intermediate_size"), vocab=need("vocab_size"),
         activation="swiglu" if act in ("silu", "swish") else "gelu", norm="rmsnorm",
-        tied_embeddings=bool(data.get("tie_word_embeddings", False)),
-        position_embedding="rotary", attention_kernel="flash", moe=moe,
+        tied_embeddings=tied, position_embedding="rotary", attention_kernel="flash", moe=moe,
+        attention_head_dim=0 if head_dim * heads == hidden else head_dim,
     )
 
 
@@ -209,6 +228,8 @@ def _memory_level(data, source: str, prefix: str, capacity_key: str) -> MemoryLe
     level = MemoryLevel(capacity_bytes=f.unit(capacity_key, units.parse_bytes),
                         bandwidth_bps=f.unit("bandwidth", units.parse_bandwidth))
     f.done()
+    if level.capacity_bytes <= 0:
+        raise SpecError(source, f.name(capacity_key), f.data[capacity_key], "expected a positive size such as 80 GB")
     return level
 
 
@@ -310,27 +331,27 @@ def _freeze(overrides: dict | None) -> tuple:
 
 
 @lru_cache(maxsize=512)
-def _load_model_cached(ref: str, frozen: tuple) -> ModelSpec:
-    raw, source = _resolve(ref, "models")
+def _load_model_cached(text: str, source: str, as_json: bool, frozen: tuple) -> ModelSpec:
+    raw = parse_mapping(text, source, Path(source).name, as_json)
     overrides = {k: json.loads(v) for k, v in frozen}
     return model_from_mapping(apply_overrides(raw, overrides, source), source)
 
 
 @lru_cache(maxsize=512)
-def _load_hardware_cached(ref: str, frozen: tuple) -> HardwareSpec:
-    raw, source = _resolve(ref, "gpus")
+def _load_hardware_cached(text: str, source: str, as_json: bool, frozen: tuple) -> HardwareSpec:
+    raw = parse_mapping(text, source, Path(source).name, as_json)
     overrides = {k: json.loads(v) for k, v in frozen}
     return hardware_from_mapping(apply_overrides(raw, overrides, source), source)
 
 
 def load_model(ref, overrides: dict | None = None) -> ModelSpec:
     """A preset name, a model YAML or a Hugging Face config.json, with dotted overrides."""
-    return _load_model_cached(str(ref), _freeze(overrides))
+    return _load_model_cached(*_resolve(ref, "models"), _freeze(overrides))
 
 
 def load_hardware(ref, overrides: dict | None = None) -> HardwareSpec:
     """A GPU preset name or a hardware YAML, with dotted overrides (`gpu.hbm.bandwidth`)."""
-    return _load_hardware_cached(str(ref), _freeze(overrides))
+    return _load_hardware_cached(*_resolve(ref, "gpus"), _freeze(overrides))
 
 
 def with_dtype(hw: HardwareSpec, dtype: str, source: str, field: str) -> HardwareSpec:

@@ -6,7 +6,9 @@ from functools import lru_cache
 
 import numpy as np
 from astra_backend import Dimension, HardFault, Network, SoftFault
+from astra_backend.errors import AstraError
 
+from .errors import SpecError
 from .specs import HardwareSpec, Parallelism
 
 _TOPOLOGY = {"switch": "switch", "ring": "ring", "ring-uni": "ring_uni", "fully-connected": "fully_connected",
@@ -30,10 +32,16 @@ def astra_dims(hw: HardwareSpec, gpus: int) -> tuple:
 
 @lru_cache(maxsize=64)
 def astra_network(hw: HardwareSpec, gpus: int) -> Network:
-    """The simulated network of `gpus` GPUs with the hardware spec's link faults."""
+    """The simulated network of `gpus` GPUs with the hardware spec's link faults; a fault on a
+    link the network does not have is a SpecError naming it."""
     soft = [SoftFault(f.src, f.dst, f.factor, f.extra_latency_s) for f in hw.faults if f.factor > 0]
     hard = [HardFault(f.src, f.dst) for f in hw.faults if f.factor == 0]
-    return Network(astra_dims(hw, gpus), soft, hard)
+    try:
+        return Network(astra_dims(hw, gpus), soft, hard)
+    except AstraError as err:
+        links = [[f.src, f.dst] for f in hw.faults]
+        raise SpecError(f"hardware {hw.name}", "faults", links,
+                        f"not links of this {gpus}-GPU network ({err}); node ids are the NPUs, then the switches") from None
 
 
 @dataclass(frozen=True)

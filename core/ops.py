@@ -105,6 +105,12 @@ def pointwise(hw: HardwareSpec, bytes_moved: float, flops: float = 0.0) -> Kerne
     return KernelTime(max(memory_s, compute_s) + _launch_s(hw), flops, bytes_moved)
 
 
+def causal_fraction(kv_len: int) -> float:
+    """Share of the score matrix a causal FlashAttention kernel computes: the lower triangle
+    plus the diagonal tiles it runs in full."""
+    return 0.5 * (1 + 1 / max(1, ceil(kv_len / FLASH_TILE_KV)))
+
+
 @lru_cache(maxsize=65536)
 def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int, head_dim: int,
                     kv_groups: int, causal: bool, backward: bool = False) -> KernelTime:
@@ -114,7 +120,7 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     Backward does five tile matmuls to forward's two and recomputes the scores."""
     gpu, cal = hw.gpu, hw.calibration
     el = hw.act_bytes
-    visible = 0.5 * (1 + 1 / max(1, ceil(kv_len / FLASH_TILE_KV))) if causal else 1.0
+    visible = causal_fraction(kv_len) if causal else 1.0
     scores = batch_heads * q_len * kv_len * visible
     matmuls = 5 if backward else 2
     flops = matmuls * 2.0 * scores * head_dim

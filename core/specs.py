@@ -50,10 +50,15 @@ class ModelSpec:
     dropout: bool = False
     max_position: int = 0
     moe: MoESpec | None = None
+    attention_head_dim: int = 0  # 0: hidden / heads; set when a model decouples them (Qwen3: 128)
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.attention_head_dim or self.hidden // self.heads
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
 
     @property
     def kv_dim(self) -> int:
@@ -66,7 +71,7 @@ class ModelSpec:
 
     def attention_params(self) -> int:
         h = self.hidden
-        return h * (h + 2 * self.kv_dim) + h * h
+        return h * (self.q_dim + 2 * self.kv_dim) + self.q_dim * h
 
     def mlp_params(self) -> int:
         """Dense FFN parameters, or all experts' for MoE (router included)."""

@@ -155,10 +155,16 @@ def optimizer_step_s(model: ModelSpec, hw: HardwareSpec, par: Parallelism) -> fl
     return ops.pointwise(hw, max(stage_params(model, par)) / shard * ADAM_BYTES_PER_PARAM).time_s
 
 
-def model_flops(model: ModelSpec, work: TrainWorkload) -> float:
+def model_flops(model: ModelSpec, work: TrainWorkload, executed: bool = True) -> float:
     """Model FLOPs of one iteration for MFU: 6 per parameter per token (the tied output
-    layer counted again), plus 12 * layers * hidden * seq per token for attention."""
-    per_token = 6.0 * model.active_params() + 12.0 * model.layers * model.hidden * work.seq
+    layer counted again), plus 12 * layers * q_dim * seq per token for attention's two
+    matmuls, scaled to the share of scores the kernel executes (about half for causal
+    FlashAttention; the unfused kernel computes every score), so MFU stays <= 100 %.
+    `executed=False` counts every score, as Megatron-LM's and NeMo's 2024 FLOP formulas did
+    (their attention term is 12 * seq / hidden with no causal half)."""
+    full = not executed or model.attention_kernel != "flash"
+    share = 1.0 if full else ops.causal_fraction(work.seq)
+    per_token = 6.0 * model.active_params() + 12.0 * model.layers * model.q_dim * work.seq * share
     if model.tied_embeddings:
         per_token += 6.0 * model.vocab * model.hidden
     return per_token * work.global_batch * work.seq

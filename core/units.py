@@ -3,6 +3,7 @@
 GB = 1e9 bytes and GiB = 2^30 bytes; a lower-case `b` means bits. Plain numbers
 are taken in the base unit (bytes, bytes/s, seconds, FLOP/s, Hz).
 """
+import math
 import re
 
 from .errors import SpecError
@@ -18,11 +19,15 @@ def _split(text, source: str, field: str, allowed: str) -> tuple[float, str]:
     if isinstance(text, bool):
         raise SpecError(source, field, text, allowed)
     if isinstance(text, (int, float)):
-        return float(text), ""
-    match = _NUMBER.match(str(text).replace("µ", "u"))
-    if not match:
-        raise SpecError(source, field, text, allowed)
-    return float(match.group(1)), match.group(2)
+        value, unit = float(text), ""
+    else:
+        match = _NUMBER.match(str(text).replace("µ", "u"))
+        if not match:
+            raise SpecError(source, field, text, allowed)
+        value, unit = float(match.group(1)), match.group(2)
+    if not math.isfinite(value):
+        raise SpecError(source, field, text, f"{allowed} (a finite number)")
+    return value, unit
 
 
 def _scaled_bytes(unit: str) -> float | None:
@@ -102,3 +107,21 @@ def parse_frequency(text, source: str = "", field: str = "clock") -> float:
     if scale is None or value <= 0:
         raise SpecError(source, field, text, allowed)
     return value * scale
+
+
+# (column suffix, parser) for a quantity written with units, in the order they are tried
+QUANTITY_KINDS = (("bps", parse_bandwidth), ("flops", parse_flops), ("hz", parse_frequency),
+                  ("s", parse_time), ("bytes", parse_bytes))
+
+
+def quantity(text) -> tuple[str, float] | None:
+    """(kind suffix, value in base units) of a string with a unit (`2039 GB/s` -> ("bps",
+    2.039e12)); None for a plain number or a string that is no quantity."""
+    if not isinstance(text, str) or not re.search(r"[A-Za-z]", text):
+        return None
+    for suffix, parse in QUANTITY_KINDS:
+        try:
+            return suffix, parse(text)
+        except SpecError:
+            continue
+    return None

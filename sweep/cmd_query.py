@@ -1,4 +1,5 @@
 """`rapid query RESULTS`: filter, sort and print a study's table, or run SQL over it."""
+from .args import POSITIVE
 from .query import FORMATS, knob_columns, query, render, results_folder, summary_columns
 from .store import read_results
 
@@ -6,7 +7,7 @@ from .store import read_results
 def add_arguments(parser) -> None:
     parser.add_argument("results", metavar="RESULTS", help="a study's results folder, or its study file")
     parser.add_argument("--where", metavar="EXPR", help="SQL condition, e.g. \"feasible and tp >= 4\"")
-    parser.add_argument("--top", type=int, metavar="N", help="at most N rows")
+    parser.add_argument("--top", type=POSITIVE, metavar="N", help="at most N rows")
     parser.add_argument("--by", metavar="COLUMN", help="sort by COLUMN, best first (highest for mfu and tokens_per_s)")
     order = parser.add_mutually_exclusive_group()
     order.add_argument("--asc", dest="descending", action="store_false", default=None, help="sort ascending")

@@ -1,6 +1,7 @@
 """`rapid run`: one configuration, as a readable breakdown or one JSON record."""
 import json
 import math
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -9,15 +10,17 @@ from core import BACKENDS, InferWorkload, Parallelism, SpecError, TrainWorkload,
 from core.specs import COMPUTE_DTYPES, DTYPES, GRAD_DTYPES, RECOMPUTE, SCHEDULES
 from core.loader import load_hardware, load_model, with_dtype
 
+from .args import POSITIVE
+
 
 def add_arguments(parser) -> None:
     parser.add_argument("--model", help="model preset name, model YAML or Hugging Face config.json")
     parser.add_argument("--hardware", help="GPU preset name or hardware YAML")
     parser.add_argument("--list-presets", action="store_true", help="list model and GPU presets and exit")
-    parser.add_argument("--gpus", type=int, help="total GPUs (default: dp*tp*pp*cp)")
+    parser.add_argument("--gpus", type=POSITIVE, help="total GPUs (default: dp*tp*pp*cp)")
     parser.add_argument("--dp", default="auto", help="data-parallel degree, or auto = gpus/(tp*pp*cp)")
     for axis, text in (("tp", "tensor"), ("pp", "pipeline"), ("cp", "context"), ("ep", "expert")):
-        parser.add_argument(f"--{axis}", type=int, default=1, help=f"{text}-parallel degree")
+        parser.add_argument(f"--{axis}", type=POSITIVE, default=1, help=f"{text}-parallel degree")
     parser.add_argument("--sp", action=_BooleanFlag, default=None,
                         help="sequence parallelism (default: on when tp > 1 in training)")
     parser.add_argument("--etp", type=int, default=0, help="expert tensor-parallel degree (default: tp)")
@@ -44,16 +47,16 @@ def add_arguments(parser) -> None:
                         help="inference KV-cache dtype (default: the activation dtype)")
     parser.add_argument("--recompute", default="none", choices=RECOMPUTE)
     parser.add_argument("--schedule", default="1f1b", choices=SCHEDULES)
-    parser.add_argument("--virtual-stages", type=int, default=1, help="model chunks per stage (interleaved)")
+    parser.add_argument("--virtual-stages", type=POSITIVE, default=1, help="model chunks per stage (interleaved)")
     parser.add_argument("--placement", default="tp,cp,dp,pp",
                         help="order of the parallel axes over the NPUs, innermost first")
     parser.add_argument("--mode", default="train", choices=("train", "infer"))
-    parser.add_argument("--global-batch", type=int, default=None, help="sequences per training iteration")
-    parser.add_argument("--micro-batch", type=int, default=1)
-    parser.add_argument("--seq", type=int, default=2048, help="training sequence length")
-    parser.add_argument("--batch", type=int, default=1, help="inference batch size")
-    parser.add_argument("--prompt", type=int, default=512, help="inference prompt tokens")
-    parser.add_argument("--decode", type=int, default=128, help="inference output tokens")
+    parser.add_argument("--global-batch", type=POSITIVE, default=None, help="sequences per training iteration")
+    parser.add_argument("--micro-batch", type=POSITIVE, default=1)
+    parser.add_argument("--seq", type=POSITIVE, default=2048, help="training sequence length")
+    parser.add_argument("--batch", type=POSITIVE, default=1, help="inference batch size")
+    parser.add_argument("--prompt", type=POSITIVE, default=512, help="inference prompt tokens")
+    parser.add_argument("--decode", type=POSITIVE, default=128, help="inference output tokens")
     parser.add_argument("--backend", default="analytical", choices=BACKENDS,
                         help="closed forms, or a replay on the compiled network simulator")
     parser.add_argument("--emit-traces", metavar="DIR",
@@ -134,10 +137,13 @@ def run(args) -> int:
     if args.emit_traces and args.backend == "analytical":
         raise SpecError("command line", "--emit-traces", args.emit_traces,
                         "traces come from a replay: add --backend astra-hierarchical or astra-flattened")
+    if args.emit_traces and Path(args.emit_traces).exists() and not Path(args.emit_traces).is_dir():
+        raise SpecError("command line", "--emit-traces", args.emit_traces, "exists and is not a folder")
     record = evaluate(model, hw, par, work, gpus, backend=args.backend, time_infeasible=True,
                       emit_traces=args.emit_traces)
     if args.json:
-        print(json.dumps(_jsonable(record), sort_keys=True))
+        print(json.dumps(_jsonable({**record, "parameters": model.total_params(),
+                                    "active_parameters": model.active_params()}), sort_keys=True))
     else:
         _print_table(model, hw, par, work, gpus, record)
     return 0
@@ -149,6 +155,14 @@ def _jsonable(value):
     if isinstance(value, dict):
         return {k: _jsonable(v) for k, v in value.items()}
     return value
+
+
+def _parameters(model) -> str:
+    """The parameter count modelled, so a mis-read config shows at a glance."""
+    text = f"{model.total_params() / 1e9:.2f} B parameters"
+    if model.moe is not None:
+        text += f", {model.active_params() / 1e9:.2f} B active"
+    return text
 
 
 def _seconds(value: float) -> str:
@@ -165,15 +179,13 @@ def _print_table(model, hw, par, work, gpus, record) -> None:
     console = Console()
     layout = (f"dp={par.dp} tp={par.tp} pp={par.pp} cp={par.cp} ep={par.ep} sp={'on' if par.sp else 'off'} "
               f"zero={par.zero} recompute={par.recompute} schedule={par.schedule}")
-    console.print(f"[bold]{model.name}[/] on {gpus} x {hw.name}  ({work.mode})  {layout}")
+    console.print(f"[bold]{model.name}[/] ({_parameters(model)}) on {gpus} x {hw.name}  ({work.mode})  {layout}")
     step = record["step_time_s"]
     table = Table(title="time", show_edge=False)
     table.add_column("part")
     table.add_column("seconds", justify="right")
     table.add_column("share", justify="right")
     for key, value in record["breakdown"].items():
-        if key == "dp_comm_total_s" or (key in ("prefill_s", "decode_s")):
-            continue
         label = key.removesuffix("_s").replace("comm_", "exposed comm: ")
         table.add_row(label, _seconds(value), f"{100 * value / step:.1f} %")
     label = "iteration" if work.mode == "train" else "request"

@@ -1,5 +1,6 @@
 """Run a study end to end: plan, skip what the table already holds, evaluate the rest on
 an executor, and write the results in parts as they stream in."""
+import json
 import math
 import subprocess
 import time
@@ -12,12 +13,15 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 
-from .plan import Plan, locality_key, plan_study
+from core import MODEL_VERSION
+
+from . import raycluster
+from .plan import Plan, definition_digests, locality_key, plan_study
 from .runner import make_executor, run_batches
 from .space import AUTO
-from .store import ResultStore
+from .store import DEFINITION_KEY, ResultStore
 from .study import Study
-from .worker import WorkContext, knob_type
+from .worker import WorkContext, knob_type, unit_columns
 
 MAX_BATCH_POINTS = 512
 PART_ROWS = 20_000
@@ -38,10 +42,19 @@ class SweepReport:
 
 def run_study(study: Study, executor: str = "ray", address: str | None = None, workers: int | None = None,
               fresh: bool = False, batch_points: int | None = None, part_rows: int = PART_ROWS,
-              part_seconds: float = PART_SECONDS, progress: bool = True) -> SweepReport:
-    """Plan the study (raises SpecError before touching the disk), then evaluate what is missing."""
+              part_seconds: float = PART_SECONDS, progress: bool = True, wait: bool = False) -> SweepReport:
+    """Plan the study (raises SpecError before touching the disk), then evaluate what is missing
+    while holding the output folder's lock (`wait`: queue behind another writer)."""
     plan = plan_study(study)
-    store = ResultStore(study.output, study_metadata(study), fresh=fresh)
+    if executor == "ray":
+        raycluster.preflight(address)
+    with ResultStore(study.output, study_metadata(study), fresh=fresh, wait=wait) as store:
+        return _evaluate_missing(study, plan, store, executor, address, workers, batch_points, part_rows,
+                                 part_seconds, progress)
+
+
+def _evaluate_missing(study, plan, store, executor, address, workers, batch_points, part_rows, part_seconds,
+                      progress) -> SweepReport:
     done = store.done_ids()
     todo = sorted((p for p in plan.points if p.point_id not in done), key=locality_key)
     report = SweepReport(plan, skipped=len(plan.points) - len(todo))
@@ -49,6 +62,8 @@ def run_study(study: Study, executor: str = "ray", address: str | None = None, w
         store.harmonise()
         return report
     runner = make_executor(executor, work_context(study, plan), address, workers)
+    if progress:
+        Console(stderr=True).print(runner.note, highlight=False)
     size = batch_points or max(1, min(MAX_BATCH_POINTS, math.ceil(len(todo) / (runner.workers * 8))))
     batches = [todo[i:i + size] for i in range(0, len(todo), size)]
     parts = _PartBuffer(store, part_rows, part_seconds)
@@ -80,12 +95,14 @@ def work_context(study: Study, plan: Plan) -> WorkContext:
     auto_types = {"dp": pa.int64(), "sp": pa.bool_()}
     fields = tuple(pa.field(k.column, auto_types[k.name] if k.values == (AUTO,) else knob_type(k.values))
                    for k in study.space.knobs)
-    return WorkContext(plan.models, plan.hardware, study.workload, study.gpus, study.backend, constants, fields)
+    return WorkContext(plan.models, plan.hardware, study.workload, study.gpus, study.backend, constants, fields,
+                       unit_columns(study.space.knobs))
 
 
 def study_metadata(study: Study) -> dict:
     return {"study": study.text, "study_path": study.path, "study_name": study.name,
-            "knobs": ",".join(study.space.columns),
+            "knobs": ",".join(study.space.columns), "model_version": MODEL_VERSION,
+            DEFINITION_KEY: json.dumps(definition_digests(study), sort_keys=True),
             "version": tool_version(), "git_commit": git_commit()}
 
 
@@ -126,8 +143,10 @@ class _PartBuffer:
 
 
 class _RateColumn(ProgressColumn):
+    """Points over the whole elapsed time: the figure the end-of-run summary prints too."""
+
     def render(self, task):
-        return f"{task.speed:,.0f} points/s" if task.speed else ""
+        return f"{task.completed / task.elapsed:,.0f} points/s" if task.elapsed and task.completed else ""
 
 
 class _NoBar:

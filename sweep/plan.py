@@ -6,7 +6,8 @@ import re
 from collections import Counter
 from dataclasses import asdict, dataclass
 
-from core import SpecError, check_layout
+from core import MODEL_VERSION, SpecError, check_layout
+from core.network import astra_network
 
 from .space import Resolved
 from .study import Study
@@ -42,6 +43,7 @@ class Planner:
     def __init__(self, study: Study):
         self.study = study
         self._models, self._hardware = {}, {}
+        self._digests = {}
 
     def specs(self) -> tuple[tuple, tuple]:
         return (tuple(spec for _, spec in self._models.values()),
@@ -59,7 +61,14 @@ class Planner:
         if reason:
             return reason
         fields = tuple(getattr(par, name) for name in PARALLELISM_FIELDS)
-        return Point(point_id(self.study, resolved), resolved.values, fields, model_index, hardware_index)
+        return Point(point_id(self.study, resolved, self._digest(model), self._digest(hw)), resolved.values,
+                     fields, model_index, hardware_index)
+
+    def _digest(self, spec) -> str:
+        key = id(spec)
+        if key not in self._digests:
+            self._digests[key] = spec_digest(spec)
+        return self._digests[key]
 
     @staticmethod
     def _variant(cache: dict, knobs: tuple, load):
@@ -77,6 +86,11 @@ PARALLELISM_FIELDS = ("dp", "tp", "pp", "cp", "ep", "sp", "zero", "micro_batch",
 def plan_study(study: Study) -> Plan:
     """Every legal point of the grid; a space with none is a study error."""
     planner = Planner(study)
+    if study.backend != "analytical" and study.hardware_spec().faults:
+        try:
+            astra_network(study.hardware_spec(), study.gpus)
+        except SpecError as err:
+            raise SpecError(study.path, f"hardware ({study.hardware}): faults", err.value, err.allowed) from None
     points, illegal, examples, total = {}, Counter(), {}, 0
     for choice in study.space.grid():
         total += 1
@@ -116,13 +130,29 @@ def reason_pattern(reason: str) -> str:
     return re.sub(r"\d+", "N", reason)
 
 
-def point_id(study: Study, resolved: Resolved) -> str:
-    """Hash of the resolved configuration; the same across runs, processes and machines."""
-    config = {
-        "model": study.model, "model_overrides": sorted(study.model_overrides + resolved.model_knobs),
-        "hardware": study.hardware, "hardware_overrides": sorted(study.hardware_overrides + resolved.hardware_knobs),
-        "gpus": study.gpus, "workload": asdict(study.workload), "parallelism": asdict(resolved.parallelism),
-        "backend": study.backend,
-    }
-    text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+def point_id(study: Study, resolved: Resolved, model_digest: str, hardware_digest: str) -> str:
+    """Hash of what decides a point's numbers: the resolved model and hardware (their contents,
+    from `spec_digest`), GPUs, workload, parallelism, backend and MODEL_VERSION. The same
+    across runs, processes and machines; different after any edit that moves a number."""
+    return digest({"model": model_digest, "hardware": hardware_digest, "gpus": study.gpus,
+                   "workload": asdict(study.workload), "parallelism": asdict(resolved.parallelism),
+                   "backend": study.backend, "model_version": MODEL_VERSION})[:16]
+
+
+def spec_digest(spec) -> str:
+    """Hash of a frozen spec's contents; its display name and source label are left out,
+    since renaming a file or preset changes no number."""
+    fields = {k: v for k, v in asdict(spec).items() if k not in ("name", "source")}
+    return digest(fields)
+
+
+def definition_digests(study: Study) -> dict:
+    """What a results folder's rows share beyond their knobs: a table never mixes rows of two."""
+    return {"model": spec_digest(study.model_spec()), "hardware": spec_digest(study.hardware_spec()),
+            "gpus": study.gpus, "workload": digest(asdict(study.workload)), "backend": study.backend,
+            "model_version": MODEL_VERSION}
+
+
+def digest(value) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -15,6 +15,7 @@ from .store import part_files, read_metadata
 HIGHER_IS_BETTER = ("mfu", "tokens_per_s")
 SUMMARY_METRICS = ("step_time_s", "ttft_s", "tpot_s", "mfu", "tokens_per_s", "memory_peak_gib")
 FORMATS = ("table", "csv", "json")
+READ_ONLY = {"enable_external_access": False, "lock_configuration": True}  # --sql reads no file, writes none
 WIDE_COLUMNS = 240  # when printing to a file or pipe, where rich would otherwise assume 80
 
 
@@ -46,7 +47,7 @@ def query(table: pa.Table, where: str | None = None, by: str | None = None, top:
           descending: bool | None = None, columns: list | None = None, sql: str | None = None) -> pa.Table:
     """Rows of `table` matching the SQL condition `where`, sorted by `by` (best first), at most
     `top`, restricted to `columns`; or the result of the SQL statement `sql` over `results`."""
-    connection = duckdb.connect()
+    connection = duckdb.connect(config=READ_ONLY)
     connection.register("results", table)
     if sql:
         return _run(connection, sql, "--sql", sql)
@@ -105,10 +106,14 @@ def render(table: pa.Table, fmt: str = "table", title: str | None = None, consol
         print(json.dumps(rows, indent=1))
         return
     view = Table(title=title, show_edge=False)
-    for name in table.column_names:
-        view.add_column(name, no_wrap=True, justify="left" if pa.types.is_string(table.schema.field(name).type) else "right")
-    for row in table.to_pylist():
-        view.add_row(*(_cell(v) for v in row.values()))
+    rows = [[_cell(v) for v in row.values()] for row in table.to_pylist()]
+    for i, name in enumerate(table.column_names):
+        numeric = not pa.types.is_string(table.schema.field(name).type)
+        widest = max([len(name)] + [len(r[i]) for r in rows]) if numeric else None
+        view.add_column(name, no_wrap=True, min_width=widest,  # numbers are never cut to "1.2…"
+                        justify="right" if numeric else "left")
+    for row in rows:
+        view.add_row(*row)
     console.print(view)
 
 

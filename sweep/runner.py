@@ -4,11 +4,14 @@ Three executors share one loop (`run_batches`): in the driver's own process, a l
 process pool (`--local`), and Ray (embedded, or an existing cluster with `--address`).
 The loop keeps a bounded number of batches in flight (back-pressure), resubmits a batch
 whose worker or node died, and hands each finished table to the caller as it arrives."""
-import logging
 import os
+import signal
+import threading
+import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
+from . import raycluster
 from .worker import WorkContext, evaluate_batch
 
 MAX_ATTEMPTS = 4  # per batch, on top of Ray's own task retries
@@ -43,6 +46,7 @@ def run_batches(executor, batches, on_table) -> None:
 class InProcessExecutor:
     """Evaluates in the driver itself, one batch at a time: the baseline, and for tiny studies."""
     workers = 1
+    note = "evaluating in this process"
 
     def __init__(self, context: WorkContext):
         self.context = context
@@ -65,11 +69,22 @@ class InProcessExecutor:
 
 
 _POOL_CONTEXT = None
+PARENT_POLL_S = 0.5
 
 
 def _set_pool_context(context: WorkContext) -> None:
+    """Worker start-up: keep the context, leave Ctrl-C to the driver (which stops the pool
+    and says so in one line), and exit as soon as the driver is gone, even after SIGKILL."""
     global _POOL_CONTEXT
     _POOL_CONTEXT = context
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
+
+
+def _exit_with_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    os._exit(1)
 
 
 def _evaluate_in_pool(batch):
@@ -82,6 +97,7 @@ class LocalExecutor:
     def __init__(self, context: WorkContext, workers: int | None = None):
         self.context = context
         self.workers = workers or os.cpu_count() or 1
+        self.note = f"running on {self.workers} local worker processes"
         self.pool = self._start()
 
     def _start(self) -> ProcessPoolExecutor:
@@ -107,21 +123,17 @@ class LocalExecutor:
 
 
 class RayExecutor:
-    """Ray tasks, one per batch. Starts an embedded single-node Ray on 127.0.0.1 unless Ray is
-    already initialised (then it is reused and left running) or `address` names a cluster."""
+    """Ray tasks, one per batch, on the cluster `raycluster.connect` picks (reused and left
+    running when Ray is already initialised in this process)."""
 
     def __init__(self, context: WorkContext, address: str | None = None, workers: int | None = None):
         import ray
 
         self.ray = ray
         self.owns_ray = not ray.is_initialized()
+        self.note = "running on the Ray session this process already holds"
         if self.owns_ray:
-            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-            if address:
-                ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
-            else:
-                ray.init(num_cpus=workers or os.cpu_count(), include_dashboard=False, log_to_driver=False,
-                         logging_level=logging.ERROR, _node_ip_address="127.0.0.1")
+            self.note = raycluster.connect(ray, address, workers)
         self.workers = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
         self.context_ref = ray.put(context)
         self.task = ray.remote(num_cpus=1, max_retries=3)(evaluate_batch)

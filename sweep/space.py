@@ -39,6 +39,7 @@ SPEC_KNOB_PREFIXES = ("model.", "hardware.")
 # Short knobs that stand for a spec path: `dtype: [bf16, fp8]` is `hardware.dtype`.
 SPEC_KNOB_ALIASES = {"dtype": "hardware.dtype"}
 PLACEMENT_AXES = ("tp", "cp", "dp", "pp")
+VARIANT_KNOB = "variant"
 
 
 @dataclass(frozen=True)
@@ -63,10 +64,19 @@ class Resolved:
 
 
 @dataclass(frozen=True)
+class Variant:
+    """A named set of model/hardware overrides (a study's `variants:` entry), crossed with the knobs."""
+    name: str
+    model_overrides: tuple  # ((path under the model spec, value), ...)
+    hardware_overrides: tuple
+
+
+@dataclass(frozen=True)
 class Space:
     knobs: tuple  # of Knob: every parallelism knob (defaults filled in), then spec knobs, as declared
     gpus: int
     mode: str
+    variants: tuple = ()  # of Variant; when given, the last knob is `variant` with their names
 
     @property
     def names(self) -> tuple:
@@ -107,6 +117,9 @@ class Space:
         par["placement"] = tuple(par["placement"].split(","))
         model = tuple((path, choice[n]) for n, path in _spec_paths(self.names, "model."))
         hardware = tuple((path, choice[n]) for n, path in _spec_paths(self.names, "hardware."))
+        for variant in self.variants:
+            if variant.name == choice[VARIANT_KNOB]:
+                model, hardware = model + variant.model_overrides, hardware + variant.hardware_overrides
         return Resolved(values, Parallelism(**par), model, hardware, reason)
 
 
@@ -123,8 +136,9 @@ def _variants(knobs: tuple, prefix: str) -> list:
             for combo in itertools.product(*(k.values for k in chosen))]
 
 
-def parse_space(data, source: str, mode: str, gpus: int) -> Space:
-    """Validate the study's `space` mapping; knobs not given take their single default."""
+def parse_space(data, source: str, mode: str, gpus: int, variants: tuple = ()) -> Space:
+    """Validate the study's `space` mapping; knobs not given take their single default.
+    Variants add a `variant` knob whose overrides must not touch a path the space sweeps."""
     if not isinstance(data, dict) or not data:
         raise SpecError(source, "space", data, "expected a mapping of knob -> list of values")
     given = {}
@@ -147,11 +161,19 @@ def parse_space(data, source: str, mode: str, gpus: int) -> Space:
                            f"unknown knob (allowed: {allowed}, dtype, or model.<path> / hardware.<path>)")
     knobs = [Knob(name, given.get(name, (default,))) for name, (default, _) in PARALLEL_KNOBS.items()]
     knobs += [Knob(name, values) for name, values in given.items() if name not in PARALLEL_KNOBS]
+    for variant in variants:
+        for kind, overrides in (("model", variant.model_overrides), ("hardware", variant.hardware_overrides)):
+            for path, value in overrides:
+                if f"{kind}.{path}" in given:
+                        raise SpecError(source, f"variants.{variant.name}.{kind}.{path}", value,
+                                    f"space.{kind}.{path} sweeps this path already; set it in one place")
+    if variants:
+        knobs.append(Knob(VARIANT_KNOB, tuple(v.name for v in variants)))
     columns = [k.column for k in knobs]
     for knob in knobs:
         if columns.count(knob.column) > 1:
             raise SpecError(source, f"space.{knob.name}", list(knob.values), f"column name {knob.column} is taken by another knob")
-    return Space(tuple(knobs), gpus, mode)
+    return Space(tuple(knobs), gpus, mode, tuple(variants))
 
 
 def _as_list(raw, source: str, field: str) -> list:
@@ -168,8 +190,20 @@ def _as_list(raw, source: str, field: str) -> list:
     return values
 
 
+def _placement_orders(raw):
+    """`placement: [tp,cp,dp,pp]` is one order written as a YAML list (as the README shows),
+    not four values; a list of such lists is several orders."""
+    if isinstance(raw, list) and raw and all(isinstance(v, str) and v in PLACEMENT_AXES for v in raw):
+        return [",".join(raw)]
+    if isinstance(raw, list):
+        return [",".join(v) if isinstance(v, list) and all(isinstance(a, str) for a in v) else v for v in raw]
+    return raw
+
+
 def _parallel_values(name: str, raw, source: str, field: str) -> tuple:
     allowed = PARALLEL_KNOBS[name][1]
+    if name == "placement":
+        raw = _placement_orders(raw)
     if raw == AUTO:
         if PARALLEL_KNOBS[name][0] != AUTO:
             raise SpecError(source, field, raw, f"{name} cannot be derived; expected {allowed}")

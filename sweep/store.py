@@ -1,19 +1,34 @@
 """One Parquet dataset per study: `part-NNNNNN.parquet` files in the output folder.
 
-Each part is written under a hidden temporary name and renamed into place, so a killed
-run leaves only whole parts; the point_ids in those parts are what a re-run skips.
+One writer at a time: a store holds an advisory lock on the folder (`.rapid.lock`, naming
+its pid and host) for as long as it is open; a second writer is refused, or waits.
+Each part is written under a hidden temporary name unique to its writer and renamed into
+place, so a killed run leaves only whole parts; the point_ids in those parts are what a
+re-run skips. A part that cannot be read, or that another study definition wrote, is
+reported by name, never read past.
 Parts share one schema (rows sorted by point_id), so pandas, polars and DuckDB open the
 folder directly; the study file, tool version and git commit ride in the schema metadata."""
+import errno
+import fcntl
+import json
 import os
+import re
+import socket
+import uuid
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from core import SpecError
+
 PART_PREFIX = "part-"
 TEMP_SUFFIX = ".tmp"
-GROUP_PREFIXES = ("memory_", "breakdown_")
+LOCK_NAME = ".rapid.lock"
+DEFINITION_KEY = "definition"  # metadata entry: JSON {component: digest}; parts of another are refused
+_TEMP_WRITER = re.compile(r"\.(?P<host>[^.]+)\.(?P<pid>\d+)\.[0-9a-f]+" + re.escape(TEMP_SUFFIX) + "$")
+GROUP_PREFIXES = ("memory_", "breakdown_", "detail_")
 LEAD_COLUMNS = ("memory_peak_gib",)  # a metric, though it shares the memory_ prefix
 LAST_COLUMNS = ("eval_time_s",)
 
@@ -21,15 +36,33 @@ LAST_COLUMNS = ("eval_time_s",)
 class ResultStore:
     """Appends parts to a study's folder and knows which points it already holds."""
 
-    def __init__(self, directory: Path, metadata: dict, fresh: bool = False):
+    def __init__(self, directory: Path, metadata: dict, fresh: bool = False, wait: bool = False):
         self.directory = Path(directory)
         self.metadata = {f"rapid.{k}".encode(): str(v).encode() for k, v in metadata.items()}
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.definition = metadata.get(DEFINITION_KEY)
+        _make_folder(self.directory)
+        self._lock = _lock_folder(self.directory, wait)
         for stray in self.directory.glob(f".{PART_PREFIX}*{TEMP_SUFFIX}"):
-            stray.unlink()
+            if not _writer_alive(stray.name):
+                stray.unlink(missing_ok=True)
         if fresh:
             for part in self.parts():
                 part.unlink()
+        else:
+            self._check_definition()
+
+    def close(self) -> None:
+        """Release the folder for the next writer."""
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
 
     def parts(self) -> list:
         return part_files(self.directory)
@@ -38,13 +71,24 @@ class ResultStore:
         """point_ids of every finished part."""
         done = set()
         for part in self.parts():
-            done.update(pq.read_table(part, columns=["point_id"]).column("point_id").to_pylist())
+            done.update(_read_part(part, columns=["point_id"]).column("point_id").to_pylist())
         return done
+
+    def _check_definition(self) -> None:
+        """Refuse to add rows to a table another study definition wrote (they would be mixed)."""
+        if self.definition is None:
+            return
+        for part in self.parts():
+            theirs = _part_metadata(part).get(DEFINITION_KEY)
+            if theirs != self.definition:
+                raise SpecError(str(self.directory), "output", str(part.name),
+                                f"holds rows of another study definition ({_what_differs(theirs, self.definition)} "
+                                f"changed); run with --fresh to discard them, or --output a new folder")
 
     def write_part(self, tables: list) -> int:
         """Concatenate batch tables into one part, sorted by point_id, written atomically."""
         table = pa.concat_tables(tables, promote_options="default")
-        schema = unified_schema([table.schema] + [pq.read_schema(p) for p in self.parts()[-1:]])
+        schema = unified_schema([table.schema] + [_read_schema(p) for p in self.parts()[-1:]])
         table = conform(table, schema).sort_by("point_id")
         parts = self.parts()
         index = int(parts[-1].stem.removeprefix(PART_PREFIX)) + 1 if parts else 0
@@ -54,11 +98,11 @@ class ResultStore:
     def harmonise(self) -> None:
         """Rewrite any part whose columns differ from the union, so every reader sees one schema."""
         parts = self.parts()
-        schemas = [pq.read_schema(p) for p in parts]
+        schemas = [_read_schema(p) for p in parts]
         target = unified_schema(schemas)
         for part, schema in zip(parts, schemas):
             if not schema.remove_metadata().equals(target):
-                table = pq.read_table(part)
+                table = _read_part(part)
                 _write_atomically(conform(table, target).replace_schema_metadata(schema.metadata), part)
 
 
@@ -71,7 +115,7 @@ def read_results(directory) -> pa.Table:
     parts = part_files(directory)
     if not parts:
         return pa.table({})
-    tables = [pq.read_table(p) for p in parts]
+    tables = [_read_part(p) for p in parts]
     schema = unified_schema([t.schema for t in tables])
     table = pa.concat_tables([conform(t, schema) for t in tables]).sort_by("point_id")
     return table.replace_schema_metadata(tables[-1].schema.metadata)
@@ -82,8 +126,97 @@ def read_metadata(directory) -> dict:
     parts = part_files(directory)
     if not parts:
         return {}
-    raw = pq.read_schema(parts[-1]).metadata or {}
+    return _part_metadata(parts[-1])
+
+
+def _part_metadata(part: Path) -> dict:
+    raw = _read_schema(part).metadata or {}
     return {k.decode().removeprefix("rapid."): v.decode() for k, v in raw.items() if k.startswith(b"rapid.")}
+
+
+def _unreadable(part: Path, why: str) -> SpecError:
+    return SpecError(str(part.parent), "part", part.name,
+                     f"{why}; move it out of the folder (or run rapid sweep --fresh to start the table over)")
+
+
+def _read_schema(part: Path) -> pa.Schema:
+    try:
+        schema = pq.read_schema(part)
+    except (OSError, pa.ArrowException) as err:
+        raise _unreadable(part, f"not a readable Parquet part ({str(err).strip().splitlines()[0]})") from None
+    if "point_id" not in schema.names:
+        raise _unreadable(part, "not a rapid results part (it has no point_id column)")
+    return schema
+
+
+def _read_part(part: Path, columns: list | None = None) -> pa.Table:
+    _read_schema(part)
+    try:
+        return pq.read_table(part, columns=columns)
+    except (OSError, pa.ArrowException) as err:
+        raise _unreadable(part, f"not a readable Parquet part ({str(err).strip().splitlines()[0]})") from None
+
+
+def _what_differs(theirs: str | None, ours: str) -> str:
+    """The components (model, hardware, workload, ...) two definitions disagree on."""
+    try:
+        old, new = json.loads(theirs), json.loads(ours)
+    except (TypeError, ValueError):
+        return "the whole definition"
+    changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    return ", ".join(changed) or "the definition"
+
+
+def _make_folder(directory: Path) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".probe.{uuid.uuid4().hex}"
+        probe.touch()
+        probe.unlink()
+    except (FileExistsError, NotADirectoryError):
+        raise SpecError("", "output", str(directory), "a file is in the way: expected a folder for the results") from None
+    except OSError as err:
+        raise SpecError("", "output", str(directory), f"cannot write there ({err.strerror})") from None
+
+
+def _lock_folder(directory: Path, wait: bool):
+    """An open lock file holding an exclusive flock; its text names the holder."""
+    handle = open(directory / LOCK_NAME, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except OSError as err:
+        if err.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise SpecError("", "output", str(directory),
+                        f"another rapid sweep is writing this folder ({holder}); wait for it to finish, "
+                        f"run with --wait to queue behind it, or --output another folder") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()} on host {socket.gethostname()}\n")
+    handle.flush()
+    return handle
+
+
+def _writer_alive(temp_name: str) -> bool:
+    """Whether the writer a temporary part's name records is still running on this host (a
+    name from another host or without a writer counts as gone: the folder lock is ours)."""
+    match = _TEMP_WRITER.search(temp_name)
+    if match is None or match["host"] != _host_tag():
+        return False
+    try:
+        os.kill(int(match["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        pass
+    return True
+
+
+def _host_tag() -> str:
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())
 
 
 def unified_schema(schemas: list) -> pa.Schema:
@@ -108,7 +241,7 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
             column = table.column(field.name).cast(field.type)
         elif field.name.startswith("memory_"):
             column = pa.array([0.0] * table.num_rows, field.type)
-        elif field.name.startswith("breakdown_") and timed is not None:
+        elif field.name.startswith(("breakdown_", "detail_")) and timed is not None:
             column = pc.if_else(timed, pa.scalar(0.0, field.type), pa.scalar(None, field.type))
         else:
             column = pa.nulls(table.num_rows, field.type)
@@ -117,7 +250,7 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def _write_atomically(table: pa.Table, path: Path) -> None:
-    temp = path.with_name(f".{path.name}{TEMP_SUFFIX}")
+    temp = path.with_name(f".{path.name}.{_host_tag()}.{os.getpid()}.{uuid.uuid4().hex[:12]}{TEMP_SUFFIX}")
     pq.write_table(table, temp)
     with open(temp, "rb") as handle:
         os.fsync(handle.fileno())

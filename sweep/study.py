@@ -7,14 +7,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from core import BACKENDS, InferWorkload, SpecError, TrainWorkload, load_hardware, load_model
+from core.textfile import parse_mapping, read_text
 
-from .space import Space, parse_space
+from .space import Space, Variant, parse_space
 
 STUDY_KEYS = ("name", "description", "model", "hardware", "overrides", "gpus", "workload", "space",
-              "backend", "output", "seed")
+              "backend", "output", "seed", "variants", "baseline")
 REQUIRED_KEYS = ("name", "model", "hardware", "gpus", "workload", "space")
 WORKLOAD_KEYS = {"train": ("global_batch", "seq"), "infer": ("batch", "prompt", "decode")}
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -37,6 +36,7 @@ class Study:
     backend: str
     output: Path
     seed: int
+    baseline: str = ""  # the variant speedups are measured against ("" without variants)
 
     @property
     def mode(self) -> str:
@@ -54,16 +54,8 @@ class Study:
 def load_study(path) -> Study:
     """Parse and validate a study file; raises SpecError naming file, field, value, allowed."""
     source = str(path)
-    file = Path(path)
-    if not file.is_file():
-        raise SpecError(source, "<file>", source, "no such study file")
-    text = file.read_text()
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise SpecError(source, "<file>", file.name, f"not valid YAML ({str(err).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise SpecError(source, "<file>", file.name, "expected a mapping of study fields at the top level")
+    text = read_text(path, kind="study file")
+    data = parse_mapping(text, source, Path(path).name)
     for key in data:
         if key not in STUDY_KEYS:
             raise SpecError(source, str(key), data[key], f"unknown field (allowed: {', '.join(STUDY_KEYS)})")
@@ -92,10 +84,12 @@ def load_study(path) -> Study:
             raise SpecError(source, key, data[key], "expected a preset name or a file path")
     model_overrides, hardware_overrides = _split_overrides(data.get("overrides") or {}, source)
     workload = _workload(data["workload"], source)
-    space = parse_space(data["space"], source, workload.mode, gpus)
+    variants, baseline = _variants(data, source)
+    space = parse_space(data["space"], source, workload.mode, gpus, variants)
     study = Study(name=name, path=source, text=text, model=data["model"], hardware=data["hardware"],
                   model_overrides=model_overrides, hardware_overrides=hardware_overrides, gpus=gpus,
-                  workload=workload, space=space, backend=backend, output=Path(output), seed=seed)
+                  workload=workload, space=space, backend=backend, output=Path(output), seed=seed,
+                  baseline=baseline)
     _check_specs(study)
     return study
 
@@ -106,18 +100,42 @@ def _spec_ref(ref: str, study_path: str) -> str:
     return str(beside) if ("/" in ref or ref.endswith((".yaml", ".yml", ".json"))) and beside.is_file() else ref
 
 
-def _split_overrides(overrides, source: str) -> tuple[tuple, tuple]:
+def _split_overrides(overrides, source: str, field: str = "overrides") -> tuple[tuple, tuple]:
     if not isinstance(overrides, dict):
-        raise SpecError(source, "overrides", overrides, "expected a mapping of dotted paths to values")
+        raise SpecError(source, field, overrides, "expected a mapping of dotted paths to values")
     model, hardware = [], []
     for path, value in overrides.items():
         path = str(path)
         if not path.startswith(SPEC_PREFIXES) or path in SPEC_PREFIXES:
-            raise SpecError(source, f"overrides.{path}", value,
+            raise SpecError(source, f"{field}.{path}", value,
                             "expected a dotted path starting with model. or hardware. (e.g. hardware.gpu.hbm.bandwidth)")
         target = model if path.startswith("model.") else hardware
         target.append((path.split(".", 1)[1], value))
     return tuple(sorted(model)), tuple(sorted(hardware))
+
+
+def _variants(data: dict, source: str) -> tuple[tuple, str]:
+    """The `variants:` block (name -> dotted overrides) and the `baseline` it is compared with."""
+    block = data.get("variants")
+    if block is None:
+        if "baseline" in data:
+            raise SpecError(source, "baseline", data["baseline"], "needs a variants: block to name one of")
+        return (), ""
+    if not isinstance(block, dict) or not block:
+        raise SpecError(source, "variants", block, "expected a mapping of variant name -> {model.<path>|hardware.<path>: value}")
+    variants, seen = [], {}
+    for name, overrides in block.items():
+        if not isinstance(name, str) or not NAME_PATTERN.match(name):
+            raise SpecError(source, f"variants.{name}", overrides, "expected a name of letters, digits, '.', '_' or '-'")
+        model, hardware = _split_overrides({} if overrides is None else overrides, source, f"variants.{name}")
+        if (model, hardware) in seen:
+            raise SpecError(source, f"variants.{name}", overrides, f"the same overrides as variant {seen[(model, hardware)]}")
+        seen[(model, hardware)] = name
+        variants.append(Variant(name, model, hardware))
+    baseline = data.get("baseline", variants[0].name)
+    if baseline not in block:
+        raise SpecError(source, "baseline", baseline, f"expected one of the variants: {', '.join(block)}")
+    return tuple(variants), baseline
 
 
 def _workload(data, source: str):
@@ -156,6 +174,15 @@ def _check_specs(study: Study) -> None:
                 study.model_spec(knobs) if kind == "model" else study.hardware_spec(knobs)
             except SpecError as err:
                 raise _rehome(err, study, kind, None) from None
+    for variant in study.space.variants:
+        for kind, overrides, load in (("model", variant.model_overrides, study.model_spec),
+                                      ("hardware", variant.hardware_overrides, study.hardware_spec)):
+            try:
+                load(overrides)
+            except SpecError as err:
+                field = f"variants.{variant.name}.{kind}.{err.field}" if err.field in dict(overrides) else \
+                    f"variants.{variant.name} ({kind} {err.source}): {err.field}"
+                raise SpecError(study.path, field, err.value, err.allowed) from None
 
 
 def _rehome(err: SpecError, study: Study, kind: str, ref) -> SpecError:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from core import Parallelism, evaluate
+from core.units import quantity
 
 from .plan import PARALLELISM_FIELDS
 
@@ -25,6 +26,19 @@ class WorkContext:
     backend: str
     constants: tuple  # ((column, value), ...) the same on every row
     knob_fields: tuple  # of pa.Field, one per knob, in `Space.knobs` order
+    unit_columns: tuple = ()  # ((knob index, column, {written value: number}), ...) for unit strings
+
+
+def unit_columns(knobs: tuple) -> tuple:
+    """A numeric twin (`..._bps`, `..._bytes`, `..._s`) for each knob written as strings with
+    units, so `--where` compares numbers, not text."""
+    twins = []
+    for index, knob in enumerate(knobs):
+        parsed = [quantity(v) for v in knob.values]
+        kinds = {q[0] for q in parsed if q}
+        if parsed and all(parsed) and len(kinds) == 1:
+            twins.append((index, f"{knob.column}_{kinds.pop()}", {v: q[1] for v, q in zip(knob.values, parsed)}))
+    return tuple(twins)
 
 
 def knob_type(values: tuple) -> pa.DataType:
@@ -47,6 +61,8 @@ def evaluate_batch(context: WorkContext, points: list) -> pa.Table:
         columns[name] = [value] * n
     for i, field in enumerate(context.knob_fields):
         columns[field.name] = [p.values[i] for p in points]
+    for index, column, numbers in context.unit_columns:
+        columns[column] = [numbers[p.values[index]] for p in points]
     records, seconds = [], []
     for p in points:
         par = Parallelism(**dict(zip(PARALLELISM_FIELDS, p.parallelism)))
@@ -58,7 +74,7 @@ def evaluate_batch(context: WorkContext, points: list) -> pa.Table:
     columns["infeasible_reason"] = [r["infeasible_reason"] for r in records]
     for key in METRICS:
         columns[key] = [_number(r[key]) for r in records]
-    for group in ("memory", "breakdown"):
+    for group in ("memory", "breakdown", "detail"):
         keys = sorted({k for r in records for k in r[group]})
         for key in keys:
             columns[f"{group}_{key}"] = [_group_value(r, group, key) for r in records]
@@ -66,13 +82,15 @@ def evaluate_batch(context: WorkContext, points: list) -> pa.Table:
         top = [r.get("busiest_links") or [None] for r in records]
         columns["busiest_link"] = [f"{t['src']}->{t['dst']} {t['dim']}" if t else None for t, *_ in top]
         columns["busiest_link_utilisation"] = [t["utilisation"] if t else None for t, *_ in top]
+    if any("replay_note" in r for r in records):
+        columns["replay_note"] = [r.get("replay_note") for r in records]
     columns["eval_time_s"] = seconds
     fields = [pa.field("point_id", pa.string())]
     fields += [pa.field(name, pa.scalar(value).type) for name, value in context.constants]
     fields += list(context.knob_fields)
+    fields += [pa.field(column, pa.float64()) for _, column, _ in context.unit_columns]
     fields += [pa.field("feasible", pa.bool_()), pa.field("infeasible_reason", pa.string())]
-    if "busiest_link" in columns:
-        fields.append(pa.field("busiest_link", pa.string()))
+    fields += [pa.field(name, pa.string()) for name in ("busiest_link", "replay_note") if name in columns]
     known = {f.name for f in fields}
     fields += [pa.field(name, pa.float64()) for name in columns if name not in known]
     return pa.Table.from_pydict(columns, schema=pa.schema(fields))
@@ -83,8 +101,8 @@ def _number(value):
 
 
 def _group_value(record: dict, group: str, key: str):
-    """A memory or breakdown entry; a part of the time a timed point does not have is 0 s, an
-    untimed (memory-infeasible) point has no breakdown at all (null)."""
+    """A memory, breakdown or detail entry; a part of the time a timed point does not have is
+    0 s, an untimed (memory-infeasible) point has no breakdown at all (null)."""
     if key in record[group]:
         return _number(record[group][key])
     timed = _number(record["step_time_s"]) is not None

@@ -1,0 +1,69 @@
+"""Render the quick start's and every paper study's report in headless Chromium and save a
+screenshot of each, to look at as a person would (`make report-check`).
+
+Each study is swept first if its table is missing (`--local`), reported with `rapid
+report`, then loaded by Chromium with a virtual-time budget so plotly has drawn before the
+shot. A screenshot that is nearly all white (plots not drawn) fails the check."""
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib.image
+
+ROOT = Path(__file__).resolve().parent.parent
+RAPID = ROOT / ".venv" / "bin" / "rapid"
+SHOTS = ROOT / "results" / "screenshots"
+WIDTH, HEIGHT = 1400, 7200  # tall enough for a whole report page
+VIRTUAL_TIME_MS = 20000
+MIN_INK = 0.02  # share of non-white pixels below which a page counts as blank
+
+
+def studies() -> list:
+    return [ROOT / "studies" / "quickstart.yaml"] + sorted((ROOT / "studies").glob("paper_*.yaml"))
+
+
+def browser() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if shutil.which(name):
+            return shutil.which(name)
+    sys.exit("report-check: no chromium on PATH (make report-check installs Debian's chromium)")
+
+
+def output_folder(study: Path) -> Path:
+    out = subprocess.run([str(RAPID), "query", str(study), "--sql", "select 1", "--format", "csv"],
+                         capture_output=True, text=True, cwd=ROOT)
+    if out.returncode != 0:
+        subprocess.run([str(RAPID), "sweep", str(study), "--local", "--quiet"], check=True, cwd=ROOT)
+    sys.path.insert(0, str(ROOT))
+    from sweep.study import load_study
+    return ROOT / load_study(study).output
+
+
+def ink(png: Path) -> float:
+    pixels = matplotlib.image.imread(png)[..., :3]
+    return float((pixels.min(axis=2) < 0.94).mean())
+
+
+def main() -> int:
+    chromium = browser()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    for study in studies():
+        folder = output_folder(study)
+        page = SHOTS / f"{study.stem}.html"
+        subprocess.run([str(RAPID), "report", str(folder), "--out", str(page)], check=True, cwd=ROOT)
+        shot = SHOTS / f"{study.stem}.png"
+        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                        f"--window-size={WIDTH},{HEIGHT}", f"--virtual-time-budget={VIRTUAL_TIME_MS}",
+                        f"--screenshot={shot}", page.as_uri()],
+                       check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=180)
+        share = ink(shot)
+        verdict = "ok" if share >= MIN_INK else "BLANK"
+        failed += verdict != "ok"
+        print(f"{study.name:34s} {shot.relative_to(ROOT)}  {share:6.1%} of pixels drawn  {verdict}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

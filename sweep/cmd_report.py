@@ -1,0 +1,23 @@
+"""`rapid report RESULTS`: one self-contained HTML page of the views the table supports."""
+from pathlib import Path
+
+from .query import results_folder
+from .report import build_report, write_html
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("results", metavar="RESULTS", help="a study's results folder, or its study file")
+    parser.add_argument("--out", metavar="FILE.html", help="where to write the page (default: RESULTS/report.html)")
+    parser.add_argument("--png", metavar="DIR", help="also write every figure as a PNG into DIR (matplotlib)")
+
+
+def run(args) -> int:
+    folder = results_folder(args.results)
+    report = build_report(folder)
+    out = write_html(report, Path(args.out) if args.out else folder / "report.html")
+    print(f"report: {out} ({len(report.figures)} figures in {len(report.sections)} sections)")
+    if args.png:
+        from .report_png import write_pngs  # matplotlib only when PNGs are asked for
+        paths = write_pngs(report.figures, args.png)
+        print(f"png: {len(paths)} files in {args.png}")
+    return 0

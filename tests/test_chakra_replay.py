@@ -1,0 +1,71 @@
+"""`rapid replay`: our own bundle replays to the step time it was emitted with, a trace set in
+the shape ASTRA-sim's microbenchmark generator writes replays to the ring closed form, faults
+slow it, and unsupported nodes get one line naming the node."""
+import json
+
+import pytest
+
+import core
+from chakra_bundles import ring_network, write_generator_set
+from sweep.cli import main
+
+
+def _replay(capsys, *argv):
+    assert main(["replay", *map(str, argv), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_foreign_all_reduce_matches_the_ring_closed_form(tmp_path, capsys):
+    npus, size = 8, 1 << 20
+    prefix = write_generator_set(tmp_path, npus, size)
+    report = _replay(capsys, prefix, "--network", ring_network(tmp_path, npus))
+    step_s = 500e-9 + size / npus / (50 * 2**30)  # one hop and one chunk per step
+    assert report["end_time_s"] == pytest.approx(2 * (npus - 1) * step_s, rel=1e-9)
+    assert report["rank_end_s"] == pytest.approx([report["end_time_s"]] * npus)
+    assert report["rank_exposed_comm_s"] == pytest.approx(report["rank_end_s"])
+    assert report["busiest_links"]
+
+
+def test_foreign_all_gather_reads_comm_size_as_each_ranks_input(tmp_path, capsys):
+    npus, size = 4, 1 << 20
+    prefix = write_generator_set(tmp_path, npus, size, "ALL_GATHER")
+    report = _replay(capsys, prefix, "--network", ring_network(tmp_path, npus))
+    assert report["end_time_s"] == pytest.approx((npus - 1) * (500e-9 + size / (50 * 2**30)), rel=1e-9)
+
+
+def test_a_soft_fault_slows_the_replay(tmp_path, capsys):
+    prefix = write_generator_set(tmp_path, 8, 1 << 24)
+    network = ring_network(tmp_path, 8)
+    healthy = _replay(capsys, prefix, "--network", network)["end_time_s"]
+    faulty = _replay(capsys, prefix, "--network", network, "--fault", "0-1:0.5")["end_time_s"]
+    assert faulty > 1.5 * healthy
+
+
+def test_unsupported_node_gets_one_line_naming_it(tmp_path, capsys):
+    prefix = write_generator_set(tmp_path, 2, 1024, node_type="MEM_LOAD_NODE")
+    assert main(["replay", str(prefix), "--network", str(ring_network(tmp_path, 2))]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "coll.0.et" in err and "node 0 'all_reduce_2npus'" in err and "MEM_LOAD_NODE" in err
+
+
+def test_unknown_communicator_names_the_field(tmp_path, capsys):
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    model, hw = core.load_model("qwen2.5-3b"), core.load_hardware("a100-sxm4-80gb")
+    core.evaluate(model, hw, core.Parallelism(tp=2), core.InferWorkload(batch=1, prompt=64, decode=2), 2,
+                  backend="astra-flattened", emit_traces=ours)
+    assert main(["replay", str(ours / model.name), "--network", str(ours / "network.yml")]) == 2
+    assert "pg_name" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("par, work, gpus", [
+    (core.Parallelism(tp=2, pp=2, sp=True), core.TrainWorkload(global_batch=4, seq=256), 4),
+    (core.Parallelism(tp=2), core.InferWorkload(batch=1, prompt=64, decode=3), 2),
+])
+def test_our_bundle_replays_to_the_emitted_step_time(tmp_path, capsys, par, work, gpus):
+    model, hw = core.load_model("qwen2.5-3b"), core.load_hardware("a100-sxm4-80gb")
+    record = core.evaluate(model, hw, par, work, gpus, backend="astra-flattened", emit_traces=tmp_path)
+    report = _replay(capsys, tmp_path / model.name, "--network", tmp_path / "network.yml",
+                     "--comm-groups", tmp_path / "comm_group.json")
+    assert report["end_time_s"] == pytest.approx(record["step_time_s"], rel=1e-9)

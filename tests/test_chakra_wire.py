@@ -1,0 +1,53 @@
+"""The wire-level node reader: id, type and dependencies as protobuf reads them (one-byte and
+multi-byte varints, packed deps), and a trace set written out of field order replays to the
+same arrays as the same set in field order (the reader then falls back to a full parse)."""
+import numpy as np
+
+from core.chakra import TraceNode, to_proto, varint, write_traces
+from core.chakra_replay import build_trace, trace_files
+from core.chakra_schema import GlobalMetadata, Node
+from core.chakra_wire import node_records, split_node
+
+BIG = 300_000  # a three-byte varint
+
+
+def _rank(rank: int) -> list:
+    nodes = [TraceNode(BIG + i, f"layer{i}", "compute", duration_s=1e-3, flops=10**12, bytes_=10**6,
+                       deps=(BIG + i - 1,) if i else ()) for i in range(3)]
+    nodes.append(TraceNode(5, "ar", "collective", collective="all_reduce", bytes_=1 << 20,
+                           algorithm="ring", deps=(BIG, BIG + 2)))
+    peer = 1 - rank
+    nodes.append(TraceNode(7, "send", "send", src=rank, dst=peer, tag=3, bytes_=4096, deps=(5,)))
+    nodes.append(TraceNode(8, "recv", "recv", src=peer, dst=rank, tag=3, bytes_=4096, deps=(5,)))
+    return nodes
+
+
+def test_split_node_reads_what_protobuf_reads(tmp_path):
+    for node in _rank(0):
+        proto = to_proto(node)
+        node_id, node_type, deps, rest = split_node(proto.SerializeToString())
+        assert (node_id, node_type, deps) == (proto.id, proto.type, tuple(proto.data_deps) + tuple(proto.ctrl_deps))
+        assert Node.FromString(rest).attr == proto.attr
+
+
+def _write_reordered(folder, prefix, ranks):
+    """Each node as its attributes first, then id, name, type and deps: valid protobuf, other order."""
+    for rank, nodes in ranks.items():
+        chunks = [GlobalMetadata(version="0.0.4").SerializeToString()]
+        for node in nodes:
+            proto = to_proto(node)
+            tail = Node(attr=proto.attr, duration_micros=proto.duration_micros).SerializeToString()
+            head = Node(id=proto.id, name=proto.name, type=proto.type, data_deps=proto.data_deps).SerializeToString()
+            chunks.append(tail + head)
+        (folder / f"{prefix}.{rank}.et").write_bytes(b"".join(varint(len(c)) + c for c in chunks))
+
+
+def test_out_of_order_nodes_replay_like_ordered_ones(tmp_path):
+    ranks = {r: _rank(r) for r in range(2)}
+    write_traces(tmp_path, "ordered", ranks)
+    _write_reordered(tmp_path, "reordered", ranks)
+    assert len(node_records(tmp_path / "reordered.0.et")[1]) == len(ranks[0])
+    ordered = build_trace(trace_files(tmp_path / "ordered")).trace
+    reordered = build_trace(trace_files(tmp_path / "reordered")).trace
+    for name in ("rank", "kind", "duration_s", "bytes_", "group", "peer", "tag", "algorithm", "deps", "dep_offsets"):
+        assert np.array_equal(getattr(ordered, name), getattr(reordered, name)), name

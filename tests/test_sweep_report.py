@@ -1,0 +1,199 @@
+"""`rapid report`: each kind of table gets the figures its data supports, with one point
+per row where it should, and no figure for data it lacks."""
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from sweep.cli import main
+from sweep.engine import run_study
+from sweep.report import build_report, figure_specs, write_html
+from sweep.store import read_results
+from sweep.study import load_study
+
+STUDY_TEXT = yaml.safe_dump({"name": "hand", "model": "llama3.1-8b", "hardware": "a100-sxm4-80gb", "gpus": 8,
+                             "workload": {"mode": "train", "global_batch": 16, "seq": 2048},
+                             "space": {"tp": [1, 2], "recompute": ["none", "full"]}})
+
+
+def grid_columns() -> dict:
+    """Four layouts (tp x recompute); tp 1 without recompute does not fit in memory."""
+    return {
+        "point_id": ["a", "b", "c", "d"], "model": ["llama3.1-8b"] * 4, "gpus": [8] * 4, "mode": ["train"] * 4,
+        "tp": [1, 1, 2, 2], "recompute": ["none", "full", "none", "full"],
+        "feasible": [False, True, True, True], "infeasible_reason": ["needs 90 GiB", None, None, None],
+        "step_time_s": [None, 3.0, 2.0, 2.5], "memory_peak_gib": [90.0, 60.0, 50.0, 40.0],
+        "memory_weights_gib": [30.0, 30.0, 15.0, 15.0], "memory_activations_gib": [60.0, 30.0, 35.0, 25.0],
+        "breakdown_compute_s": [None, 2.5, 1.5, 2.0], "breakdown_comm_nvlink_s": [None, 0.5, 0.5, 0.5],
+        "breakdown_dp_comm_total_s": [None, 0.9, 0.9, 0.9],
+    }
+
+
+def write_table(folder, columns: dict, **metadata) -> None:
+    """A results folder of one part, as `rapid sweep` writes it (study text in the metadata)."""
+    folder.mkdir(parents=True)
+    meta = {"study": STUDY_TEXT, "study_name": "hand", "knobs": "tp,recompute", **metadata}
+    table = pa.table(columns).replace_schema_metadata({f"rapid.{k}": str(v) for k, v in meta.items()})
+    pq.write_table(table, folder / "part-000000.parquet")
+
+
+def page_figures(folder, tmp_path) -> dict:
+    """Title -> plotly figure spec, read back from the written page."""
+    page = write_html(build_report(folder), tmp_path / "page.html").read_text()
+    return {spec["layout"]["title"]["text"]: spec for spec in figure_specs(page)}
+
+
+def find(figures: dict, start: str) -> dict:
+    matches = [spec for title, spec in figures.items() if title.startswith(start)]
+    assert len(matches) == 1, f"{start!r} in {list(figures)}"
+    return matches[0]
+
+
+def visible_points(spec: dict) -> list:
+    return [len(trace["x"]) for trace in spec["data"] if trace.get("visible", True) is True]
+
+
+def test_grid_report_ranks_feasible_layouts_and_draws_no_fault_search_or_variant_views(tmp_path):
+    write_table(tmp_path / "grid", grid_columns())
+    figures = page_figures(tmp_path / "grid", tmp_path)
+    ranked = find(figures, "Which layouts are fastest? All 3 feasible layouts")
+    # coloured by the knob that moves step time most: tp (medians 3.0 vs 2.25 s) over recompute
+    assert [t["name"] for t in ranked["data"] if t["visible"] is True] == ["tensor parallel (tp) = 1",
+                                                                         "tensor parallel (tp) = 2"]
+    assert visible_points(ranked) == [1, 2]
+    assert sum(len(t["x"]) for t in ranked["data"]) == 3 * 2  # one set of traces per varying knob
+    breakdown = find(figures, "Where does the time go?")
+    assert [t["name"] for t in breakdown["data"]] == ["compute", "exposed comm. on nvlink"]  # no dp total
+    assert breakdown["data"][0]["x"] == [1.5, 2.0, 2.5]  # fastest first
+    memory = find(figures, "Does it fit?")
+    assert {t["name"] for t in memory["data"]} == {"weights", "activations"}
+    assert find(figures, "Effect of tensor parallel (tp)")["data"][0]["y"] == [3.0, 2.0]  # best per value
+    assert len(figures) == 5
+    assert not any(t.startswith(("How much do link faults", "Which links", "How fast did the search",
+                                 "Where does a hardware change")) for t in figures)
+
+
+def fault_columns() -> dict:
+    """Two layouts, a fault-free baseline (sample 0) and three single-link samples each."""
+    rows = []
+    for point, tp, slowdowns in (("a", 1, [1.5, 1.1, 1.2]), ("b", 2, [1.05, 1.0, 1.02])):
+        rows.append((point, tp, 0, [], 2.0, 1.0))
+        for sample, (link, slowdown) in enumerate(zip(["0-1", "1-2", "8-9"], slowdowns), start=1):
+            rows.append((point, tp, sample, [link], 2.0 * slowdown, slowdown))
+    point, tp, sample, links, step, slowdown = (list(c) for c in zip(*rows))
+    n = len(rows)
+    return {"point_id": point, "model": ["llama3.1-8b"] * n, "gpus": [8] * n, "mode": ["train"] * n, "tp": tp,
+            "recompute": ["none"] * n, "feasible": [True] * n, "step_time_s": step,
+            "fault_sample": pa.array(sample, pa.int64()), "fault_links": pa.array(links, pa.list_(pa.string())),
+            "fault_dims": pa.array([["nvlink"] * len(x) for x in links], pa.list_(pa.string())),
+            "fault_factors": pa.array([[0.5] * len(x) for x in links], pa.list_(pa.float64())),
+            "slowdown": slowdown, "fault_replayed": [s > 0 for s in sample], "fault_reason": [None] * n}
+
+
+def test_fault_report_draws_slowdown_per_layout_and_the_faulted_links(tmp_path):
+    write_table(tmp_path / "faults", fault_columns())
+    figures = page_figures(tmp_path / "faults", tmp_path)
+    boxes = find(figures, "How much do link faults slow each layout down?")
+    assert [t["name"] for t in boxes["data"] if t["type"] == "box"] == ["tp1", "tp2"]  # most sensitive first
+    assert [len(t["y"]) for t in boxes["data"]] == [3, 3]  # baselines are not samples
+    links = find(figures, "Which links hurt most when they degrade?")
+    npus = next(t for t in links["data"] if t.get("name") == "GPU (NPU id)")
+    assert len(npus["x"]) == 8
+    switches = next(t for t in links["data"] if t.get("name") == "switch")
+    assert switches["text"] == ["8", "9"]  # node ids past the NPUs
+    midpoints = next(t for t in links["data"] if t.get("name", "").startswith("link"))
+    assert [c[0] for c in midpoints["customdata"]] == ["0-1", "8-9", "1-2"]  # mean 1.275, 1.11, 1.05
+    assert midpoints["marker"]["color"] == pytest.approx([1.275, 1.11, 1.05])
+    assert not any(t.startswith(("How fast did the search", "Where does a hardware change")) for t in figures)
+
+
+def search_columns() -> dict:
+    columns = grid_columns()
+    columns["trial_number"] = pa.array([0, 1, 2, 3], pa.int64())
+    columns["sampler"] = ["tpe"] * 4
+    return columns
+
+
+def test_search_report_without_storage_notes_the_missing_importances(tmp_path):
+    write_table(tmp_path / "search", search_columns())
+    report = build_report(tmp_path / "search")
+    page = write_html(report, tmp_path / "page.html").read_text()
+    figures = {spec["layout"]["title"]["text"]: spec for spec in figure_specs(page)}
+    history = find(figures, "How fast did the search converge? (tpe sampler)")
+    assert history["data"][0]["x"] == [1, 2, 3]  # feasible trials only
+    assert history["data"][1]["y"] == [3.0, 2.0, 2.0]  # best so far
+    front = find(figures, "Which layouts trade speed for memory?")
+    assert [len(t["x"]) for t in front["data"]] == [3, 2]  # (2.0 s, 50 GiB) and (2.5 s, 40 GiB)
+    assert "names no Optuna storage" in page
+    assert not any(t.startswith("Which knobs mattered") for t in figures)
+
+
+def test_search_report_reads_importances_from_the_optuna_storage(tmp_path):
+    import optuna
+    storage = f"sqlite:///{tmp_path / 'search.db'}"
+    study = optuna.create_study(study_name="hand-search", storage=storage, sampler=optuna.samplers.RandomSampler(0))
+    for tp, recompute, seconds in ((1, "full", 3.0), (2, "none", 2.0), (2, "full", 2.5), (1, "none", 3.2)):
+        study.add_trial(optuna.trial.create_trial(
+            params={"tp": tp, "recompute": recompute}, value=seconds,
+            distributions={"tp": optuna.distributions.CategoricalDistribution([1, 2]),
+                           "recompute": optuna.distributions.CategoricalDistribution(["none", "full"])}))
+    write_table(tmp_path / "search", search_columns(), optuna_storage=storage, optuna_study="hand-search")
+    figures = page_figures(tmp_path / "search", tmp_path)
+    bars = find(figures, "Which knobs mattered to the search?")["data"][0]
+    assert sorted(bars["y"]) == ["recompute policy", "tensor parallel (tp)"]
+    assert sum(bars["x"]) == pytest.approx(1.0)
+
+
+VARIANT_STUDY = {"name": "variants", "model": "llama3.1-8b", "hardware": "a100-pcie-80gb", "gpus": 8,
+                 "workload": {"mode": "train", "global_batch": 16, "seq": 2048},
+                 "space": {"tp": [2, 4], "recompute": ["full"]},
+                 "variants": {"base": {}, "fast-hbm": {"hardware.gpu.hbm.bandwidth": "7740 GB/s"},
+                              "big-hbm": {"hardware.gpu.hbm.capacity": "160 GB"}},
+                 "baseline": "base"}
+
+
+def test_variants_are_crossed_with_the_space_and_reported_as_speedups(tmp_path):
+    path = tmp_path / "variants.yaml"
+    path.write_text(yaml.safe_dump({**VARIANT_STUDY, "output": str(tmp_path / "out")}, sort_keys=False))
+    study = load_study(path)
+    run_study(study, executor="inprocess", progress=False)
+    table = read_results(study.output).to_pandas()
+    assert sorted(zip(table["variant"], table["tp"])) == sorted((v, tp) for v in ("base", "fast-hbm", "big-hbm")
+                                                                 for tp in (2, 4))
+    assert table["point_id"].nunique() == 6
+    by_variant = table.groupby("variant")["step_time_s"].min()
+    assert by_variant["fast-hbm"] < by_variant["base"]  # more bandwidth, less time
+    assert by_variant["big-hbm"] == by_variant["base"]  # capacity alone changes no time
+    figures = page_figures(study.output, tmp_path)
+    speedup = find(figures, "Where does a hardware change pay? Training speedup over base")
+    bars = speedup["data"][0]
+    assert bars["x"] == ["base", "fast-hbm", "big-hbm"]
+    assert bars["y"] == pytest.approx([1.0, by_variant["base"] / by_variant["fast-hbm"], 1.0])
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"variants": ["base", "fast"]}, "variants"),
+    ({"variants": {"base": {}, "x": {"gpu.hbm.bandwidth": "1 TB/s"}}}, "variants.x.gpu.hbm.bandwidth"),
+    ({"variants": {"base": {}, "x": {"hardware.gpu.hbm.bandwith": "1 TB/s"}}}, "variants.x.hardware.gpu.hbm.bandwith"),
+    ({"variants": {"base": {}, "x": {}}}, "variants.x"),
+    ({"baseline": "missing"}, "baseline"),
+    ({"variants": {"base": {}, "x": {"hardware.gpu.hbm.bandwidth": "1 TB/s"}},
+      "space": {"tp": [2], "hardware.gpu.hbm.bandwidth": ["2 TB/s"]}}, "variants.x.hardware.gpu.hbm.bandwidth"),
+])
+def test_a_malformed_variants_block_is_one_line_and_writes_nothing(tmp_path, capsys, change, field):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({**VARIANT_STUDY, "output": str(tmp_path / "out"), **change}, sort_keys=False))
+    assert main(["sweep", str(path), "--local", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and f"field '{field}'" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_writes_the_page_and_pngs_of_the_same_figures(tmp_path, capsys):
+    write_table(tmp_path / "grid", grid_columns())
+    assert main(["report", str(tmp_path / "grid"), "--out", str(tmp_path / "r.html"), "--png", str(tmp_path / "png")]) == 0
+    assert "5 figures" in capsys.readouterr().out
+    pngs = sorted((tmp_path / "png").glob("*.png"))
+    assert len(pngs) == 5 and all(p.read_bytes()[:4] == b"\x89PNG" for p in pngs)
+    page = (tmp_path / "r.html").read_text()
+    assert "Plotly.newPlot" in page and "src=\"http" not in page  # plotly.js inlined, nothing fetched

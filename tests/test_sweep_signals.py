@@ -1,0 +1,99 @@
+"""Stopping a `--local` sweep: SIGTERM flushes finished rows and stops the workers, Ctrl-C
+prints one line and no worker tracebacks, and a SIGKILLed driver leaves no orphan."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sweep.store import part_files, read_results
+from sweep.study import load_study
+
+BIG_SPACE = {"tp": [1, 2, 4, 8], "pp": [1, 2, 4, 8], "cp": [1, 2, 4], "zero": [0, 1, 2, 3],
+             "micro_batch": [1, 2, 4], "recompute": ["none", "selective", "full"],
+             "hardware.gpu.hbm.bandwidth": ["2039 GB/s", "1800 GB/s", "1555 GB/s"]}
+
+
+def children(pid: int) -> list:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.fixture
+def started():
+    """Processes a test started; whatever still runs at its end is killed (a failing test
+    leaves nothing behind)."""
+    pids = []
+    yield pids
+    for pid in pids:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def start_sweep(write_study, name, started):
+    study = load_study(write_study(name=name, gpus=64, space=BIG_SPACE,
+                                   workload={"mode": "train", "global_batch": 128, "seq": 4096}))
+    command = [sys.executable, "-m", "sweep.cli", "sweep", study.path, "--local", "--workers", "2",
+               "--batch-points", "5", "--part-rows", "25", "--quiet"]
+    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
+    started.append(process.pid)
+    deadline = time.monotonic() + 120
+    while (len(part_files(study.output)) < 2 or len(children(process.pid)) < 2) and time.monotonic() < deadline:
+        assert process.poll() is None, "the sweep ended before it could be stopped"
+        time.sleep(0.01)
+    workers = children(process.pid)
+    started.extend(workers)
+    return study, process, workers
+
+
+def wait_gone(pids, seconds=10.0) -> list:
+    deadline = time.monotonic() + seconds
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
+def test_sigterm_flushes_rows_and_stops_workers(write_study, started):
+    study, process, workers = start_sweep(write_study, "terminated", started)
+    os.kill(process.pid, signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert err.strip() == "rapid sweep: interrupted (finished results are kept)"
+    assert wait_gone(workers) == []
+    ids = read_results(study.output).column("point_id").to_pylist()
+    assert len(ids) == len(set(ids)) > 0
+
+
+def test_ctrl_c_prints_one_line_and_no_worker_tracebacks(write_study, started):
+    _, process, workers = start_sweep(write_study, "interrupted", started)
+    os.killpg(process.pid, signal.SIGINT)  # what a terminal sends: the whole process group
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert wait_gone(workers) == []
+
+
+def test_workers_exit_when_the_driver_is_killed(write_study, started):
+    _, process, workers = start_sweep(write_study, "killed", started)
+    os.kill(process.pid, signal.SIGKILL)
+    process.communicate(timeout=60)
+    assert wait_gone(workers) == [], "orphaned workers outlived the driver"
