@@ -251,11 +251,20 @@ def _network_from_list(items, source: str) -> tuple:
             latency_s=f.unit("latency", units.parse_time),
             efficiency=f.number("efficiency", 1.0, high=1.0),
             oversubscription=f.number("oversubscription", 1.0, high=1e6),
+            switch_reduction=_fraction(f, "switch_reduction"),
         ))
         f.done()
     if any(d.size == 0 for d in dims[:-1]):
         raise SpecError(source, "network", "auto", "only the outermost dimension may have size auto")
     return tuple(dims)
+
+
+def _fraction(f, key: str) -> float:
+    """An optional share in [0, 1], 0 when absent."""
+    value = f.raw(key, 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise SpecError(f.source, f.name(key), value, "expected a share in [0, 1] (0 = none)")
+    return float(value)
 
 
 def _faults_from_list(items, source: str) -> tuple:

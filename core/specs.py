@@ -133,6 +133,9 @@ class NetworkDim:
     latency_s: float
     efficiency: float = 1.0  # achievable fraction of link bandwidth for bulk transfers
     oversubscription: float = 1.0
+    # In-switch reduction (NVLink SHARP on NVSwitch gen 3): the share of the link bandwidth an
+    # all-reduce reduced inside the switch sustains; 0 = the switch only forwards.
+    switch_reduction: float = 0.0
 
 
 @dataclass(frozen=True)
