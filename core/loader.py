@@ -297,6 +297,7 @@ def hardware_from_mapping(data: dict, source: str) -> HardwareSpec:
         network_efficiency=c.number("network_efficiency", 1.0, high=1.0),
         kernel_overhead_s=c.unit("kernel_overhead", units.parse_time, 0),
         collective_step_s=c.unit("collective_step", units.parse_time, 0),
+        decode_attention_rate=c.number("decode_attention_rate", 0.0, low=-1e-12, high=1e3),
     )
     c.done(ignored=("fitted_on", "notes"))
     spec = HardwareSpec(
