@@ -123,14 +123,15 @@ def _family_rows(hw, fit_rows, exclude_source: str = "") -> list:
 
 def fit_inference(base, exclude_source: str = "", rounds: int = 2) -> dict:
     """A family's inference factors, stage by stage on its declared subsets (less
-    `exclude_source`); a stage with no rows left keeps the A100 fit as its prior."""
+    `exclude_source`); a stage with no rows left takes the A100 fit as its prior (A100's own
+    such stage keeps the preset's values)."""
     fields = {}
     for fit_rows, keys in INFER_FAMILY_FIT[base.name]:
         hw = dataclasses.replace(base, calibration=dataclasses.replace(base.calibration, **fields))
         if _family_rows(hw, fit_rows, exclude_source):
             grid = {key: INFER_GRID[key] for key in keys}
             fields.update(_fit_rows(hw, lambda h, rows=fit_rows: _family_rows(h, rows, exclude_source), grid, rounds))
-        else:
+        elif base.name != HARDWARE:
             prior = fit_inference(load_hardware(HARDWARE), exclude_source, rounds)
             fields.update({key: prior[key] for key in keys if key in prior})
     return fields
