@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .collectives import collective_time
+from .collectives import collective_time, protocol_startup_s
 from .graph import LayerShape, Op, build_decode_layer, build_layer, train_shape
 from .inference import lm_head_s
 from .layout import group_spans, merge_spans, stage_layers
@@ -130,7 +130,7 @@ def _layer_ops(ctx: Context, shape: LayerShape) -> tuple:
 def _replay_layer(ctx: Context, ops_list) -> dict:
     """One layer pass on every rank of the first stage: {"time_s", "compute_s", dims...}."""
     classes = CommClasses()
-    block = ops_block(ops_list, ctx.algorithm, classes)
+    block = _ops_block(ctx, ops_list, classes)
     trace, node_rank, label, _ = assemble(ctx.groups, [(_stage_ranks(ctx, 0), block)])
     result = ctx.network.replay(trace)
     parts, _ = _attribute(ctx, classes, result, node_rank, label)
@@ -209,8 +209,21 @@ def _pipeline(ctx: Context, work: StageWork, micro: int, message_bytes: float, c
 
 
 def _comm_block(ctx, axis, collective, bytes_, classes):
-    return ops_block([Op(f"{axis}.{collective}", "comm", collective=collective, axis=axis, bytes_=bytes_)],
-                     ctx.algorithm, classes)
+    return _ops_block(ctx, [Op(f"{axis}.{collective}", "comm", collective=collective, axis=axis, bytes_=bytes_)],
+                      classes)
+
+
+def _ops_block(ctx, ops_list, classes):
+    """ops_block with each exposed collective preceded by the start-up NCCL's protocol adds to
+    the bare algorithm the simulator runs, so replay and closed forms agree without contention."""
+    expanded = []
+    for op in ops_list:
+        if op.kind == "comm" and op.cover_s <= 0:
+            startup = protocol_startup_s(ctx.hw, ctx.dims, op.collective, op.bytes_, ctx.spans.get(op.axis, ()))
+            if startup > 0:
+                expanded.append(Op(f"{op.name}.startup", "compute", time_s=startup))
+        expanded.append(op)
+    return ops_block(expanded, ctx.algorithm, classes)
 
 
 def _edges(ctx, tokens) -> tuple:
@@ -284,8 +297,8 @@ def _shares(layer: dict, layers: int, total_s: float) -> dict:
 
 
 def _flattened_work(ctx, forward_ops, backward_ops, edges, layers, classes):
-    fwd_layer = ops_block(forward_ops, ctx.algorithm, classes)
-    bwd_layer = ops_block(backward_ops, ctx.algorithm, classes)
+    fwd_layer = _ops_block(ctx, forward_ops, classes)
+    bwd_layer = _ops_block(ctx, backward_ops, classes)
     fwd_stack = fwd_layer.repeated(layers)
     pieces = min(DP_BUCKETS, layers)
     bucket_layers = [len(chunk) for chunk in np.array_split(np.arange(layers), pieces)]
@@ -318,8 +331,8 @@ def infer_request_astra(model, hw, par, work, gpus, backend: str, emit=None):
         steps = [compute_block(layers * (_replay_layer(ctx, decode_ops[0])["time_s"]
                                          + _replay_layer(ctx, decode_ops[1])["time_s"]) / 2)]
     else:
-        prefill = ops_block(prefill_ops, ctx.algorithm, classes).repeated(layers)
-        first, last = (ops_block(o, ctx.algorithm, classes) for o in decode_ops)
+        prefill = _ops_block(ctx, prefill_ops, classes).repeated(layers)
+        first, last = (_ops_block(ctx, o, classes) for o in decode_ops)
         steps = [_decode_stack(first, last, layers, k, decode) for k in range(decode)]
     el = hw.act_bytes
     stride = ctx.groups.strides["pp"]

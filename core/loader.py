@@ -272,11 +272,20 @@ def _network_from_list(items, source: str) -> tuple:
             latency_s=f.unit("latency", units.parse_time),
             efficiency=f.number("efficiency", 1.0, high=1.0),
             oversubscription=f.number("oversubscription", 1.0, high=1e6),
+            switch_reduction=_fraction(f, "switch_reduction"),
         ))
         f.done()
     if any(d.size == 0 for d in dims[:-1]):
         raise SpecError(source, "network", "auto", "only the outermost dimension may have size auto")
     return tuple(dims)
+
+
+def _fraction(f, key: str) -> float:
+    """An optional share in [0, 1], 0 when absent."""
+    value = f.raw(key, 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise SpecError(f.source, f.name(key), value, "expected a share in [0, 1] (0 = none)")
+    return float(value)
 
 
 def _faults_from_list(items, source: str) -> tuple:
@@ -310,6 +319,7 @@ def hardware_from_mapping(data: dict, source: str) -> HardwareSpec:
         network_efficiency=c.number("network_efficiency", 1.0, high=1.0),
         kernel_overhead_s=c.unit("kernel_overhead", units.parse_time, 0),
         collective_step_s=c.unit("collective_step", units.parse_time, 0),
+        decode_attention_rate=c.number("decode_attention_rate", 0.0, low=-1e-12, high=1e3),
     )
     c.done(ignored=("fitted_on", "notes"))
     spec = HardwareSpec(

@@ -30,6 +30,7 @@ class MemoryEstimate:
     capacity_bytes: float
     stage: int  # the most loaded pipeline stage
     fp8_weights_bytes: float = 0.0
+    fragmentation: float = FRAGMENTATION  # share of the allocated bytes the allocator keeps cached
 
     @property
     def allocated_bytes(self) -> float:
@@ -40,7 +41,7 @@ class MemoryEstimate:
     @property
     def reserved_bytes(self) -> float:
         """The runtime's and the allocator's share on top of the live tensors."""
-        return RUNTIME_RESERVE_BYTES + FRAGMENTATION * self.allocated_bytes
+        return RUNTIME_RESERVE_BYTES + self.fragmentation * self.allocated_bytes
 
     @property
     def peak_bytes(self) -> float:
@@ -167,20 +168,32 @@ def training_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, graph:
 
 def inference_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, batch: int,
                      prompt: int, decode: int, kv_bytes: float) -> MemoryEstimate:
-    """Weights in the compute dtype (an FP8 engine stores FP8 weights), the KV cache at
-    `kv_bytes` per element, the prefill's transient activations."""
+    """An inference engine's memory as TensorRT-LLM's static-batch session allocates it, once:
+    weights in the compute dtype (an FP8 engine stores FP8 weights); the KV cache for the
+    whole batch at `kv_bytes` per element (GptSession sizes its cache, paged or not, to
+    batch x the longest sequence; the free-memory fraction, kv_cache_free_gpu_mem_fraction, 0.85
+    in that period's kvCacheConfig.h, sizes only the in-flight batcher's pool); one activation
+    workspace for the largest pass, the prefill; no caching allocator, so no fragmentation."""
     el = hw.act_bytes
     t = par.tp
     kv_dim = max(1, model.kv_heads // t) * model.head_dim
     layers = max(stage_layers(model.layers, par))
     kv_cache = 2 * layers * batch * (prompt + decode) * kv_dim * kv_bytes
-    ffn = model.moe.expert_ffn_hidden if model.moe else model.ffn_hidden
-    prefill_tokens = batch * prompt
-    transient = prefill_tokens * (4 * model.hidden + 3 * ceil(ffn / t)) * el + batch * model.vocab / t * 4
+    transient = prefill_workspace_bytes(model, hw, t, batch * prompt) + batch * model.vocab / t * 4
     best = None
     for stage, params in enumerate(stage_params(model, par)):
         estimate = MemoryEstimate(params * DTYPE_BYTES[hw.dtype], 0.0, 0.0, 0.0, transient, kv_cache,
-                                  hw.gpu.hbm.capacity_bytes, stage)
+                                  hw.gpu.hbm.capacity_bytes, stage, fragmentation=0.0)
         if best is None or estimate.peak_bytes > best.peak_bytes:
             best = estimate
     return best
+
+
+def prefill_workspace_bytes(model: ModelSpec, hw: HardwareSpec, tp: int, tokens: int) -> float:
+    """Live activations at a prefill layer's peak, buffers reused layer to layer: the residual
+    stream and the normed input (2 x hidden per token), and the FFN's inner tensors: a gated
+    FFN's fused gate-up output with the SwiGLU kernel's output (3 x ffn / tp), a GELU FFN's
+    one (its activation fused into the GEMM)."""
+    ffn = model.moe.expert_ffn_hidden if model.moe else model.ffn_hidden
+    inner = (3 if model.activation == "swiglu" else 1) * ceil(ffn / tp)
+    return tokens * (2 * model.hidden + inner) * hw.act_bytes

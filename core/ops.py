@@ -145,9 +145,19 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
 @lru_cache(maxsize=65536)
 def decode_attention(hw: HardwareSpec, batch: int, heads: int, kv_heads: int, context: int,
                      head_dim: int, kv_bytes_per_element: float = 0.0) -> KernelTime:
-    """One decode step's attention over a KV cache of `context` tokens: reads the cache once.
+    """One decode step's attention over a KV cache of `context` tokens. Memory sees the cache
+    once (query heads sharing a KV head under GQA hit it in L2). The kernel of this period
+    (TensorRT-LLM's masked multi-head attention) runs one block per sequence and query head,
+    so the SMs process every query head's copy of its KV head's cache: at
+    `decode_attention_rate` elements per SM per cycle that, not bandwidth, bounds long contexts.
     The cache is in the activation dtype unless `kv_bytes_per_element` says otherwise."""
     kv_bytes = 2 * batch * kv_heads * context * head_dim * (kv_bytes_per_element or hw.act_bytes)
     q_bytes = 2 * batch * heads * head_dim * hw.act_bytes
     flops = 4.0 * batch * heads * context * head_dim
-    return pointwise(hw, kv_bytes + q_bytes, flops)
+    kernel = pointwise(hw, kv_bytes + q_bytes, flops)
+    rate = hw.calibration.decode_attention_rate
+    if rate <= 0:
+        return kernel
+    processed = 2.0 * batch * heads * context * head_dim
+    sm_s = processed / (rate * hw.gpu.sm_count * hw.gpu.clock_hz) + _launch_s(hw)
+    return KernelTime(max(kernel.time_s, sm_s), flops, kv_bytes + q_bytes)

@@ -138,6 +138,9 @@ class NetworkDim:
     latency_s: float
     efficiency: float = 1.0  # achievable fraction of link bandwidth for bulk transfers
     oversubscription: float = 1.0
+    # In-switch reduction (NVLink SHARP on NVSwitch gen 3): the share of the link bandwidth an
+    # all-reduce reduced inside the switch sustains; 0 = the switch only forwards.
+    switch_reduction: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -160,6 +163,9 @@ class Calibration:
     network_efficiency: float = 1.0
     kernel_overhead_s: float = 0.0  # host / framework time per kernel beyond the launch itself
     collective_step_s: float = 0.0  # synchronisation cost per step of a collective algorithm
+    # KV-cache elements the decode attention kernel gets through per SM per clock cycle, each
+    # query head reading its KV head's cache (0 = bound by memory bandwidth alone)
+    decode_attention_rate: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -124,12 +124,12 @@ def published_cases(suite: str, hw: HardwareSpec | None = None) -> tuple:
     for row in corpus.published_cases(suite):
         if not row.usable:
             continue
+        row_hw = hw if hw is not None and _family(hw.name) == _family(str(row.hardware)) else None
         if suite == "collectives":
             if row.hardware and "h100" in str(row.hardware).lower():
-                predicted = published.all_reduce_s(row, hw)
+                predicted = published.all_reduce_s(row, row_hw)
                 cases.append(Case(suite, row.case_id, row.measured, predicted, "s", row.source))
             continue
-        row_hw = hw if hw is not None and _family(hw.name) == _family(str(row.hardware)) else None
         value, feasible, record = published.predict(row, row_hw and with_dtype(
             row_hw, row.precision.get("compute", "bf16"), row.case_id, "precision.compute"))
         # A row whose outcome starts with "OOM" did not fit; every other row ran.

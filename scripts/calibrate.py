@@ -6,12 +6,22 @@ Per family, each fit group names the suites it reads, which of their rows it fit
 rest are held out) and the factors it searches, each on a grid refined twice around the
 best point, minimising the largest |error| (then the mean) on the fitted rows:
 - A100 (a100-sxm4-80gb): training rows of gpt-22b and gpt-175b fit compute_efficiency and
-  network_efficiency; inference rows of llama2-7b and llama2-70b tp8 fit memory_efficiency,
-  kernel_overhead and collective_step.
-- H100 (h100-sxm5-80gb; H200 inherits): the DGX Cloud 24.11 benchmark rows and the NeMo
-  long-sequence rows of the h100_dense suite fit compute_efficiency, fp8_efficiency,
-  attention_efficiency and network_efficiency; every other H100 training source (NeMo 24.07,
-  DGX Cloud 25.05, Megatron-Bridge, and the whole MoE suite) is held out.
+  network_efficiency; inference rows of llama2-7b and llama2-70b tp8 fit kernel_overhead and
+  collective_step (the decode attention rate does not matter at batch 1); TensorRT-LLM
+  v0.6.1's GPT-J and Llama 2 70B rows fit decode_attention_rate (its Llama 7B and Falcon 180B
+  rows held out). memory_efficiency stays the preset's: the pointwise kernels it also sets
+  drive the training rows (raising it to what TensorRT-LLM's decode GEMMs reach puts
+  training 7-10 % off).
+- H100 (h100-sxm5-80gb; H200 inherits): the DGX Cloud 24.11 benchmark rows of the
+  h100_dense suite fit compute_efficiency, fp8_efficiency and attention_efficiency; the
+  nccl-tests all-reduce rows above 1 MiB on one DGX H100 fit network_efficiency (what the
+  links deliver, measured directly rather than left to absorb training residuals); every
+  other H100 training source (NeMo 24.07, DGX Cloud 25.05, Megatron-Bridge, and the whole
+  MoE suite) is held out. TensorRT-LLM v0.5's
+  H100 FP8 GPT-J and Llama 2 70B rows fit memory_efficiency, kernel_overhead and
+  decode_attention_rate (Llama 7B and Falcon 180B held out); collective_step stays 0:
+  nccl-tests on a DGX H100 match NCCL's own latencies with nothing on top.
+The trtllm suite holds both families' rows; each family reads the rows of its GPU.
 
 `--cv` prints, per suite, the in-sample error (the factors fitted on all their fit rows)
 beside the leave-one-source-out error: for each source, every group whose fit rows include
@@ -33,9 +43,10 @@ from core.loader import load_hardware
 from core.validation import SUITES, available_suites
 
 US = 1e-6
+MIB = 2**20
 ZERO_FACTORS = {"compute_efficiency": 1.0, "fp8_efficiency": 1.0, "attention_efficiency": 1.0,
                 "memory_efficiency": 1.0, "network_efficiency": 1.0, "kernel_overhead_s": 0.0,
-                "collective_step_s": 0.0}
+                "collective_step_s": 0.0, "decode_attention_rate": 12.0}
 
 
 @dataclass(frozen=True)
@@ -52,7 +63,11 @@ class Family:
     preset: str
     suites: tuple  # the suites whose rows run on this family's preset
     groups: tuple
+    gpus: tuple  # GPU names in a shared suite's case ids that are this family's rows
     prior: str = ""  # preset whose factors a group falls back on when a fold leaves it no row
+
+    def owns(self, suite: str, case) -> bool:
+        return suite not in SHARED_SUITES or any(f"-{gpu}-" in case.case for gpu in self.gpus)
 
 
 A100_TRAIN_FIT = ("gpt-22b", "gpt-175b")  # held out: gpt-530b, gpt-1t
@@ -60,6 +75,9 @@ A100_INFER_FIT = ("llama2-7b ", "llama2-70b tp8")  # held out: llama2-13b, llama
 # DGX Cloud 24.11 spans 8B to 405B and 8 to 2,304 GPUs; the long-sequence rows are the only
 # ones where fused attention dominates the step, the one place attention_efficiency shows.
 H100_TRAIN_FIT_SOURCES = ("dgxc-24.11",)
+A100_DECODE_FIT = ("TRTLLM061-A100-GPT-J", "TRTLLM061-A100-LLaMA70B")  # held out: Llama 7B, Falcon 180B
+H100_INFER_FIT = ("TRTLLM05-H100-GPT-J", "TRTLLM05-H100-LLaMA70B")  # held out: Llama 7B, Falcon 180B
+SHARED_SUITES = ("trtllm",)  # suites with rows of both families
 
 
 def _grid(low: float, high: float, points: int, scale: float = 1.0) -> tuple:
@@ -67,18 +85,24 @@ def _grid(low: float, high: float, points: int, scale: float = 1.0) -> tuple:
 
 
 FAMILIES = {
-    "a100": Family("a100-sxm4-80gb", ("training", "inference", "memory"), (
+    "a100": Family("a100-sxm4-80gb", ("training", "inference", "memory", "trtllm"), (
         Group("training", ("training",), lambda c: c.case.startswith(A100_TRAIN_FIT),
               (("compute_efficiency", _grid(0.6, 1.0, 9)), ("network_efficiency", _grid(0.4, 1.0, 7)))),
         Group("inference", ("inference",), lambda c: c.case.startswith(A100_INFER_FIT),
-              (("memory_efficiency", _grid(0.6, 1.0, 5)), ("kernel_overhead_s", _grid(0.0, 12.0, 5, US)),
-               ("collective_step_s", _grid(0.0, 8.0, 5, US)))),
-    )),
-    "h100": Family("h100-sxm5-80gb", ("h100_dense", "moe", "memory_h100", "collectives"), (
+              (("kernel_overhead_s", _grid(0.0, 8.0, 9, US)), ("collective_step_s", _grid(0.0, 8.0, 9, US)))),
+        Group("decode", ("trtllm",), lambda c: c.case.startswith(A100_DECODE_FIT),
+              (("decode_attention_rate", (6.0, 9.0, 12.0, 15.0, 18.0)),)),
+    ), gpus=("A100",)),
+    "h100": Family("h100-sxm5-80gb", ("h100_dense", "moe", "memory_h100", "collectives", "trtllm"), (
         Group("training", ("h100_dense",), lambda c: c.source in H100_TRAIN_FIT_SOURCES,
               (("compute_efficiency", _grid(0.45, 0.85, 5)), ("fp8_efficiency", _grid(0.7, 1.0, 4)),
-               ("attention_efficiency", _grid(0.4, 1.0, 4)), ("network_efficiency", _grid(0.6, 1.0, 3)))),
-    ), prior="a100-sxm4-80gb"),
+               ("attention_efficiency", _grid(0.4, 1.0, 4)))),
+        Group("network", ("collectives",), lambda c: int(c.case.rsplit("-", 1)[1]) > MIB,
+              (("network_efficiency", _grid(0.6, 1.0, 9)),)),
+        Group("inference", ("trtllm",), lambda c: c.case.startswith(H100_INFER_FIT),
+              (("memory_efficiency", _grid(0.7, 1.0, 4)), ("kernel_overhead_s", _grid(0.0, 8.0, 9, US)),
+               ("decode_attention_rate", (6.0, 9.0, 12.0, 15.0, 18.0)))),
+    ), gpus=("H100", "H200"), prior="a100-sxm4-80gb"),
 }
 
 
@@ -147,7 +171,7 @@ def report(family: Family, hw) -> None:
         if suite not in available_suites():
             continue
         groups = [g for g in family.groups if suite in g.suites]
-        cases = _cases(suite, hw)
+        cases = [c for c in _cases(suite, hw) if family.owns(suite, c)]
         print(f"\n{suite}")
         for c in cases:
             tag = "fit " if any(g.fit_rows(c) for g in groups) else "held"
@@ -164,18 +188,19 @@ def print_calibration(name: str, hw) -> None:
     print(f"\n{name} calibration:\n  compute_efficiency: {c.compute_efficiency:.3f}\n"
           f"  fp8_efficiency: {c.fp8_efficiency:.3f}\n  attention_efficiency: {c.attention_efficiency:.3f}\n"
           f"  network_efficiency: {c.network_efficiency:.3f}\n  memory_efficiency: {c.memory_efficiency:.3f}\n"
-          f"  kernel_overhead: {c.kernel_overhead_s / US:.2f} us\n  collective_step: {c.collective_step_s / US:.2f} us")
+          f"  kernel_overhead: {c.kernel_overhead_s / US:.2f} us\n  collective_step: {c.collective_step_s / US:.2f} us\n"
+          f"  decode_attention_rate: {c.decode_attention_rate:.3g}")
 
 
 def cross_validate(families: dict) -> None:
     """In-sample and leave-one-source-out mean / max |error| per suite."""
     print(f"{'suite':14s} {'in-sample mean/max %':>22s} {'leave-one-source-out mean/max %':>34s}")
-    for family in families.values():
+    for name, family in families.items():
         fitted = fit_family(family)
         for suite in family.suites:
             if suite not in available_suites():
                 continue
-            cases = _cases(suite, fitted)
+            cases = [c for c in _cases(suite, fitted) if family.owns(suite, c)]
             if not cases:
                 continue
             refits = any(suite in g.suites for g in family.groups)
@@ -185,13 +210,14 @@ def cross_validate(families: dict) -> None:
                 if hw is None:
                     unpredictable.append(source)
                     continue
-                held += [c for c in _cases(suite, hw) if c.source == source]
+                held += [c for c in _cases(suite, hw) if c.source == source and family.owns(suite, c)]
             mean, worst = _errors(cases)
             cv_mean, cv_worst = _errors(held)
             note = "" if refits else ", nothing fitted on it"
             if unpredictable:
                 note += f"; not predictable without its own rows: {', '.join(unpredictable)}"
-            print(f"{suite:14s} {mean:10.1f} / {worst:5.1f}   {cv_mean:20.1f} / {cv_worst:5.1f}"
+            label = f"{suite}/{name}" if suite in SHARED_SUITES else suite
+            print(f"{label:14s} {mean:10.1f} / {worst:5.1f}   {cv_mean:20.1f} / {cv_worst:5.1f}"
                   f"   ({len({c.source for c in cases})} sources{note})")
 
 

@@ -5,6 +5,7 @@ from rich.console import Console
 from rich.table import Table
 
 from core import SpecError
+from core.units import format_quantity
 from core.validation import SUITES, available_suites, run_all, summary
 
 
@@ -36,7 +37,8 @@ def run(args) -> int:
         for column in ("case", "measured", "predicted", "error"):
             table.add_column(column, justify="left" if column == "case" else "right")
         for c in (c for c in cases if c.suite == suite):
-            table.add_row(c.case, f"{c.measured:.3f} {c.unit}", f"{c.predicted:.3f} {c.unit}", f"{c.error_pct:+.1f} %")
+            table.add_row(c.case, format_quantity(c.measured, c.unit), format_quantity(c.predicted, c.unit),
+                          f"{c.error_pct:+.1f} %")
         console.print(table)
         console.print(f"  mean |error| {numbers['mean_abs_error_pct']:.1f} %   "
                       f"max |error| {numbers['max_abs_error_pct']:.1f} %\n")
