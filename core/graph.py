@@ -166,11 +166,12 @@ def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerG
         rot = T * (q_dim + kv_dim) * el
         add(_pointwise_ops(hw, "rotary", rot, rot, 0.0))
     batch_heads = shape.micro_batch * heads
-    if model.attention_kernel == "flash":
+    if model.attention_kernel != "standard":
         groups = max(1, heads // kv_heads)
-        kernel = ops.flash_attention(hw, batch_heads, shape.seq, shape.kv_seq, d, groups, shape.causal)
+        kernel = ops.flash_attention(hw, batch_heads, shape.seq, shape.kv_seq, d, groups, shape.causal,
+                                     kernel=model.attention_kernel)
         back = ops.flash_attention(hw, batch_heads, shape.seq, shape.kv_seq, d, groups,
-                                   shape.causal, backward=True)
+                                   shape.causal, backward=True, kernel=model.attention_kernel)
         logsumexp = batch_heads * shape.seq * 4
         attn_fwd = [_compute("attention", kernel, logsumexp)]
         attn_bwd = (_compute("attention.bwd", back),)

@@ -113,11 +113,12 @@ def causal_fraction(kv_len: int) -> float:
 
 @lru_cache(maxsize=65536)
 def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int, head_dim: int,
-                    kv_groups: int, causal: bool, backward: bool = False) -> KernelTime:
+                    kv_groups: int, causal: bool, backward: bool = False, kernel: str = "flash") -> KernelTime:
     """One fused attention kernel (FlashAttention-2 style): scores stay in SRAM.
 
     `batch_heads` counts query heads; `kv_groups` is query heads per KV head (GQA).
-    Backward does five tile matmuls to forward's two and recomputes the scores."""
+    Backward does five tile matmuls to forward's two and recomputes the scores. `kernel`
+    flash2 (FlashAttention-2) issues mma.sync, at the GPU's mma_sync_share of the rate."""
     gpu, cal = hw.gpu, hw.calibration
     el = hw.act_bytes
     visible = causal_fraction(kv_len) if causal else 1.0
@@ -126,7 +127,10 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     flops = matmuls * 2.0 * scores * head_dim
     tiles = batch_heads * ceil(q_len / FLASH_TILE_Q)
     per_sm = ceil(tiles / gpu.sm_count) / (tiles / gpu.sm_count)  # tail-wave under-fill
-    tensor_s = flops / (gpu.flops(hw.act_dtype) * cal.compute_efficiency * cal.attention_efficiency) * per_sm
+    rate = gpu.flops(hw.act_dtype) * cal.compute_efficiency * cal.attention_efficiency
+    if kernel == "flash2":
+        rate *= gpu.mma_sync_share
+    tensor_s = flops / rate * per_sm
     exp_rate = SFU_OPS_PER_SM_PER_CLOCK * gpu.sm_count * gpu.clock_hz
     softmax_s = (2 if backward else 1) * scores * SOFTMAX_FP32_OPS / gpu.flops("fp32") * per_sm
     softmax_s += scores / exp_rate * per_sm  # one exp per score, forward and recomputed in backward

@@ -5,7 +5,9 @@ from dataclasses import dataclass, field, replace
 
 ACTIVATIONS = ("gelu", "swiglu")
 NORMS = ("layernorm", "rmsnorm")
-ATTENTION_KERNELS = ("flash", "standard")
+# flash: a fused kernel using the GPU's newest MMA path (FlashAttention-3, cuDNN); flash2:
+# FlashAttention-2, which issues the pre-Hopper mma.sync; standard: unfused matmuls and softmax.
+ATTENTION_KERNELS = ("flash", "flash2", "standard")
 POSITION_EMBEDDINGS = ("rotary", "learned")
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
@@ -123,6 +125,9 @@ class GpuSpec:
     l2: MemoryLevel
     hbm: MemoryLevel
     launch_overhead_s: float
+    # Share of the tensor-core rate a kernel issuing the pre-Hopper mma.sync reaches
+    # (FlashAttention-2 on Hopper, which lacks warpgroup MMA and TMA); 1 before Hopper.
+    mma_sync_share: float = 1.0
 
     def flops(self, dtype: str) -> float:
         return dict(self.peak_flops)[dtype]

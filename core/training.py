@@ -155,16 +155,16 @@ def optimizer_step_s(model: ModelSpec, hw: HardwareSpec, par: Parallelism) -> fl
     return ops.pointwise(hw, max(stage_params(model, par)) / shard * ADAM_BYTES_PER_PARAM).time_s
 
 
-def model_flops(model: ModelSpec, work: TrainWorkload, executed: bool = True) -> float:
+def model_flops(model: ModelSpec, work: TrainWorkload, score_share: float | None = None) -> float:
     """Model FLOPs of one iteration for MFU: 6 per parameter per token (the tied output
     layer counted again), plus 12 * layers * q_dim * seq per token for attention's two
     matmuls, scaled to the share of scores the kernel executes (about half for causal
     FlashAttention; the unfused kernel computes every score), so MFU stays <= 100 %.
-    `executed=False` counts every score, as Megatron-LM's and NeMo's 2024 FLOP formulas did
-    (their attention term is 12 * seq / hidden with no causal half)."""
-    full = not executed or model.attention_kernel != "flash"
-    share = 1.0 if full else ops.causal_fraction(work.seq)
-    per_token = 6.0 * model.active_params() + 12.0 * model.layers * model.q_dim * work.seq * share
+    `score_share` replaces that share with a framework's convention (1 in NeMo's 2024 FLOP
+    formulas, 0.5 in Megatron-LM's of 2025)."""
+    if score_share is None:
+        score_share = 1.0 if model.attention_kernel == "standard" else ops.causal_fraction(work.seq)
+    per_token = 6.0 * model.active_params() + 12.0 * model.layers * model.q_dim * work.seq * score_share
     if model.tied_embeddings:
         per_token += 6.0 * model.vocab * model.hidden
     return per_token * work.global_batch * work.seq
