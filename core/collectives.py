@@ -1,6 +1,7 @@
 """Closed-form collective times per network dimension, right for small messages
 (per-step latency, launch cost) and large ones (bandwidth), executed hierarchically
 across the dimensions a group spans."""
+from functools import lru_cache
 from math import ceil, log2
 
 from .specs import HardwareSpec, NetworkDim
@@ -83,9 +84,16 @@ def collective_time(hw: HardwareSpec, dims: tuple, kind: str, bytes_: float, spa
                     protocols: dict = PROTOCOLS) -> dict:
     """Seconds per dimension name for a collective over a group spanning `span`
     ((dim_index, ranks), ...), composed hierarchically: reduce-scatter inward-out,
-    the outermost step on the shrunken buffer, all-gather back."""
+    the outermost step on the shrunken buffer, all-gather back. `protocols`: NCCL's
+    (PROTOCOLS) or the compiled simulator's bare ring/tree (BARE)."""
     if not span:
         return {}
+    return dict(_collective_items(hw, dims, kind, bytes_, span, protocols is BARE))
+
+
+@lru_cache(maxsize=65536)
+def _collective_items(hw: HardwareSpec, dims: tuple, kind: str, bytes_: float, span: tuple, bare: bool) -> tuple:
+    protocols = BARE if bare else PROTOCOLS
     times = {}
 
     def add(index, seconds):
@@ -109,7 +117,7 @@ def collective_time(hw: HardwareSpec, dims: tuple, kind: str, bytes_: float, spa
     else:
         for index, ranks in span:
             add(index, one_dim_time(kind, bytes_, dims[index], ranks, eff, step, protocols=protocols))
-    return times
+    return tuple(times.items())
 
 
 def protocol_startup_s(hw: HardwareSpec, dims: tuple, kind: str, bytes_: float, span: tuple) -> float:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from . import ops
-from .specs import DTYPE_BYTES, HardwareSpec, ModelSpec
+from .specs import DTYPE_BYTES, HardwareSpec, ModelSpec, hash_once
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +49,7 @@ def train_shape(par, work) -> LayerShape:
                       etp=par.expert_tp, tp_overlap=par.overlap_tp_comm and par.sp and par.tp > 1)
 
 
+@hash_once
 @dataclass(frozen=True)
 class LayerGraph:
     forward: tuple

@@ -112,8 +112,12 @@ def saved_per_layer(graph: LayerGraph, recompute: str, layer_input_bytes: float)
     """Bytes one layer keeps for backward per micro-batch under the recompute policy."""
     if recompute == "full":
         return layer_input_bytes
-    return sum(op.saved_bytes for op in graph.forward
-               if not (recompute == "selective" and op.attention_core))
+    return _saved_bytes(graph, recompute == "selective")
+
+
+@lru_cache(maxsize=4096)
+def _saved_bytes(graph: LayerGraph, selective: bool) -> float:
+    return sum(op.saved_bytes for op in graph.forward if not (selective and op.attention_core))
 
 
 def in_flight(par: Parallelism, microbatches: int, stage: int) -> float:
@@ -141,7 +145,7 @@ def training_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, graph:
     shard, expert_shard = par.dp * par.cp, expert_data_parallel(par)  # ZeRO shards over replicas
     cache_bytes = FP8_WEIGHT_CACHE_BYTES if hw.dtype == "fp8" and not par.fp8_params else 0
     split = stage_layers(model.layers, par)
-    best = None
+    best, most = None, -1.0
     for stage, (dense, expert) in enumerate(stage_param_parts(model, par)):
         params = dense + expert
         sharded = dense / shard + expert / expert_shard
@@ -159,11 +163,12 @@ def training_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, graph:
             transient += 2 * params / split[stage] * weight_bytes(hw, par)
         if stage == par.pp - 1:
             transient += 2 * tokens * model.vocab / t * 4  # fp32 logits and their gradient
-        estimate = MemoryEstimate(weights, grads, optimizer, activations, transient, 0.0,
-                                  hw.gpu.hbm.capacity_bytes, stage, params * cache_bytes)
-        if best is None or estimate.peak_bytes > best.peak_bytes:
-            best = estimate
-    return best
+        parts = (weights, grads, optimizer, activations, transient, params * cache_bytes)
+        if sum(parts) > most:  # the peak grows with the allocated bytes
+            best, most = (stage, parts), sum(parts)
+    stage, (weights, grads, optimizer, activations, transient, cache) = best
+    return MemoryEstimate(weights, grads, optimizer, activations, transient, 0.0, hw.gpu.hbm.capacity_bytes,
+                          stage, cache)
 
 
 def inference_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, batch: int,

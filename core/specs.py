@@ -1,7 +1,8 @@
 """Frozen specs: what is modelled (ModelSpec), on what (HardwareSpec), how it is split
 (Parallelism) and what is run (TrainWorkload / InferWorkload). All sizes in bytes,
 bandwidths in bytes/s, times in seconds, throughput in FLOP/s."""
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from functools import cached_property, lru_cache
 
 ACTIVATIONS = ("gelu", "swiglu")
 NORMS = ("layernorm", "rmsnorm")
@@ -20,6 +21,26 @@ COMPUTE_DTYPES = ("bf16", "fp16", "fp8")
 GRAD_DTYPES = ("fp32", "bf16")
 
 
+def hash_once(cls):
+    """A frozen spec that keys the model's memo caches, hashed once per object instead of on
+    every memoized call (a hardware spec hashes ~40 fields). The cached hash is not pickled:
+    string hashes differ between processes."""
+    names = tuple(f.name for f in fields(cls))
+
+    def __hash__(self):
+        try:
+            return self._hash
+        except AttributeError:
+            object.__setattr__(self, "_hash", hash(tuple(getattr(self, name) for name in names)))
+            return self._hash
+
+    def __getstate__(self):
+        return {key: value for key, value in self.__dict__.items() if key != "_hash"}
+
+    cls.__hash__, cls.__getstate__ = __hash__, __getstate__
+    return cls
+
+
 def activation_dtype(compute_dtype: str) -> str:
     """What activations, attention, norms and weights' working copies are kept in: FP8
     training (Transformer Engine) runs only the GEMMs in FP8 and keeps the rest in BF16."""
@@ -35,6 +56,7 @@ class MoESpec:
     capacity_factor: float = 0.0  # token-drop routing: tokens per expert <= factor * fair share; 0 = dropless
 
 
+@hash_once
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
@@ -114,6 +136,7 @@ class MemoryLevel:
     bandwidth_bps: float
 
 
+@hash_once
 @dataclass(frozen=True)
 class GpuSpec:
     name: str
@@ -133,6 +156,7 @@ class GpuSpec:
         return dict(self.peak_flops)[dtype]
 
 
+@hash_once
 @dataclass(frozen=True)
 class NetworkDim:
     """One network dimension, innermost first: `size` NPUs per group on this level."""
@@ -173,6 +197,7 @@ class Calibration:
     decode_attention_rate: float = 0.0
 
 
+@hash_once
 @dataclass(frozen=True)
 class HardwareSpec:
     name: str
@@ -183,28 +208,33 @@ class HardwareSpec:
     source: str = ""
     faults: tuple = ()  # of LinkFault
 
-    @property
+    @cached_property
     def act_dtype(self) -> str:
         return activation_dtype(self.dtype)
 
-    @property
+    @cached_property
     def act_bytes(self) -> int:
         """Bytes per element of activations and of the weights' working copy."""
         return DTYPE_BYTES[self.act_dtype]
 
     def dims_for(self, gpus: int) -> tuple:
         """Network dimensions sized for `gpus` GPUs: an `auto` (0) size takes the remainder."""
-        sized, covered = [], 1
-        for dim in self.network:
-            size = dim.size
-            if size == 0:
-                size = max(1, -(-gpus // covered))
-            sized.append(dim if size == dim.size else replace(dim, size=size))
-            covered *= size
-        return tuple(sized)
+        return _sized_dims(self.network, gpus)
 
 
+@lru_cache(maxsize=1024)
+def _sized_dims(network: tuple, gpus: int) -> tuple:
+    sized, covered = [], 1
+    for dim in network:
+        size = dim.size
+        if size == 0:
+            size = max(1, -(-gpus // covered))
+        sized.append(dim if size == dim.size else replace(dim, size=size))
+        covered *= size
+    return tuple(sized)
 
+
+@hash_once
 @dataclass(frozen=True)
 class Parallelism:
     dp: int = 1

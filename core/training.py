@@ -164,10 +164,15 @@ def model_flops(model: ModelSpec, work: TrainWorkload, score_share: float | None
     formulas, 0.5 in Megatron-LM's of 2025)."""
     if score_share is None:
         score_share = 1.0 if model.attention_kernel == "standard" else ops.causal_fraction(work.seq)
-    per_token = 6.0 * model.active_params() + 12.0 * model.layers * model.q_dim * work.seq * score_share
+    return _flops_per_token(model, work.seq, score_share) * work.global_batch * work.seq
+
+
+@lru_cache(maxsize=4096)
+def _flops_per_token(model: ModelSpec, seq: int, score_share: float) -> float:
+    per_token = 6.0 * model.active_params() + 12.0 * model.layers * model.q_dim * seq * score_share
     if model.tied_embeddings:
         per_token += 6.0 * model.vocab * model.hidden
-    return per_token * work.global_batch * work.seq
+    return per_token
 
 
 def ddp_bucket_params(dp: int) -> float:

@@ -27,7 +27,9 @@ def test_a_compute_bound_fp8_gemm_runs_at_the_fp8_peak(h100):
     floor_s = 2 * 8192**3 / (fp8.gpu.flops("fp8") * cal.compute_efficiency * cal.fp8_efficiency)
     assert fp8_s >= floor_s
     assert fp8_s == pytest.approx(floor_s, rel=0.05)  # tail wave only
-    assert bf16_s / fp8_s == pytest.approx(2.0 * cal.fp8_efficiency, rel=0.01)  # twice the peak, at its efficiency
+    bf16_floor_s = 2 * 8192**3 / (h100.gpu.flops("bf16") * cal.compute_efficiency)
+    assert bf16_s >= bf16_floor_s
+    assert bf16_s == pytest.approx(bf16_floor_s, rel=0.05)  # the FP8 one runs at twice this peak, at its efficiency
 
 
 def test_fp8_keeps_activations_in_bf16_and_adds_casts(h100):
