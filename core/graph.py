@@ -37,6 +37,7 @@ class LayerShape:
     causal: bool = True
     etp: int = 0  # expert tensor parallelism; 0 = tp
     tp_overlap: bool = False  # SP collectives pipelined with their GEMMs (userbuffers)
+    document: int = 0  # tokens per packed document; 0 = the whole sequence
 
     @property
     def tokens(self) -> int:
@@ -46,7 +47,8 @@ class LayerShape:
 def train_shape(par, work) -> LayerShape:
     """The layer one rank runs per training micro-batch."""
     return LayerShape(par.micro_batch, work.seq // par.cp, work.seq, par.tp, par.sp, par.cp, par.ep,
-                      etp=par.expert_tp, tp_overlap=par.overlap_tp_comm and par.sp and par.tp > 1)
+                      etp=par.expert_tp, tp_overlap=par.overlap_tp_comm and par.sp and par.tp > 1,
+                      document=work.document)
 
 
 @hash_once
@@ -169,9 +171,12 @@ def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerG
     batch_heads = shape.micro_batch * heads
     if model.attention_kernel != "standard":
         groups = max(1, heads // kv_heads)
-        kernel = ops.flash_attention(hw, batch_heads, shape.seq, shape.kv_seq, d, groups, shape.causal,
+        # packed documents (THD): one causal block per document, each rank its CP share of it
+        docs = shape.kv_seq // shape.document if 0 < shape.document < shape.kv_seq else 1
+        blocks, q_len, kv_len = batch_heads * docs, shape.seq // docs, shape.kv_seq // docs
+        kernel = ops.flash_attention(hw, blocks, q_len, kv_len, d, groups, shape.causal,
                                      kernel=model.attention_kernel)
-        back = ops.flash_attention(hw, batch_heads, shape.seq, shape.kv_seq, d, groups,
+        back = ops.flash_attention(hw, blocks, q_len, kv_len, d, groups,
                                    shape.causal, backward=True, kernel=model.attention_kernel)
         logsumexp = batch_heads * shape.seq * 4
         attn_fwd = [_compute("attention", kernel, logsumexp)]

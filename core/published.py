@@ -70,7 +70,12 @@ def model_for(case) -> ModelSpec:
 #   the fine-tuning performance script turns it off (tp_comm_overlap=False);
 # - overlap_p2p_comm whenever virtual pipeline stages are used (the same callback sets it
 #   for vp > 1).
+# - FP8 weights (no BF16 working copy, FP8 parameter all-gather) in the NeMo 2.0 recipes
+#   (DGX Cloud benchmarking, Megatron-Bridge): their bf16_with_fp8_mixed() sets
+#   fp8_param_gather=True (NeMo 2.0 llm.recipes.precision.mixed_precision; Megatron-Bridge's
+#   mixed_precision.py likewise).
 NVIDIA_RECIPE_SOURCES = ("nemo-", "dgxc-", "megatron-bridge")
+FP8_PARAM_SOURCES = ("dgxc-", "megatron-bridge")
 
 
 def nvidia_recipe(case) -> bool:
@@ -79,6 +84,13 @@ def nvidia_recipe(case) -> bool:
 
 def fine_tuning(case) -> bool:
     return "SFT" in case.case_id
+
+
+# NeMo's SFT performance runs pack SQuAD examples into each 4096-token sequence, attention
+# kept within an example (packed sequences, THD). A SQuAD v1.1 example is a ~120-word context
+# with an ~11-word question and a short answer in NeMo's prompt template: about 200 Llama
+# tokens (1.3 tokens per word), the document length taken for those rows.
+SQUAD_DOCUMENT_TOKENS = 200
 
 
 def layout_for(case, training: bool) -> Parallelism:
@@ -100,7 +112,9 @@ def layout_for(case, training: bool) -> Parallelism:
                        schedule="interleaved" if virtual > 1 else "1f1b",
                        overlap_grad_reduce=bool(lay.get("overlap_grad_reduce")),
                        overlap_param_gather=bool(lay.get("overlap_param_gather")),
-                       fp8_params=bool(case.precision.get("fp8_params")))
+                       fp8_params=bool(case.precision.get("fp8_params")) or (
+                           training and case.source.startswith(FP8_PARAM_SOURCES)
+                           and case.precision.get("compute") == "fp8"))
 
 
 def predict(case, hw=None) -> tuple:
@@ -110,7 +124,8 @@ def predict(case, hw=None) -> tuple:
     work = case.workload
     training = "global_batch" in work
     if training:
-        workload = TrainWorkload(global_batch=int(work["global_batch"]), seq=int(work["seq"]))
+        workload = TrainWorkload(global_batch=int(work["global_batch"]), seq=int(work["seq"]),
+                                 document=SQUAD_DOCUMENT_TOKENS if fine_tuning(case) else 0)
     else:
         workload = InferWorkload(batch=int(work["batch"]), prompt=int(work["prompt"]), decode=int(work["decode"]),
                                  kv_dtype=case.precision.get("kv_cache") or "")

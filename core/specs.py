@@ -280,6 +280,9 @@ class TrainWorkload:
     global_batch: int
     seq: int
     mode: str = "train"
+    # Tokens per document when short documents are packed into each sequence (THD format,
+    # attention within a document only); 0: one document per sequence.
+    document: int = 0
 
 
 @dataclass(frozen=True)

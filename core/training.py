@@ -158,13 +158,16 @@ def optimizer_step_s(model: ModelSpec, hw: HardwareSpec, par: Parallelism) -> fl
 def model_flops(model: ModelSpec, work: TrainWorkload, score_share: float | None = None) -> float:
     """Model FLOPs of one iteration for MFU: 6 per parameter per token (the tied output
     layer counted again), plus 12 * layers * q_dim * seq per token for attention's two
-    matmuls, scaled to the share of scores the kernel executes (about half for causal
-    FlashAttention; the unfused kernel computes every score), so MFU stays <= 100 %.
+    matmuls (seq: the document's length when a fused kernel packs documents), scaled to the
+    share of scores the kernel executes (about half for causal FlashAttention; the unfused
+    kernel computes every score of the whole sequence), so MFU stays <= 100 %.
     `score_share` replaces that share with a framework's convention (1 in NeMo's 2024 FLOP
     formulas, 0.5 in Megatron-LM's of 2025)."""
+    fused = model.attention_kernel != "standard"
+    attended = min(work.document or work.seq, work.seq) if fused else work.seq
     if score_share is None:
-        score_share = 1.0 if model.attention_kernel == "standard" else ops.causal_fraction(work.seq)
-    return _flops_per_token(model, work.seq, score_share) * work.global_batch * work.seq
+        score_share = ops.causal_fraction(attended) if fused else 1.0
+    return _flops_per_token(model, attended, score_share) * work.global_batch * work.seq
 
 
 @lru_cache(maxsize=4096)
