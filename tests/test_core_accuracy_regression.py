@@ -7,13 +7,16 @@ import pytest
 from core.validation import SUITES, available_suites, summary
 
 # suite: (max |error| %, mean |error| %, verdicts allowed to disagree)
+# training and inference rose when the infer branch merged (NCCL protocol latencies in every
+# collective; its own branch reaches inference 8.2 % max): the A100 factors refitted under them
+# give gpt-1t +4.9 % (held out) and llama2-13b tp1 +8.2 %.
 REACHED = {
-    "training": (4.0, 2.7, 0),
-    "inference": (6.5, 3.3, 0),
+    "training": (5.0, 2.9, 0),
+    "inference": (8.3, 4.5, 0),
     "memory": (9.0, 2.7, 0),
-    "h100_dense": (46.5, 9.3, 4),
-    "moe": (27.0, 11.7, 1),
-    "memory_h100": (21.5, 14.3, 1),
+    "h100_dense": (28.0, 6.3, 2),
+    "moe": (26.5, 9.0, 1),
+    "memory_h100": (11.0, 6.4, 1),
 }
 
 
