@@ -8,14 +8,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .collectives import collective_time
-from .graph import LayerShape, Op, build_decode_layer, build_layer
+from .collectives import collective_time, protocol_startup_s
+from .graph import LayerShape, Op, build_decode_layer, build_layer, train_shape
 from .inference import lm_head_s
-from .layout import group_spans, merge_spans
-from .memory import GRAD_BYTES, WEIGHT_BYTES, stage_params
+from .layout import group_spans, merge_spans, stage_layers
+from .memory import grad_bytes, stage_params, weight_bytes
 from .network import astra_network, rank_groups
 from .replay import RECV, SEND, Block, CommClasses, Program, assemble, compute_block, concat, frontier_increments, ops_block
-from .specs import DTYPE_BYTES
 from .training import edge_ops, model_flops, optimizer_step_s
 from .errors import SpecError
 
@@ -115,22 +114,23 @@ def _layer_ops(ctx: Context, shape: LayerShape) -> tuple:
         backward = [op for op in forward if op.attention_core] + backward
     if ctx.par.zero >= 3:  # parameters gathered ahead of use, gradients scattered after
         per_layer = stage_params(ctx.model, ctx.par)[0] / (ctx.model.layers // ctx.par.pp)
+        weights, grads = weight_bytes(ctx.hw, ctx.par), grad_bytes(ctx.par)
 
         def hidden(collective, bytes_, ops_list):
             return Op(f"zero3.{collective}", "comm", collective=collective, axis="dp", bytes_=bytes_,
                       cover_s=sum(op.time_s for op in ops_list))
         # Each pass gathers its parameters ahead of use; the backward also scatters the
         # previous layer's gradients while it computes.
-        forward = [hidden("all_gather", per_layer * WEIGHT_BYTES, forward)] + forward
-        backward = [hidden("all_gather", per_layer * WEIGHT_BYTES, backward),
-                    hidden("reduce_scatter", per_layer * GRAD_BYTES, backward)] + backward
+        forward = [hidden("all_gather", per_layer * weights, forward)] + forward
+        backward = [hidden("all_gather", per_layer * weights, backward),
+                    hidden("reduce_scatter", per_layer * grads, backward)] + backward
     return forward, backward
 
 
 def layer_trace(ctx: Context, ops_list, stage: int = 0) -> tuple:
     """(trace, node ranks, node labels, classes) of one layer pass on every rank of `stage`."""
     classes = CommClasses()
-    block = ops_block(ops_list, ctx.algorithm, classes)
+    block = _ops_block(ctx, ops_list, classes)
     trace, node_rank, label, _ = assemble(ctx.groups, [(_stage_ranks(ctx, stage), block)])
     return trace, node_rank, label, classes
 
@@ -201,13 +201,16 @@ def pipeline_trace(ctx: Context, work: StageWork, micro: int, message_bytes: flo
                 buckets = []
                 for piece, bucket in zip(work.backward[stage], work.bucket_bytes[stage]):
                     last = tuple(program.place(piece, last))
-                    if final and dp_buckets:
+                    if final and dp_buckets and par.overlap_grad_reduce:
+                        buckets += list(program.place(_comm_block(ctx, "dp", reduce, bucket, classes), last))
+                if final and dp_buckets and not par.overlap_grad_reduce:  # reduced once the backward is done
+                    for bucket in work.bucket_bytes[stage]:
                         buckets += list(program.place(_comm_block(ctx, "dp", reduce, bucket, classes), last))
                 done = last
                 if final:
                     last = tuple(program.place(compute_block(optimizer_s, OPTIMIZER), last + tuple(buckets)))
                     if dp_buckets and par.zero >= 1:
-                        params = sum(work.bucket_bytes[stage]) / GRAD_BYTES * WEIGHT_BYTES
+                        params = sum(work.bucket_bytes[stage]) / grad_bytes(ctx.par) * weight_bytes(ctx.hw, ctx.par)
                         program.place(_comm_block(ctx, "dp", "all_gather", params, classes), last)
             target = stage + 1 if forward else stage - 1
             if 0 <= target < par.pp:
@@ -218,8 +221,21 @@ def pipeline_trace(ctx: Context, work: StageWork, micro: int, message_bytes: flo
 
 
 def _comm_block(ctx, axis, collective, bytes_, classes):
-    return ops_block([Op(f"{axis}.{collective}", "comm", collective=collective, axis=axis, bytes_=bytes_)],
-                     ctx.algorithm, classes)
+    return _ops_block(ctx, [Op(f"{axis}.{collective}", "comm", collective=collective, axis=axis, bytes_=bytes_)],
+                      classes)
+
+
+def _ops_block(ctx, ops_list, classes):
+    """ops_block with each exposed collective preceded by the start-up NCCL's protocol adds to
+    the bare algorithm the simulator runs, so replay and closed forms agree without contention."""
+    expanded = []
+    for op in ops_list:
+        if op.kind == "comm" and op.cover_s <= 0:
+            startup = protocol_startup_s(ctx.hw, ctx.dims, op.collective, op.bytes_, ctx.spans.get(op.axis, ()))
+            if startup > 0:
+                expanded.append(Op(f"{op.name}.startup", "compute", time_s=startup))
+        expanded.append(op)
+    return ops_block(expanded, ctx.algorithm, classes)
 
 
 def _edges(ctx, tokens) -> tuple:
@@ -234,7 +250,7 @@ def _edges(ctx, tokens) -> tuple:
 
 
 def _gradient_buckets(ctx, pieces: int) -> list:
-    return [[params * GRAD_BYTES / pieces] * pieces for params in stage_params(ctx.model, ctx.par)]
+    return [[params * grad_bytes(ctx.par) / pieces] * pieces for params in stage_params(ctx.model, ctx.par)]
 
 
 @dataclass(frozen=True)
@@ -256,14 +272,25 @@ class TrainReplay:
 
 
 def train_replay(model, hw, par, work, gpus) -> TrainReplay:
+    _check_replayable(model, par)
     ctx = _context(model, hw, par, gpus)
-    seq = work.seq // par.cp
-    shape = LayerShape(par.micro_batch, seq, work.seq, par.tp, par.sp, par.cp, par.ep)
-    tokens = par.micro_batch * seq
+    shape = train_shape(par, work)
+    tokens = shape.tokens
     forward_ops, backward_ops = _layer_ops(ctx, shape)
     return TrainReplay(ctx, forward_ops, backward_ops, _edges(ctx, tokens), model.layers // par.pp,
                        work.global_batch // (par.dp * par.micro_batch),
-                       tokens * model.hidden * DTYPE_BYTES[hw.dtype] / par.tp)
+                       tokens * model.hidden * hw.act_bytes / par.tp)
+
+
+def _check_replayable(model, par) -> None:
+    """The replays stamp one stage's program onto every stage and know the tp, cp, ep, dp
+    and pp communicators only: uneven stages and a separate expert-TP group are analytical."""
+    if len(set(stage_layers(model.layers, par))) > 1:
+        raise SpecError("", "pipeline", stage_layers(model.layers, par),
+                        "uneven pipeline stages are modelled by the analytical backend only")
+    if par.expert_tp != par.tp:
+        raise SpecError("", "etp", par.etp, "expert tensor parallelism other than tp is modelled by the "
+                        "analytical backend only")
 
 
 def train_step_astra(model, hw, par, work, gpus, backend: str, emit=None):
@@ -305,8 +332,8 @@ def _shares(layer: dict, layers: int, total_s: float) -> dict:
 
 def flattened_work(step: TrainReplay, classes: CommClasses) -> StageWork:
     ctx, edges, layers, pieces = step.ctx, step.edges, step.layers, step.pieces
-    fwd_layer = ops_block(step.forward_ops, ctx.algorithm, classes)
-    bwd_layer = ops_block(step.backward_ops, ctx.algorithm, classes)
+    fwd_layer = _ops_block(ctx, step.forward_ops, classes)
+    bwd_layer = _ops_block(ctx, step.backward_ops, classes)
     fwd_stack = fwd_layer.repeated(layers)
     bucket_layers = [len(chunk) for chunk in np.array_split(np.arange(layers), pieces)]
     bwd_chunks = [bwd_layer.repeated(count) for count in bucket_layers]
@@ -324,6 +351,7 @@ def flattened_work(step: TrainReplay, classes: CommClasses) -> StageWork:
 def infer_request_astra(model, hw, par, work, gpus, backend: str, emit=None):
     """(request seconds, TTFT, time per output token, breakdown, FLOPs, busiest links)
     from a replay of one replica: prefill, then every decode step, stage after stage."""
+    _check_replayable(model, par)
     ctx = _context(model, hw, par, gpus)
     b, prompt, decode = work.batch, work.prompt, work.decode
     layers = model.layers // par.pp
@@ -331,16 +359,16 @@ def infer_request_astra(model, hw, par, work, gpus, backend: str, emit=None):
     classes = CommClasses()
     prefill_ops = build_layer(model, hw, LayerShape(b, prompt, prompt, par.tp, par.sp, 1, 1)).forward
     contexts = (prompt + 1, prompt + decode)
-    decode_ops = [build_decode_layer(model, hw, b, c, par.tp) for c in contexts]
+    decode_ops = [build_decode_layer(model, hw, b, c, par.tp, work.kv_bytes(hw)) for c in contexts]
     if backend == "astra-hierarchical":
         prefill = compute_block(layers * _replay_layer(ctx, prefill_ops)["time_s"])
         steps = [compute_block(layers * (_replay_layer(ctx, decode_ops[0])["time_s"]
                                          + _replay_layer(ctx, decode_ops[1])["time_s"]) / 2)]
     else:
-        prefill = ops_block(prefill_ops, ctx.algorithm, classes).repeated(layers)
-        first, last = (ops_block(o, ctx.algorithm, classes) for o in decode_ops)
+        prefill = _ops_block(ctx, prefill_ops, classes).repeated(layers)
+        first, last = (_ops_block(ctx, o, classes) for o in decode_ops)
         steps = [_decode_stack(first, last, layers, k, decode) for k in range(decode)]
-    el = DTYPE_BYTES[hw.dtype]
+    el = hw.act_bytes
     stride = ctx.groups.strides["pp"]
     tokens = b * 4  # each decode step starts from the tokens the last stage sampled
     programs, first_token = [], None

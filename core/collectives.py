@@ -1,6 +1,7 @@
 """Closed-form collective times per network dimension, right for small messages
 (per-step latency, launch cost) and large ones (bandwidth), executed hierarchically
 across the dimensions a group spans."""
+from functools import lru_cache
 from math import ceil, log2
 
 from .specs import HardwareSpec, NetworkDim
@@ -22,39 +23,77 @@ def _bandwidth_bps(dim: NetworkDim, ranks: float, efficiency: float) -> float:
     return bw
 
 
+# NCCL's protocols as its tuning model describes them: (seconds to start, seconds per
+# algorithm step on top of the link's own latency, share of the link bandwidth that carries
+# data). LL sends 4 data bytes with every 4-byte flag; LL128 keeps 120 of every 128 bytes;
+# Simple moves whole chunks behind a fence per step.
+PROTOCOLS = {"ll": (6.6e-6, 0.0, 0.5), "ll128": (14e-6, 1.3e-6, 0.92), "simple": (8.4e-6, 2.8e-6, 1.0)}
+# An in-switch reduction (NVLink SHARP, NCCL's NVLS algorithm) is one multicast round whatever
+# the group size. NCCL's tuning table puts its latency at 25 us on NVLink; nccl-tests on a DGX
+# H100 show a larger start-up, the intercept of the large-message line (2-512 MiB: about 55 us,
+# the chunk pipeline filling across the switch), which is the figure taken here.
+NVLS_LATENCY_S = 55e-6
+# What the compiled simulator runs: ring or double binary tree (in any dimension) steps at the
+# link's latency, whole chunks, no protocol start-up and no in-switch reduction.
+BARE = {"simple": (0.0, 0.0, 1.0)}
+
+
 def one_dim_time(kind: str, bytes_: float, dim: NetworkDim, ranks: float, efficiency: float = 1.0,
-                 step_s: float = 0.0) -> float:
+                 step_s: float = 0.0, log_tree: bool = True, protocols: dict = PROTOCOLS) -> float:
     """Seconds for one collective over `ranks` NPUs of one dimension.
 
     `bytes_` is the full buffer: the reduced vector for all-reduce, the gathered or
     scattered whole for all-gather / reduce-scatter, each rank's send buffer for
-    all-to-all, the message for send/recv."""
+    all-to-all, the message for send/recv. `log_tree` offers the log-depth tree to all-reduce
+    (NCCL builds it across nodes; inside a node its tree is a chain, never faster than the ring)."""
     if ranks <= 1 and kind != "send_recv":
         return 0.0
-    bw, alpha = _bandwidth_bps(dim, ranks, efficiency), dim.latency_s + step_s
-    steps = ranks - 1
     if kind == "send_recv":
-        return alpha + bytes_ / (dim.link_bandwidth_bps * dim.efficiency * efficiency)
-    if kind in ("reduce_scatter", "all_gather"):
-        return steps * alpha + steps / ranks * bytes_ / bw
-    if kind == "all_to_all":
-        return steps * alpha + steps / ranks * bytes_ / bw
-    return min(_all_reduce_times(bytes_, ranks, bw, alpha).values())
-
-
-def _all_reduce_times(bytes_: float, ranks: float, bw: float, alpha: float) -> dict:
-    """All-reduce by ring (bandwidth-optimal) and by tree (log-depth latency)."""
+        return dim.latency_s + step_s + bytes_ / (dim.link_bandwidth_bps * dim.efficiency * efficiency)
+    if kind == "all_reduce":
+        return min(all_reduce_times(bytes_, dim, ranks, efficiency, step_s, log_tree, protocols).values())
+    bw = _bandwidth_bps(dim, ranks, efficiency)
     steps = ranks - 1
-    return {"ring": 2 * steps * alpha + 2 * steps / ranks * bytes_ / bw,
-            "double_binary_tree": 2 * ceil(log2(ranks)) * alpha + 2 * bytes_ / bw}
+    return min(base + steps * (dim.latency_s + extra + step_s) + steps / ranks * bytes_ / (bw * share)
+               for base, extra, share in protocols.values())
 
 
-def collective_time(hw: HardwareSpec, dims: tuple, kind: str, bytes_: float, span: tuple) -> dict:
+def all_reduce_times(bytes_: float, dim: NetworkDim, ranks: float, efficiency: float = 1.0,
+                     step_s: float = 0.0, log_tree: bool = True, protocols: dict = PROTOCOLS) -> dict:
+    """Seconds of an all-reduce by each algorithm and protocol NCCL could pick, keyed
+    "algorithm/protocol"; NCCL runs the fastest. Ring: 2(n-1) steps, each rank sending and
+    receiving 2(n-1)/n of the buffer. Tree: log-depth reduce then broadcast, the whole buffer
+    up and down. NVLS, where the switch reduces: each rank writes its buffer into the switch
+    and reads the reduced result once (1 + 1/n of the buffer each way, counting the shard of
+    the reduction it serves), at the share of the link rate the switch's reduction sustains."""
+    bw = _bandwidth_bps(dim, ranks, efficiency)
+    steps = ranks - 1
+    times = {}
+    for name, (base, extra, share) in protocols.items():
+        hop = dim.latency_s + extra + step_s
+        times[f"ring/{name}"] = base + 2 * steps * hop + 2 * steps / ranks * bytes_ / (bw * share)
+        if log_tree:
+            times[f"tree/{name}"] = base + 2 * ceil(log2(ranks)) * hop + 2 * bytes_ / (bw * share)
+    if dim.switch_reduction > 0 and dim.topology == "switch" and protocols is PROTOCOLS:
+        link = dim.link_bandwidth_bps * dim.efficiency * efficiency * dim.switch_reduction
+        times["nvls/simple"] = NVLS_LATENCY_S + 2 * step_s + (1 + 1 / ranks) * bytes_ / link
+    return times
+
+
+def collective_time(hw: HardwareSpec, dims: tuple, kind: str, bytes_: float, span: tuple,
+                    protocols: dict = PROTOCOLS) -> dict:
     """Seconds per dimension name for a collective over a group spanning `span`
     ((dim_index, ranks), ...), composed hierarchically: reduce-scatter inward-out,
-    the outermost step on the shrunken buffer, all-gather back."""
+    the outermost step on the shrunken buffer, all-gather back. `protocols`: NCCL's
+    (PROTOCOLS) or the compiled simulator's bare ring/tree (BARE)."""
     if not span:
         return {}
+    return dict(_collective_items(hw, dims, kind, bytes_, span, protocols is BARE))
+
+
+@lru_cache(maxsize=65536)
+def _collective_items(hw: HardwareSpec, dims: tuple, kind: str, bytes_: float, span: tuple, bare: bool) -> tuple:
+    protocols = BARE if bare else PROTOCOLS
     times = {}
 
     def add(index, seconds):
@@ -65,16 +104,24 @@ def collective_time(hw: HardwareSpec, dims: tuple, kind: str, bytes_: float, spa
     if kind == "all_reduce":
         size = bytes_
         for index, ranks in span[:-1]:
-            add(index, 2 * one_dim_time("reduce_scatter", size, dims[index], ranks, eff, step))
+            add(index, 2 * one_dim_time("reduce_scatter", size, dims[index], ranks, eff, step, protocols=protocols))
             size /= ranks
         index, ranks = span[-1]
-        add(index, one_dim_time("all_reduce", size, dims[index], ranks, eff, step))
+        log_tree = index > 0 or protocols is BARE  # the simulator offers its tree in every dimension
+        add(index, one_dim_time("all_reduce", size, dims[index], ranks, eff, step, log_tree, protocols))
     elif kind in ("reduce_scatter", "all_gather"):
         size = bytes_
         for index, ranks in span:
-            add(index, one_dim_time(kind, size, dims[index], ranks, eff, step))
+            add(index, one_dim_time(kind, size, dims[index], ranks, eff, step, protocols=protocols))
             size /= ranks
     else:
         for index, ranks in span:
-            add(index, one_dim_time(kind, bytes_, dims[index], ranks, eff, step))
-    return times
+            add(index, one_dim_time(kind, bytes_, dims[index], ranks, eff, step, protocols=protocols))
+    return tuple(times.items())
+
+
+def protocol_startup_s(hw: HardwareSpec, dims: tuple, kind: str, bytes_: float, span: tuple) -> float:
+    """Seconds NCCL's protocols add to the bare ring/tree model the compiled simulator runs (the
+    closed form's time less the bare one's, not below zero: the replay lacks NVLS's saving)."""
+    full = sum(collective_time(hw, dims, kind, bytes_, span).values())
+    return max(0.0, full - sum(collective_time(hw, dims, kind, bytes_, span, BARE).values()))

@@ -3,7 +3,7 @@ import functools
 import math
 
 from .errors import SpecError
-from .graph import LayerShape, build_layer
+from .graph import build_layer, train_shape
 from .layout import check_layout, group_spans
 from .memory import GiB, MemoryEstimate, inference_memory, training_memory
 from .specs import HardwareSpec, ModelSpec, Parallelism, TrainWorkload
@@ -48,11 +48,10 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
 def estimate_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work) -> MemoryEstimate:
     """Per-GPU memory of the most loaded stage, without timing anything else."""
     if isinstance(work, TrainWorkload):
-        seq = work.seq // par.cp
-        graph = build_layer(model, hw, LayerShape(par.micro_batch, seq, work.seq, par.tp, par.sp, par.cp, par.ep))
+        shape = train_shape(par, work)
         micro = work.global_batch // (par.dp * par.micro_batch)
-        return training_memory(model, hw, par, graph, micro, par.micro_batch * seq)
-    return inference_memory(model, hw, par, work.batch, work.prompt, work.decode)
+        return training_memory(model, hw, par, build_layer(model, hw, shape), micro, shape.tokens)
+    return inference_memory(model, hw, par, work.batch, work.prompt, work.decode, work.kv_bytes(hw))
 
 
 def _layout_text(par: Parallelism) -> str:
@@ -65,15 +64,21 @@ def _memory_fields(memory) -> dict:
             "memory": {f"{kind}_gib": value / GiB for kind, value in memory.by_kind().items()}}
 
 
+def mfu_peak_flops(hw: HardwareSpec) -> float:
+    """The peak MFU is quoted against: the 16-bit one, also for FP8 runs (as NeMo and
+    Megatron-Core report it), so that FP8 and BF16 layouts compare on one scale."""
+    return hw.gpu.flops(hw.act_dtype)
+
+
 def _train_metrics(hw, work, gpus, step_s, model_flops, breakdown) -> dict:
-    return {"step_time_s": step_s, "mfu": model_flops / (step_s * hw.gpu.flops(hw.dtype) * gpus),
+    return {"step_time_s": step_s, "mfu": model_flops / (step_s * mfu_peak_flops(hw) * gpus),
             "tokens_per_s": work.global_batch * work.seq / step_s, "ttft_s": math.nan, "tpot_s": math.nan,
             "breakdown": breakdown}
 
 
 def _infer_metrics(hw, par, work, request_s, ttft_s, tpot_s, flops, breakdown) -> dict:
     """MFU over one replica's GPUs; tokens/s over all dp replicas."""
-    return {"step_time_s": request_s, "mfu": flops / (request_s * hw.gpu.flops(hw.dtype) * par.tp * par.pp),
+    return {"step_time_s": request_s, "mfu": flops / (request_s * mfu_peak_flops(hw) * par.tp * par.pp),
             "tokens_per_s": par.dp * work.batch * work.decode / request_s, "ttft_s": ttft_s, "tpot_s": tpot_s,
             "breakdown": breakdown}
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from . import ops
-from .specs import DTYPE_BYTES, HardwareSpec, ModelSpec
+from .specs import DTYPE_BYTES, HardwareSpec, ModelSpec, hash_once
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,11 +16,12 @@ class Op:
     time_s: float = 0.0
     flops: float = 0.0
     collective: str = ""
-    axis: str = ""  # tp | cp | ep
+    axis: str = ""  # tp | cp | ep | etp
     bytes_: float = 0.0
     saved_bytes: float = 0.0  # activation kept from forward for backward
     cover_s: float = 0.0  # compute this communication overlaps with
     attention_core: bool = False  # recomputed under selective recompute
+    min_exposed: float = 0.0  # share of the communication no overlap can hide
 
 
 @dataclass(frozen=True)
@@ -34,20 +35,33 @@ class LayerShape:
     cp: int
     ep: int
     causal: bool = True
+    etp: int = 0  # expert tensor parallelism; 0 = tp
+    tp_overlap: bool = False  # SP collectives pipelined with their GEMMs (userbuffers)
+    document: int = 0  # tokens per packed document; 0 = the whole sequence
 
     @property
     def tokens(self) -> int:
         return self.micro_batch * self.seq
 
 
+def train_shape(par, work) -> LayerShape:
+    """The layer one rank runs per training micro-batch."""
+    return LayerShape(par.micro_batch, work.seq // par.cp, work.seq, par.tp, par.sp, par.cp, par.ep,
+                      etp=par.expert_tp, tp_overlap=par.overlap_tp_comm and par.sp and par.tp > 1,
+                      document=work.document)
+
+
+@hash_once
 @dataclass(frozen=True)
 class LayerGraph:
     forward: tuple
     backward: tuple
 
 
-def _comm(name: str, collective: str, axis: str, bytes_: float, cover_s: float = 0.0) -> Op:
-    return Op(name, "comm", collective=collective, axis=axis, bytes_=bytes_, cover_s=cover_s)
+def _comm(name: str, collective: str, axis: str, bytes_: float, cover_s: float = 0.0,
+          min_exposed: float = 0.0) -> Op:
+    return Op(name, "comm", collective=collective, axis=axis, bytes_=bytes_, cover_s=cover_s,
+              min_exposed=min_exposed)
 
 
 def _compute(name: str, kernel: ops.KernelTime, saved: float = 0.0, core: bool = False) -> Op:
@@ -55,11 +69,37 @@ def _compute(name: str, kernel: ops.KernelTime, saved: float = 0.0, core: bool =
               attention_core=core)
 
 
+def _plus(*kernels: ops.KernelTime) -> ops.KernelTime:
+    return ops.KernelTime(sum(k.time_s for k in kernels), sum(k.flops for k in kernels),
+                          sum(k.hbm_bytes for k in kernels))
+
+
 def _gemm_ops(hw, name, m, n, k, saved, batch=1, core=False):
-    """Forward op plus its two backward GEMMs (input gradient, weight gradient)."""
-    fwd = _compute(name, ops.gemm(hw, m, n, k, batch), saved, core)
-    dgrad = _compute(name + ".dgrad", ops.gemm(hw, m, k, n, batch), core=core)
+    """Forward op plus its two backward GEMMs (input gradient, weight gradient), each with
+    the FP8 casts it needs under FP8 training: the input (with its transpose, kept for the
+    weight gradient) before the forward, the output gradient (and transpose) before the
+    backward. Weights are cast once per step (Transformer Engine caches them across
+    micro-batches), so that cast is left to the optimizer step's traffic."""
+    rows = m * batch
+    fwd = _compute(name, _plus(ops.gemm(hw, m, n, k, batch), ops.fp8_cast(hw, rows * k, True)), saved, core)
+    dgrad = _compute(name + ".dgrad", _plus(ops.gemm(hw, m, k, n, batch), ops.fp8_cast(hw, rows * n, True)),
+                     core=core)
     wgrad = _compute(name + ".wgrad", ops.gemm(hw, k, n, m, batch), core=core)
+    return fwd, (dgrad, wgrad)
+
+
+def gemm_input_bytes(hw: HardwareSpec) -> int:
+    """Bytes per element of a linear layer's input kept for its weight gradient: Transformer
+    Engine saves the FP8 copy it cast for the forward GEMM (one byte), not the BF16 input."""
+    return DTYPE_BYTES["fp8"] if hw.dtype == "fp8" else hw.act_bytes
+
+
+def _attention_gemm_ops(hw, name, m, n, k, batch):
+    """Unfused attention's batched matmuls: they run in the activation dtype even under FP8."""
+    dtype = hw.act_dtype
+    fwd = _compute(name, ops.gemm(hw, m, n, k, batch, dtype), core=True)
+    dgrad = _compute(name + ".dgrad", ops.gemm(hw, m, k, n, batch, dtype), core=True)
+    wgrad = _compute(name + ".wgrad", ops.gemm(hw, k, n, m, batch, dtype), core=True)
     return fwd, (dgrad, wgrad)
 
 
@@ -71,7 +111,7 @@ def _pointwise_ops(hw, name, read_bytes, write_bytes, saved, core=False):
 
 @lru_cache(maxsize=4096)
 def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerGraph:
-    el = DTYPE_BYTES[hw.dtype]
+    el = hw.act_bytes
     t, T, h = shape.tp, shape.tokens, model.hidden
     T_norm = T // t if shape.sp else T  # tokens a rank holds outside the TP region
     heads = model.heads // t
@@ -90,49 +130,65 @@ def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerG
         gradient while the input gradient is computed."""
         forward, (dgrad, wgrad) = gemm_pair
         if t > 1 and shape.sp:
-            fwd.append(_comm(f"{tag}.allgather", "all_gather", "tp", T * h * el))
+            fwd.append(_comm(f"{tag}.allgather", "all_gather", "tp", T * h * el, *overlap(forward)))
             bwd.append((_comm(f"{tag}.allgather.bwd", "all_gather", "tp", T * h * el, dgrad.time_s),
-                        dgrad, wgrad, _comm(f"{tag}.reducescatter.bwd", "reduce_scatter", "tp", T * h * el)))
+                        dgrad, wgrad, _comm(f"{tag}.reducescatter.bwd", "reduce_scatter", "tp", T * h * el,
+                                            *overlap(wgrad))))
         elif t > 1:
             bwd.append((dgrad, wgrad, _comm(f"{tag}.allreduce.bwd", "all_reduce", "tp", T * h * el)))
         else:
             bwd.append((dgrad, wgrad))
         fwd.append(forward)
 
-    def leave_tp(tag):
+    def overlap(gemm):
+        """(cover seconds, least exposed share) of an SP collective next to `gemm`. With
+        userbuffers (TE's tp_comm_overlap) the collective is split into t chunks exchanged
+        ring-wise while the GEMM runs on the chunks already there (forward all-gather and
+        reduce-scatter, backward output-gradient all-gather), or runs in bulk beside the
+        weight-gradient GEMM (backward reduce-scatter): hidden up to the GEMM's time, except
+        the one chunk that has to arrive before the first GEMM chunk can start (or leave
+        after the last one ends). Without it the collective is exposed."""
+        return (gemm.time_s, 1.0 / t) if shape.tp_overlap else (0.0, 0.0)
+
+    def leave_tp(tag, gemm_pair):
         """Megatron's g after a row-parallel GEMM: all-reduce, or reduce-scatter with SP
         (whose backward is an all-gather)."""
+        forward, (dgrad, _) = gemm_pair
         if t > 1 and shape.sp:
-            fwd.append(_comm(f"{tag}.reducescatter", "reduce_scatter", "tp", T * h * el))
-            bwd.append((_comm(f"{tag}.allgather.bwd", "all_gather", "tp", T * h * el),))
+            fwd.append(_comm(f"{tag}.reducescatter", "reduce_scatter", "tp", T * h * el, *overlap(forward)))
+            bwd.append((_comm(f"{tag}.allgather.bwd", "all_gather", "tp", T * h * el, *overlap(dgrad)),))
         elif t > 1:
             fwd.append(_comm(f"{tag}.allreduce", "all_reduce", "tp", T * h * el))
 
     norm_io = T_norm * h * el
+    gin = gemm_input_bytes(hw)
     add(_pointwise_ops(hw, "norm1", norm_io, norm_io, norm_io))
     qkv_out = T * (q_dim + 2 * kv_dim) * el  # Q, K, V: kept for attention's backward
-    enter_tp("attn", _gemm_ops(hw, "qkv", T, q_dim + 2 * kv_dim, h, T_norm * h * el + qkv_out))
+    enter_tp("attn", _gemm_ops(hw, "qkv", T, q_dim + 2 * kv_dim, h, T_norm * h * gin + qkv_out))
     if model.position_embedding == "rotary":
         rot = T * (q_dim + kv_dim) * el
         add(_pointwise_ops(hw, "rotary", rot, rot, 0.0))
     batch_heads = shape.micro_batch * heads
-    if model.attention_kernel == "flash":
+    if model.attention_kernel != "standard":
         groups = max(1, heads // kv_heads)
-        kernel = ops.flash_attention(hw, batch_heads, shape.seq, shape.kv_seq, d, groups, shape.causal)
-        back = ops.flash_attention(hw, batch_heads, shape.seq, shape.kv_seq, d, groups,
-                                   shape.causal, backward=True)
+        # packed documents (THD): one causal block per document, each rank its CP share of it
+        docs = shape.kv_seq // shape.document if 0 < shape.document < shape.kv_seq else 1
+        blocks, q_len, kv_len = batch_heads * docs, shape.seq // docs, shape.kv_seq // docs
+        kernel = ops.flash_attention(hw, blocks, q_len, kv_len, d, groups, shape.causal,
+                                     kernel=model.attention_kernel)
+        back = ops.flash_attention(hw, blocks, q_len, kv_len, d, groups,
+                                   shape.causal, backward=True, kernel=model.attention_kernel)
         logsumexp = batch_heads * shape.seq * 4
         attn_fwd = [_compute("attention", kernel, logsumexp)]
         attn_bwd = (_compute("attention.bwd", back),)
     else:
         scores = batch_heads * shape.seq * shape.kv_seq
-        qk = _gemm_ops(hw, "scores", shape.seq, shape.kv_seq, d, 0.0, batch=batch_heads, core=True)
+        qk = _attention_gemm_ops(hw, "scores", shape.seq, shape.kv_seq, d, batch_heads)
         core = [qk, _pointwise_ops(hw, "softmax", scores * el, scores * el, scores * el, core=True)]
         if model.dropout:
             core.append(_pointwise_ops(hw, "attn_dropout", scores * el, scores * (el + 1),
                                        scores * (el + 1), core=True))
-        core.append(_gemm_ops(hw, "context", shape.seq, d, shape.kv_seq, 0.0, batch=batch_heads,
-                              core=True))
+        core.append(_attention_gemm_ops(hw, "context", shape.seq, d, shape.kv_seq, batch_heads))
         attn_fwd = [pair[0] for pair in core]
         attn_bwd = tuple(op for pair in reversed(core) for op in pair[1])
     cover = sum(op.time_s for op in attn_fwd)
@@ -143,58 +199,91 @@ def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerG
                     _comm("cp.dkv_reducescatter.bwd", "reduce_scatter", "cp", kv_bytes, cover))
     fwd.extend(attn_fwd)
     bwd.append(attn_bwd)
-    add(_gemm_ops(hw, "attn_out", T, h, q_dim, T * q_dim * el))
-    leave_tp("attn")
+    out_proj = _gemm_ops(hw, "attn_out", T, h, q_dim, T * q_dim * gin)
+    add(out_proj)
+    leave_tp("attn", out_proj)
     mask = T_norm * h if model.dropout else 0.0
     add(_pointwise_ops(hw, "residual1", 2 * norm_io, norm_io + mask, mask))
     add(_pointwise_ops(hw, "norm2", norm_io, norm_io, norm_io))
-    _mlp(model, hw, shape, add, enter_tp, fwd, bwd, T_norm)
-    leave_tp("mlp")
+    _mlp(model, hw, shape, add, enter_tp, leave_tp, fwd, bwd, T_norm)
     add(_pointwise_ops(hw, "residual2", 2 * norm_io, norm_io + mask, mask))
     backward = tuple(op for group in reversed(bwd) for op in group)
     return LayerGraph(tuple(fwd), backward)
 
 
-def _mlp(model, hw, shape, add, enter_tp, fwd, bwd, T_norm):
-    el = DTYPE_BYTES[hw.dtype]
+def _mlp(model, hw, shape, add, enter_tp, leave_tp, fwd, bwd, T_norm):
+    el = hw.act_bytes
     t, T, h = shape.tp, shape.tokens, model.hidden
     gated = model.activation == "swiglu"
-    if model.moe is None:
-        rows, ffn, local_experts = T, model.ffn_hidden // t, 1
-        enter_tp("mlp", _gemm_ops(hw, "mlp_up", T, ffn * (2 if gated else 1), h, T_norm * h * el))
-    else:
-        moe = model.moe
-        local_experts = moe.experts // shape.ep
-        routed = T * moe.top_k
-        rows = max(1, routed * shape.ep // moe.experts)
-        ffn = moe.expert_ffn_hidden // t
-        enter_tp("mlp", _gemm_ops(hw, "router", T, moe.experts, h, T_norm * h * el))
-        if shape.ep > 1:
-            a2a = routed * h * el
-            fwd.append(_comm("moe.dispatch", "all_to_all", "ep", a2a))
-            bwd.append((_comm("moe.dispatch.bwd", "all_to_all", "ep", a2a),))
-        add(_gemm_ops(hw, "expert_up", rows, ffn * (2 if gated else 1), h, routed * h * el,
-                      batch=local_experts))
-    act_in = rows * local_experts * ffn * el
+    width = 2 if gated else 1
+    if model.moe is None or model.moe.shared_expert_ffn_hidden:
+        ffn = (model.moe.shared_expert_ffn_hidden if model.moe else model.ffn_hidden) // t
+        enter_tp("mlp", _gemm_ops(hw, "mlp_up", T, ffn * width, h, T_norm * h * gemm_input_bytes(hw)))
+        _activation(hw, add, "mlp", T * ffn, gated)
+        down = _gemm_ops(hw, "mlp_down", T, h, ffn, T * ffn * gemm_input_bytes(hw))
+        add(down)
+        leave_tp("mlp", down)
+    if model.moe is not None:
+        _experts(model, hw, shape, add, fwd, bwd, T_norm)
+
+
+def _activation(hw, add, tag, elements, gated):
+    act_in = elements * hw.act_bytes
     if gated:
-        add(_pointwise_ops(hw, "swiglu", 2 * act_in, act_in, 2 * act_in))
+        add(_pointwise_ops(hw, f"{tag}.swiglu", 2 * act_in, act_in, 2 * act_in))
     else:
-        add(_pointwise_ops(hw, "gelu", act_in, act_in, act_in))
-    if model.moe is None:
-        add(_gemm_ops(hw, "mlp_down", T, h, ffn, act_in))
-    else:
-        add(_gemm_ops(hw, "expert_down", rows, h, ffn, act_in, batch=local_experts))
-        if shape.ep > 1:
-            a2a = T * model.moe.top_k * h * el
-            fwd.append(_comm("moe.combine", "all_to_all", "ep", a2a))
-            bwd.append((_comm("moe.combine.bwd", "all_to_all", "ep", a2a),))
+        add(_pointwise_ops(hw, f"{tag}.gelu", act_in, act_in, act_in))
+
+
+def routed_rows(model: ModelSpec, tokens: int) -> float:
+    """Token copies a rank sends to experts: top_k per token, fewer when token-drop routing
+    caps each expert at capacity_factor times its fair share (a factor below one drops that
+    fraction; at one or above, balanced routing keeps every copy)."""
+    moe = model.moe
+    kept = min(1.0, moe.capacity_factor) if moe.capacity_factor > 0 else 1.0
+    return tokens * moe.top_k * kept
+
+
+def _experts(model, hw, shape, add, fwd, bwd, T_norm):
+    """Megatron-Core's all-to-all token dispatcher with expert tensor parallelism: each rank
+    routes the tokens it holds (its sequence-parallel share), sends them over the EP group,
+    gathers them across the ETP group, runs its local experts' GEMMs (FFN split by etp),
+    reduce-scatters over ETP and sends the results back."""
+    moe, el, h = model.moe, hw.act_bytes, model.hidden
+    etp = shape.etp or shape.tp
+    etp_axis = "tp" if etp == shape.tp else "etp"
+    gated = model.activation == "swiglu"
+    local_experts = moe.experts // shape.ep
+    sent = routed_rows(model, T_norm)
+    received = sent * etp  # balanced routing: a rank receives as many rows as it sends, per ETP peer
+    rows = max(1, round(received / local_experts))
+    ffn = moe.expert_ffn_hidden // etp
+    add(_gemm_ops(hw, "router", T_norm, moe.experts, h, T_norm * h * el))
+    a2a = sent * h * el
+    if shape.ep > 1:
+        fwd.append(_comm("moe.dispatch", "all_to_all", "ep", a2a))
+        bwd.append((_comm("moe.dispatch.bwd", "all_to_all", "ep", a2a),))
+    if etp > 1:
+        fwd.append(_comm("moe.etp_allgather", "all_gather", etp_axis, received * h * el))
+        bwd.append((_comm("moe.etp_reducescatter.bwd", "reduce_scatter", etp_axis, received * h * el),))
+    gin = gemm_input_bytes(hw)
+    add(_gemm_ops(hw, "expert_up", rows, ffn * (2 if gated else 1), h, received * h * gin, batch=local_experts))
+    _activation(hw, add, "experts", rows * local_experts * ffn, gated)
+    add(_gemm_ops(hw, "expert_down", rows, h, ffn, rows * local_experts * ffn * gin, batch=local_experts))
+    if etp > 1:
+        fwd.append(_comm("moe.etp_reducescatter", "reduce_scatter", etp_axis, received * h * el))
+        bwd.append((_comm("moe.etp_allgather.bwd", "all_gather", etp_axis, received * h * el),))
+    if shape.ep > 1:
+        fwd.append(_comm("moe.combine", "all_to_all", "ep", a2a))
+        bwd.append((_comm("moe.combine.bwd", "all_to_all", "ep", a2a),))
 
 
 @lru_cache(maxsize=16384)
-def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: int, tp: int) -> tuple:
+def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: int, tp: int,
+                       kv_bytes: float) -> tuple:
     """One layer of one decode step (a single new token per sequence) on one rank,
-    reading a KV cache of `context` tokens."""
-    el = DTYPE_BYTES[hw.dtype]
+    reading a KV cache of `context` tokens stored at `kv_bytes` per element."""
+    el = hw.act_bytes
     h = model.hidden
     heads = model.heads // tp
     kv_heads = max(1, model.kv_heads // tp)
@@ -207,8 +296,8 @@ def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: 
     ]
     if model.position_embedding == "rotary":
         out.append(_compute("rotary", ops.pointwise(hw, 2 * batch * (q_dim + kv_dim) * el)))
-    out.append(_compute("kv_append", ops.pointwise(hw, 4 * batch * kv_dim * el)))
-    out.append(_compute("attention", ops.decode_attention(hw, batch, heads, kv_heads, context, d)))
+    out.append(_compute("kv_append", ops.pointwise(hw, 2 * batch * kv_dim * (el + kv_bytes))))
+    out.append(_compute("attention", ops.decode_attention(hw, batch, heads, kv_heads, context, d, kv_bytes)))
     out.append(_compute("attn_out", ops.gemm(hw, batch, h, q_dim)))
     if tp > 1:
         out.append(_comm("attn.allreduce", "all_reduce", "tp", row))
@@ -222,7 +311,7 @@ def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: 
         routed = batch * model.moe.top_k
         experts = min(model.moe.experts, routed)  # experts a step's tokens actually touch
         rows = -(-routed // experts)
-        out.append(_compute("router", ops.gemm(hw, batch, model.moe.experts, h)))
+        out.append(_compute("router", ops.gemm(hw, batch, model.moe.experts, h, dtype=hw.act_dtype)))
     out.append(_compute("mlp_up", ops.gemm(hw, rows, ffn * (2 if gated else 1), h, experts)))
     act = rows * experts * ffn * el
     out.append(_compute("activation", ops.pointwise(hw, (3 if gated else 2) * act)))

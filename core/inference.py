@@ -6,22 +6,22 @@ from . import ops
 from .collectives import collective_time
 from .graph import LayerShape, build_decode_layer, build_layer
 from .layout import group_spans
-from .specs import DTYPE_BYTES, HardwareSpec, InferWorkload, ModelSpec, Parallelism
+from .specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism
 from .training import add_times, time_ops
 
 
 @lru_cache(maxsize=8192)
-def _decode_step(model, hw, dims, spans_key, batch, context, tp):
+def _decode_step(model, hw, dims, spans_key, batch, context, tp, kv_bytes):
     """One layer's share of one decode step at a given context length."""
-    ops_list = build_decode_layer(model, hw, batch, context, tp)
+    ops_list = build_decode_layer(model, hw, batch, context, tp, kv_bytes)
     return time_ops(hw, dims, dict(spans_key), ops_list)
 
 
 def lm_head_s(model: ModelSpec, hw: HardwareSpec, batch: int, tp: int) -> float:
     """Final norm, LM head and sampling for one new token per sequence."""
-    el = DTYPE_BYTES[hw.dtype]
+    el = hw.act_bytes
     return (ops.pointwise(hw, 2 * batch * model.hidden * el).time_s
-            + ops.gemm(hw, batch, model.vocab // tp, model.hidden).time_s
+            + ops.gemm(hw, batch, model.vocab // tp, model.hidden, dtype=hw.act_dtype).time_s
             + ops.pointwise(hw, batch * model.vocab / tp * 4 * 2).time_s)
 
 
@@ -31,7 +31,7 @@ def infer_request(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: In
     spans = group_spans(par, dims)
     spans_key = (("tp", spans.get("tp", ())),)
     b, prompt, decode = work.batch, work.prompt, work.decode
-    el = DTYPE_BYTES[hw.dtype]
+    el, kv_bytes = hw.act_bytes, work.kv_bytes(hw)
 
     shape = LayerShape(b, prompt, prompt, par.tp, par.sp, 1, 1)
     graph = build_layer(model, hw, shape)
@@ -52,8 +52,8 @@ def infer_request(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: In
 
     # Decode time is linear in the context length (only attention grows), so the sum over
     # steps is the mean of the first and last steps times their count.
-    first = _decode_step(model, hw, dims, spans_key, b, prompt + 1, par.tp)
-    last = _decode_step(model, hw, dims, spans_key, b, prompt + decode, par.tp)
+    first = _decode_step(model, hw, dims, spans_key, b, prompt + 1, par.tp, kv_bytes)
+    last = _decode_step(model, hw, dims, spans_key, b, prompt + decode, par.tp, kv_bytes)
     decode_compute = decode * (model.layers * (first.compute_s + last.compute_s) / 2 + head_s)
     compute_s += decode_compute
     add_times(comm, dict(first.comm_s), decode * model.layers / 2)

@@ -1,5 +1,6 @@
 """Where parallel groups land on the network, and which layouts are legal at all."""
-from math import prod
+from functools import lru_cache
+from math import ceil, prod
 
 from .specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism, TrainWorkload
 
@@ -17,7 +18,9 @@ def group_spans(par: Parallelism, dims: tuple) -> dict:
     Ranks are numbered with the first axis of `par.placement` fastest, and NPUs with
     network dimension 0 fastest, so an axis with stride S and degree D covers NPU
     strides [S, S*D) and splits across the dimensions whose strides overlap that range.
-    Expert parallelism takes the innermost `ep` ranks of the data-parallel axis."""
+    Expert parallelism takes the innermost `ep` ranks of the data-parallel axis; with a
+    separate expert tensor parallelism (MoE parallel folding) the expert groups are laid
+    out afresh from the innermost NPU: `etp` ranks, then `ep` of those groups."""
     degrees = axis_degrees(par)
     spans, stride = {}, 1
     for axis in par.placement:
@@ -25,6 +28,9 @@ def group_spans(par: Parallelism, dims: tuple) -> dict:
         if axis == "dp":
             spans["ep"] = _split(stride, par.ep, dims)
         stride *= degrees[axis]
+    if par.expert_tp != par.tp:
+        spans["etp"] = _split(1, par.expert_tp, dims)
+        spans["ep"] = _split(par.expert_tp, par.ep, dims)
     return spans
 
 
@@ -55,6 +61,40 @@ def merge_spans(*spans) -> Span:
     return tuple(sorted(ranks.items()))
 
 
+def stage_layers(layers: int, par: Parallelism) -> tuple:
+    """Transformer layers on each pipeline stage (all its virtual chunks together)."""
+    return _split_layers(layers, par.pp, par.virtual_stages, par.first_stage_layers, par.last_stage_layers)
+
+
+@lru_cache(maxsize=1024)
+def _split_layers(layers: int, pp: int, virtual: int, first: int, last: int) -> tuple:
+    """Megatron-Core's split. Even when layers divide into pp * virtual chunks. Otherwise,
+    when layers + 2 do, the embedding and the loss count as one layer each
+    (account_for_embedding/loss_in_pipeline_split), so the first and last chunks hold one
+    layer fewer (Llama 3 405B: 126 layers on 16 stages = 7, 8 x 14, 7). Otherwise the
+    middle stages take ceil(layers / pp) and the first and last share the rest. An
+    explicit first / last count (--decoder-first/last-pipeline-num-layers) splits the
+    remainder evenly over the middle stages. A tuple with a zero or negative entry, or
+    that does not add up, is an impossible split: check_layout reports it."""
+    if pp == 1:
+        return (layers,)
+    if first or last:
+        middle = pp - 2
+        rest = layers - first - last
+        if not first or not last or (middle and rest % middle) or (not middle and rest):
+            return ()
+        return (first, *([rest // middle] * middle if middle else []), last)
+    chunks = pp * virtual
+    if layers % chunks == 0:
+        return (layers // pp,) * pp
+    if (layers + 2) % chunks == 0:
+        per_stage = (layers + 2) // pp
+        return (per_stage - 1, *([per_stage] * (pp - 2)), per_stage - 1)
+    per_stage = ceil(layers / pp)
+    rest = layers - per_stage * (pp - 2)
+    return (rest // 2, *([per_stage] * (pp - 2)), rest - rest // 2)
+
+
 def check_layout(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: int) -> str | None:
     """None if the layout can run at all, else the reason it cannot (memory aside)."""
     if sorted(par.placement) != sorted(PLACEMENT):
@@ -67,15 +107,23 @@ def check_layout(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpu
         return f"kv_heads ({model.kv_heads}) and tp ({par.tp}) do not divide one another"
     if model.ffn_hidden % par.tp:
         return f"ffn_hidden ({model.ffn_hidden}) not divisible by tp ({par.tp})"
-    if model.layers % (par.pp * par.virtual_stages):
-        return f"layers ({model.layers}) not divisible by pp*virtual_stages ({par.pp * par.virtual_stages})"
+    split = stage_layers(model.layers, par)
+    if not split or min(split) < par.virtual_stages:
+        return (f"layers ({model.layers}) cannot be split over pp={par.pp} stages of {par.virtual_stages} "
+                f"virtual chunks with first/last stage layers {par.first_stage_layers}/{par.last_stage_layers}")
     if par.ep > 1:
         if model.moe is None:
             return f"ep = {par.ep} but the model has no experts"
         if model.moe.experts % par.ep:
             return f"experts ({model.moe.experts}) not divisible by ep ({par.ep})"
-        if par.dp % par.ep:
-            return f"ep ({par.ep}) must divide dp ({par.dp})"
+        expert_ranks = par.ep * par.expert_tp
+        if (par.dp * par.cp * par.tp) % expert_ranks:
+            return (f"ep*etp ({par.ep}*{par.expert_tp}) must divide dp*cp*tp "
+                    f"({par.dp}*{par.cp}*{par.tp}), the ranks experts are folded over")
+    if model.moe is not None and model.moe.expert_ffn_hidden % par.expert_tp:
+        return f"expert_ffn_hidden ({model.moe.expert_ffn_hidden}) not divisible by etp ({par.expert_tp})"
+    if par.etp < 0 or (par.etp and par.etp > par.tp * par.cp * par.dp):
+        return f"etp ({par.etp}) must be 0 (= tp) or a positive degree no larger than dp*cp*tp"
     if par.sp and par.tp == 1:
         return "sequence parallelism needs tp > 1"
     if par.schedule == "interleaved" and par.virtual_stages < 2:

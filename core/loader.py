@@ -2,6 +2,7 @@
 `config.json`, with dotted-path overrides. Every problem raises SpecError naming the
 file, the field, the value and what is allowed."""
 import copy
+import dataclasses
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 from . import units
 from .errors import SpecError
 from .textfile import parse_mapping, read_text
-from .specs import (ACTIVATIONS, ATTENTION_KERNELS, DTYPES, NORMS, POSITION_EMBEDDINGS,
+from .specs import (ACTIVATIONS, ATTENTION_KERNELS, COMPUTE_DTYPES, DTYPES, NORMS, POSITION_EMBEDDINGS,
                     TOPOLOGIES, Calibration, GpuSpec, HardwareSpec, LinkFault, MemoryLevel,
                     ModelSpec, MoESpec, NetworkDim)
 
@@ -144,7 +145,10 @@ def model_from_mapping(data: dict, source: str) -> ModelSpec:
     if moe_raw is not None:
         m = _Fields(moe_raw, source, "moe.")
         moe = MoESpec(experts=m.integer("experts"), top_k=m.integer("top_k"),
-                      expert_ffn_hidden=m.integer("expert_ffn_hidden"))
+                      expert_ffn_hidden=m.integer("expert_ffn_hidden"),
+                      shared_expert_ffn_hidden=m.integer("shared_expert_ffn_hidden", 0, minimum=0),
+                      capacity_factor=m.number("capacity_factor", 0.0, low=-1e-9) if "capacity_factor" in moe_raw
+                      else 0.0)
         m.done()
         if moe.top_k > moe.experts:
             raise SpecError(source, "moe.top_k", moe.top_k, f"must be <= experts ({moe.experts})")
@@ -247,6 +251,7 @@ def _gpu_from_mapping(data, source: str) -> GpuSpec:
         l2=_memory_level(f.raw("l2", required=True), source, "gpu.l2.", "capacity"),
         hbm=_memory_level(f.raw("hbm", required=True), source, "gpu.hbm.", "capacity"),
         launch_overhead_s=f.unit("launch_overhead", units.parse_time, "4 us"),
+        mma_sync_share=f.number("mma_sync_share", 1.0, high=1.0),
     )
     f.done()
     return gpu
@@ -268,11 +273,20 @@ def _network_from_list(items, source: str) -> tuple:
             latency_s=f.unit("latency", units.parse_time),
             efficiency=f.number("efficiency", 1.0, high=1.0),
             oversubscription=f.number("oversubscription", 1.0, high=1e6),
+            switch_reduction=_fraction(f, "switch_reduction"),
         ))
         f.done()
     if any(d.size == 0 for d in dims[:-1]):
         raise SpecError(source, "network", "auto", "only the outermost dimension may have size auto")
     return tuple(dims)
+
+
+def _fraction(f, key: str) -> float:
+    """An optional share in [0, 1], 0 when absent."""
+    value = f.raw(key, 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise SpecError(f.source, f.name(key), value, "expected a share in [0, 1] (0 = none)")
+    return float(value)
 
 
 def _faults_from_list(items, source: str) -> tuple:
@@ -300,11 +314,13 @@ def hardware_from_mapping(data: dict, source: str) -> HardwareSpec:
     c = _Fields(cal_raw, source, "calibration.")
     calibration = Calibration(
         compute_efficiency=c.number("compute_efficiency", 1.0, high=1.0),
+        fp8_efficiency=c.number("fp8_efficiency", 1.0, high=1.0),
+        attention_efficiency=c.number("attention_efficiency", 1.0, high=1.0),
         memory_efficiency=c.number("memory_efficiency", 1.0, high=1.0),
         network_efficiency=c.number("network_efficiency", 1.0, high=1.0),
-        dp_overlap=c.number("dp_overlap", 1.0, low=-1e-9, high=1.0),
         kernel_overhead_s=c.unit("kernel_overhead", units.parse_time, 0),
         collective_step_s=c.unit("collective_step", units.parse_time, 0),
+        decode_attention_rate=c.number("decode_attention_rate", 0.0, low=-1e-12, high=1e3),
     )
     c.done(ignored=("fitted_on", "notes"))
     spec = HardwareSpec(
@@ -357,3 +373,11 @@ def load_hardware(ref, overrides: dict | None = None) -> HardwareSpec:
     """A GPU preset name or a hardware YAML, with dotted overrides (`gpu.hbm.bandwidth`)."""
     return _load_hardware_cached(*_resolve(ref, "gpus"), _freeze(overrides))
 
+
+def with_dtype(hw: HardwareSpec, dtype: str, source: str, field: str) -> HardwareSpec:
+    """The hardware computing in `dtype`, which its GPU must have a peak for."""
+    if dtype not in COMPUTE_DTYPES:
+        raise SpecError(source, field, dtype, f"expected one of {', '.join(COMPUTE_DTYPES)}")
+    if dtype not in dict(hw.gpu.peak_flops):
+        raise SpecError(source, field, dtype, f"{hw.gpu.name} has no {dtype} peak in gpu.peak_flops")
+    return dataclasses.replace(hw, dtype=dtype)

@@ -2,15 +2,21 @@
 from the layer graph's saved tensors under the recompute policy, times the micro-batches
 each pipeline stage keeps in flight; KV cache for inference; and the verdict."""
 from dataclasses import dataclass
+from functools import lru_cache
 from math import ceil
 
 from .graph import LayerGraph
+from .layout import stage_layers
 from .specs import DTYPE_BYTES, HardwareSpec, ModelSpec, Parallelism
 
 GiB = 2**30
-WEIGHT_BYTES = 2  # bf16/fp16 working copy
-GRAD_BYTES = 4  # fp32 main gradients (Megatron mixed precision)
 OPTIMIZER_BYTES = 12  # fp32 master weights + Adam first and second moments
+FP8_WEIGHT_CACHE_BYTES = 1  # Transformer Engine's FP8 copy of each weight, kept across micro-batches
+# What the CUDA caching allocator and the runtime hold beyond live tensors: the CUDA context,
+# cuBLAS workspaces and NCCL buffers (a fixed amount), plus blocks freed but kept cached
+# and split (fragmentation, a share of what is allocated).
+RUNTIME_RESERVE_BYTES = 2.0 * GiB
+FRAGMENTATION = 0.05
 
 
 @dataclass(frozen=True)
@@ -23,11 +29,23 @@ class MemoryEstimate:
     kv_cache_bytes: float
     capacity_bytes: float
     stage: int  # the most loaded pipeline stage
+    fp8_weights_bytes: float = 0.0
+    fragmentation: float = FRAGMENTATION  # share of the allocated bytes the allocator keeps cached
+
+    @property
+    def allocated_bytes(self) -> float:
+        """Live tensors at the peak, what torch.cuda.max_memory_allocated reports."""
+        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.fp8_weights_bytes
+                + self.activations_bytes + self.transient_bytes + self.kv_cache_bytes)
+
+    @property
+    def reserved_bytes(self) -> float:
+        """The runtime's and the allocator's share on top of the live tensors."""
+        return RUNTIME_RESERVE_BYTES + self.fragmentation * self.allocated_bytes
 
     @property
     def peak_bytes(self) -> float:
-        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
-                + self.activations_bytes + self.transient_bytes + self.kv_cache_bytes)
+        return self.allocated_bytes + self.reserved_bytes
 
     @property
     def feasible(self) -> bool:
@@ -42,34 +60,64 @@ class MemoryEstimate:
 
     def by_kind(self) -> dict:
         return {"weights": self.weights_bytes, "gradients": self.gradients_bytes,
-                "optimizer": self.optimizer_bytes, "activations": self.activations_bytes,
-                "transient": self.transient_bytes, "kv_cache": self.kv_cache_bytes}
+                "optimizer": self.optimizer_bytes, "fp8_weights": self.fp8_weights_bytes,
+                "activations": self.activations_bytes, "transient": self.transient_bytes,
+                "kv_cache": self.kv_cache_bytes, "reserved": self.reserved_bytes}
 
 
 def stage_params(model: ModelSpec, par: Parallelism) -> list:
-    """Parameters one rank of each pipeline stage holds (TP and EP shards)."""
-    t = par.tp
+    """Parameters one rank of each pipeline stage holds (TP, ETP and EP shards)."""
+    return [dense + expert for dense, expert in stage_param_parts(model, par)]
+
+
+def stage_param_parts(model: ModelSpec, par: Parallelism) -> tuple:
+    """(dense, expert) parameters one rank of each stage holds: experts are split over
+    ep * etp ranks and replicated over the rest (their ZeRO shards differ)."""
+    return _param_parts(model, par.tp, par.ep, par.expert_tp, stage_layers(model.layers, par))
+
+
+@lru_cache(maxsize=4096)
+def _param_parts(model: ModelSpec, t: int, ep: int, etp: int, split: tuple) -> tuple:
     norms = 2 * model.hidden * (2 if model.norm == "layernorm" else 1)
     if model.moe is None:
-        mlp = model.mlp_params() / t
+        dense_mlp, expert = model.mlp_params() / t, 0.0
     else:
         per_expert = model.mlp_matrices * model.hidden * model.moe.expert_ffn_hidden
-        mlp = model.moe.experts // par.ep * per_expert / t + model.hidden * model.moe.experts
-    layer = model.attention_params() / t + mlp + norms
-    per_stage = model.layers // par.pp
-    params = [per_stage * layer for _ in range(par.pp)]
-    params[0] += model.embedding_params() / t
-    if not model.tied_embeddings or par.pp > 1:
-        params[-1] += model.vocab * model.hidden / t
-    return params
+        expert = model.moe.experts // ep * per_expert / etp
+        dense_mlp = model.hidden * model.moe.experts + model.shared_expert_params() / t
+    layer = model.attention_params() / t + dense_mlp + norms
+    parts = [[layers * layer, layers * expert] for layers in split]
+    parts[0][0] += model.embedding_params() / t
+    if not model.tied_embeddings or len(split) > 1:
+        parts[-1][0] += model.vocab * model.hidden / t
+    return tuple(tuple(part) for part in parts)
+
+
+def weight_bytes(hw: HardwareSpec, par: Parallelism) -> int:
+    """Bytes per parameter of the weights the GPUs compute with (and ZeRO gathers)."""
+    return 1 if par.fp8_params else hw.act_bytes
+
+
+def grad_bytes(par: Parallelism) -> int:
+    """Bytes per parameter of the main gradients (and of their data-parallel reduction)."""
+    return DTYPE_BYTES[par.grad_dtype]
+
+
+def expert_data_parallel(par: Parallelism) -> int:
+    """Ranks holding the same expert shard: the folded dp*cp*tp ranks over ep*etp."""
+    return max(1, par.dp * par.cp * par.tp // (par.ep * par.expert_tp))
 
 
 def saved_per_layer(graph: LayerGraph, recompute: str, layer_input_bytes: float) -> float:
     """Bytes one layer keeps for backward per micro-batch under the recompute policy."""
     if recompute == "full":
         return layer_input_bytes
-    return sum(op.saved_bytes for op in graph.forward
-               if not (recompute == "selective" and op.attention_core))
+    return _saved_bytes(graph, recompute == "selective")
+
+
+@lru_cache(maxsize=4096)
+def _saved_bytes(graph: LayerGraph, selective: bool) -> float:
+    return sum(op.saved_bytes for op in graph.forward if not (selective and op.attention_core))
 
 
 def in_flight(par: Parallelism, microbatches: int, stage: int) -> float:
@@ -85,47 +133,72 @@ def in_flight(par: Parallelism, microbatches: int, stage: int) -> float:
 
 def training_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, graph: LayerGraph,
                     microbatches: int, tokens: int) -> MemoryEstimate:
-    el = DTYPE_BYTES[hw.dtype]
+    """Megatron's buffers: the weights' working copy (BF16, or FP8 with fp8_params), main
+    gradients in grad_dtype (full size unless ZeRO 2+: the distributed optimizer, ZeRO 1,
+    shards only the FP32 master weights and Adam moments), TE's FP8 weight cache under FP8
+    compute, and activations of the micro-batches in flight."""
+    el = hw.act_bytes
     t = par.tp
     layer_input = tokens * model.hidden * el / (t if par.sp else 1)
     per_layer = saved_per_layer(graph, par.recompute, layer_input)
     full_layer = saved_per_layer(graph, "none", layer_input)
-    layers = model.layers // par.pp
-    shard = par.dp * par.cp  # ZeRO shards over every rank holding the same parameters
-    best = None
-    for stage, params in enumerate(stage_params(model, par)):
-        weights = params * WEIGHT_BYTES / (shard if par.zero >= 3 else 1)
-        grads = params * GRAD_BYTES / (shard if par.zero >= 2 else 1)
-        optimizer = params * OPTIMIZER_BYTES / (shard if par.zero >= 1 else 1)
-        activations = layers * per_layer * in_flight(par, microbatches, stage)
+    shard, expert_shard = par.dp * par.cp, expert_data_parallel(par)  # ZeRO shards over replicas
+    cache_bytes = FP8_WEIGHT_CACHE_BYTES if hw.dtype == "fp8" and not par.fp8_params else 0
+    split = stage_layers(model.layers, par)
+    best, most = None, -1.0
+    for stage, (dense, expert) in enumerate(stage_param_parts(model, par)):
+        params = dense + expert
+        sharded = dense / shard + expert / expert_shard
+
+        def by_stage(zero_stage):
+            return sharded if par.zero >= zero_stage else params
+        weights = by_stage(3) * weight_bytes(hw, par)
+        grads = by_stage(2) * grad_bytes(par)
+        optimizer = by_stage(1) * OPTIMIZER_BYTES
+        activations = split[stage] * per_layer * in_flight(par, microbatches, stage)
         transient = 4 * tokens * model.hidden * el
         if par.recompute == "full":
             transient += full_layer
         if par.zero >= 3:
-            transient += 2 * params / layers * WEIGHT_BYTES
+            transient += 2 * params / split[stage] * weight_bytes(hw, par)
         if stage == par.pp - 1:
             transient += 2 * tokens * model.vocab / t * 4  # fp32 logits and their gradient
-        estimate = MemoryEstimate(weights, grads, optimizer, activations, transient, 0.0,
-                                  hw.gpu.hbm.capacity_bytes, stage)
-        if best is None or estimate.peak_bytes > best.peak_bytes:
-            best = estimate
-    return best
+        parts = (weights, grads, optimizer, activations, transient, params * cache_bytes)
+        if sum(parts) > most:  # the peak grows with the allocated bytes
+            best, most = (stage, parts), sum(parts)
+    stage, (weights, grads, optimizer, activations, transient, cache) = best
+    return MemoryEstimate(weights, grads, optimizer, activations, transient, 0.0, hw.gpu.hbm.capacity_bytes,
+                          stage, cache)
 
 
 def inference_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, batch: int,
-                     prompt: int, decode: int) -> MemoryEstimate:
-    el = DTYPE_BYTES[hw.dtype]
+                     prompt: int, decode: int, kv_bytes: float) -> MemoryEstimate:
+    """An inference engine's memory as TensorRT-LLM's static-batch session allocates it, once:
+    weights in the compute dtype (an FP8 engine stores FP8 weights); the KV cache for the
+    whole batch at `kv_bytes` per element (GptSession sizes its cache, paged or not, to
+    batch x the longest sequence; the free-memory fraction, kv_cache_free_gpu_mem_fraction, 0.85
+    in that period's kvCacheConfig.h, sizes only the in-flight batcher's pool); one activation
+    workspace for the largest pass, the prefill; no caching allocator, so no fragmentation."""
+    el = hw.act_bytes
     t = par.tp
     kv_dim = max(1, model.kv_heads // t) * model.head_dim
-    layers = model.layers // par.pp
-    kv_cache = 2 * layers * batch * (prompt + decode) * kv_dim * el
-    ffn = model.moe.expert_ffn_hidden if model.moe else model.ffn_hidden
-    prefill_tokens = batch * prompt
-    transient = prefill_tokens * (4 * model.hidden + 3 * ceil(ffn / t)) * el + batch * model.vocab / t * 4
+    layers = max(stage_layers(model.layers, par))
+    kv_cache = 2 * layers * batch * (prompt + decode) * kv_dim * kv_bytes
+    transient = prefill_workspace_bytes(model, hw, t, batch * prompt) + batch * model.vocab / t * 4
     best = None
     for stage, params in enumerate(stage_params(model, par)):
-        estimate = MemoryEstimate(params * WEIGHT_BYTES, 0.0, 0.0, 0.0, transient, kv_cache,
-                                  hw.gpu.hbm.capacity_bytes, stage)
+        estimate = MemoryEstimate(params * DTYPE_BYTES[hw.dtype], 0.0, 0.0, 0.0, transient, kv_cache,
+                                  hw.gpu.hbm.capacity_bytes, stage, fragmentation=0.0)
         if best is None or estimate.peak_bytes > best.peak_bytes:
             best = estimate
     return best
+
+
+def prefill_workspace_bytes(model: ModelSpec, hw: HardwareSpec, tp: int, tokens: int) -> float:
+    """Live activations at a prefill layer's peak, buffers reused layer to layer: the residual
+    stream and the normed input (2 x hidden per token), and the FFN's inner tensors: a gated
+    FFN's fused gate-up output with the SwiGLU kernel's output (3 x ffn / tp), a GELU FFN's
+    one (its activation fused into the GEMM)."""
+    ffn = model.moe.expert_ffn_hidden if model.moe else model.ffn_hidden
+    inner = (3 if model.activation == "swiglu" else 1) * ceil(ffn / tp)
+    return tokens * (2 * model.hidden + inner) * hw.act_bytes

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from math import ceil, sqrt
 
-from .specs import DTYPE_BYTES, HardwareSpec
+from .specs import DTYPE_BYTES, HardwareSpec, activation_dtype
 
 # (tile_m, tile_n, tile_k) candidates a GEMM library would pick from.
 GEMM_TILES = ((256, 128, 32), (128, 256, 32), (128, 128, 32), (128, 64, 64), (64, 128, 64),
@@ -12,7 +12,13 @@ GEMM_TILES = ((256, 128, 32), (128, 256, 32), (128, 128, 32), (128, 64, 64), (64
 SPLIT_K = (1, 2, 4, 8, 16)
 PIPELINE_STAGES = 3  # shared-memory buffers per operand (cp.async multi-stage pipeline)
 L2_USABLE_FRACTION = 0.5  # of L2 a GEMM's operands can keep resident while streaming
-SOFTMAX_FP32_OPS = 6  # scale, max, subtract, exp, sum, rescale per attention score
+SOFTMAX_FP32_OPS = 5  # scale, max, subtract, sum, rescale per attention score (the exp is apart)
+# The exponential runs on the special-function units, 16 results per SM per clock on every
+# architecture since Volta (CUDA C programming guide, arithmetic instruction throughput). On
+# H100 that is 3.9 T exp/s against 989 TFLOP/s of BF16 matmul (the FlashAttention-3 paper's
+# point): a FlashAttention-2-style kernel, which does not overlap the softmax with the
+# matmuls, spends a quarter (A100) to a half (H100) of its matmul time on exponentials.
+SFU_OPS_PER_SM_PER_CLOCK = 16
 FLASH_TILE_Q = 128
 FLASH_TILE_KV = 64
 
@@ -29,12 +35,15 @@ def _launch_s(hw: HardwareSpec) -> float:
 
 
 @lru_cache(maxsize=65536)
-def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1) -> KernelTime:
-    """C[m,n] = A[m,k] @ B[k,n], `batch` independent products, in the hardware's dtype."""
+def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = "") -> KernelTime:
+    """C[m,n] = A[m,k] @ B[k,n], `batch` independent products, with operands in `dtype`
+    (default: the hardware's compute dtype) at that dtype's peak. FP8 GEMMs write their
+    output in BF16, as Transformer Engine's do."""
     gpu, cal = hw.gpu, hw.calibration
-    in_bytes = DTYPE_BYTES[hw.dtype]
-    out_bytes = in_bytes
-    peak = gpu.flops(hw.dtype) * cal.compute_efficiency
+    dtype = dtype or hw.dtype
+    in_bytes = DTYPE_BYTES[dtype]
+    out_bytes = DTYPE_BYTES[activation_dtype(dtype)]
+    peak = gpu.flops(dtype) * cal.compute_efficiency * (cal.fp8_efficiency if dtype == "fp8" else 1.0)
     per_sm_flops = peak / gpu.sm_count
     per_sm_sram = gpu.sram.bandwidth_bps / gpu.sm_count
     hbm_bw = gpu.hbm.bandwidth_bps * cal.memory_efficiency
@@ -78,6 +87,15 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1) -> KernelTime
     return KernelTime(best + _launch_s(hw), 2.0 * m * n * k * batch, best_hbm)
 
 
+def fp8_cast(hw: HardwareSpec, elements: float, transpose: bool = False) -> KernelTime:
+    """Transformer Engine's quantization of a BF16 tensor to FP8 before a GEMM: read it,
+    write the FP8 copy (and its transpose, for the backward GEMMs), with the amax
+    reduction fused in. Zero time when the GEMMs do not run in FP8."""
+    if hw.dtype != "fp8":
+        return KernelTime(0.0, 0.0, 0.0)
+    return pointwise(hw, elements * (hw.act_bytes + (2 if transpose else 1)))
+
+
 @lru_cache(maxsize=65536)
 def pointwise(hw: HardwareSpec, bytes_moved: float, flops: float = 0.0) -> KernelTime:
     """An elementwise or reduction kernel: bytes read plus written over HBM bandwidth."""
@@ -95,21 +113,27 @@ def causal_fraction(kv_len: int) -> float:
 
 @lru_cache(maxsize=65536)
 def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int, head_dim: int,
-                    kv_groups: int, causal: bool, backward: bool = False) -> KernelTime:
+                    kv_groups: int, causal: bool, backward: bool = False, kernel: str = "flash") -> KernelTime:
     """One fused attention kernel (FlashAttention-2 style): scores stay in SRAM.
 
     `batch_heads` counts query heads; `kv_groups` is query heads per KV head (GQA).
-    Backward does five tile matmuls to forward's two and recomputes the scores."""
+    Backward does five tile matmuls to forward's two and recomputes the scores. `kernel`
+    flash2 (FlashAttention-2) issues mma.sync, at the GPU's mma_sync_share of the rate."""
     gpu, cal = hw.gpu, hw.calibration
-    el = DTYPE_BYTES[hw.dtype]
+    el = hw.act_bytes
     visible = causal_fraction(kv_len) if causal else 1.0
     scores = batch_heads * q_len * kv_len * visible
     matmuls = 5 if backward else 2
     flops = matmuls * 2.0 * scores * head_dim
     tiles = batch_heads * ceil(q_len / FLASH_TILE_Q)
     per_sm = ceil(tiles / gpu.sm_count) / (tiles / gpu.sm_count)  # tail-wave under-fill
-    tensor_s = flops / (gpu.flops(hw.dtype) * cal.compute_efficiency) * per_sm
+    rate = gpu.flops(hw.act_dtype) * cal.compute_efficiency * cal.attention_efficiency
+    if kernel == "flash2":
+        rate *= gpu.mma_sync_share
+    tensor_s = flops / rate * per_sm
+    exp_rate = SFU_OPS_PER_SM_PER_CLOCK * gpu.sm_count * gpu.clock_hz
     softmax_s = (2 if backward else 1) * scores * SOFTMAX_FP32_OPS / gpu.flops("fp32") * per_sm
+    softmax_s += scores / exp_rate * per_sm  # one exp per score, forward and recomputed in backward
     q_bytes = batch_heads * q_len * head_dim * el
     kv_bytes = 2 * (batch_heads // kv_groups) * kv_len * head_dim * el
     kv_passes = ceil(q_len / FLASH_TILE_Q) * visible
@@ -124,10 +148,20 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
 
 @lru_cache(maxsize=65536)
 def decode_attention(hw: HardwareSpec, batch: int, heads: int, kv_heads: int, context: int,
-                     head_dim: int) -> KernelTime:
-    """One decode step's attention over a KV cache of `context` tokens: reads the cache once."""
-    el = DTYPE_BYTES[hw.dtype]
-    kv_bytes = 2 * batch * kv_heads * context * head_dim * el
-    q_bytes = 2 * batch * heads * head_dim * el
+                     head_dim: int, kv_bytes_per_element: float = 0.0) -> KernelTime:
+    """One decode step's attention over a KV cache of `context` tokens. Memory sees the cache
+    once (query heads sharing a KV head under GQA hit it in L2). The kernel of this period
+    (TensorRT-LLM's masked multi-head attention) runs one block per sequence and query head,
+    so the SMs process every query head's copy of its KV head's cache: at
+    `decode_attention_rate` elements per SM per cycle that, not bandwidth, bounds long contexts.
+    The cache is in the activation dtype unless `kv_bytes_per_element` says otherwise."""
+    kv_bytes = 2 * batch * kv_heads * context * head_dim * (kv_bytes_per_element or hw.act_bytes)
+    q_bytes = 2 * batch * heads * head_dim * hw.act_bytes
     flops = 4.0 * batch * heads * context * head_dim
-    return pointwise(hw, kv_bytes + q_bytes, flops)
+    kernel = pointwise(hw, kv_bytes + q_bytes, flops)
+    rate = hw.calibration.decode_attention_rate
+    if rate <= 0:
+        return kernel
+    processed = 2.0 * batch * heads * context * head_dim
+    sm_s = processed / (rate * hw.gpu.sm_count * hw.gpu.clock_hz) + _launch_s(hw)
+    return KernelTime(max(kernel.time_s, sm_s), flops, kv_bytes + q_bytes)

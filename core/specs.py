@@ -1,11 +1,14 @@
 """Frozen specs: what is modelled (ModelSpec), on what (HardwareSpec), how it is split
 (Parallelism) and what is run (TrainWorkload / InferWorkload). All sizes in bytes,
 bandwidths in bytes/s, times in seconds, throughput in FLOP/s."""
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from functools import cached_property, lru_cache
 
 ACTIVATIONS = ("gelu", "swiglu")
 NORMS = ("layernorm", "rmsnorm")
-ATTENTION_KERNELS = ("flash", "standard")
+# flash: a fused kernel using the GPU's newest MMA path (FlashAttention-3, cuDNN); flash2:
+# FlashAttention-2, which issues the pre-Hopper mma.sync; standard: unfused matmuls and softmax.
+ATTENTION_KERNELS = ("flash", "flash2", "standard")
 POSITION_EMBEDDINGS = ("rotary", "learned")
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
@@ -14,6 +17,34 @@ TOPOLOGIES = ("switch", "ring", "ring-uni", "fully-connected", "mesh", "mesh2d",
 PARALLEL_AXES = ("tp", "cp", "ep", "dp", "pp")
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+COMPUTE_DTYPES = ("bf16", "fp16", "fp8")
+GRAD_DTYPES = ("fp32", "bf16")
+
+
+def hash_once(cls):
+    """A frozen spec that keys the model's memo caches, hashed once per object instead of on
+    every memoized call (a hardware spec hashes ~40 fields). The cached hash is not pickled:
+    string hashes differ between processes."""
+    names = tuple(f.name for f in fields(cls))
+
+    def __hash__(self):
+        try:
+            return self._hash
+        except AttributeError:
+            object.__setattr__(self, "_hash", hash(tuple(getattr(self, name) for name in names)))
+            return self._hash
+
+    def __getstate__(self):
+        return {key: value for key, value in self.__dict__.items() if key != "_hash"}
+
+    cls.__hash__, cls.__getstate__ = __hash__, __getstate__
+    return cls
+
+
+def activation_dtype(compute_dtype: str) -> str:
+    """What activations, attention, norms and weights' working copies are kept in: FP8
+    training (Transformer Engine) runs only the GEMMs in FP8 and keeps the rest in BF16."""
+    return "bf16" if compute_dtype == "fp8" else compute_dtype
 
 
 @dataclass(frozen=True)
@@ -21,8 +52,11 @@ class MoESpec:
     experts: int
     top_k: int
     expert_ffn_hidden: int
+    shared_expert_ffn_hidden: int = 0  # an always-active expert every token also passes
+    capacity_factor: float = 0.0  # token-drop routing: tokens per expert <= factor * fair share; 0 = dropless
 
 
+@hash_once
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
@@ -68,7 +102,10 @@ class ModelSpec:
         if self.moe is None:
             return self.mlp_matrices * self.hidden * self.ffn_hidden
         per_expert = self.mlp_matrices * self.hidden * self.moe.expert_ffn_hidden
-        return self.moe.experts * per_expert + self.hidden * self.moe.experts
+        return self.moe.experts * per_expert + self.hidden * self.moe.experts + self.shared_expert_params()
+
+    def shared_expert_params(self) -> int:
+        return self.mlp_matrices * self.hidden * self.moe.shared_expert_ffn_hidden if self.moe else 0
 
     def layer_params(self) -> int:
         norms = 2 * self.hidden * (2 if self.norm == "layernorm" else 1)
@@ -99,6 +136,7 @@ class MemoryLevel:
     bandwidth_bps: float
 
 
+@hash_once
 @dataclass(frozen=True)
 class GpuSpec:
     name: str
@@ -110,11 +148,15 @@ class GpuSpec:
     l2: MemoryLevel
     hbm: MemoryLevel
     launch_overhead_s: float
+    # Share of the tensor-core rate a kernel issuing the pre-Hopper mma.sync reaches
+    # (FlashAttention-2 on Hopper, which lacks warpgroup MMA and TMA); 1 before Hopper.
+    mma_sync_share: float = 1.0
 
     def flops(self, dtype: str) -> float:
         return dict(self.peak_flops)[dtype]
 
 
+@hash_once
 @dataclass(frozen=True)
 class NetworkDim:
     """One network dimension, innermost first: `size` NPUs per group on this level."""
@@ -125,6 +167,9 @@ class NetworkDim:
     latency_s: float
     efficiency: float = 1.0  # achievable fraction of link bandwidth for bulk transfers
     oversubscription: float = 1.0
+    # In-switch reduction (NVLink SHARP on NVSwitch gen 3): the share of the link bandwidth an
+    # all-reduce reduced inside the switch sustains; 0 = the switch only forwards.
+    switch_reduction: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -141,13 +186,18 @@ class LinkFault:
 class Calibration:
     """The few factors fitted per GPU preset; see the preset file for what and on which rows."""
     compute_efficiency: float = 1.0
+    fp8_efficiency: float = 1.0  # FP8 GEMMs' achieved share of the FP8 peak, relative to compute_efficiency
+    attention_efficiency: float = 1.0  # fused attention's tensor-core share, relative to compute_efficiency
     memory_efficiency: float = 1.0
     network_efficiency: float = 1.0
-    dp_overlap: float = 1.0
     kernel_overhead_s: float = 0.0  # host / framework time per kernel beyond the launch itself
     collective_step_s: float = 0.0  # synchronisation cost per step of a collective algorithm
+    # KV-cache elements the decode attention kernel gets through per SM per clock cycle, each
+    # query head reading its KV head's cache (0 = bound by memory bandwidth alone)
+    decode_attention_rate: float = 0.0
 
 
+@hash_once
 @dataclass(frozen=True)
 class HardwareSpec:
     name: str
@@ -158,19 +208,33 @@ class HardwareSpec:
     source: str = ""
     faults: tuple = ()  # of LinkFault
 
+    @cached_property
+    def act_dtype(self) -> str:
+        return activation_dtype(self.dtype)
+
+    @cached_property
+    def act_bytes(self) -> int:
+        """Bytes per element of activations and of the weights' working copy."""
+        return DTYPE_BYTES[self.act_dtype]
+
     def dims_for(self, gpus: int) -> tuple:
         """Network dimensions sized for `gpus` GPUs: an `auto` (0) size takes the remainder."""
-        sized, covered = [], 1
-        for dim in self.network:
-            size = dim.size
-            if size == 0:
-                size = max(1, -(-gpus // covered))
-            sized.append(dim if size == dim.size else replace(dim, size=size))
-            covered *= size
-        return tuple(sized)
+        return _sized_dims(self.network, gpus)
 
 
+@lru_cache(maxsize=1024)
+def _sized_dims(network: tuple, gpus: int) -> tuple:
+    sized, covered = [], 1
+    for dim in network:
+        size = dim.size
+        if size == 0:
+            size = max(1, -(-gpus // covered))
+        sized.append(dim if size == dim.size else replace(dim, size=size))
+        covered *= size
+    return tuple(sized)
 
+
+@hash_once
 @dataclass(frozen=True)
 class Parallelism:
     dp: int = 1
@@ -185,10 +249,30 @@ class Parallelism:
     schedule: str = "1f1b"
     virtual_stages: int = 1
     placement: tuple = ("tp", "cp", "dp", "pp")
+    etp: int = 0  # expert tensor parallelism; 0 = tp (Megatron-Core's default)
+    first_stage_layers: int = 0  # 0 = Megatron's split; else the first pipeline stage's layer count
+    last_stage_layers: int = 0
+    # Data-parallel traffic as Megatron-Core runs it: gradients reduced bucket by bucket during
+    # the last micro-batch's backward, parameters gathered during the next forward. Off by
+    # default, as in Megatron-LM without --overlap-grad-reduce / --overlap-param-gather.
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+    grad_dtype: str = "fp32"  # main-gradient buffers and their reduction (fp32, or bf16)
+    # Transformer Engine's userbuffers overlap of the sequence-parallel all-gathers and
+    # reduce-scatters with the GEMMs next to them (NeMo's tp_comm_overlap); needs sp.
+    overlap_tp_comm: bool = False
+    # Megatron-Core's overlap_p2p_comm: under the interleaved schedule, a chunk's activation
+    # (or gradient) send runs while the next chunk computes (NeMo turns it on when vp > 1).
+    overlap_p2p_comm: bool = False
+    fp8_params: bool = False  # weights kept in FP8 (no BF16 working copy)
 
     @property
     def gpus(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def expert_tp(self) -> int:
+        return self.etp or self.tp
 
 
 @dataclass(frozen=True)
@@ -196,6 +280,9 @@ class TrainWorkload:
     global_batch: int
     seq: int
     mode: str = "train"
+    # Tokens per document when short documents are packed into each sequence (THD format,
+    # attention within a document only); 0: one document per sequence.
+    document: int = 0
 
 
 @dataclass(frozen=True)
@@ -203,4 +290,8 @@ class InferWorkload:
     batch: int
     prompt: int
     decode: int
+    kv_dtype: str = ""  # KV-cache element type; empty = the activation dtype
     mode: str = "infer"  # replicas are the layout's dp: independent copies serving requests
+
+    def kv_bytes(self, hw: HardwareSpec) -> int:
+        return DTYPE_BYTES[self.kv_dtype] if self.kv_dtype else hw.act_bytes

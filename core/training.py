@@ -7,10 +7,11 @@ from functools import lru_cache
 
 from . import ops
 from .collectives import collective_time
-from .graph import LayerGraph, LayerShape, build_layer
-from .layout import group_spans, merge_spans
-from .memory import GRAD_BYTES, WEIGHT_BYTES, stage_params
-from .specs import DTYPE_BYTES, HardwareSpec, ModelSpec, Parallelism, TrainWorkload
+from .graph import LayerGraph, LayerShape, build_layer, train_shape
+from .layout import group_spans, merge_spans, stage_layers
+from . import memory
+from .memory import stage_params
+from .specs import HardwareSpec, ModelSpec, Parallelism, TrainWorkload
 
 ADAM_BYTES_PER_PARAM = 30  # read fp32 master, moments and gradient; write them and the bf16 copy
 
@@ -47,7 +48,7 @@ def time_ops(hw: HardwareSpec, dims: tuple, spans: dict, op_list, skip_core: boo
         total = sum(per_dim.values())
         if total <= 0:
             continue
-        exposed = max(0.0, total - op.cover_s) / total
+        exposed = max(op.min_exposed * total, total - op.cover_s) / total
         add_times(comm, per_dim, exposed)
     return PassTime(compute, tuple(sorted(comm.items())), flops)
 
@@ -80,14 +81,15 @@ def layer_profile(model: ModelSpec, hw: HardwareSpec, dims: tuple, shape: LayerS
 def edge_ops(model: ModelSpec, hw: HardwareSpec, tokens: int, tp: int) -> tuple:
     """(first-stage forward, first backward, last-stage forward, last backward) seconds: embedding, final
     norm, LM head and the cross-entropy loss."""
-    el = DTYPE_BYTES[hw.dtype]
+    el = hw.act_bytes
     h, vocab = model.hidden, model.vocab // tp
     embed_fwd = ops.pointwise(hw, tokens * h * el * 2).time_s
     embed_bwd = ops.pointwise(hw, tokens * h * (el + 4) * 2).time_s
-    head = ops.gemm(hw, tokens, vocab, h)
+    head = ops.gemm(hw, tokens, vocab, h, dtype=hw.act_dtype)  # the output layer stays in BF16 under FP8
     loss_bytes = tokens * vocab * 4 * 2
     last_fwd = ops.pointwise(hw, tokens * h * el * 2).time_s + head.time_s + ops.pointwise(hw, loss_bytes).time_s
-    last_bwd = (ops.gemm(hw, tokens, h, vocab).time_s + ops.gemm(hw, h, vocab, tokens).time_s
+    last_bwd = (ops.gemm(hw, tokens, h, vocab, dtype=hw.act_dtype).time_s
+                + ops.gemm(hw, h, vocab, tokens, dtype=hw.act_dtype).time_s
                 + ops.pointwise(hw, loss_bytes).time_s + ops.pointwise(hw, tokens * h * el * 3).time_s)
     return embed_fwd, embed_bwd, last_fwd, last_bwd
 
@@ -97,35 +99,35 @@ def train_step(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Train
     dims = hw.dims_for(gpus)
     spans = group_spans(par, dims)
     micro = work.global_batch // (par.dp * par.micro_batch)
-    seq = work.seq // par.cp
-    shape = LayerShape(par.micro_batch, seq, work.seq, par.tp, par.sp, par.cp, par.ep)
-    spans_key = tuple(sorted((axis, spans.get(axis, ())) for axis in ("tp", "cp", "ep")))
+    shape = train_shape(par, work)
+    spans_key = tuple(sorted((axis, spans.get(axis, ())) for axis in ("tp", "cp", "ep", "etp")))
     prof = layer_profile(model, hw, dims, shape, spans_key, par.recompute)
-    tokens = par.micro_batch * seq
+    tokens = shape.tokens
+    split = stage_layers(model.layers, par)
 
-    layers = model.layers // par.pp
     embed_fwd, embed_bwd, last_fwd, last_bwd = edge_ops(model, hw, tokens, par.tp)
     layer_compute = prof.forward.compute_s + prof.backward.compute_s + prof.recompute.compute_s
     layer_comm = {}
     for part in (prof.forward, prof.backward, prof.recompute):
         add_times(layer_comm, dict(part.comm_s))
-    el = DTYPE_BYTES[hw.dtype]
     p2p = {}
     if par.pp > 1:
-        message = tokens * model.hidden * el / par.tp  # scatter-gather across the TP ranks
+        message = tokens * model.hidden * hw.act_bytes / par.tp  # scatter-gather across the TP ranks
         pp_span = spans["pp"][:1]
         one_way = collective_time(hw, dims, "send_recv", message, pp_span)
-        add_times(p2p, one_way, 2.0 * par.virtual_stages)  # activation forward, gradient backward
+        exposed = 1.0
+        if par.overlap_p2p_comm and par.virtual_stages > 1:
+            # each send hides behind the next chunk's pass (the shortest stage's, forward)
+            chunk_s = min(split) / par.virtual_stages * prof.forward.total_s
+            exposed = _uncovered(sum(one_way.values()), chunk_s)
+        add_times(p2p, one_way, 2.0 * par.virtual_stages * exposed)  # activation forward, gradient backward
 
-    stage_compute = [layers * layer_compute for _ in range(par.pp)]
+    stage_compute = [layers * layer_compute for layers in split]
     stage_compute[0] += embed_fwd + embed_bwd
     stage_compute[-1] += last_fwd + last_bwd
-    comm_per_mb = dict(layer_comm)
-    for name in comm_per_mb:
-        comm_per_mb[name] *= layers
-    add_times(comm_per_mb, p2p)
-    comm_total = sum(comm_per_mb.values())
-    stage_time = [c + comm_total for c in stage_compute]
+    layer_comm_s = sum(layer_comm.values())
+    p2p_s = sum(p2p.values())
+    stage_time = [c + layers * layer_comm_s + p2p_s for c, layers in zip(stage_compute, split)]
     slowest = max(range(par.pp), key=stage_time.__getitem__)
     v = par.virtual_stages
     bottleneck = stage_time[slowest]
@@ -133,8 +135,10 @@ def train_step(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Train
     bubble_s = pipeline_s - micro * bottleneck
 
     breakdown = {"compute_s": micro * stage_compute[slowest], "bubble_s": bubble_s}
-    comm = {name: micro * seconds for name, seconds in comm_per_mb.items()}
-    dp_comm, dp_exposed = _data_parallel(model, hw, par, dims, spans, prof, micro, layers)
+    comm = {}
+    add_times(comm, layer_comm, micro * split[slowest])
+    add_times(comm, p2p, micro)
+    dp_comm, dp_exposed = data_parallel(model, hw, par, dims, spans, prof, split, micro)
     add_times(comm, dp_exposed)
     optimizer_s = optimizer_step_s(model, hw, par)
     breakdown["optimizer_s"] = optimizer_s
@@ -151,53 +155,104 @@ def optimizer_step_s(model: ModelSpec, hw: HardwareSpec, par: Parallelism) -> fl
     return ops.pointwise(hw, max(stage_params(model, par)) / shard * ADAM_BYTES_PER_PARAM).time_s
 
 
-def model_flops(model: ModelSpec, work: TrainWorkload) -> float:
+def model_flops(model: ModelSpec, work: TrainWorkload, score_share: float | None = None) -> float:
     """Model FLOPs of one iteration for MFU: 6 per parameter per token (the tied output
     layer counted again), plus 12 * layers * q_dim * seq per token for attention's two
-    matmuls, scaled to the share of scores the kernel executes (about half for causal
-    FlashAttention; the unfused kernel computes every score), so MFU stays <= 100 %."""
-    executed = ops.causal_fraction(work.seq) if model.attention_kernel == "flash" else 1.0
-    per_token = 6.0 * model.active_params() + 12.0 * model.layers * model.q_dim * work.seq * executed
+    matmuls (seq: the document's length when a fused kernel packs documents), scaled to the
+    share of scores the kernel executes (about half for causal FlashAttention; the unfused
+    kernel computes every score of the whole sequence), so MFU stays <= 100 %.
+    `score_share` replaces that share with a framework's convention (1 in NeMo's 2024 FLOP
+    formulas, 0.5 in Megatron-LM's of 2025)."""
+    fused = model.attention_kernel != "standard"
+    attended = min(work.document or work.seq, work.seq) if fused else work.seq
+    if score_share is None:
+        score_share = ops.causal_fraction(attended) if fused else 1.0
+    return _flops_per_token(model, attended, score_share) * work.global_batch * work.seq
+
+
+@lru_cache(maxsize=4096)
+def _flops_per_token(model: ModelSpec, seq: int, score_share: float) -> float:
+    per_token = 6.0 * model.active_params() + 12.0 * model.layers * model.q_dim * seq * score_share
     if model.tied_embeddings:
         per_token += 6.0 * model.vocab * model.hidden
-    return per_token * work.global_batch * work.seq
+    return per_token
 
 
-def _data_parallel(model, hw, par, dims, spans, prof, micro, layers):
-    """(total DP communication seconds, exposed seconds per dimension)."""
+def ddp_bucket_params(dp: int) -> float:
+    """Megatron-Core's default gradient bucket: max(40M, 1M * dp) parameters."""
+    return max(40e6, 1e6 * dp)
+
+
+def data_parallel(model, hw, par, dims, spans, prof, split, micro) -> tuple:
+    """(total DP communication seconds, exposed seconds per dimension) as the framework runs it.
+
+    ZeRO-3 / FSDP prefetches each layer's parameters while the layer before runs and
+    scatters its gradients during the backward, so a layer's traffic hides behind its pass.
+    Otherwise gradients are all-reduced (ZeRO 0) or reduce-scattered (ZeRO 1-2, the
+    distributed optimizer, which then all-gathers the updated parameters):
+    - without overlap (2021-era Megatron, the default), after the pipeline drains, on every
+      stage at once: fully exposed;
+    - with overlap_grad_reduce, bucket by bucket while the last micro-batch's backward runs:
+      what the backward cannot cover is exposed, and never less than the last bucket;
+    - with overlap_param_gather, during the next step's first forward, likewise.
+    Each rank starts as soon as its own pipeline work is done, and a later stage finishes its
+    backward earlier (stage s by s of its backward chunks): that head start hides as much.
+    The most exposed stage sets the step."""
     if par.dp * par.cp == 1:
         return 0.0, {}
     span = merge_spans(spans.get("dp", ()), spans.get("cp", ()))
-    params = max(stage_params(model, par))
-    exposed = {}
+    params = stage_params(model, par)
+    weight_bytes, gradient_bytes = memory.weight_bytes(hw, par), memory.grad_bytes(par)
+    backward_s = prof.backward.total_s + prof.recompute.total_s
     if par.zero >= 3:
-        # Per layer and micro-batch: the forward gathers parameters while it runs; the backward
-        # gathers them again and scatters gradients while it runs (recompute included). Tensor-
-        # parallel traffic on other links proceeds meanwhile, so the whole pass is the cover.
-        per_layer = params / layers
-        gather = collective_time(hw, dims, "all_gather", per_layer * WEIGHT_BYTES, span)
-        scatter = collective_time(hw, dims, "reduce_scatter", per_layer * GRAD_BYTES, span)
-        overlap = hw.calibration.dp_overlap
-        forward_cover = overlap * prof.forward.total_s
-        backward_cover = overlap * (prof.backward.total_s + prof.recompute.total_s)
-        forward_total = sum(gather.values())
+        stage = max(range(par.pp), key=params.__getitem__)
+        per_layer = params[stage] / split[stage]
+        gather = collective_time(hw, dims, "all_gather", per_layer * weight_bytes, span)
+        scatter = collective_time(hw, dims, "reduce_scatter", per_layer * gradient_bytes, span)
         backward = {}
         add_times(backward, gather)
         add_times(backward, scatter)
-        backward_total = sum(backward.values())
-        scale = micro * layers
-        add_times(exposed, gather, scale * max(0.0, forward_total - forward_cover) / forward_total)
-        add_times(exposed, backward, scale * max(0.0, backward_total - backward_cover) / backward_total)
+        forward_total, backward_total = sum(gather.values()), sum(backward.values())
+        scale = micro * split[stage]  # every layer of every micro-batch gathers again
+        exposed = {}
+        add_times(exposed, gather, scale * _uncovered(forward_total, prof.forward.total_s))
+        add_times(exposed, backward, scale * _uncovered(backward_total, backward_s))
         return scale * (forward_total + backward_total), exposed
-    if par.zero == 0:
-        reduce = collective_time(hw, dims, "all_reduce", params * GRAD_BYTES, span)
-        regather = {}
-    else:
-        reduce = collective_time(hw, dims, "reduce_scatter", params * GRAD_BYTES, span)
-        regather = collective_time(hw, dims, "all_gather", params * WEIGHT_BYTES, span)
-    reduce_total = sum(reduce.values())
-    cover = layers * (prof.backward.compute_s + prof.recompute.compute_s)
-    hidden = min(reduce_total, hw.calibration.dp_overlap * cover)
-    add_times(exposed, reduce, (reduce_total - hidden) / reduce_total if reduce_total else 0.0)
-    add_times(exposed, regather)
-    return reduce_total + sum(regather.values()), exposed
+    bucket = ddp_bucket_params(par.dp * par.cp)
+    worst, seen = None, set()
+    for stage, (stage_params_, layers) in enumerate(zip(params, split)):
+        if (stage_params_, layers) in seen:  # an identical earlier stage has less head start
+            continue
+        seen.add((stage_params_, layers))
+        kind = "all_reduce" if par.zero == 0 else "reduce_scatter"
+        reduce = collective_time(hw, dims, kind, stage_params_ * gradient_bytes, span)
+        gather = collective_time(hw, dims, "all_gather", stage_params_ * weight_bytes, span) if par.zero else {}
+        last_bucket = min(1.0, bucket / stage_params_)
+        head_start = stage * layers / par.virtual_stages
+        reduce_s = _exposed_overlapped(sum(reduce.values()), layers * backward_s, last_bucket,
+                                       head_start * backward_s, par.overlap_grad_reduce)
+        gather_s = _exposed_overlapped(sum(gather.values()), layers * prof.forward.total_s, last_bucket,
+                                       head_start * prof.forward.total_s, par.overlap_param_gather)
+        if worst is None or reduce_s + gather_s > worst[0]:
+            worst = (reduce_s + gather_s, reduce, reduce_s, gather, gather_s)
+    _, reduce, reduce_s, gather, gather_s = worst
+    exposed = {}
+    for times, seconds in ((reduce, reduce_s), (gather, gather_s)):
+        total = sum(times.values())
+        if total:
+            add_times(exposed, times, seconds / total)
+    return sum(reduce.values()) + sum(gather.values()), exposed
+
+
+def _uncovered(comm_s: float, cover_s: float) -> float:
+    """Fraction of a communication left exposed by `cover_s` of concurrent work."""
+    return max(0.0, comm_s - cover_s) / comm_s if comm_s else 0.0
+
+
+def _exposed_overlapped(total_s: float, cover_s: float, last_bucket: float, head_start_s: float,
+                        overlap: bool) -> float:
+    """Exposed seconds of bucketed DP traffic: all of it without overlap; with overlap, what
+    the concurrent pass does not cover (at least the last bucket); either less the head
+    start a later stage has (it finishes its backward, and starts its forward, earlier)."""
+    exposed = max(total_s - cover_s, last_bucket * total_s) if overlap else total_s
+    return max(0.0, exposed - head_start_s)

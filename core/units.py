@@ -125,3 +125,13 @@ def quantity(text) -> tuple[str, float] | None:
         except SpecError:
             continue
     return None
+
+
+def format_quantity(value: float, unit: str) -> str:
+    """A measured or predicted value for a table: seconds in s, ms, us or ns as fits
+    (microsecond collectives are not "0.000 s"), other units as a plain number."""
+    if unit not in ("s", "request_s", "step_time_s", "collective_time_s"):
+        return f"{value:.4g} {unit}"
+    for name in ("s", "ms", "us", "ns"):
+        if abs(value) >= _TIME[name] or name == "ns":
+            return f"{value / _TIME[name]:.4g} {name}"

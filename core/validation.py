@@ -1,11 +1,13 @@
 """Predictions against the published measurements shipped in `validation_data/`
 (copied verbatim from the project's shared validation set)."""
 import csv
+import functools
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from .evaluate import evaluate
-from .loader import load_hardware, load_model
+from .loader import load_hardware, load_model, with_dtype
 from .memory import GiB
 from .specs import HardwareSpec, InferWorkload, Parallelism, TrainWorkload
 
@@ -26,6 +28,7 @@ class Case:
     measured: float
     predicted: float
     unit: str
+    source: str = ""  # the leave-one-source-out group
 
     @property
     def error_pct(self) -> float:
@@ -67,7 +70,8 @@ def training_cases(hw: HardwareSpec | None = None) -> tuple:
         work = TrainWorkload(global_batch=int(row["global_batch"]), seq=int(row["seq_len"]))
         record = evaluate(_gpt(row), hw, par, work, int(row["gpus"]), time_infeasible=True)
         name = f"{row['model']} tp{row['tp']} pp{row['pp']} {row['recompute']}"
-        cases.append(Case("training", name, float(row["measured_iteration_s"]), record["step_time_s"], "s"))
+        cases.append(Case("training", name, float(row["measured_iteration_s"]), record["step_time_s"], "s",
+                          "korthikanti2023"))
         verdicts.append(Verdict(f"training {name}", True, record["feasible"], record["infeasible_reason"]))
     return cases, verdicts
 
@@ -81,7 +85,8 @@ def inference_cases(hw: HardwareSpec | None = None) -> tuple:
                              decode=int(row["output_tokens"]))
         record = evaluate(load_model(row["model"]), hw, Parallelism(tp=tp), work, tp, time_infeasible=True)
         name = f"{row['model']} tp{tp} b{row['batch']}"
-        cases.append(Case("inference", name, float(row["measured_request_s"]), record["step_time_s"], "s"))
+        cases.append(Case("inference", name, float(row["measured_request_s"]), record["step_time_s"], "s",
+                          "kundu2024"))
         verdicts.append(Verdict(f"inference {name}", True, record["feasible"], record["infeasible_reason"]))
     one_gpu = evaluate(load_model("llama2-70b"), hw, Parallelism(), InferWorkload(1, 200, 200), 1)
     verdicts.append(Verdict("inference llama2-70b on one GPU", False, one_gpu["feasible"],
@@ -109,10 +114,52 @@ def memory_cases(hw: HardwareSpec | None = None) -> tuple:
     return cases, verdicts
 
 
-SUITES = {"training": training_cases, "inference": inference_cases, "memory": memory_cases}
+def published_cases(suite: str, hw: HardwareSpec | None = None) -> tuple:
+    """One suite of the published corpus (core.corpus): a Case per usable row with a
+    measured value, a Verdict per row that says whether the layout ran or ran out of memory.
+    `hw`, when given, replaces the preset for the rows of its GPU family."""
+    from . import corpus, published  # the corpus loads on first use only
+
+    cases, verdicts = [], []
+    for row in corpus.published_cases(suite):
+        if not row.usable:
+            continue
+        row_hw = hw if hw is not None and _family(hw.name) == _family(str(row.hardware)) else None
+        if suite == "collectives":
+            if row.hardware and "h100" in str(row.hardware).lower():
+                predicted = published.all_reduce_s(row, row_hw)
+                cases.append(Case(suite, row.case_id, row.measured, predicted, "s", row.source))
+            continue
+        value, feasible, record = published.predict(row, row_hw and with_dtype(
+            row_hw, row.precision.get("compute", "bf16"), row.case_id, "precision.compute"))
+        # A row whose outcome starts with "OOM" did not fit; every other row ran.
+        ran = not str(row.extra.get("outcome", "")).lower().startswith("oom")
+        if row.metric != "memory_verdict" and row.measured is not None and not math.isnan(row.measured):
+            cases.append(Case(suite, row.case_id, row.measured, value, row.metric, row.source))
+        verdicts.append(Verdict(f"{suite} {row.case_id}", ran, feasible,
+                                record["infeasible_reason"] or f"{record['memory_peak_gib']:.1f} GiB"))
+    return cases, verdicts
 
 
-def run_all(suites=tuple(SUITES)) -> tuple:
+def _family(name: str) -> str:
+    """GPU family of a preset or published GPU name: H200 rows share H100's factors."""
+    name = name.lower()
+    return "h100" if "h100" in name or "h200" in name else "a100" if "a100" in name else name
+
+
+PUBLISHED_SUITES = ("h100_dense", "moe", "trtllm", "collectives", "memory_h100")
+SUITES = {"training": training_cases, "inference": inference_cases, "memory": memory_cases,
+          **{name: functools.partial(published_cases, name) for name in PUBLISHED_SUITES}}
+
+
+def available_suites() -> tuple:
+    """Every suite whose data is here: the published ones need core.corpus."""
+    import importlib.util
+    has_corpus = importlib.util.find_spec("core.corpus") is not None
+    return tuple(name for name in SUITES if has_corpus or name not in PUBLISHED_SUITES)
+
+
+def run_all(suites=("training", "inference", "memory")) -> tuple:
     cases, verdicts = [], []
     for suite in suites:
         c, v = SUITES[suite]()

@@ -1,86 +1,242 @@
-"""Fit the few calibration factors of the A100 SXM4 preset on part of the published data
-and report the error on every row, fitted and held out. Prints the values to put in the
-preset's `calibration:` block; it edits nothing.
+"""Fit the few calibration factors of each GPU family's preset on a declared part of the
+published data, and report the error on every row, fitted and held out. Prints the values
+to put in each preset's `calibration:` block; it edits nothing.
 
-Training rows fit `compute_efficiency` and `network_efficiency`; inference rows fit `memory_efficiency`,
-`kernel_overhead` and `collective_step`. Each is searched on a grid refined three
-times, minimising the largest |error| on the fitted rows.
+Per family, each fit group names the suites it reads, which of their rows it fits (the
+rest are held out) and the factors it searches, each on a grid refined twice around the
+best point, minimising the largest |error| (then the mean) on the fitted rows:
+- A100 (a100-sxm4-80gb): training rows of gpt-22b and gpt-175b fit compute_efficiency and
+  network_efficiency; inference rows of llama2-7b and llama2-70b tp8 fit kernel_overhead and
+  collective_step (the decode attention rate does not matter at batch 1); TensorRT-LLM
+  v0.6.1's GPT-J and Llama 2 70B rows fit decode_attention_rate (its Llama 7B and Falcon 180B
+  rows held out). memory_efficiency stays the preset's: the pointwise kernels it also sets
+  drive the training rows (raising it to what TensorRT-LLM's decode GEMMs reach puts
+  training 7-10 % off).
+- H100 (h100-sxm5-80gb; H200 inherits): the DGX Cloud 24.11 benchmark rows of the
+  h100_dense suite fit compute_efficiency, fp8_efficiency and attention_efficiency; the
+  nccl-tests all-reduce rows above 1 MiB on one DGX H100 fit network_efficiency (what the
+  links deliver, measured directly rather than left to absorb training residuals); every
+  other H100 training source (NeMo 24.07, DGX Cloud 25.05, Megatron-Bridge, and the whole
+  MoE suite) is held out. TensorRT-LLM v0.5's
+  H100 FP8 GPT-J and Llama 2 70B rows fit memory_efficiency, kernel_overhead and
+  decode_attention_rate (Llama 7B and Falcon 180B held out); collective_step stays 0:
+  nccl-tests on a DGX H100 match NCCL's own latencies with nothing on top.
+The trtllm suite holds both families' rows; each family reads the rows of its GPU.
+
+`--cv` prints, per suite, the in-sample error (the factors fitted on all their fit rows)
+beside the leave-one-source-out error: for each source, every group whose fit rows include
+it is refitted without that source, and that source's rows are predicted. A group left with
+no fit row takes its family's prior (H100: the A100 factors); A100 has none, so a suite
+whose fit rows all come from one A100 source prints nan for its held-out column. A suite no group
+fits on (memory, collectives, moe) has nothing refitted: its rows are all held out already
+(moe is predicted with the factors the dense rows fit), so its two columns agree.
 """
+import argparse
 import dataclasses
 import itertools
+from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from core.loader import load_hardware
-from core.validation import HARDWARE, inference_cases, training_cases
+from core.validation import SUITES, available_suites
 
-TRAIN_FIT = ("gpt-22b", "gpt-175b")  # held out: gpt-530b, gpt-1t
-INFER_FIT = ("llama2-7b ", "llama2-70b tp8")  # held out: llama2-13b, llama2-70b tp2 and tp4
 US = 1e-6
+MIB = 2**20
+ZERO_FACTORS = {"compute_efficiency": 1.0, "fp8_efficiency": 1.0, "attention_efficiency": 1.0,
+                "memory_efficiency": 1.0, "network_efficiency": 1.0, "kernel_overhead_s": 0.0,
+                "collective_step_s": 0.0, "decode_attention_rate": 12.0}
 
 
-def _is_fit(case, names) -> bool:
-    return any(case.case.startswith(n) for n in names)
+@dataclass(frozen=True)
+class Group:
+    """Factors fitted together on some rows of some suites."""
+    name: str
+    suites: tuple
+    fit_rows: object  # Case -> bool: is this row fitted (else held out)
+    grid: tuple  # ((factor, (values...)), ...)
 
 
-def _score(cases, names) -> tuple:
-    errors = [abs(c.error_pct) for c in cases if _is_fit(c, names)]
-    return max(errors), float(np.mean(errors))
+@dataclass(frozen=True)
+class Family:
+    preset: str
+    suites: tuple  # the suites whose rows run on this family's preset
+    groups: tuple
+    gpus: tuple  # GPU names in a shared suite's case ids that are this family's rows
+    prior: str = ""  # preset whose factors a group falls back on when a fold leaves it no row
+
+    def owns(self, suite: str, case) -> bool:
+        return suite not in SHARED_SUITES or any(f"-{gpu}-" in case.case for gpu in self.gpus)
 
 
-def _refine(values: list, centre: float, low: float, high: float) -> list:
+A100_TRAIN_FIT = ("gpt-22b", "gpt-175b")  # held out: gpt-530b, gpt-1t
+A100_INFER_FIT = ("llama2-7b ", "llama2-70b tp8")  # held out: llama2-13b, llama2-70b tp2 and tp4
+# DGX Cloud 24.11 spans 8B to 405B and 8 to 2,304 GPUs; the long-sequence rows are the only
+# ones where fused attention dominates the step, the one place attention_efficiency shows.
+H100_TRAIN_FIT_SOURCES = ("dgxc-24.11",)
+A100_DECODE_FIT = ("TRTLLM061-A100-GPT-J", "TRTLLM061-A100-LLaMA70B")  # held out: Llama 7B, Falcon 180B
+H100_INFER_FIT = ("TRTLLM05-H100-GPT-J", "TRTLLM05-H100-LLaMA70B")  # held out: Llama 7B, Falcon 180B
+SHARED_SUITES = ("trtllm",)  # suites with rows of both families
+
+
+def _grid(low: float, high: float, points: int, scale: float = 1.0) -> tuple:
+    return tuple(float(v) * scale for v in np.linspace(low, high, points))
+
+
+FAMILIES = {
+    "a100": Family("a100-sxm4-80gb", ("training", "inference", "memory", "trtllm"), (
+        Group("training", ("training",), lambda c: c.case.startswith(A100_TRAIN_FIT),
+              (("compute_efficiency", _grid(0.6, 1.0, 9)), ("network_efficiency", _grid(0.4, 1.0, 7)))),
+        Group("inference", ("inference",), lambda c: c.case.startswith(A100_INFER_FIT),
+              (("kernel_overhead_s", _grid(0.0, 8.0, 9, US)), ("collective_step_s", _grid(0.0, 8.0, 9, US)))),
+        Group("decode", ("trtllm",), lambda c: c.case.startswith(A100_DECODE_FIT),
+              (("decode_attention_rate", (6.0, 9.0, 12.0, 15.0, 18.0)),)),
+    ), gpus=("A100",)),
+    "h100": Family("h100-sxm5-80gb", ("h100_dense", "moe", "memory_h100", "collectives", "trtllm"), (
+        Group("training", ("h100_dense",), lambda c: c.source in H100_TRAIN_FIT_SOURCES,
+              (("compute_efficiency", _grid(0.45, 0.85, 5)), ("fp8_efficiency", _grid(0.7, 1.0, 4)),
+               ("attention_efficiency", _grid(0.4, 1.0, 4)))),
+        Group("network", ("collectives",), lambda c: int(c.case.rsplit("-", 1)[1]) > MIB,
+              (("network_efficiency", _grid(0.6, 1.0, 9)),)),
+        Group("inference", ("trtllm",), lambda c: c.case.startswith(H100_INFER_FIT),
+              (("memory_efficiency", _grid(0.7, 1.0, 4)), ("kernel_overhead_s", _grid(0.0, 8.0, 9, US)),
+               ("decode_attention_rate", (6.0, 9.0, 12.0, 15.0, 18.0)))),
+    ), gpus=("H100", "H200"), prior="a100-sxm4-80gb"),
+}
+
+
+def _with(hw, fields: dict):
+    return dataclasses.replace(hw, calibration=dataclasses.replace(hw.calibration, **fields))
+
+
+@lru_cache(maxsize=None)
+def _cases(suite: str, hw) -> tuple:
+    return tuple(SUITES[suite](hw)[0])
+
+
+def _score(hw, group: Group, excluded: str) -> tuple:
+    errors = [abs(c.error_pct) for suite in group.suites for c in _cases(suite, hw)
+              if group.fit_rows(c) and c.source != excluded]
+    return (max(errors), float(np.mean(errors))) if errors else (0.0, 0.0)
+
+
+def _refine(values: tuple, centre: float, low: float, high: float) -> tuple:
     """A finer grid around `centre`, kept inside the first grid's range."""
     step = (values[1] - values[0]) / 2 if len(values) > 1 else 0.0
-    return sorted({min(high, max(low, centre + step * k)) for k in (-2, -1, 0, 1, 2)})
+    return tuple(sorted({min(high, max(low, centre + step * k)) for k in (-1, 0, 1)}))
 
 
-def fit(base, suite, names, grid: dict, rounds: int = 3) -> dict:
-    """Calibration fields (of core.specs.Calibration) minimising the fitted rows' max |error|."""
-    best, bounds = None, {key: (min(values), max(values)) for key, values in grid.items()}
+@lru_cache(maxsize=None)
+def fit_group(hw, group: Group, excluded: str = "", rounds: int = 3) -> dict:
+    """The group's factors minimising its fit rows' max |error| (then mean), leaving out
+    the rows of source `excluded`; the other factors stay as `hw` has them."""
+    grid = dict(group.grid)
+    bounds = {key: (min(values), max(values)) for key, values in grid.items()}
+    best = None
     for _ in range(rounds):
         for values in itertools.product(*grid.values()):
             fields = dict(zip(grid, values))
-            hw = dataclasses.replace(base, calibration=dataclasses.replace(base.calibration, **fields))
-            score = _score(suite(hw)[0], names)
+            score = _score(_with(hw, fields), group, excluded)
             if best is None or score < best[0]:
                 best = (score, fields)
         grid = {key: _refine(values, best[1][key], *bounds[key]) for key, values in grid.items()}
     return best[1]
 
 
-def report(title, cases, names) -> None:
-    print(f"\n{title}")
-    for c in cases:
-        tag = "fit " if _is_fit(c, names) else "held"
-        print(f"  [{tag}] {c.case:30s} measured {c.measured:8.3f}  predicted {c.predicted:8.3f}  {c.error_pct:+6.1f} %")
-    held = [abs(c.error_pct) for c in cases if not _is_fit(c, names)]
-    print(f"  held-out mean |error| {np.mean(held):.1f} %, max {max(held):.1f} %")
+def fit_family(family: Family, excluded: str = "", start=None):
+    """The family's preset with every group refitted (groups sharing the hardware are
+    alternated until they settle), without the rows of source `excluded`."""
+    hw = start or load_hardware(family.preset)
+    for _ in range(2 if len(family.groups) > 1 else 1):
+        for group in family.groups:
+            sources = {c.source for suite in group.suites for c in _cases(suite, hw) if group.fit_rows(c)}
+            if sources == {excluded}:
+                if not family.prior:
+                    return None  # nothing to fit on and no other family's factors to fall back on
+                prior = load_hardware(family.prior).calibration
+                hw = _with(hw, {key: getattr(prior, key) for key, _ in group.grid})
+                continue
+            hw = _with(hw, fit_group(hw, group, excluded if excluded in sources else ""))
+    return hw
+
+
+def _errors(cases) -> tuple:
+    errors = [abs(c.error_pct) for c in cases]
+    return (float(np.mean(errors)), max(errors)) if errors else (float("nan"), float("nan"))
+
+
+def report(family: Family, hw) -> None:
+    for suite in family.suites:
+        if suite not in available_suites():
+            continue
+        groups = [g for g in family.groups if suite in g.suites]
+        cases = [c for c in _cases(suite, hw) if family.owns(suite, c)]
+        print(f"\n{suite}")
+        for c in cases:
+            tag = "fit " if any(g.fit_rows(c) for g in groups) else "held"
+            print(f"  [{tag}] {c.case[:40]:40s} measured {c.measured:10.4g}  predicted {c.predicted:10.4g}"
+                  f"  {c.error_pct:+6.1f} %")
+        held = [c for c in cases if not any(g.fit_rows(c) for g in groups)]
+        if held:
+            mean, worst = _errors(held)
+            print(f"  held-out mean |error| {mean:.1f} %, max {worst:.1f} %")
+
+
+def print_calibration(name: str, hw) -> None:
+    c = hw.calibration
+    print(f"\n{name} calibration:\n  compute_efficiency: {c.compute_efficiency:.3f}\n"
+          f"  fp8_efficiency: {c.fp8_efficiency:.3f}\n  attention_efficiency: {c.attention_efficiency:.3f}\n"
+          f"  network_efficiency: {c.network_efficiency:.3f}\n  memory_efficiency: {c.memory_efficiency:.3f}\n"
+          f"  kernel_overhead: {c.kernel_overhead_s / US:.2f} us\n  collective_step: {c.collective_step_s / US:.2f} us\n"
+          f"  decode_attention_rate: {c.decode_attention_rate:.3g}")
+
+
+def cross_validate(families: dict) -> None:
+    """In-sample and leave-one-source-out mean / max |error| per suite."""
+    print(f"{'suite':14s} {'in-sample mean/max %':>22s} {'leave-one-source-out mean/max %':>34s}")
+    for name, family in families.items():
+        fitted = fit_family(family)
+        for suite in family.suites:
+            if suite not in available_suites():
+                continue
+            cases = [c for c in _cases(suite, fitted) if family.owns(suite, c)]
+            if not cases:
+                continue
+            refits = any(suite in g.suites for g in family.groups)
+            held, unpredictable = [], []
+            for source in sorted({c.source for c in cases}):
+                hw = fit_family(family, excluded=source) if refits else fitted
+                if hw is None:
+                    unpredictable.append(source)
+                    continue
+                held += [c for c in _cases(suite, hw) if c.source == source and family.owns(suite, c)]
+            mean, worst = _errors(cases)
+            cv_mean, cv_worst = _errors(held)
+            note = "" if refits else ", nothing fitted on it"
+            if unpredictable:
+                note += f"; not predictable without its own rows: {', '.join(unpredictable)}"
+            label = f"{suite}/{name}" if suite in SHARED_SUITES else suite
+            print(f"{label:14s} {mean:10.1f} / {worst:5.1f}   {cv_mean:20.1f} / {cv_worst:5.1f}"
+                  f"   ({len({c.source for c in cases})} sources{note})")
 
 
 def main() -> None:
-    base = load_hardware(HARDWARE)
-    base = dataclasses.replace(base, calibration=dataclasses.replace(
-        base.calibration, compute_efficiency=1.0, memory_efficiency=1.0, network_efficiency=1.0,
-        kernel_overhead_s=0.0, collective_step_s=0.0))
-    def adopt(hw, fields):
-        return dataclasses.replace(hw, calibration=dataclasses.replace(hw.calibration, **fields))
-
-    for _ in range(2):  # the two fits share the hardware, so alternate until they settle
-        base = adopt(base, fit(base, training_cases, TRAIN_FIT, {
-            "compute_efficiency": list(np.linspace(0.6, 1.0, 9)),
-            "network_efficiency": list(np.linspace(0.4, 1.0, 7))}))
-        base = adopt(base, fit(base, inference_cases, INFER_FIT, {
-            "memory_efficiency": list(np.linspace(0.6, 1.0, 5)),
-            "kernel_overhead_s": list(np.linspace(0.0, 12.0, 5) * US),
-            "collective_step_s": list(np.linspace(0.0, 8.0, 5) * US)}))
-    report("training", training_cases(base)[0], TRAIN_FIT)
-    report("inference", inference_cases(base)[0], INFER_FIT)
-    c = base.calibration
-    print(f"\ncalibration:\n  compute_efficiency: {c.compute_efficiency:.3f}\n"
-          f"  network_efficiency: {c.network_efficiency:.3f}\n"
-          f"  memory_efficiency: {c.memory_efficiency:.3f}\n"
-          f"  kernel_overhead: {c.kernel_overhead_s / US:.2f} us\n"
-          f"  collective_step: {c.collective_step_s / US:.2f} us")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cv", action="store_true", help="leave-one-source-out errors for every suite")
+    parser.add_argument("--family", choices=sorted(FAMILIES), action="append",
+                        help="only this GPU family (repeatable; default: all)")
+    args = parser.parse_args()
+    families = {name: FAMILIES[name] for name in (args.family or sorted(FAMILIES))}
+    if args.cv:
+        cross_validate(families)
+        return
+    for name, family in families.items():
+        start = _with(load_hardware(family.preset), {k: v for k, v in ZERO_FACTORS.items()
+                                                     if any(k in dict(g.grid) for g in family.groups)})
+        hw = fit_family(family, start=start)
+        report(family, hw)
+        print_calibration(name, hw)
 
 
 if __name__ == "__main__":

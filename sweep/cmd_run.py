@@ -7,8 +7,8 @@ from rich.console import Console
 from rich.table import Table
 
 from core import BACKENDS, InferWorkload, Parallelism, SpecError, TrainWorkload, evaluate, list_presets
-from core.specs import RECOMPUTE, SCHEDULES
-from core.loader import load_hardware, load_model
+from core.specs import COMPUTE_DTYPES, DTYPES, GRAD_DTYPES, RECOMPUTE, SCHEDULES
+from core.loader import load_hardware, load_model, with_dtype
 
 from .args import POSITIVE
 
@@ -23,7 +23,28 @@ def add_arguments(parser) -> None:
         parser.add_argument(f"--{axis}", type=POSITIVE, default=1, help=f"{text}-parallel degree")
     parser.add_argument("--sp", action=_BooleanFlag, default=None,
                         help="sequence parallelism (default: on when tp > 1 in training)")
-    parser.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage")
+    parser.add_argument("--etp", type=int, default=0, help="expert tensor-parallel degree (default: tp)")
+    parser.add_argument("--first-stage-layers", type=int, default=0,
+                        help="layers on the first pipeline stage (default: Megatron's split)")
+    parser.add_argument("--last-stage-layers", type=int, default=0,
+                        help="layers on the last pipeline stage (default: Megatron's split)")
+    parser.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3),
+                        help="ZeRO stage (1 = Megatron's distributed optimizer)")
+    parser.add_argument("--overlap-grad-reduce", action="store_true",
+                        help="reduce gradients bucket by bucket during the backward (Megatron-Core)")
+    parser.add_argument("--overlap-param-gather", action="store_true",
+                        help="gather updated parameters during the next forward (Megatron-Core)")
+    parser.add_argument("--overlap-tp-comm", action="store_true",
+                        help="pipeline the sequence-parallel collectives with their GEMMs (TE userbuffers)")
+    parser.add_argument("--overlap-p2p-comm", action="store_true",
+                        help="hide pipeline sends behind the next chunk under the interleaved schedule")
+    parser.add_argument("--grad-dtype", default="fp32", choices=GRAD_DTYPES,
+                        help="main gradients and their data-parallel reduction")
+    parser.add_argument("--dtype", default=None, choices=COMPUTE_DTYPES,
+                        help="compute dtype (default: the hardware file's); fp8 runs GEMMs in FP8 only")
+    parser.add_argument("--fp8-params", action="store_true", help="keep weights in FP8 (no BF16 copy)")
+    parser.add_argument("--kv-dtype", default="", choices=("",) + DTYPES,
+                        help="inference KV-cache dtype (default: the activation dtype)")
     parser.add_argument("--recompute", default="none", choices=RECOMPUTE)
     parser.add_argument("--schedule", default="1f1b", choices=SCHEDULES)
     parser.add_argument("--virtual-stages", type=POSITIVE, default=1, help="model chunks per stage (interleaved)")
@@ -57,6 +78,12 @@ def _positive(name: str, value: int) -> int:
     return value
 
 
+def _at_least_zero(name: str, value: int) -> int:
+    if value < 0:
+        raise SpecError("command line", name, value, "expected 0 (the default) or a positive integer")
+    return value
+
+
 def parse_config(args):
     """(model, hardware, parallelism, workload, gpus) from parsed `rapid run` arguments."""
     if not args.model:
@@ -64,6 +91,8 @@ def parse_config(args):
     if not args.hardware:
         raise SpecError("command line", "--hardware", "<missing>", "give a preset name or a file")
     model, hw = load_model(args.model), load_hardware(args.hardware)
+    if args.dtype:
+        hw = with_dtype(hw, args.dtype, "command line", "--dtype")
     tp, pp, cp, ep = (_positive(f"--{a}", getattr(args, a)) for a in ("tp", "pp", "cp", "ep"))
     inner = tp * pp * cp
     if args.dp == "auto":
@@ -83,14 +112,19 @@ def parse_config(args):
     par = Parallelism(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, sp=sp, zero=args.zero,
                       micro_batch=_positive("--micro-batch", args.micro_batch), recompute=args.recompute,
                       schedule=args.schedule, virtual_stages=_positive("--virtual-stages", args.virtual_stages),
-                      placement=tuple(args.placement.split(",")))
+                      placement=tuple(args.placement.split(",")), etp=_at_least_zero("--etp", args.etp),
+                      first_stage_layers=_at_least_zero("--first-stage-layers", args.first_stage_layers),
+                      last_stage_layers=_at_least_zero("--last-stage-layers", args.last_stage_layers),
+                      overlap_grad_reduce=args.overlap_grad_reduce, overlap_param_gather=args.overlap_param_gather,
+                      overlap_tp_comm=args.overlap_tp_comm, overlap_p2p_comm=args.overlap_p2p_comm,
+                      grad_dtype=args.grad_dtype, fp8_params=args.fp8_params)
     if train:
         global_batch = args.global_batch if args.global_batch is not None else dp * par.micro_batch
         work = TrainWorkload(global_batch=_positive("--global-batch", global_batch),
                              seq=_positive("--seq", args.seq))
     else:
         work = InferWorkload(batch=_positive("--batch", args.batch), prompt=_positive("--prompt", args.prompt),
-                             decode=_positive("--decode", args.decode))
+                             decode=_positive("--decode", args.decode), kv_dtype=args.kv_dtype)
     return model, hw, par, work, gpus
 
 

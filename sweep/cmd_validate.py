@@ -4,7 +4,9 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from core.validation import SUITES, run_all, summary
+from core import SpecError
+from core.units import format_quantity
+from core.validation import SUITES, available_suites, run_all, summary
 
 
 def add_arguments(parser) -> None:
@@ -14,7 +16,11 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    cases, verdicts = run_all(tuple(args.suite or SUITES))
+    missing = [name for name in args.suite or () if name not in available_suites()]
+    if missing:
+        raise SpecError("command line", "--suite", missing[0], "needs the published corpus (core.corpus), "
+                        f"not in this checkout; available: {', '.join(available_suites())}")
+    cases, verdicts = run_all(tuple(args.suite or available_suites()))
     stats = summary(cases)
     if args.json:
         print(json.dumps({
@@ -31,7 +37,8 @@ def run(args) -> int:
         for column in ("case", "measured", "predicted", "error"):
             table.add_column(column, justify="left" if column == "case" else "right")
         for c in (c for c in cases if c.suite == suite):
-            table.add_row(c.case, f"{c.measured:.3f} {c.unit}", f"{c.predicted:.3f} {c.unit}", f"{c.error_pct:+.1f} %")
+            table.add_row(c.case, format_quantity(c.measured, c.unit), format_quantity(c.predicted, c.unit),
+                          f"{c.error_pct:+.1f} %")
         console.print(table)
         console.print(f"  mean |error| {numbers['mean_abs_error_pct']:.1f} %   "
                       f"max |error| {numbers['max_abs_error_pct']:.1f} %\n")

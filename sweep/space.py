@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 
 from core import Parallelism, SpecError
-from core.specs import RECOMPUTE, SCHEDULES
+from core.specs import COMPUTE_DTYPES, GRAD_DTYPES, RECOMPUTE, SCHEDULES
 from core.units import parse_bandwidth, parse_bytes, parse_flops, parse_frequency, parse_time
 
 AUTO = "auto"
@@ -25,8 +25,22 @@ PARALLEL_KNOBS = {
     "schedule": ("1f1b", f"a list of {', '.join(SCHEDULES)}"),
     "virtual_stages": (1, "a list of positive integers"),
     "placement": ("tp,cp,dp,pp", "a list of axis orders, innermost first, such as tp,cp,dp,pp"),
+    "etp": (0, "a list of integers >= 0 (0 = tp)"),
+    "first_stage_layers": (0, "a list of integers >= 0 (0 = Megatron's split)"),
+    "last_stage_layers": (0, "a list of integers >= 0 (0 = Megatron's split)"),
+    "overlap_grad_reduce": (False, "a list of true/false"),
+    "overlap_param_gather": (False, "a list of true/false"),
+    "overlap_tp_comm": (False, "a list of true/false"),
+    "overlap_p2p_comm": (False, "a list of true/false"),
+    "grad_dtype": ("fp32", f"a list of {', '.join(GRAD_DTYPES)}"),
+    "fp8_params": (False, "a list of true/false"),
 }
+BOOL_KNOBS = ("sp", "overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm", "overlap_p2p_comm",
+              "fp8_params")
+COUNT_KNOBS = ("etp", "first_stage_layers", "last_stage_layers")  # 0 means "derived"
 SPEC_KNOB_PREFIXES = ("model.", "hardware.")
+# Short knobs that stand for a spec path: `dtype: [bf16, fp8]` is `hardware.dtype`.
+SPEC_KNOB_ALIASES = {"dtype": "hardware.dtype"}
 PLACEMENT_AXES = ("tp", "cp", "dp", "pp")
 VARIANT_KNOB = "variant"
 # parallelism knobs that may be integer ranges, with their smallest legal value
@@ -145,17 +159,24 @@ class Space:
             par["sp"] = self.mode == "train" and par["tp"] > 1
         values = tuple(par.get(name, choice[name]) for name in self.names)
         par["placement"] = tuple(par["placement"].split(","))
-        model = tuple((n.split(".", 1)[1], choice[n]) for n in self.names if n.startswith("model."))
-        hardware = tuple((n.split(".", 1)[1], choice[n]) for n in self.names if n.startswith("hardware."))
+        model = tuple((path, choice[n]) for n, path in _spec_paths(self.names, "model."))
+        hardware = tuple((path, choice[n]) for n, path in _spec_paths(self.names, "hardware."))
         for variant in self.variants:
             if variant.name == choice[VARIANT_KNOB]:
                 model, hardware = model + variant.model_overrides, hardware + variant.hardware_overrides
         return Resolved(values, Parallelism(**par), model, hardware, reason)
 
 
+def _spec_paths(names, prefix: str) -> list:
+    """(knob name, path under the spec) of the knobs that set a `prefix` spec field."""
+    full = ((name, SPEC_KNOB_ALIASES.get(name, name)) for name in names)
+    return [(name, path.split(".", 1)[1]) for name, path in full if path.startswith(prefix)]
+
+
 def _variants(knobs: tuple, prefix: str) -> list:
-    chosen = [k for k in knobs if k.name.startswith(prefix)]
-    return [tuple((k.name.split(".", 1)[1], v) for k, v in zip(chosen, combo))
+    paths = dict(_spec_paths([k.name for k in knobs], prefix))
+    chosen = [k for k in knobs if k.name in paths]
+    return [tuple((paths[k.name], v) for k, v in zip(chosen, combo))
             for combo in itertools.product(*(k.probe_values for k in chosen))]
 
 
@@ -169,13 +190,20 @@ def parse_space(data, source: str, mode: str, gpus: int, variants: tuple = ()) -
         name = str(name)
         field = f"space.{name}"
         is_spec = name.startswith(SPEC_KNOB_PREFIXES) and name not in SPEC_KNOB_PREFIXES
-        if name not in PARALLEL_KNOBS and not is_spec:
+        if name not in PARALLEL_KNOBS and not is_spec and name not in SPEC_KNOB_ALIASES:
             allowed = ", ".join(PARALLEL_KNOBS)
-            raise SpecError(source, field, raw, f"unknown knob (allowed: {allowed}, or model.<path> / hardware.<path>)")
+            raise SpecError(source, field, raw,
+                            f"unknown knob (allowed: {allowed}, dtype, or model.<path> / hardware.<path>)")
         if isinstance(raw, dict):
             given[name] = Knob(name, (), _range(name, raw, source, field))
         elif name in PARALLEL_KNOBS:
             given[name] = Knob(name, _parallel_values(name, raw, source, field))
+        elif name == "dtype":
+            values = tuple(_as_list(raw, source, field))
+            for value in values:
+                if value not in COMPUTE_DTYPES:
+                    raise SpecError(source, field, value, f"expected a list of {', '.join(COMPUTE_DTYPES)}")
+            given[name] = Knob(name, values)
         else:
             given[name] = Knob(name, _spec_values(raw, source, field))
     knobs = [given.get(name, Knob(name, (default,))) for name, (default, _) in PARALLEL_KNOBS.items()]
@@ -229,8 +257,12 @@ def _parallel_values(name: str, raw, source: str, field: str) -> tuple:
         return (AUTO,)
     values = _as_list(raw, source, field)
     for value in values:
-        if name == "sp":
+        if name in BOOL_KNOBS:
             ok = isinstance(value, bool)
+        elif name in COUNT_KNOBS:
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        elif name == "grad_dtype":
+            ok = value in GRAD_DTYPES
         elif name == "placement":
             ok = isinstance(value, str) and sorted(value.split(",")) == sorted(PLACEMENT_AXES)
         elif name in ("recompute", "schedule"):

@@ -135,7 +135,7 @@ CASES = {
                           ["{hw}", "gpu.hbm.bandwidth", "0 GB/s", "bandwidth such as"]),
     "hw huge exponent": (RUN, {"model": model(), "hw": hw("bandwidth: 2039 GB/s", "bandwidth: 1e999 GB/s")},
                          ["{hw}", "gpu.hbm.bandwidth", "1e999 GB/s", "finite"]),
-    "hw zero capacity": (RUN, {"model": model(), "hw": hw("capacity: 80 GB", "capacity: 0 GB")},
+    "hw zero capacity": (RUN, {"model": model(), "hw": hw("capacity: 81920 MiB", "capacity: 0 MiB")},
                          ["{hw}", "gpu.hbm.capacity", "0 GB", "positive size"]),
     "hw sm count": (RUN, {"model": model(), "hw": hw("sm_count: 108", "sm_count: 0")}, ["{hw}", "gpu.sm_count", "0", "integer"]),
     "hw clock": (RUN, {"model": model(), "hw": hw("clock: 1410 MHz", "clock: fast")}, ["{hw}", "gpu.clock", "fast", "frequency"]),

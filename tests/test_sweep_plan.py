@@ -2,7 +2,7 @@
 import subprocess
 import sys
 
-from sweep.plan import Planner, plan_study
+from sweep.plan import PARALLELISM_FIELDS, Planner, plan_study
 from sweep.study import load_study
 
 
@@ -23,7 +23,8 @@ def test_illegal_points_carry_their_reason(write_study):
     heads = Planner(load_study(write_study(gpus=48, space={"tp": [3]}))).point({**base, "tp": 3})
     assert heads == "heads (32) not divisible by tp (3)"
     study = load_study(write_study(gpus=40, space={"tp": [8], "pp": [5]}))
-    assert Planner(study).point({**base, "tp": 8, "pp": 5}).startswith("layers (32) not divisible by pp")
+    # 32 layers on 5 stages split unevenly as Megatron does (5, 7, 7, 7, 6): a legal point
+    assert not isinstance(Planner(study).point({**base, "tp": 8, "pp": 5}), str)
 
 
 def test_point_id_is_stable_across_processes(write_study):
@@ -48,5 +49,14 @@ def test_placement_is_a_knob(write_study):
 
     plan = plan_study(load_study(write_study(space={"tp": [8], "pp": [1], "cp": [1], "zero": [1],
                                                     "placement": ["tp,cp,dp,pp", "dp,tp,cp,pp"]})))
-    orders = {p.parallelism[-1] for p in plan.points}
+    orders = {p.parallelism[PARALLELISM_FIELDS.index("placement")] for p in plan.points}
     assert orders == {("tp", "cp", "dp", "pp"), ("dp", "tp", "cp", "pp")}
+
+
+def test_new_parallelism_fields_are_knobs_with_todays_defaults(write_study):
+    plan = plan_study(load_study(write_study(space={"tp": [2], "overlap_tp_comm": [False, True],
+                                                    "grad_dtype": ["bf16"]})))
+    fields = [dict(zip(PARALLELISM_FIELDS, p.parallelism)) for p in plan.points]
+    assert {f["overlap_tp_comm"] for f in fields} == {False, True}
+    assert {(f["grad_dtype"], f["etp"], f["overlap_grad_reduce"], f["fp8_params"]) for f in fields} == \
+        {("bf16", 0, False, False)}

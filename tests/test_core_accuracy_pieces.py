@@ -1,0 +1,101 @@
+"""Closed-form checks of what the published corpus needs the model to express: FP8 GEMMs,
+uneven pipeline stages, data-parallel overlap, MoE routing volume, expert TP, memory reserve."""
+import dataclasses
+
+import pytest
+
+import core
+from core import ops
+from core.graph import LayerShape, build_layer, routed_rows
+from core.layout import check_layout, stage_layers
+from core.loader import load_hardware, load_model, with_dtype
+from core.memory import FRAGMENTATION, GiB, RUNTIME_RESERVE_BYTES, MemoryEstimate, stage_params
+from core.specs import ModelSpec, MoESpec, Parallelism, TrainWorkload
+from core.training import _exposed_overlapped, ddp_bucket_params
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return load_hardware("h100-sxm5-80gb")
+
+
+def test_a_compute_bound_fp8_gemm_runs_at_the_fp8_peak(h100):
+    fp8 = with_dtype(h100, "fp8", "test", "dtype")
+    bf16_s = ops.gemm(h100, 8192, 8192, 8192).time_s - ops._launch_s(h100)
+    fp8_s = ops.gemm(fp8, 8192, 8192, 8192).time_s - ops._launch_s(fp8)
+    cal = fp8.calibration
+    floor_s = 2 * 8192**3 / (fp8.gpu.flops("fp8") * cal.compute_efficiency * cal.fp8_efficiency)
+    assert fp8_s >= floor_s
+    assert fp8_s == pytest.approx(floor_s, rel=0.05)  # tail wave only
+    bf16_floor_s = 2 * 8192**3 / (h100.gpu.flops("bf16") * cal.compute_efficiency)
+    assert bf16_s >= bf16_floor_s
+    assert bf16_s == pytest.approx(bf16_floor_s, rel=0.05)  # the FP8 one runs at twice this peak, at its efficiency
+
+
+def test_fp8_keeps_activations_in_bf16_and_adds_casts(h100):
+    fp8 = with_dtype(h100, "fp8", "test", "dtype")
+    assert (fp8.act_dtype, fp8.act_bytes) == ("bf16", 2)
+    assert ops.fp8_cast(h100, 1e6).time_s == 0.0
+    assert ops.fp8_cast(fp8, 1e6, transpose=True).hbm_bytes == 1e6 * (2 + 2)
+
+
+def test_uneven_stages_split_as_megatron_does():
+    assert stage_layers(126, Parallelism(pp=16)) == (7,) + (8,) * 14 + (7,)  # embedding and loss count as layers
+    assert stage_layers(126, Parallelism(pp=9)) == (14,) * 9
+    assert stage_layers(30, Parallelism(pp=4)) == (7, 8, 8, 7)
+    assert stage_layers(80, Parallelism(pp=4, first_stage_layers=17, last_stage_layers=17)) == (17, 23, 23, 17)
+    assert stage_layers(80, Parallelism(pp=4, first_stage_layers=17, last_stage_layers=16)) == ()
+
+
+def test_llama3_405b_on_16384_gpus_with_126_layers_on_16_stages_is_legal(h100):
+    model = dataclasses.replace(load_model("llama3.1-405b"), layers=126)
+    par = Parallelism(dp=128, tp=8, pp=16, sp=True, zero=1)
+    assert check_layout(model, h100, par, TrainWorkload(2048, 8192), 16384) is None
+    record = core.evaluate(model, h100, par, TrainWorkload(2048, 8192), 16384, time_infeasible=True)
+    assert record["step_time_s"] > 0
+
+
+def test_dp_traffic_is_exposed_unless_the_framework_overlaps_it():
+    assert _exposed_overlapped(2.0, 5.0, 0.1, 0.0, overlap=False) == 2.0
+    assert _exposed_overlapped(2.0, 5.0, 0.1, 0.0, overlap=True) == pytest.approx(0.2)  # the last bucket
+    assert _exposed_overlapped(2.0, 1.5, 0.1, 0.0, overlap=True) == pytest.approx(0.5)  # what the pass cannot cover
+    assert _exposed_overlapped(2.0, 1.5, 0.1, 0.3, overlap=True) == pytest.approx(0.2)  # a later stage's head start
+    assert ddp_bucket_params(8) == 40e6 and ddp_bucket_params(64) == 64e6
+
+
+def test_overlapping_gradient_reduction_shortens_the_step():
+    a100 = load_hardware("a100-sxm4-80gb")
+    model, work = load_model("llama3.1-8b"), TrainWorkload(64, 4096)
+    plain = core.evaluate(model, a100, Parallelism(dp=16, recompute="full", zero=1), work, 16)
+    overlapped = core.evaluate(model, a100, Parallelism(dp=16, recompute="full", zero=1, overlap_grad_reduce=True,
+                                                        overlap_param_gather=True), work, 16)
+    assert overlapped["step_time_s"] < plain["step_time_s"]
+
+
+def moe_model(capacity_factor=0.0):
+    return ModelSpec("moe", 2, 1024, 8, 8, 4096, 32000, moe=MoESpec(8, 2, 2048, 1024, capacity_factor))
+
+
+def test_moe_all_to_all_carries_top_k_copies_less_what_capacity_drops(h100):
+    assert routed_rows(moe_model(), 1000) == 2000
+    assert routed_rows(moe_model(0.5), 1000) == 1000
+    assert routed_rows(moe_model(1.25), 1000) == 2000
+    graph = build_layer(moe_model(), h100, LayerShape(1, 1000, 1000, 1, False, 1, 4))
+    dispatch = next(op for op in graph.forward if op.name == "moe.dispatch")
+    assert dispatch.bytes_ == 2000 * 1024 * 2
+
+
+def test_expert_tensor_parallelism_splits_expert_weights_by_etp_not_tp(h100):
+    model = moe_model()
+    per_expert = 3 * 1024 * 2048
+    dense = stage_params(model, Parallelism(dp=4, tp=2, ep=4))[0]
+    folded = stage_params(model, Parallelism(dp=4, tp=2, ep=4, etp=1))[0]
+    assert folded - dense == pytest.approx(2 * 2 * per_expert / 2)  # 2 local experts, whole instead of halved
+    assert "ep*etp" in check_layout(model, h100, Parallelism(dp=1, tp=2, ep=4, etp=1), TrainWorkload(8, 1000), 2)
+
+
+def test_memory_counts_the_allocator_reserve():
+    estimate = MemoryEstimate(10 * GiB, 0, 0, 0, 0, 0, 80 * GiB, 0)
+    assert estimate.reserved_bytes == RUNTIME_RESERVE_BYTES + FRAGMENTATION * 10 * GiB
+    assert estimate.peak_bytes == 10 * GiB + estimate.reserved_bytes
+    assert estimate.by_kind()["reserved"] == estimate.reserved_bytes

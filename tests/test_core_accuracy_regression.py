@@ -1,0 +1,33 @@
+"""The accuracy reached so far, per validation suite: a change that makes any suite's
+worst or mean error larger, or turns a verdict that agrees into one that does not, fails
+here. Bounds sit just above the figures measured when they were set (see the commit that
+set them) and only ever move down."""
+import pytest
+
+from core.validation import SUITES, available_suites, summary
+
+# suite: (max |error| %, mean |error| %, verdicts allowed to disagree)
+# training and inference rose when the infer branch merged (NCCL protocol latencies in every
+# collective; its own branch reaches inference 8.2 % max): the A100 factors refitted under them
+# give gpt-1t +4.9 % (held out) and llama2-13b tp1 +8.2 %.
+REACHED = {
+    "training": (5.0, 2.9, 0),
+    "inference": (8.3, 4.5, 0),
+    "memory": (9.0, 2.7, 0),
+    "h100_dense": (28.0, 6.3, 2),
+    "moe": (26.5, 9.0, 1),
+    "memory_h100": (11.0, 6.4, 1),
+}
+
+
+@pytest.mark.parametrize("suite", sorted(REACHED))
+def test_no_suite_gets_less_accurate(suite):
+    if suite not in available_suites():
+        pytest.skip(f"{suite}: its data is not here")
+    cases, verdicts = SUITES[suite]()
+    worst, mean, disagree = REACHED[suite]
+    figures = summary(cases)[suite]
+    assert figures["max_abs_error_pct"] <= worst
+    assert figures["mean_abs_error_pct"] <= mean
+    wrong = [v.case for v in verdicts if v.expected_feasible != v.predicted_feasible]
+    assert len(wrong) <= disagree, wrong
