@@ -21,7 +21,7 @@ STUDY = Path(__file__).resolve().parent.parent / "studies" / "paper_fault_sensit
 
 def per_core(study) -> None:
     plan = plan_study(study)
-    context = work_context(study, plan)
+    context = work_context(study, plan.models, plan.hardware)
     fits = memory_fits(context)
     points = [p for p in plan.points if fits(p)]
     setup_cpu = sample_cpu = wall = 0.0
