@@ -88,11 +88,11 @@ def _evaluate_missing(study, plan, store, executor, address, workers, batch_poin
                 bar.advance(table.num_rows)
 
             run_batches(runner, batches, on_table)
+        report.seconds = time.perf_counter() - start  # the progress bar's span: one rate, not two
     finally:
         parts.flush()  # whatever finished is kept, even when the run stops early
         runner.close()
     report.parts = parts.written
-    report.seconds = time.perf_counter() - start
     store.harmonise()
     return report
 
