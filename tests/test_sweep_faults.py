@@ -1,10 +1,7 @@
 """Monte Carlo link-fault and straggler studies: the replay reused per sample, the rows
 a faults study writes, its determinism and resume, and its validation."""
-import os
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pyarrow.compute as pc
@@ -17,8 +14,9 @@ from core.network import astra_dims
 from sweep.cli import main
 from sweep.engine import run_study
 from sweep.faults import fault_aggregates, fault_blocks, faults_summary
-from sweep.store import part_files, read_results
+from sweep.store import read_results
 from sweep.study import load_study
+from killing import sigkill_after_parts
 
 PAIR = [{"name": "pair", "topology": "ring", "size": 2, "link_bandwidth": "50 GB/s", "latency": "1 us"}]
 # 8 GPUs: tp over the inner pair, pp over the outer ring of 4 (stage 3 never talks to stage 0)
@@ -159,14 +157,7 @@ def test_sigkill_midway_then_rerun_gives_the_uninterrupted_fault_table(tmp_path)
     reference = load_study(fault_study(tmp_path, "reference", space=space, faults={"samples": 200}))
     command = [sys.executable, "-m", "sweep.cli", "sweep", killed.path, "--local", "--workers", "1",
                "--batch-points", "1", "--part-rows", "10", "--quiet"]
-    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while len(part_files(killed.output)) < 3 and time.monotonic() < deadline and process.poll() is None:
-        time.sleep(0.01)
-    assert process.poll() is None, "the sweep finished before it could be killed"
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    sigkill_after_parts(command, killed.output, 3)
     partial = read_results(killed.output).num_rows
     assert 0 < partial < 4 * 201
     rerun = subprocess.run(command, capture_output=True, text=True)

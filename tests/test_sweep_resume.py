@@ -1,14 +1,12 @@
 """A study killed with SIGKILL midway and re-run ends with exactly the uninterrupted table."""
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from sweep.engine import run_study
-from sweep.store import part_files, read_results
+from sweep.store import read_results
 from sweep.study import load_study
+from killing import sigkill_after_parts
 
 RAPID = [sys.executable, "-m", "sweep.cli"]
 BIG_SPACE = {"tp": [1, 2, 4, 8], "pp": [1, 2, 4, 8], "cp": [1, 2, 4], "zero": [0, 1, 2, 3],
@@ -27,14 +25,7 @@ def test_sigkill_midway_then_rerun_gives_the_uninterrupted_table(write_study):
                                     workload={"mode": "train", "global_batch": 128, "seq": 4096}))
     reference = load_study(write_study(name="reference", gpus=64, space=BIG_SPACE,
                                        workload={"mode": "train", "global_batch": 128, "seq": 4096}))
-    process = subprocess.Popen(sweep_command(Path(killed.path)), start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while len(part_files(killed.output)) < 5 and time.monotonic() < deadline and process.poll() is None:
-        time.sleep(0.01)
-    assert process.poll() is None, "the sweep finished before it could be killed"
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    sigkill_after_parts(sweep_command(Path(killed.path)), killed.output, 5)
     partial = read_results(killed.output).num_rows
 
     expected = run_study(reference, executor="inprocess", progress=False)

@@ -1,10 +1,7 @@
 """Optuna search over a study's space: the same points, executors and table as the grid."""
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from importlib import import_module
 
 import optuna
@@ -15,8 +12,9 @@ import pytest
 from sweep.cli import main
 from sweep.engine import run_study
 from sweep.search import run_search
-from sweep.store import part_files, read_metadata, read_results
+from sweep.store import read_metadata, read_results
 from sweep.study import load_study
+from killing import sigkill_after_parts
 
 SPACE = {"tp": [1, 2, 4, 8], "pp": [1, 2, 4], "cp": [1], "zero": [0, 1], "micro_batch": [1, 2],
          "recompute": ["none", "full"], "hardware.gpu.hbm.bandwidth": ["2039 GB/s"]}
@@ -104,13 +102,7 @@ def test_sigkill_midway_then_rerun_loses_and_duplicates_no_trial(write_study):
     path = write_study(name="killed", space=SPACE, search={**SEARCH, "trials": 40, "sampler": "random"})
     study = load_study(path)
     command = [sys.executable, "-m", "sweep.cli", "sweep", str(path), "--local", "--workers", "1", "--quiet"]
-    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while len(part_files(study.output)) < 4 and time.monotonic() < deadline and process.poll() is None:
-        time.sleep(0.01)
-    assert process.poll() is None, "the search finished before it could be killed"
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    sigkill_after_parts(command, study.output, 4)
     assert 0 < read_results(study.output).num_rows < 40
 
     assert subprocess.run(command, capture_output=True).returncode == 0

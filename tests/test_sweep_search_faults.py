@@ -1,10 +1,7 @@
 """A search over a study with a `faults:` block: each trial's point is replayed under its fault
 samples (the grid's own rows), and Optuna is told the point's tail under faults."""
-import os
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import optuna
@@ -17,6 +14,7 @@ from sweep.engine import run_study
 from sweep.search import run_search
 from sweep.store import part_files, read_results
 from sweep.study import load_study
+from killing import sigkill_after_parts
 
 # 8 GPUs: tp over an inner pair, pp over an outer ring of 4; with 40 GB of HBM the layouts
 # tp 1 with ZeRO 0 do not fit, the rest do
@@ -145,13 +143,7 @@ def test_sigkill_midway_then_rerun_loses_and_duplicates_nothing(tmp_path):
     path = study_file(tmp_path, "killed", search={**SEARCH, "trials": 24}, faults={"samples": 40}, space=space)
     study = load_study(path)
     command = [sys.executable, "-m", "sweep.cli", "sweep", str(path), "--local", "--workers", "1", "--quiet"]
-    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while len(part_files(study.output)) < 3 and time.monotonic() < deadline and process.poll() is None:
-        time.sleep(0.01)
-    assert process.poll() is None, "the search finished before it could be killed"
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    sigkill_after_parts(command, study.output, 3)
     assert 0 < len(part_files(study.output)) and read_results(study.output).num_rows > 0
 
     rerun = subprocess.run(command, capture_output=True, text=True)
