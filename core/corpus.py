@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import SpecError
+from .loader import load_model
 from .memory import GiB
 
 PUBLISHED_DIR = Path(__file__).parent / "validation_data" / "published"
@@ -166,10 +167,18 @@ _LLAMA = {"activation": "swiglu", "norm": "rmsnorm", "position_embedding": "rota
 _GPT3 = {"activation": "gelu", "norm": "layernorm", "position_embedding": "learned",
          "tied_embeddings": True, "vocab": 50257}
 # Nemotron (3 and 4): squared-ReLU MLP (not gated), LayerNorm ("layernorm1p"), rotary
-# positions, untied embeddings, 256,000-token SentencePiece. "squared_relu" is not yet one of
-# core.specs.ACTIVATIONS: the model has to add it before these shapes load.
+# positions, untied embeddings, 256,000-token SentencePiece.
 _NEMOTRON = {"activation": "squared_relu", "norm": "layernorm", "position_embedding": "rotary",
              "tied_embeddings": False, "vocab": 256000}
+
+SHAPE_FIELDS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", *_LLAMA)
+
+
+def _preset_shape(name: str) -> dict:
+    """A model preset's shape in this table's fields: the presets already carry the released shapes."""
+    spec = load_model(name)
+    return {field: getattr(spec, field) for field in SHAPE_FIELDS}
+
 
 KNOWN_SHAPES = {
     # NVIDIA/NeMo-Framework-Launcher launcher_scripts/conf/training/gpt3/5b.yaml and 20b.yaml
@@ -177,22 +186,15 @@ KNOWN_SHAPES = {
     "gpt3-20b": {**_GPT3, "layers": 44, "hidden": 6144, "heads": 48, "kv_heads": 48, "ffn_hidden": 24576},
     # Brown et al. 2020, Table 2.1 (96 layers, d_model 12288, 96 heads, d_ff = 4 d_model)
     "gpt3-175b": {**_GPT3, "layers": 96, "hidden": 12288, "heads": 96, "kv_heads": 96, "ffn_hidden": 49152},
-    # Touvron et al. 2023 (Llama 2) and the released config.json files
-    "llama2-7b": {**_LLAMA, "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 32, "ffn_hidden": 11008,
-                  "vocab": 32000},
-    "llama2-13b": {**_LLAMA, "layers": 40, "hidden": 5120, "heads": 40, "kv_heads": 40, "ffn_hidden": 13824,
-                   "vocab": 32000},
-    "llama2-70b": {**_LLAMA, "layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8, "ffn_hidden": 28672,
-                   "vocab": 32000},
-    # Llama 3 Herd of Models (arXiv 2407.21783) Table 3; vocab 128,256 as in the released
-    # config.json: the paper's "128K" counts 128,000 tokens plus 256 reserved special tokens,
-    # and the frameworks build the embedding with all 128,256 rows.
-    "llama3-8b": {**_LLAMA, "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn_hidden": 14336,
-                  "vocab": 128256},
-    "llama3-70b": {**_LLAMA, "layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8, "ffn_hidden": 28672,
-                   "vocab": 128256},
-    "llama3-405b": {**_LLAMA, "layers": 126, "hidden": 16384, "heads": 128, "kv_heads": 8, "ffn_hidden": 53248,
-                    "vocab": 128256},
+    # Llama 2 and Llama 3(.1): the shapes of the model presets (their sources are cited there).
+    # Llama 3's vocabulary is 128,256 as in the released config.json: the paper's "128K" counts
+    # 128,000 tokens plus 256 reserved special ones, and the frameworks embed all 128,256 rows.
+    "llama2-7b": _preset_shape("llama2-7b"),
+    "llama2-13b": _preset_shape("llama2-13b"),
+    "llama2-70b": _preset_shape("llama2-70b"),
+    "llama3-8b": _preset_shape("llama3.1-8b"),
+    "llama3-70b": _preset_shape("llama3.1-70b"),
+    "llama3-405b": _preset_shape("llama3.1-405b"),
     # NeMo-Framework-Launcher conf/training/nemotron/nemotron_8b.yaml and nemotron_22b.yaml
     # (multi-head attention: num_query_groups null)
     "nemotron3-8b": {**_NEMOTRON, "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 32, "ffn_hidden": 16384},
@@ -213,8 +215,7 @@ KNOWN_SHAPES = {
                        "vocab": 151936, "moe": {"experts": 64, "top_k": 8, "expert_ffn_hidden": 2560,
                                                 "shared_experts": 1, "shared_expert_ffn_hidden": 20480}},
     # MoE Parallel Folding: Llama 3 70B upcycled to 8 experts of its own FFN
-    "llama3-8x70b": {**_LLAMA, "layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8, "ffn_hidden": 28672,
-                     "vocab": 128256, "moe": {"experts": 8, "top_k": 2, "expert_ffn_hidden": 28672}},
+    "llama3-8x70b": {**_preset_shape("llama3.1-70b"), "moe": {"experts": 8, "top_k": 2, "expert_ffn_hidden": 28672}},
     # EleutherAI gpt-j-6b config.json: GELU MLP (n_inner 16384), LayerNorm, rotary, separate LM head
     "gpt-j-6b": {"layers": 28, "hidden": 4096, "heads": 16, "kv_heads": 16, "ffn_hidden": 16384, "vocab": 50400,
                  "activation": "gelu", "norm": "layernorm", "position_embedding": "rotary",

@@ -4,7 +4,7 @@ bandwidths in bytes/s, times in seconds, throughput in FLOP/s."""
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property, lru_cache
 
-ACTIVATIONS = ("gelu", "swiglu")
+ACTIVATIONS = ("gelu", "swiglu", "squared_relu")  # only SwiGLU is gated (three matrices)
 NORMS = ("layernorm", "rmsnorm")
 # flash: a fused kernel using the GPU's newest MMA path (FlashAttention-3, cuDNN); flash2:
 # FlashAttention-2, which issues the pre-Hopper mma.sync; standard: unfused matmuls and softmax.
