@@ -88,10 +88,7 @@ def pareto_front(table: pa.Table, objectives: list) -> pa.Table:
         valid &= pc.fill_null(pc.is_finite(table.column(column).cast(pa.float64())), False).to_numpy(zero_copy_only=False)
     rows = table.filter(pa.array(valid))
     if "point_id" in rows.column_names:
-        seen = {}
-        for i, point in enumerate(rows.column("point_id").to_pylist()):
-            seen.setdefault(point, i)
-        rows = rows.take(sorted(seen.values()))
+        rows = first_per_point(rows)
     # every objective as a cost to minimise, rows in lexicographic order: a dominator comes first
     costs = np.column_stack([rows.column(c).cast(pa.float64()).to_numpy() * (-1.0 if up else 1.0)
                              for c, up in objectives]) if rows.num_rows else np.zeros((0, len(objectives)))
@@ -102,6 +99,14 @@ def pareto_front(table: pa.Table, objectives: list) -> pa.Table:
         if not np.any(np.all(kept <= costs[i], axis=1) & np.any(kept < costs[i], axis=1)):
             front.append(i)
     return rows.take(pa.array(front, pa.int64()))
+
+
+def first_per_point(table: pa.Table) -> pa.Table:
+    """The first row of each point_id, in table order (a search repeats points across trials)."""
+    seen = {}
+    for i, point in enumerate(table.column("point_id").to_pylist()):
+        seen.setdefault(point, i)
+    return table.take(sorted(seen.values()))
 
 
 def pareto_objectives(text: str) -> list:

@@ -32,7 +32,7 @@ from . import raycluster
 from .engine import progress_bar, study_metadata, work_context
 from .faults import FaultBlock, memory_fits
 from .plan import Planner, Point
-from .query import pareto_front
+from .query import first_per_point, pareto_front
 from .runner import make_executor, run_batches
 from .search_faults import FaultRows, per_point
 from .search_spec import SearchSpec
@@ -43,7 +43,6 @@ from .worker import SpecBatch
 TRIAL_COLUMN = "trial_number"
 SAMPLER_COLUMN = "sampler"
 FEASIBLE_CONSTRAINT = "feasible"  # Optuna constraint: 0 for a legal point that fits in memory, 1 otherwise
-BATCHES_PER_WORKER = 1
 
 
 @dataclass(frozen=True)
@@ -155,11 +154,12 @@ class SearchLoop:
             self.optuna.tell(trial, state=optuna.trial.TrialState.PRUNED)
             return
         values = [row[column] for column in self.spec.objective_columns]
-        if any(v is None or math.isnan(v) for v in values) and self.study.faults is not None:
+        missing = any(v is None or math.isnan(v) for v in values)
+        if missing and self.study.faults is not None:
             trial.set_user_attr("fault_reason", "no fault sample of this point could be simulated")
             self.optuna.tell(trial, state=optuna.trial.TrialState.FAIL)
             return
-        if any(v is None or math.isnan(v) for v in values):
+        if missing:
             raise SpecError(self.study.path, "search.objectives", self.spec.objective_columns,
                             f"a feasible {self.study.mode} row has no value for one of them")
         self.optuna.tell(trial, values)
@@ -411,7 +411,7 @@ class _Executors:
             context = work_context(replace(self.study, backend=backend))
             self.started[backend] = make_executor(self.kind, context, self.address, self.workers)
         runner = self.started[backend]
-        size = max(1, math.ceil(len(work) / (runner.workers * BATCHES_PER_WORKER)))
+        size = max(1, math.ceil(len(work) / runner.workers))
         batches = [_spec_batch(planner, work[i:i + size]) for i in range(0, len(work), size)]
         tables = []
         run_batches(runner, batches, lambda table, batch: tables.append(table))
@@ -459,20 +459,11 @@ def best_rows(study: Study, table: pa.Table) -> pa.Table:
     for column, op, bound in spec.constraints:
         keep = pc.and_(keep, (pc.less_equal if op == "<=" else pc.greater_equal)(table.column(column), bound))
     rows = table.filter(pc.fill_null(keep, False)).sort_by(TRIAL_COLUMN)
-    rows = rows.take(_first_per_point(rows))
+    rows = first_per_point(rows)
     if len(spec.objectives) > 1:
         return pareto_front(rows, [(c, d == "maximize") for c, d in spec.objectives])
     column, direction = spec.objectives[0]
     return rows.sort_by([(column, "descending" if direction == "maximize" else "ascending"), (TRIAL_COLUMN, "ascending")])
-
-
-def _first_per_point(table: pa.Table) -> list:
-    seen, keep = set(), []
-    for i, point in enumerate(table.column("point_id").to_pylist()):
-        if point not in seen:
-            seen.add(point)
-            keep.append(i)
-    return keep
 
 
 def refine(study: Study, loop: SearchLoop, rows: _TableRows, store: ResultStore, executors: _Executors,

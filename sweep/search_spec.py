@@ -20,7 +20,6 @@ SAMPLERS = {"tpe": (), "nsga2": (), "random": (), "qmc": ("scipy",), "cmaes": ("
 SINGLE_OBJECTIVE_SAMPLERS = ("cmaes",)
 DIRECTIONS = ("minimize", "maximize")
 # aggregates over a point's Monte Carlo fault samples: only for a study with a `faults:` block
-FAULT_OBJECTIVES = AGGREGATES
 CONSTRAINT_PATTERN = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(<=|>=)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
 
 
@@ -54,12 +53,12 @@ class SearchSpec:
 def objective_column(name: str, source: str, field: str, has_faults: bool = False) -> str:
     """The results column an objective or constraint names (a fault aggregate is computed per
     point from its sample rows, sweep.search_faults). The one place objective names are resolved."""
-    if name in FAULT_OBJECTIVES:
+    if name in AGGREGATES:
         if not has_faults:
             raise SpecError(source, field, name, "a fault aggregate needs a faults: block in the study")
         return name
     if name not in METRICS:
-        raise SpecError(source, field, name, f"expected a metric column ({', '.join(METRICS + FAULT_OBJECTIVES)})")
+        raise SpecError(source, field, name, f"expected a metric column ({', '.join(METRICS + AGGREGATES)})")
     return name
 
 

@@ -2,13 +2,14 @@
 Parallelism plus model and hardware overrides. The grid walks every combination of the
 lists; a sampler (`sweep.search`) picks one value per knob, from a list or within a range,
 and calls `resolve` the same way."""
+import functools
 import itertools
 import math
 from dataclasses import dataclass
 
 from core import Parallelism, SpecError
 from core.specs import COMPUTE_DTYPES, GRAD_DTYPES, RECOMPUTE, SCHEDULES
-from core.units import parse_bandwidth, parse_bytes, parse_flops, parse_frequency, parse_time
+from core.units import QUANTITY_KINDS
 
 AUTO = "auto"
 # knob -> (default, description of allowed values); dp and sp may be derived ("auto")
@@ -47,7 +48,6 @@ VARIANT_KNOB = "variant"
 RANGE_PARALLEL_KNOBS = {"dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero": 0, "micro_batch": 1, "virtual_stages": 1}
 RANGE_KEYS = ("low", "high", "log", "step")
 # quantities a range may be written in; each parses to its base unit (bytes, bytes/s, s, FLOP/s, Hz)
-QUANTITY_PARSERS = (parse_bytes, parse_bandwidth, parse_time, parse_flops, parse_frequency)
 
 
 @dataclass(frozen=True)
@@ -146,6 +146,14 @@ class Space:
     def hardware_variants(self) -> list:
         return _variants(self.knobs, "hardware.")
 
+    @functools.cached_property
+    def _model_paths(self) -> list:
+        return _spec_paths(self.names, "model.")
+
+    @functools.cached_property
+    def _hardware_paths(self) -> list:
+        return _spec_paths(self.names, "hardware.")
+
     def resolve(self, choice: dict) -> Resolved:
         """Derive dp and sp, and build the Parallelism the chosen values describe."""
         par = {name: choice[name] for name in PARALLEL_KNOBS}
@@ -159,8 +167,8 @@ class Space:
             par["sp"] = self.mode == "train" and par["tp"] > 1
         values = tuple(par.get(name, choice[name]) for name in self.names)
         par["placement"] = tuple(par["placement"].split(","))
-        model = tuple((path, choice[n]) for n, path in _spec_paths(self.names, "model."))
-        hardware = tuple((path, choice[n]) for n, path in _spec_paths(self.names, "hardware."))
+        model = tuple((path, choice[n]) for n, path in self._model_paths)
+        hardware = tuple((path, choice[n]) for n, path in self._hardware_paths)
         for variant in self.variants:
             if variant.name == choice[VARIANT_KNOB]:
                 model, hardware = model + variant.model_overrides, hardware + variant.hardware_overrides
@@ -323,7 +331,7 @@ def _range(name: str, raw: dict, source: str, field: str) -> Range:
 
 def _quantity_parser(low, high, source: str, field: str):
     """The first quantity both bounds parse as (plain numbers parse as any)."""
-    for parse in QUANTITY_PARSERS:
+    for _, parse in QUANTITY_KINDS:
         try:
             parse(low), parse(high)
         except SpecError:

@@ -72,10 +72,7 @@ class ResultStore:
 
     def done_ids(self) -> set:
         """point_ids of every finished part."""
-        done = set()
-        for part in self.parts():
-            done.update(_read_part(part, columns=["point_id"]).column("point_id").to_pylist())
-        return done
+        return {point for (point,) in self.done_keys(("point_id",))}
 
     def _check_definition(self) -> None:
         """Refuse to add rows to a table another study definition wrote (they would be mixed)."""
@@ -99,10 +96,10 @@ class ResultStore:
     def write_part(self, tables: list) -> int:
         """Concatenate batch tables into one part, sorted by `sort_keys`, written atomically."""
         table = pa.concat_tables(tables, promote_options="default")
-        schema = unified_schema([table.schema] + [_read_schema(p) for p in self.parts()[-1:]])
+        parts = self.parts()
+        schema = unified_schema([table.schema] + [_read_schema(p) for p in parts[-1:]])
         table = conform(table, schema)
         table = table.sort_by(sort_keys(table))
-        parts = self.parts()
         index = int(parts[-1].stem.removeprefix(PART_PREFIX)) + 1 if parts else 0
         _write_atomically(table.replace_schema_metadata(self.metadata), self.directory / f"{PART_PREFIX}{index:06d}.parquet")
         return table.num_rows
