@@ -117,8 +117,7 @@ def _check(a, num_npus):
     group, algo = a["group"], a["algorithm"]
     _fail_at("group", coll & ((group < 0) | (group >= num_groups)), group, f"groups are 0..{num_groups - 1}")
     _fail_at("algorithm", coll & ((algo < 0) | (algo >= len(ALGORITHMS))), algo, f"algorithms are {ALGORITHMS}")
-    member_keys = keys
-    in_group = lambda npus: np.isin(group.astype(np.int64) * num_npus + npus, member_keys)
+    in_group = lambda npus: np.isin(group.astype(np.int64) * num_npus + npus, keys)
     for name, npus, mask, what in (("rank", rank, coll, "NPU"), ("peer", peer, kind == BROADCAST, "broadcast root")):
         bad = np.flatnonzero(mask & ~in_group(npus))
         if bad.size:

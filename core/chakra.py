@@ -73,9 +73,15 @@ def _read_varint(data: bytes, pos: int) -> tuple:
         shift += 7
 
 
+# the mapping tables read backwards, built once (the readers and writers run per node)
+_TYPE_OF_KIND = {kind: type_name for type_name, kind in KIND_OF_TYPE.items()}
+_TYPE_NAME = {number: name for name, number in NODE_TYPES.items()}
+_COLLECTIVE_NAME = {number: name for name, number in COLLECTIVE_TYPES.items()}
+_OUR_COLLECTIVE = {theirs: ours for ours, theirs in COLLECTIVE_OF.items()}
+
+
 def to_proto(node: TraceNode):
-    kinds = {v: k for k, v in KIND_OF_TYPE.items()}
-    proto = Node(id=node.id, name=node.name, type=NODE_TYPES[kinds[node.kind]],
+    proto = Node(id=node.id, name=node.name, type=NODE_TYPES[_TYPE_OF_KIND[node.kind]],
                  duration_micros=int(round(node.duration_s * 1e6)))
     proto.data_deps.extend(node.deps)
     proto.attr.add(name="is_cpu_op", bool_val=False)
@@ -107,20 +113,18 @@ def node_attrs(proto) -> dict:
 def from_proto(proto) -> TraceNode:
     """Our view of any Chakra node; raises UnsupportedNode for what we cannot replay."""
     attrs = node_attrs(proto)
-    type_name = {v: k for k, v in NODE_TYPES.items()}.get(proto.type, f"type {proto.type}")
+    type_name = _TYPE_NAME.get(proto.type, f"type {proto.type}")
     if type_name not in KIND_OF_TYPE:
         raise UnsupportedNode(proto.id, proto.name, f"node type {type_name} is not supported "
                                                     f"(supported: {', '.join(KIND_OF_TYPE)})")
     kind = KIND_OF_TYPE[type_name]
     collective = ""
     if kind == "collective":
-        by_number = {v: k for k, v in COLLECTIVE_TYPES.items()}
-        comm_type = by_number.get(attrs.get("comm_type"), f"comm_type {attrs.get('comm_type')}")
-        ours = {v: k for k, v in COLLECTIVE_OF.items()}
-        if comm_type not in ours:
+        comm_type = _COLLECTIVE_NAME.get(attrs.get("comm_type"), f"comm_type {attrs.get('comm_type')}")
+        if comm_type not in _OUR_COLLECTIVE:
             raise UnsupportedNode(proto.id, proto.name, f"collective {comm_type} is not supported "
-                                                        f"(supported: {', '.join(ours)})")
-        collective = ours[comm_type]
+                                                        f"(supported: {', '.join(_OUR_COLLECTIVE)})")
+        collective = _OUR_COLLECTIVE[comm_type]
     duration_s = attrs.get(EXACT_DURATION_ATTR, proto.duration_micros * 1e-6)
     dims = tuple(attrs["involved_dim"].values) if "involved_dim" in attrs else ()
     return TraceNode(id=proto.id, name=proto.name, kind=kind, duration_s=duration_s,
@@ -147,18 +151,22 @@ def write_trace(path, nodes, metadata: dict | None = None) -> None:
     temp.replace(path)
 
 
-def read_protos(path) -> tuple:
-    """(GlobalMetadata, list of raw Node messages) from one `.et` file."""
+def node_records(path) -> tuple:
+    """(GlobalMetadata bytes, [one bytes object per node]) of a length-prefixed `.et` file."""
     data = Path(path).read_bytes()
-    size, pos = _read_varint(data, 0)
-    meta = GlobalMetadata.FromString(data[pos:pos + size])
-    pos += size
-    nodes = []
+    records = []
+    pos = 0
     while pos < len(data):
         size, pos = _read_varint(data, pos)
-        nodes.append(Node.FromString(data[pos:pos + size]))
+        records.append(data[pos:pos + size])
         pos += size
-    return meta, nodes
+    return (records[0] if records else b""), records[1:]
+
+
+def read_protos(path) -> tuple:
+    """(GlobalMetadata, list of raw Node messages) from one `.et` file."""
+    meta, records = node_records(path)
+    return GlobalMetadata.FromString(meta), [Node.FromString(record) for record in records]
 
 
 def read_trace(path) -> tuple:

@@ -1,24 +1,10 @@
 """Chakra `.et` files at the wire level: each node's id, type and dependencies read straight from
 its bytes, the rest kept as a byte string. Training traces repeat the same node content (layer
 after layer) under new ids, so a reader can parse each distinct content once with protobuf."""
-from pathlib import Path
-
-from .chakra import _read_varint
+from .chakra import _read_varint, node_records
 
 ID, TYPE, CTRL_DEPS, DATA_DEPS = 1, 3, 4, 5
 VARINT, FIXED64, LENGTH, FIXED32 = 0, 1, 2, 5
-
-
-def node_records(path) -> tuple:
-    """(GlobalMetadata bytes, [one bytes object per node]) of a length-prefixed `.et` file."""
-    data = Path(path).read_bytes()
-    records = []
-    pos = 0
-    while pos < len(data):
-        size, pos = _read_varint(data, pos)
-        records.append(data[pos:pos + size])
-        pos += size
-    return (records[0] if records else b""), records[1:]
 
 
 def _varints(data: bytes) -> list:

@@ -89,7 +89,9 @@ class FaultReplay:
             for stage in range(par.pp):
                 self.layers.append(tuple(_Program(network, *layer_trace(step.ctx, ops, stage)[:2], base, pairs)
                                          for ops in (step.forward_ops, step.backward_ops)))
-            work_ = hierarchical_work(step, *self._pass_times({}))
+            self.pass_s = np.array([(f.time_s, b.time_s) for f, b in self.layers])  # per stage: forward, backward
+            work_ = hierarchical_work(step, [{"time_s": f} for f, _ in self.pass_s],
+                                      [{"time_s": b} for _, b in self.pass_s])
         else:
             work_ = flattened_work(step, CommClasses())
         trace, node_rank, label = pipeline_trace(step.ctx, work_, step.micro, step.message_bytes, CommClasses())
@@ -103,11 +105,6 @@ class FaultReplay:
         self.classes = _alike(self.slices, (label, stage, self.pipeline.duration_s)) if not any(base) else None
         self.loaded = frozenset().union(self.pipeline.loaded, *(p.loaded for pair in self.layers for p in pair))
         self.baseline_s = self.pipeline.time_s
-
-    def _pass_times(self, changed: dict) -> tuple:
-        """Per stage, {"time_s": layer forward} and {"time_s": layer backward}: baseline unless in `changed`."""
-        times = [changed.get(s, (f.time_s, b.time_s)) for s, (f, b) in enumerate(self.layers)]
-        return [{"time_s": t[0]} for t in times], [{"time_s": t[1]} for t in times]
 
     def run(self, link_factors: dict, straggler_factors: dict) -> float:
         """Step seconds under these faults and stragglers."""
@@ -154,7 +151,9 @@ class FaultReplay:
     def _pipeline_durations(self, changed: dict, speed: np.ndarray) -> np.ndarray:
         """Stage passes from the (re-)replayed layer times, edge compute and the optimizer step
         slowed on straggling ranks."""
-        times = np.array([changed.get(s, (f.time_s, b.time_s)) for s, (f, b) in enumerate(self.layers)])
+        times = self.pass_s.copy()
+        for stage, pass_s in changed.items():
+            times[stage] = pass_s
         out = self.pipeline.duration_s.copy()
         for column, code, divide in ((0, STAGE_FWD, 1), (1, STAGE_BWD, self.step.pieces)):
             nodes, stage, rank = self.passes[code]

@@ -11,7 +11,7 @@ from .specs import DTYPE_BYTES, HardwareSpec, ModelSpec, Parallelism
 
 GiB = 2**30
 OPTIMIZER_BYTES = 12  # fp32 master weights + Adam first and second moments
-FP8_WEIGHT_CACHE_BYTES = 1  # Transformer Engine's FP8 copy of each weight, kept across micro-batches
+FP8_WEIGHT_CACHE_BYTES = DTYPE_BYTES["fp8"]  # Transformer Engine's FP8 copy of each weight, kept across micro-batches
 # What the CUDA caching allocator and the runtime hold beyond live tensors: the CUDA context,
 # cuBLAS workspaces and NCCL buffers (a fixed amount), plus blocks freed but kept cached
 # and split (fragmentation, a share of what is allocated).
@@ -95,7 +95,7 @@ def _param_parts(model: ModelSpec, t: int, ep: int, etp: int, split: tuple) -> t
 
 def weight_bytes(hw: HardwareSpec, par: Parallelism) -> int:
     """Bytes per parameter of the weights the GPUs compute with (and ZeRO gathers)."""
-    return 1 if par.fp8_params else hw.act_bytes
+    return DTYPE_BYTES["fp8"] if par.fp8_params else hw.act_bytes
 
 
 def grad_bytes(par: Parallelism) -> int:

@@ -2,7 +2,6 @@
 model, layout, workload and precision turned into specs, evaluated, and compared with
 what was measured in the row's metric. One function per kind of row; the suites are
 registered in core.validation."""
-import math
 
 from .collectives import collective_time
 from .evaluate import evaluate, mfu_peak_flops
@@ -166,8 +165,4 @@ def all_reduce_s(case, hw=None) -> float:
     return sum(collective_time(hw, dims, "all_reduce", float(case.workload["size_bytes"]), span).values())
 
 
-def error_pct(predicted: float, measured: float) -> float:
-    return 100.0 * (predicted - measured) / measured if measured and not math.isnan(predicted) else math.nan
-
-
-__all__ = ["all_reduce_s", "error_pct", "hardware_for", "layout_for", "model_for", "predict"]
+__all__ = ["all_reduce_s", "hardware_for", "layout_for", "model_for", "predict"]

@@ -152,13 +152,6 @@ SUITES = {"training": training_cases, "inference": inference_cases, "memory": me
           **{name: functools.partial(published_cases, name) for name in PUBLISHED_SUITES}}
 
 
-def available_suites() -> tuple:
-    """Every suite whose data is here: the published ones need core.corpus."""
-    import importlib.util
-    has_corpus = importlib.util.find_spec("core.corpus") is not None
-    return tuple(name for name in SUITES if has_corpus or name not in PUBLISHED_SUITES)
-
-
 def run_all(suites=("training", "inference", "memory")) -> tuple:
     cases, verdicts = [], []
     for suite in suites:

@@ -40,7 +40,7 @@ from functools import lru_cache
 import numpy as np
 
 from core.loader import load_hardware
-from core.validation import SUITES, available_suites
+from core.validation import SUITES
 
 US = 1e-6
 MIB = 2**20
@@ -168,8 +168,6 @@ def _errors(cases) -> tuple:
 
 def report(family: Family, hw) -> None:
     for suite in family.suites:
-        if suite not in available_suites():
-            continue
         groups = [g for g in family.groups if suite in g.suites]
         cases = [c for c in _cases(suite, hw) if family.owns(suite, c)]
         print(f"\n{suite}")
@@ -198,8 +196,6 @@ def cross_validate(families: dict) -> None:
     for name, family in families.items():
         fitted = fit_family(family)
         for suite in family.suites:
-            if suite not in available_suites():
-                continue
             cases = [c for c in _cases(suite, fitted) if family.owns(suite, c)]
             if not cases:
                 continue
