@@ -2,7 +2,9 @@
 time improved trial by trial, the step-time / memory Pareto front, and which knobs
 mattered (Optuna's parameter importances, from the study's own storage)."""
 import plotly.graph_objects as go
+import pyarrow as pa
 
+from .query import pareto_front
 from .report_data import ReportData, knob_title
 from .report_grid import PALETTE, base_layout, time_title
 
@@ -41,7 +43,9 @@ def pareto(data: ReportData) -> go.Figure | None:
     rows = data.timed.dropna(subset=["memory_peak_gib"]) if "memory_peak_gib" in data.table else data.timed.iloc[0:0]
     if rows.empty:
         return None
-    front = pareto_front(rows["step_time_s"].tolist(), rows["memory_peak_gib"].tolist())
+    table = pa.table({"point_id": rows["point_id"].tolist(), "step_time_s": rows["step_time_s"].tolist(),
+                      "memory_peak_gib": rows["memory_peak_gib"].tolist(), "row": list(range(len(rows)))})
+    front = pareto_front(table, [("step_time_s", False), ("memory_peak_gib", False)]).column("row").to_pylist()
     front_rows = rows.iloc[front]
     labels = [[data.label(r)] for _, r in rows.iterrows()]
     fig = go.Figure([
@@ -56,17 +60,6 @@ def pareto(data: ReportData) -> go.Figure | None:
     fig.update_layout(**base_layout("Which layouts trade speed for memory? Step time against peak memory",
                                     time_title(data), "peak memory per GPU (GiB)", height=440))
     return fig
-
-
-def pareto_front(times: list, memories: list) -> list:
-    """Indices of the points no other point beats on both (lower is better), by time."""
-    order = sorted(range(len(times)), key=lambda i: (times[i], memories[i]))
-    front, lowest = [], float("inf")
-    for i in order:
-        if memories[i] < lowest:
-            front.append(i)
-            lowest = memories[i]
-    return front
 
 
 def importances(data: ReportData) -> tuple:
