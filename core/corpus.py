@@ -41,7 +41,8 @@ class PublishedCase:
     model: dict  # ModelSpec keyword arguments plus "moe" (None or a dict); {} for collectives
     layout: dict  # dp, tp, pp, cp, ep, etp, virtual_stages, sp, zero, distributed_optimizer,
     #               micro_batch, recompute, overlap_grad_reduce, overlap_param_gather,
-    #               first_stage_layers, last_stage_layers; {} for collectives
+    #               first_stage_layers, last_stage_layers, master_weights, optimizer_dtype;
+    #               {} for collectives
     workload: dict  # mode train / infer / collective and its sizes
     precision: dict  # compute, fp8_params, fp8_recipe, kv_cache
     metric: str  # what `measured` is, named with its unit
@@ -304,7 +305,8 @@ def _layout(*, dp: int, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1, etp:
             virtual_stages: int = 1, sp: bool | None = None, zero: int = 0, distributed_optimizer: bool = False,
             micro_batch: int = 1, recompute: str = "none", overlap_grad_reduce: bool = False,
             overlap_param_gather: bool = False, first_stage_layers: int | None = None,
-            last_stage_layers: int | None = None) -> dict:
+            last_stage_layers: int | None = None, master_weights: str = "fp32",
+            optimizer_dtype: str = "fp32") -> dict:
     """A layout dict with the contract's keys. etp defaults to tp (Megatron-Core's default);
     sp defaults to on when tp > 1 and is always off at tp 1, where it does nothing."""
     return {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": tp if etp is None else etp,
@@ -312,7 +314,8 @@ def _layout(*, dp: int, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1, etp:
             "zero": zero, "distributed_optimizer": distributed_optimizer, "micro_batch": micro_batch,
             "recompute": recompute, "overlap_grad_reduce": overlap_grad_reduce,
             "overlap_param_gather": overlap_param_gather, "first_stage_layers": first_stage_layers,
-            "last_stage_layers": last_stage_layers}
+            "last_stage_layers": last_stage_layers, "master_weights": master_weights,
+            "optimizer_dtype": optimizer_dtype}
 
 
 # Megatron's distributed optimizer (fp32 main weights and Adam state sharded over dp, ZeRO-1)
@@ -325,6 +328,28 @@ _MEGATRON_OPTIMIZER = {"zero": 1, "distributed_optimizer": True, "overlap_grad_r
 # FSDP (ZeRO-3: parameters, gradients and optimizer state sharded), prefetching parameters
 # and reducing gradients while computing.
 _FSDP = {"zero": 3, "distributed_optimizer": False, "overlap_grad_reduce": True, "overlap_param_gather": True}
+
+
+# NeMo 1.x (the 24.03 and 24.07 containers) ran NeMo-Framework-Launcher recipes, whose optimizer
+# is apex's DistributedFusedAdam (optim.name distributed_fused_adam in the launcher's 2024
+# training and SFT yamls), sharded over dp x cp like Megatron's distributed optimizer but with
+# its own state: Adam moments in the recipe's optim.dtype (default fp32), which
+# conf/training/nemotron/nemotron_340b.yaml (@7c842fcd, June 2024) and conf/peft/llama/sft.yaml
+# (@6a76374e, July 2024) set to bf16.
+_NEMO1_SOURCES = ("nemo-24.07", "nemo-long-sequence")
+_NEMO1_BF16_OPTIMIZER = ("nemotron4-340b",)
+
+
+def _nemo1_optimizer(key: str, sft: bool, fp8_params: bool, notes: list) -> dict:
+    """Master weights and moment dtype as NeMo 1.x's MegatronBaseModel.setup_optimization
+    configures apex's optimizer (NeMo @f2e3232003, the 24.07 code): with FP8 weights it stores
+    master weights in the optimizer dtype (store_params); with that dtype equal to the BF16
+    model's, none (the BF16 weights are updated in place); with FP32 state over BF16 weights,
+    the 16 low bits of each FP32 weight (store_param_remainders)."""
+    dtype = "bf16" if sft or key in _NEMO1_BF16_OPTIMIZER else "fp32"
+    master = dtype if fp8_params else "none" if dtype == "bf16" else "remainders"
+    notes.append(f"NeMo 1.x recipe optimizer: apex distributed Adam, {dtype} moments, master weights {master}")
+    return {"master_weights": master, "optimizer_dtype": dtype}
 
 
 def _derived_dp(row: _Row, gpus: int, tp: int, pp: int, cp: int, notes: list) -> int:
@@ -444,7 +469,16 @@ def _dense_case(row: _Row) -> PublishedCase:
     if sp is None and tp > 1:
         notes.append("sequence parallelism not stated: on (NeMo/Megatron-Core recipes enable it when tp > 1)")
     vp = row.integer("vp", 1)
+    precision = _precision(row.text("dtype"), notes)
+    sft = "SFT" in row.text("model")
+    if source == "nemo-24.07" and sft and precision["compute"] == "fp8":
+        # NeMo-Framework-Launcher examples/peft/llama/h100/{7b_1node,13b_1node,70b_2node}.sh, the
+        # table's SFT layouts (GBS 32, MBS 1, packed 4096), run FP8 with ++peft.model.fp8_params=true.
+        precision["fp8_params"] = True
+        notes.append("FP8 weights (fp8_params) taken from the launcher's H100 SFT examples")
     optimizer = _dense_optimizer(row, notes)
+    if source in _NEMO1_SOURCES:
+        optimizer.update(_nemo1_optimizer(key, sft, precision["fp8_params"], notes))
     fsdp = re.search(r"FSDP=(\d+)", row.text("fsdp_or_zero"))
     if optimizer["zero"] == 3 and fsdp and int(fsdp.group(1)) < dp:
         extra["fsdp_group"] = int(fsdp.group(1))
@@ -454,12 +488,11 @@ def _dense_case(row: _Row) -> PublishedCase:
     if model["layers"] % (pp * vp):
         notes.append(f"{model['layers']} layers over pp {pp} x vp {vp} do not divide: the framework's "
                      "uneven split (fewer layers on the first and last stage) applies")
-    precision = _precision(row.text("dtype"), notes)
     metric, measured = _dense_measurement(row, gpus, global_batch, seq, extra)
     usable, why = _dense_usable(row)
     if why:
         notes.insert(0, why)
-    if "SFT" in row.text("model"):
+    if sft:
         notes.append("full-parameter SFT on sequences packed to 4096 tokens: a training step at seq 4096 "
                      "(attention masked within each packed sample is not distinguished)")
     return PublishedCase(

@@ -10,8 +10,17 @@ from .layout import stage_layers
 from .specs import DTYPE_BYTES, HardwareSpec, ModelSpec, Parallelism
 
 GiB = 2**30
-OPTIMIZER_BYTES = 12  # fp32 master weights + Adam first and second moments
-FP8_WEIGHT_CACHE_BYTES = DTYPE_BYTES["fp8"]  # Transformer Engine's FP8 copy of each weight, kept across micro-batches
+# Bytes per parameter of the optimizer's master weights (specs.MASTER_WEIGHTS): apex's
+# store_param_remainders keeps the 16 low bits of each FP32 weight (an int16 shard).
+MASTER_WEIGHT_BYTES = {"fp32": DTYPE_BYTES["fp32"], "bf16": DTYPE_BYTES["bf16"], "remainders": 2, "none": 0}
+ADAM_MOMENTS = 2  # first and second moment, each in the optimizer dtype
+# Transformer Engine under FP8 training keeps, per weight, the FP8 copy its forward GEMM reads
+# and that copy's transpose for the input-gradient GEMM (Hopper's FP8 GEMM takes only the TN
+# layout): cached across micro-batches (TE 1.8 Linear: FP8 workspace `with_transpose` while
+# grad is enabled; TE 2.x: the weight quantizer's rowwise and columnwise usage). With FP8
+# weights (fp8_params) only the transpose comes on top.
+FP8_WEIGHT_COPY_BYTES = DTYPE_BYTES["fp8"]
+FP8_TRANSPOSE_BYTES = DTYPE_BYTES["fp8"]
 # What the CUDA caching allocator and the runtime hold beyond live tensors: the CUDA context,
 # cuBLAS workspaces and NCCL buffers (a fixed amount), plus blocks freed but kept cached
 # and split (fragmentation, a share of what is allocated).
@@ -103,6 +112,20 @@ def grad_bytes(par: Parallelism) -> int:
     return DTYPE_BYTES[par.grad_dtype]
 
 
+def optimizer_bytes(par: Parallelism) -> int:
+    """Bytes per parameter of the optimizer state: master weights plus Adam's two moments
+    (12 for Megatron-Core's FP32 master weights and moments)."""
+    return MASTER_WEIGHT_BYTES[par.master_weights] + ADAM_MOMENTS * DTYPE_BYTES[par.optimizer_dtype]
+
+
+def fp8_weight_bytes(hw: HardwareSpec, par: Parallelism) -> int:
+    """Bytes per parameter Transformer Engine keeps beside the weights under FP8 compute: the
+    FP8 copy and its transpose, or the transpose alone when the weights are FP8 already."""
+    if hw.dtype != "fp8":
+        return 0
+    return FP8_TRANSPOSE_BYTES + (0 if par.fp8_params else FP8_WEIGHT_COPY_BYTES)
+
+
 def expert_data_parallel(par: Parallelism) -> int:
     """Ranks holding the same expert shard: the folded dp*cp*tp ranks over ep*etp."""
     return max(1, par.dp * par.cp * par.tp // (par.ep * par.expert_tp))
@@ -125,25 +148,35 @@ def in_flight(par: Parallelism, microbatches: int, stage: int) -> float:
     p = par.pp
     if par.schedule == "gpipe":
         return microbatches
-    if par.schedule == "interleaved" and stage == 0:
-        # Korthikanti et al.: the first stage holds p * (1 + (p-1)/(p*v)) micro-batches' chunks.
-        return min(microbatches, p) * (1 + (p - 1) / (p * par.virtual_stages))
+    if par.schedule == "interleaved":
+        return interleaved_chunks_in_flight(p, par.virtual_stages, microbatches, stage) / par.virtual_stages
     return min(microbatches, p - stage)
+
+
+def interleaved_chunks_in_flight(p: int, v: int, microbatches: int, stage: int) -> int:
+    """Model chunks (1/v of a stage's layers, one micro-batch each) whose activations a stage
+    holds when its first backward starts under Megatron's interleaved 1F1B: its warm-up
+    forwards, 2 (p - stage - 1) + (v - 1) p (Megatron-Core's get_pp_rank_microbatches), plus
+    the one forward before that backward. The first stage's count, p v + p - 1, is Korthikanti
+    et al.'s p (1 + (p-1)/(p v)) micro-batches; the last stage's, (v - 1) p + 1, nearly
+    p - 1, not the one micro-batch of plain 1F1B."""
+    warmup = 2 * (p - stage - 1) + (v - 1) * p
+    return min(microbatches * v, warmup + 1)
 
 
 def training_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, graph: LayerGraph,
                     microbatches: int, tokens: int) -> MemoryEstimate:
     """Megatron's buffers: the weights' working copy (BF16, or FP8 with fp8_params), main
     gradients in grad_dtype (full size unless ZeRO 2+: the distributed optimizer, ZeRO 1,
-    shards only the FP32 master weights and Adam moments), TE's FP8 weight cache under FP8
-    compute, and activations of the micro-batches in flight."""
+    shards only the master weights and Adam moments, see optimizer_bytes), TE's FP8 weight
+    copies under FP8 compute (fp8_weight_bytes), and activations of the micro-batches in flight."""
     el = hw.act_bytes
     t = par.tp
     layer_input = tokens * model.hidden * el / (t if par.sp else 1)
     per_layer = saved_per_layer(graph, par.recompute, layer_input)
     full_layer = saved_per_layer(graph, "none", layer_input)
     shard, expert_shard = par.dp * par.cp, expert_data_parallel(par)  # ZeRO shards over replicas
-    cache_bytes = FP8_WEIGHT_CACHE_BYTES if hw.dtype == "fp8" and not par.fp8_params else 0
+    cache_bytes, state_bytes = fp8_weight_bytes(hw, par), optimizer_bytes(par)
     split = stage_layers(model.layers, par)
     best, most = None, -1.0
     for stage, (dense, expert) in enumerate(stage_param_parts(model, par)):
@@ -154,7 +187,7 @@ def training_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, graph:
             return sharded if par.zero >= zero_stage else params
         weights = by_stage(3) * weight_bytes(hw, par)
         grads = by_stage(2) * grad_bytes(par)
-        optimizer = by_stage(1) * OPTIMIZER_BYTES
+        optimizer = by_stage(1) * state_bytes
         activations = split[stage] * per_layer * in_flight(par, microbatches, stage)
         transient = 4 * tokens * model.hidden * el
         if par.recompute == "full":

@@ -111,6 +111,8 @@ def layout_for(case, training: bool) -> Parallelism:
                        schedule="interleaved" if virtual > 1 else "1f1b",
                        overlap_grad_reduce=bool(lay.get("overlap_grad_reduce")),
                        overlap_param_gather=bool(lay.get("overlap_param_gather")),
+                       master_weights=lay.get("master_weights") or "fp32",
+                       optimizer_dtype=lay.get("optimizer_dtype") or "fp32",
                        fp8_params=bool(case.precision.get("fp8_params")) or (
                            training and case.source.startswith(FP8_PARAM_SOURCES)
                            and case.precision.get("compute") == "fp8"))

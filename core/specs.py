@@ -19,6 +19,14 @@ DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 COMPUTE_DTYPES = ("bf16", "fp16", "fp8")
 GRAD_DTYPES = ("fp32", "bf16")
+OPTIMIZER_DTYPES = ("fp32", "bf16")  # Adam's first and second moments
+# What the optimizer keeps to update the weights in full precision: "fp32" master weights
+# (Megatron-Core's distributed optimizer, apex with store_params); "bf16" master weights (apex
+# DistributedFusedAdam with dtype bf16 beside FP8 weights); "remainders", the 16 low bits that
+# with the BF16 weights rebuild FP32 ones (apex store_param_remainders, NeMo's choice for
+# FP32 Adam over BF16 weights); "none", the optimizer updating the BF16 weights themselves
+# (apex with dtype bf16 over BF16 weights).
+MASTER_WEIGHTS = ("fp32", "bf16", "remainders", "none")
 
 
 def hash_once(cls):
@@ -265,6 +273,8 @@ class Parallelism:
     # (or gradient) send runs while the next chunk computes (NeMo turns it on when vp > 1).
     overlap_p2p_comm: bool = False
     fp8_params: bool = False  # weights kept in FP8 (no BF16 working copy)
+    master_weights: str = "fp32"  # one of MASTER_WEIGHTS, sharded like the optimizer state
+    optimizer_dtype: str = "fp32"  # Adam moments' dtype (apex's `dtype`, TE's precision-aware optimizer)
 
     @property
     def gpus(self) -> int:
