@@ -45,12 +45,15 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
     return record
 
 
-def estimate_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work) -> MemoryEstimate:
-    """Per-GPU memory of the most loaded stage, without timing anything else."""
+def estimate_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work,
+                    first_iteration: bool = False) -> MemoryEstimate:
+    """Per-GPU memory of the most loaded stage, without timing anything else (training:
+    through the first iteration only, with `first_iteration`)."""
     if isinstance(work, TrainWorkload):
         shape = train_shape(par, work)
         micro = work.global_batch // (par.dp * par.micro_batch)
-        return training_memory(model, hw, par, build_layer(model, hw, shape), micro, shape.tokens)
+        return training_memory(model, hw, par, build_layer(model, hw, shape), micro, shape.tokens,
+                               first_iteration)
     return inference_memory(model, hw, par, work.batch, work.prompt, work.decode, work.kv_bytes(hw))
 
 
@@ -60,7 +63,7 @@ def _layout_text(par: Parallelism) -> str:
 
 def _memory_fields(memory) -> dict:
     return {"feasible": memory.feasible, "infeasible_reason": memory.reason(),
-            "memory_peak_gib": memory.peak_bytes / GiB,
+            "memory_peak_gib": memory.peak_bytes / GiB, "memory_buffers": memory.describe(),
             "memory": {f"{kind}_gib": value / GiB for kind, value in memory.by_kind().items()}}
 
 

@@ -40,6 +40,7 @@ class MemoryEstimate:
     stage: int  # the most loaded pipeline stage
     fp8_weights_bytes: float = 0.0
     fragmentation: float = FRAGMENTATION  # share of the allocated bytes the allocator keeps cached
+    buffers: tuple = ()  # (kind, what the framework keeps under it), for the breakdown
 
     @property
     def allocated_bytes(self) -> float:
@@ -66,6 +67,11 @@ class MemoryEstimate:
         parts = ", ".join(f"{name} {value / GiB:.1f}" for name, value in self.by_kind().items() if value)
         return (f"needs {self.peak_bytes / GiB:.1f} GiB per GPU on stage {self.stage}, "
                 f"has {self.capacity_bytes / GiB:.1f} GiB ({parts})")
+
+    def describe(self) -> str:
+        """Which buffers each kind counts, e.g. `gradients: bf16 buckets, full`."""
+        reserve = f"{RUNTIME_RESERVE_BYTES / GiB:.0f} GiB runtime + {100 * self.fragmentation:.0f} % allocator cache"
+        return "; ".join(f"{kind}: {text}" for kind, text in (*self.buffers, ("reserved", reserve)))
 
     def by_kind(self) -> dict:
         return {"weights": self.weights_bytes, "gradients": self.gradients_bytes,
@@ -165,11 +171,15 @@ def interleaved_chunks_in_flight(p: int, v: int, microbatches: int, stage: int) 
 
 
 def training_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, graph: LayerGraph,
-                    microbatches: int, tokens: int) -> MemoryEstimate:
+                    microbatches: int, tokens: int, first_iteration: bool = False) -> MemoryEstimate:
     """Megatron's buffers: the weights' working copy (BF16, or FP8 with fp8_params), main
     gradients in grad_dtype (full size unless ZeRO 2+: the distributed optimizer, ZeRO 1,
     shards only the master weights and Adam moments, see optimizer_bytes), TE's FP8 weight
-    copies under FP8 compute (fp8_weight_bytes), and activations of the micro-batches in flight."""
+    copies under FP8 compute (fp8_weight_bytes), and, at the larger of a stage's two peaks,
+    either the activations of the micro-batches in flight (forward/backward) or the optimizer
+    step's FP32 gradient copies (step_transient_bytes). `first_iteration`: the peak up to the
+    end of the first step, whose forward and backward run before Adam's moments exist (FusedAdam
+    allocates them in its first step)."""
     el = hw.act_bytes
     t = par.tp
     layer_input = tokens * model.hidden * el / (t if par.sp else 1)
@@ -177,6 +187,7 @@ def training_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, graph:
     full_layer = saved_per_layer(graph, "none", layer_input)
     shard, expert_shard = par.dp * par.cp, expert_data_parallel(par)  # ZeRO shards over replicas
     cache_bytes, state_bytes = fp8_weight_bytes(hw, par), optimizer_bytes(par)
+    early_state_bytes = MASTER_WEIGHT_BYTES[par.master_weights] if first_iteration else state_bytes
     split = stage_layers(model.layers, par)
     best, most = None, -1.0
     for stage, (dense, expert) in enumerate(stage_param_parts(model, par)):
@@ -185,9 +196,7 @@ def training_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, graph:
 
         def by_stage(zero_stage):
             return sharded if par.zero >= zero_stage else params
-        weights = by_stage(3) * weight_bytes(hw, par)
-        grads = by_stage(2) * grad_bytes(par)
-        optimizer = by_stage(1) * state_bytes
+        states = (by_stage(3) * weight_bytes(hw, par), by_stage(2) * grad_bytes(par), params * cache_bytes)
         activations = split[stage] * per_layer * in_flight(par, microbatches, stage)
         transient = 4 * tokens * model.hidden * el
         if par.recompute == "full":
@@ -196,12 +205,46 @@ def training_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, graph:
             transient += 2 * params / split[stage] * weight_bytes(hw, par)
         if stage == par.pp - 1:
             transient += 2 * tokens * model.vocab / t * 4  # fp32 logits and their gradient
-        parts = (weights, grads, optimizer, activations, transient, params * cache_bytes)
-        if sum(parts) > most:  # the peak grows with the allocated bytes
-            best, most = (stage, parts), sum(parts)
-    stage, (weights, grads, optimizer, activations, transient, cache) = best
+        backward = (by_stage(1) * early_state_bytes, activations, transient)
+        step = (by_stage(1) * state_bytes, 0.0, by_stage(1) * step_transient_bytes(par))
+        moment = max((backward, step), key=sum)
+        if sum(states) + sum(moment) > most:  # the peak grows with the allocated bytes
+            best, most = (stage, states, moment, moment is step), sum(states) + sum(moment)
+    stage, (weights, grads, cache), (optimizer, activations, transient), at_step = best
     return MemoryEstimate(weights, grads, optimizer, activations, transient, 0.0, hw.gpu.hbm.capacity_bytes,
-                          stage, cache)
+                          stage, cache, buffers=_training_buffers(hw, par, microbatches, stage, at_step))
+
+
+def step_transient_bytes(par: Parallelism) -> int:
+    """Bytes per (optimizer-sharded) parameter that exist only during the optimizer step:
+    Megatron's optimizer over FP32 master weights reads FP32 gradients, so it casts each
+    16-bit main-gradient shard to an FP32 copy first (distrib_optimizer.py
+    _copy_model_grads_to_main_grads: `shard_model_grad.float()`); FP32 main gradients are used
+    in place. Apex's DistributedFusedAdam (the other master kinds) reads them in their dtype."""
+    if par.master_weights != "fp32" or par.grad_dtype == "fp32":
+        return 0
+    return DTYPE_BYTES["fp32"]
+
+
+def _training_buffers(hw: HardwareSpec, par: Parallelism, microbatches: int, stage: int, at_step: bool) -> tuple:
+    """What each kind of a training estimate counts, as the breakdown names it."""
+    sharded = f"sharded over dp*cp = {par.dp * par.cp}"
+    weights = "fp8" if par.fp8_params else hw.act_dtype
+    grads = f"{par.grad_dtype} buckets, " + (sharded if par.zero >= 2 else "full")
+    state = (f"{par.master_weights} master weights + {par.optimizer_dtype} Adam moments, "
+             + (sharded if par.zero >= 1 else "unsharded"))
+    if at_step:
+        moment = [("activations", "none at this peak (the optimizer step)"),
+                  ("transient", "fp32 copies of the gradient shards for the optimizer step")]
+    else:
+        moment = [("activations", f"{in_flight(par, microbatches, stage):.2f} micro-batches in flight, "
+                                  f"recompute {par.recompute}"),
+                  ("transient", "one layer's working tensors" + (", fp32 logits" if stage == par.pp - 1 else ""))]
+    out = [("weights", weights + (f", {sharded}" if par.zero >= 3 else "")), ("gradients", grads),
+           ("optimizer", state), *moment]
+    if fp8_weight_bytes(hw, par):
+        out.append(("fp8_weights", "TE fp8 transposes" if par.fp8_params else "TE fp8 copies + transposes"))
+    return tuple(out)
 
 
 def inference_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, batch: int,

@@ -4,7 +4,7 @@ what was measured in the row's metric. One function per kind of row; the suites 
 registered in core.validation."""
 
 from .collectives import collective_time
-from .evaluate import evaluate, mfu_peak_flops
+from .evaluate import estimate_memory, evaluate, mfu_peak_flops
 from .loader import load_hardware, with_dtype
 from .memory import GiB
 from .specs import InferWorkload, ModelSpec, MoESpec, Parallelism, TrainWorkload
@@ -149,6 +149,10 @@ def predict(case, hw=None) -> tuple:
         # MEM-L70B-SFT-base peaked at 58.8 GB yet ran out of 80 GB through fragmentation, so
         # the figure excludes the cached and reserved blocks. Compared with live tensors.
         value = (record["memory_peak_gib"] - record["memory"]["reserved_gib"]) * GiB
+    elif metric == "first_iteration_peak_bytes":
+        # Live tensors up to the end of the first step (see core.corpus._memory_measurement).
+        value = estimate_memory(model_for(case), hw, layout_for(case, training), workload,
+                                first_iteration=True).allocated_bytes
     elif metric == "memory_verdict":
         value = record["memory_peak_gib"] * GiB
     else:

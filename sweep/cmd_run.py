@@ -199,6 +199,7 @@ def _print_table(model, hw, par, work, gpus, record) -> None:
             mem.add_row(key.removesuffix("_gib"), f"{value:.2f}")
     mem.add_row("[bold]peak[/]", f"[bold]{record['memory_peak_gib']:.2f}[/]")
     console.print(mem)
+    console.print(f"counted: {record['memory_buffers']}")
     verdict = "fits" if record["feasible"] else f"[red]does not fit[/]: {record['infeasible_reason']}"
     console.print(f"memory: {verdict}")
     if record.get("replay_note"):
