@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from core import BACKENDS, InferWorkload, Parallelism, SpecError, TrainWorkload, evaluate, list_presets
-from core.specs import COMPUTE_DTYPES, DTYPES, GRAD_DTYPES, RECOMPUTE, SCHEDULES
+from core.specs import COMPUTE_DTYPES, DTYPES, GRAD_DTYPES, MASTER_WEIGHTS, OPTIMIZER_DTYPES, RECOMPUTE, SCHEDULES
 from core.loader import load_hardware, load_model, with_dtype
 
 from .args import POSITIVE
@@ -40,6 +40,10 @@ def add_arguments(parser) -> None:
                         help="hide pipeline sends behind the next chunk under the interleaved schedule")
     parser.add_argument("--grad-dtype", default="fp32", choices=GRAD_DTYPES,
                         help="main gradients and their data-parallel reduction")
+    parser.add_argument("--master-weights", default="fp32", choices=MASTER_WEIGHTS,
+                        help="optimizer's master weights: fp32 (Megatron-Core), remainders or none/bf16 (apex)")
+    parser.add_argument("--optimizer-dtype", default="fp32", choices=OPTIMIZER_DTYPES,
+                        help="dtype of Adam's two moments")
     parser.add_argument("--dtype", default=None, choices=COMPUTE_DTYPES,
                         help="compute dtype (default: the hardware file's); fp8 runs GEMMs in FP8 only")
     parser.add_argument("--fp8-params", action="store_true", help="keep weights in FP8 (no BF16 copy)")
@@ -117,7 +121,8 @@ def parse_config(args):
                       last_stage_layers=_at_least_zero("--last-stage-layers", args.last_stage_layers),
                       overlap_grad_reduce=args.overlap_grad_reduce, overlap_param_gather=args.overlap_param_gather,
                       overlap_tp_comm=args.overlap_tp_comm, overlap_p2p_comm=args.overlap_p2p_comm,
-                      grad_dtype=args.grad_dtype, fp8_params=args.fp8_params)
+                      grad_dtype=args.grad_dtype, fp8_params=args.fp8_params,
+                      master_weights=args.master_weights, optimizer_dtype=args.optimizer_dtype)
     if train:
         global_batch = args.global_batch if args.global_batch is not None else dp * par.micro_batch
         work = TrainWorkload(global_batch=_positive("--global-batch", global_batch),

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 
 from core import Parallelism, SpecError
-from core.specs import COMPUTE_DTYPES, GRAD_DTYPES, RECOMPUTE, SCHEDULES
+from core.specs import COMPUTE_DTYPES, GRAD_DTYPES, MASTER_WEIGHTS, OPTIMIZER_DTYPES, RECOMPUTE, SCHEDULES
 from core.units import QUANTITY_KINDS
 
 AUTO = "auto"
@@ -34,11 +34,14 @@ PARALLEL_KNOBS = {
     "overlap_tp_comm": (False, "a list of true/false"),
     "overlap_p2p_comm": (False, "a list of true/false"),
     "grad_dtype": ("fp32", f"a list of {', '.join(GRAD_DTYPES)}"),
+    "master_weights": ("fp32", f"a list of {', '.join(MASTER_WEIGHTS)}"),
+    "optimizer_dtype": ("fp32", f"a list of {', '.join(OPTIMIZER_DTYPES)}"),
     "fp8_params": (False, "a list of true/false"),
 }
 BOOL_KNOBS = ("sp", "overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm", "overlap_p2p_comm",
               "fp8_params")
 COUNT_KNOBS = ("etp", "first_stage_layers", "last_stage_layers")  # 0 means "derived"
+CHOICE_KNOBS = {"grad_dtype": GRAD_DTYPES, "master_weights": MASTER_WEIGHTS, "optimizer_dtype": OPTIMIZER_DTYPES}
 SPEC_KNOB_PREFIXES = ("model.", "hardware.")
 # Short knobs that stand for a spec path: `dtype: [bf16, fp8]` is `hardware.dtype`.
 SPEC_KNOB_ALIASES = {"dtype": "hardware.dtype"}
@@ -269,8 +272,8 @@ def _parallel_values(name: str, raw, source: str, field: str) -> tuple:
             ok = isinstance(value, bool)
         elif name in COUNT_KNOBS:
             ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-        elif name == "grad_dtype":
-            ok = value in GRAD_DTYPES
+        elif name in CHOICE_KNOBS:
+            ok = value in CHOICE_KNOBS[name]
         elif name == "placement":
             ok = isinstance(value, str) and sorted(value.split(",")) == sorted(PLACEMENT_AXES)
         elif name in ("recompute", "schedule"):

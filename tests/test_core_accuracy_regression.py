@@ -10,13 +10,16 @@ from core.validation import SUITES, summary
 # training and inference rose when the infer branch merged (NCCL protocol latencies in every
 # collective; its own branch reaches inference 8.2 % max): the A100 factors refitted under them
 # give gpt-1t +4.9 % (held out) and llama2-13b tp1 +8.2 %.
+# memory_h100's mean rose from 6.4 when its Bridge figures became first-iteration peaks (what
+# the performance harness reads; core.corpus._memory_measurement) and FP8 weight transposes were
+# counted: all four within 10 % (max 10.8 before), each 4-5 GB under.
 REACHED = {
     "training": (5.0, 2.9, 0),
     "inference": (8.3, 4.5, 0),
     "memory": (9.0, 2.7, 0),
-    "h100_dense": (28.0, 6.3, 2),
+    "h100_dense": (28.0, 6.3, 0),
     "moe": (26.5, 9.0, 1),
-    "memory_h100": (11.0, 6.4, 1),
+    "memory_h100": (9.8, 9.1, 1),
 }
 
 

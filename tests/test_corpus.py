@@ -15,7 +15,7 @@ MODEL_KEYS = {"name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vo
               "position_embedding", "tied_embeddings", "max_position", "moe"}
 LAYOUT_KEYS = {"dp", "tp", "pp", "cp", "ep", "etp", "virtual_stages", "sp", "zero", "distributed_optimizer",
                "micro_batch", "recompute", "overlap_grad_reduce", "overlap_param_gather", "first_stage_layers",
-               "last_stage_layers"}
+               "last_stage_layers", "master_weights", "optimizer_dtype"}
 
 
 def case(case_id: str):
@@ -106,6 +106,18 @@ def test_gpt3_175b_nemo_row():
     assert (lay["dp"], lay["tp"], lay["pp"], lay["virtual_stages"], lay["sp"]) == (4, 4, 8, 6, True)
     assert (lay["zero"], lay["distributed_optimizer"], lay["recompute"]) == (1, True, "none")
     assert gpt.precision == {"compute": "fp8", "fp8_params": False, "fp8_recipe": "delayed", "kv_cache": None}
+
+
+def test_nemo_1_recipes_read_as_apex_distributed_adam():
+    def optimizer(case_id):
+        lay = case(case_id).layout
+        return lay["master_weights"], lay["optimizer_dtype"]
+    # FP32 moments over BF16 weights: store_param_remainders
+    assert optimizer("NEMO2407-GPT3-175B-128") == optimizer("NEMO-LS-L2_7B-4K-CP") == ("remainders", "fp32")
+    assert optimizer("NEMO2407-Nemotron-340B-128") == ("none", "bf16")  # nemotron_340b.yaml: optim.dtype bf16
+    sft = case("NEMO2407-FT-SFT-LLAMA2-70B")  # peft/llama/sft.yaml bf16 state; FP8 weights: BF16 masters
+    assert optimizer(sft.case_id) == ("bf16", "bf16") and sft.precision["fp8_params"] is True
+    assert optimizer("DGXC2411-L405-FP8-32") == ("fp32", "fp32")  # Megatron-Core's distributed optimizer
 
 
 def test_dgxc_405b_proxy_keeps_the_rows_shape_not_the_released_model():
@@ -230,7 +242,7 @@ def test_reported_bandwidths_are_kept_but_not_usable():
 
 def test_peak_memory_gb_is_decimal_and_gib_binary():
     pp8 = case("MEM-L70B-SFT-PP8")
-    assert (pp8.metric, pp8.measured) == ("peak_memory_bytes", pytest.approx(53.2e9))  # 53.2 GB
+    assert (pp8.metric, pp8.measured) == ("first_iteration_peak_bytes", pytest.approx(53.2e9))  # 53.2 GB
     assert (pp8.layout["dp"], pp8.layout["pp"], pp8.layout["virtual_stages"]) == (1, 8, 5)  # 32 / (4 * 8)
     vpp = case("MEM-VPP-note")
     assert (vpp.measured, vpp.layout["virtual_stages"], vpp.workload["global_batch"]) == \
