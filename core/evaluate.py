@@ -63,7 +63,7 @@ def _layout_text(par: Parallelism) -> str:
 
 def _memory_fields(memory) -> dict:
     return {"feasible": memory.feasible, "infeasible_reason": memory.reason(),
-            "memory_peak_gib": memory.peak_bytes / GiB, "memory_buffers": memory.describe(),
+            "memory_peak_gib": memory.peak_bytes / GiB,
             "memory": {f"{kind}_gib": value / GiB for kind, value in memory.by_kind().items()}}
 
 

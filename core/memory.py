@@ -2,7 +2,7 @@
 from the layer graph's saved tensors under the recompute policy, times the micro-batches
 each pipeline stage keeps in flight; KV cache for inference; and the verdict."""
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from math import ceil
 
 from .graph import LayerGraph
@@ -40,7 +40,7 @@ class MemoryEstimate:
     stage: int  # the most loaded pipeline stage
     fp8_weights_bytes: float = 0.0
     fragmentation: float = FRAGMENTATION  # share of the allocated bytes the allocator keeps cached
-    buffers: tuple = ()  # (kind, what the framework keeps under it), for the breakdown
+    buffers: object = None  # () -> ((kind, what the framework keeps under it), ...), built on demand
 
     @property
     def allocated_bytes(self) -> float:
@@ -71,7 +71,8 @@ class MemoryEstimate:
     def describe(self) -> str:
         """Which buffers each kind counts, e.g. `gradients: bf16 buckets, full`."""
         reserve = f"{RUNTIME_RESERVE_BYTES / GiB:.0f} GiB runtime + {100 * self.fragmentation:.0f} % allocator cache"
-        return "; ".join(f"{kind}: {text}" for kind, text in (*self.buffers, ("reserved", reserve)))
+        kinds = self.buffers() if self.buffers else ()
+        return "; ".join(f"{kind}: {text}" for kind, text in (*kinds, ("reserved", reserve)))
 
     def by_kind(self) -> dict:
         return {"weights": self.weights_bytes, "gradients": self.gradients_bytes,
@@ -186,33 +187,33 @@ def training_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, graph:
     per_layer = saved_per_layer(graph, par.recompute, layer_input)
     full_layer = saved_per_layer(graph, "none", layer_input)
     shard, expert_shard = par.dp * par.cp, expert_data_parallel(par)  # ZeRO shards over replicas
-    cache_bytes, state_bytes = fp8_weight_bytes(hw, par), optimizer_bytes(par)
+    w_bytes, g_bytes, cache_bytes = weight_bytes(hw, par), grad_bytes(par), fp8_weight_bytes(hw, par)
+    state_bytes, copy_bytes = optimizer_bytes(par), step_transient_bytes(par)
     early_state_bytes = MASTER_WEIGHT_BYTES[par.master_weights] if first_iteration else state_bytes
+    layer_transient = 4 * tokens * model.hidden * el + (full_layer if par.recompute == "full" else 0.0)
     split = stage_layers(model.layers, par)
     best, most = None, -1.0
     for stage, (dense, expert) in enumerate(stage_param_parts(model, par)):
         params = dense + expert
         sharded = dense / shard + expert / expert_shard
-
-        def by_stage(zero_stage):
-            return sharded if par.zero >= zero_stage else params
-        states = (by_stage(3) * weight_bytes(hw, par), by_stage(2) * grad_bytes(par), params * cache_bytes)
+        optimized = sharded if par.zero >= 1 else params  # ZeRO 1+: optimizer state, 2+: gradients, 3: weights
+        states = ((sharded if par.zero >= 3 else params) * w_bytes, (sharded if par.zero >= 2 else params) * g_bytes,
+                  params * cache_bytes)
         activations = split[stage] * per_layer * in_flight(par, microbatches, stage)
-        transient = 4 * tokens * model.hidden * el
-        if par.recompute == "full":
-            transient += full_layer
+        transient = layer_transient
         if par.zero >= 3:
-            transient += 2 * params / split[stage] * weight_bytes(hw, par)
+            transient += 2 * params / split[stage] * w_bytes
         if stage == par.pp - 1:
             transient += 2 * tokens * model.vocab / t * 4  # fp32 logits and their gradient
-        backward = (by_stage(1) * early_state_bytes, activations, transient)
-        step = (by_stage(1) * state_bytes, 0.0, by_stage(1) * step_transient_bytes(par))
-        moment = max((backward, step), key=sum)
-        if sum(states) + sum(moment) > most:  # the peak grows with the allocated bytes
-            best, most = (stage, states, moment, moment is step), sum(states) + sum(moment)
+        backward = (optimized * early_state_bytes, activations, transient)
+        step = (optimized * state_bytes, 0.0, optimized * copy_bytes)
+        at_step = sum(step) > sum(backward)
+        total = sum(states) + sum(step if at_step else backward)
+        if total > most:  # the peak grows with the allocated bytes
+            best, most = (stage, states, step if at_step else backward, at_step), total
     stage, (weights, grads, cache), (optimizer, activations, transient), at_step = best
     return MemoryEstimate(weights, grads, optimizer, activations, transient, 0.0, hw.gpu.hbm.capacity_bytes,
-                          stage, cache, buffers=_training_buffers(hw, par, microbatches, stage, at_step))
+                          stage, cache, buffers=partial(_training_buffers, hw, par, microbatches, stage, at_step))
 
 
 def step_transient_bytes(par: Parallelism) -> int:

@@ -6,7 +6,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from core import BACKENDS, InferWorkload, Parallelism, SpecError, TrainWorkload, evaluate, list_presets
+from core import BACKENDS, InferWorkload, Parallelism, SpecError, TrainWorkload, estimate_memory, evaluate, list_presets
 from core.specs import COMPUTE_DTYPES, DTYPES, GRAD_DTYPES, MASTER_WEIGHTS, OPTIMIZER_DTYPES, RECOMPUTE, SCHEDULES
 from core.loader import load_hardware, load_model, with_dtype
 
@@ -204,7 +204,7 @@ def _print_table(model, hw, par, work, gpus, record) -> None:
             mem.add_row(key.removesuffix("_gib"), f"{value:.2f}")
     mem.add_row("[bold]peak[/]", f"[bold]{record['memory_peak_gib']:.2f}[/]")
     console.print(mem)
-    console.print(f"counted: {record['memory_buffers']}")
+    console.print(f"counted: {estimate_memory(model, hw, par, work).describe()}")
     verdict = "fits" if record["feasible"] else f"[red]does not fit[/]: {record['infeasible_reason']}"
     console.print(f"memory: {verdict}")
     if record.get("replay_note"):
