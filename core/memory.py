@@ -197,8 +197,8 @@ def training_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, graph:
         params = dense + expert
         sharded = dense / shard + expert / expert_shard
         optimized = sharded if par.zero >= 1 else params  # ZeRO 1+: optimizer state, 2+: gradients, 3: weights
-        states = ((sharded if par.zero >= 3 else params) * w_bytes, (sharded if par.zero >= 2 else params) * g_bytes,
-                  params * cache_bytes)
+        held = sharded if par.zero >= 3 else params  # ZeRO 3 gathers a layer's weights (and FP8 copies) to use it
+        states = (held * w_bytes, (sharded if par.zero >= 2 else params) * g_bytes, held * cache_bytes)
         activations = split[stage] * per_layer * in_flight(par, microbatches, stage)
         transient = layer_transient
         if par.zero >= 3:

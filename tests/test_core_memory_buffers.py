@@ -44,6 +44,8 @@ def test_fp8_training_keeps_an_fp8_copy_and_its_transpose_per_weight():
     assert fp8_weight_bytes(H100_FP8, core.Parallelism(fp8_params=True)) == 1  # FP8 weights: the transpose only
     estimate = estimate_memory(SMALL, H100_FP8, core.Parallelism(fp8_params=True), TINY)
     assert (estimate.weights_bytes, estimate.fp8_weights_bytes) == (PARAMS, PARAMS)
+    fsdp = estimate_memory(SMALL, H100_FP8, core.Parallelism(dp=2, zero=3), core.TrainWorkload(2, 8))
+    assert fsdp.fp8_weights_bytes == 2 * PARAMS / 2  # ZeRO 3 keeps shards; a gathered layer's copies are transient
 
 
 def test_the_optimizer_step_copies_16_bit_gradients_to_fp32(a100):
