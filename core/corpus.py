@@ -772,12 +772,13 @@ def _memory_measurement(row: _Row, notes: list) -> tuple:
     divides torch.cuda.memory_stats() bytes by 1.0e9 for its "mem-*-gigabytes" figures; "GiB"
     (one row) is 2^30 bytes. The two differ by 7.4 %, which matters for a 10 % comparison.
     The "Peak Mem (GB)" of the SKILL.md tables (with TFLOP/s against a golden value: the
-    scripts/performance harness) is the first iteration's: the harness keeps the first
-    "mem-max-allocated-gigabytes" in the log (utils/evaluate.py get_metrics_from_logfiles,
-    @0026ec187, the commit that added those tables), and training_log prints memory after
-    iterations 1 and 2, the second "to include optimizer state memory" (its own comment), as
-    the fused Adam allocates its moments in the first step. Which rank's line comes first is
-    not known; up to the first step's end the stages differ little (the step's peak dominates)."""
+    scripts/performance harness) is the first iteration's: at @0026ec187, the commit that added
+    those tables, the harness keeps the first "mem-max-allocated-gigabytes" in the log
+    (utils/evaluate.py get_metrics_from_logfiles), training_log prints memory once, after the
+    first logged iteration (log_interval 1 in scripts/performance), and only the later #3169
+    (2026-04-09) added a second-iteration report "to better reflect actual peak", as the fused
+    Adam allocates its moments in the first step. Which rank's line comes first is not known;
+    up to the first step's end the stages differ little (the step's peak dominates)."""
     value, outcome = row.text("value"), row.text("outcome")
     if "peak" in row.text("metric").lower() and _LEADING_NUMBER.match(value) and not value.startswith("~"):
         unit = {"GB": 1e9, "GiB": GiB}.get(row.text("unit"))
