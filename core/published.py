@@ -145,9 +145,8 @@ def predict(case, hw=None) -> tuple:
     elif metric == "output_tokens_per_s":
         value = record["tokens_per_s"]
     elif metric == "peak_memory_bytes":
-        # The rows report what the allocator handed out (torch.cuda.max_memory_allocated):
-        # MEM-L70B-SFT-base peaked at 58.8 GB yet ran out of 80 GB through fragmentation, so
-        # the figure excludes the cached and reserved blocks. Compared with live tensors.
+        # What the allocator handed out (torch.cuda.max_memory_allocated, Megatron-Bridge's
+        # mem-max-allocated): live tensors, without the cached and reserved blocks.
         value = (record["memory_peak_gib"] - record["memory"]["reserved_gib"]) * GiB
     elif metric == "first_iteration_peak_bytes":
         # Live tensors up to the end of the first step (see core.corpus._memory_measurement).
