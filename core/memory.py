@@ -165,8 +165,8 @@ def interleaved_chunks_in_flight(p: int, v: int, microbatches: int, stage: int) 
     holds when its first backward starts under Megatron's interleaved 1F1B: its warm-up
     forwards, 2 (p - stage - 1) + (v - 1) p (Megatron-Core's get_pp_rank_microbatches), plus
     the one forward before that backward. The first stage's count, p v + p - 1, is Korthikanti
-    et al.'s p (1 + (p-1)/(p v)) micro-batches; the last stage's, (v - 1) p + 1, nearly
-    p - 1, not the one micro-batch of plain 1F1B."""
+    et al.'s p (1 + (p-1)/(p v)) micro-batches; the last stage's, (v - 1) p + 1, is
+    p - (p-1)/v micro-batches, not the one of plain 1F1B."""
     warmup = 2 * (p - stage - 1) + (v - 1) * p
     return min(microbatches * v, warmup + 1)
 

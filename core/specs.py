@@ -21,11 +21,11 @@ COMPUTE_DTYPES = ("bf16", "fp16", "fp8")
 GRAD_DTYPES = ("fp32", "bf16")
 OPTIMIZER_DTYPES = ("fp32", "bf16")  # Adam's first and second moments
 # What the optimizer keeps to update the weights in full precision: "fp32" master weights
-# (Megatron-Core's distributed optimizer, apex with store_params); "bf16" master weights (apex
-# DistributedFusedAdam with dtype bf16 beside FP8 weights); "remainders", the 16 low bits that
-# with the BF16 weights rebuild FP32 ones (apex store_param_remainders, NeMo's choice for
-# FP32 Adam over BF16 weights); "none", the optimizer updating the BF16 weights themselves
-# (apex with dtype bf16 over BF16 weights).
+# (Megatron's optimizers, which also cast 16-bit gradients to FP32 for the step); "bf16"
+# master weights (apex DistributedFusedAdam with dtype bf16 beside FP8 weights); "remainders",
+# the 16 low bits that with the BF16 weights rebuild FP32 ones (apex store_param_remainders,
+# NeMo's choice for FP32 Adam over BF16 weights); "none", the optimizer updating the BF16
+# weights themselves (apex with dtype bf16 over BF16 weights).
 MASTER_WEIGHTS = ("fp32", "bf16", "remainders", "none")
 
 
