@@ -2,6 +2,9 @@
 import subprocess
 import sys
 
+import pytest
+
+from core import SpecError
 from sweep.plan import PARALLELISM_FIELDS, Planner, plan_study
 from sweep.study import load_study
 
@@ -60,3 +63,14 @@ def test_new_parallelism_fields_are_knobs_with_todays_defaults(write_study):
     assert {f["overlap_tp_comm"] for f in fields} == {False, True}
     assert {(f["grad_dtype"], f["etp"], f["overlap_grad_reduce"], f["fp8_params"]) for f in fields} == \
         {("bf16", 0, False, False)}
+
+
+def test_optimizer_state_knobs_default_to_megatron_and_reject_unknown_kinds(write_study):
+    plan = plan_study(load_study(write_study(space={"tp": [2], "master_weights": ["fp32", "remainders"],
+                                                    "optimizer_dtype": ["bf16"]})))
+    fields = [dict(zip(PARALLELISM_FIELDS, p.parallelism)) for p in plan.points]
+    assert {(f["master_weights"], f["optimizer_dtype"]) for f in fields} == {("fp32", "bf16"), ("remainders", "bf16")}
+    defaults = [dict(zip(PARALLELISM_FIELDS, p.parallelism)) for p in plan_study(load_study(write_study())).points]
+    assert {(f["master_weights"], f["optimizer_dtype"]) for f in defaults} == {("fp32", "fp32")}
+    with pytest.raises(SpecError, match="master_weights"):
+        load_study(write_study(space={"master_weights": ["fp16"]}))
