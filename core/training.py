@@ -84,7 +84,7 @@ def edge_ops(model: ModelSpec, hw: HardwareSpec, tokens: int, tp: int) -> tuple:
     el = hw.act_bytes
     h, vocab = model.hidden, model.vocab // tp
     embed_fwd = ops.pointwise(hw, tokens * h * el * 2).time_s
-    embed_bwd = ops.pointwise(hw, tokens * h * (el + 4) * 2).time_s
+    embed_bwd = ops.pointwise(hw, tokens * h * (el + 4) * 2).time_s + embedding_grad_s(hw, vocab * h)
     head = ops.gemm(hw, tokens, vocab, h, dtype=hw.act_dtype)  # the output layer stays in BF16 under FP8
     loss_bytes = tokens * vocab * 4 * 2
     last_fwd = ops.pointwise(hw, tokens * h * el * 2).time_s + head.time_s + ops.pointwise(hw, loss_bytes).time_s
@@ -92,6 +92,14 @@ def edge_ops(model: ModelSpec, hw: HardwareSpec, tokens: int, tp: int) -> tuple:
                 + ops.gemm(hw, h, vocab, tokens, dtype=hw.act_dtype).time_s
                 + ops.pointwise(hw, loss_bytes).time_s + ops.pointwise(hw, tokens * h * el * 3).time_s)
     return embed_fwd, embed_bwd, last_fwd, last_bwd
+
+
+def embedding_grad_s(hw: HardwareSpec, table_elements: int) -> float:
+    """The input embedding's weight gradient, once per micro-batch: PyTorch's dense embedding
+    backward writes a gradient of the whole (vocabulary-parallel) table in the activation
+    dtype, zero-filled and then scattered into, which Megatron's gradient hook adds into the
+    FP32 main gradient (read both, write the FP32 sum)."""
+    return ops.pointwise(hw, table_elements * (2 * hw.act_bytes + 4 + 4)).time_s
 
 
 def train_step(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: TrainWorkload, gpus: int):
@@ -150,9 +158,13 @@ def train_step(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Train
 
 
 def optimizer_step_s(model: ModelSpec, hw: HardwareSpec, par: Parallelism) -> float:
-    """The Adam update of the most loaded stage's (ZeRO-sharded) parameters, bandwidth-bound."""
-    shard = par.dp * par.cp if par.zero >= 1 else 1
-    return ops.pointwise(hw, max(stage_params(model, par)) / shard * ADAM_BYTES_PER_PARAM).time_s
+    """The Adam update of the most loaded stage's (ZeRO-sharded) parameters, bandwidth-bound,
+    and the zeroing of the main-gradient buffer for the next step (Megatron's
+    zero_grad_buffer: a write of the whole buffer, sharded only from ZeRO 2)."""
+    params, replicas = max(stage_params(model, par)), par.dp * par.cp
+    adam = ops.pointwise(hw, params / (replicas if par.zero >= 1 else 1) * ADAM_BYTES_PER_PARAM)
+    zero_grads = ops.pointwise(hw, params / (replicas if par.zero >= 2 else 1) * memory.grad_bytes(par))
+    return adam.time_s + zero_grads.time_s
 
 
 def model_flops(model: ModelSpec, work: TrainWorkload, score_share: float | None = None) -> float:
