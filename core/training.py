@@ -84,7 +84,7 @@ def edge_ops(model: ModelSpec, hw: HardwareSpec, tokens: int, tp: int) -> tuple:
     el = hw.act_bytes
     h, vocab = model.hidden, model.vocab // tp
     embed_fwd = ops.pointwise(hw, tokens * h * el * 2).time_s
-    embed_bwd = ops.pointwise(hw, tokens * h * (el + 4) * 2).time_s + embedding_grad_s(hw, vocab * h)
+    embed_bwd = ops.pointwise(hw, tokens * h * (el + 4) * 2).time_s
     head = ops.gemm(hw, tokens, vocab, h, dtype=hw.act_dtype)  # the output layer stays in BF16 under FP8
     loss_bytes = tokens * vocab * 4 * 2
     last_fwd = ops.pointwise(hw, tokens * h * el * 2).time_s + head.time_s + ops.pointwise(hw, loss_bytes).time_s
@@ -92,14 +92,6 @@ def edge_ops(model: ModelSpec, hw: HardwareSpec, tokens: int, tp: int) -> tuple:
                 + ops.gemm(hw, h, vocab, tokens, dtype=hw.act_dtype).time_s
                 + ops.pointwise(hw, loss_bytes).time_s + ops.pointwise(hw, tokens * h * el * 3).time_s)
     return embed_fwd, embed_bwd, last_fwd, last_bwd
-
-
-def embedding_grad_s(hw: HardwareSpec, table_elements: int) -> float:
-    """The input embedding's weight gradient, once per micro-batch: PyTorch's dense embedding
-    backward writes a gradient of the whole (vocabulary-parallel) table in the activation
-    dtype, zero-filled and then scattered into, which Megatron's gradient hook adds into the
-    FP32 main gradient (read both, write the FP32 sum)."""
-    return ops.pointwise(hw, table_elements * (2 * hw.act_bytes + 4 + 4)).time_s
 
 
 def train_step(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: TrainWorkload, gpus: int):
