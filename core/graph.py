@@ -127,17 +127,15 @@ def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerG
     def enter_tp(tag, gemm_pair):
         """Megatron's f / g before a column-parallel GEMM: gather (SP) or identity forward,
         reduce backward. With SP the backward re-gathers the input for the weight
-        gradient while the input gradient is computed; the input gradient's reduction
-        (reduce-scatter with SP, all-reduce without) runs beside the weight gradient."""
+        gradient while the input gradient is computed."""
         forward, (dgrad, wgrad) = gemm_pair
         if t > 1 and shape.sp:
             fwd.append(_comm(f"{tag}.allgather", "all_gather", "tp", T * h * el, *overlap(forward)))
             bwd.append((_comm(f"{tag}.allgather.bwd", "all_gather", "tp", T * h * el, dgrad.time_s),
                         dgrad, wgrad, _comm(f"{tag}.reducescatter.bwd", "reduce_scatter", "tp", T * h * el,
-                                            *beside_wgrad(wgrad))))
+                                            *overlap(wgrad))))
         elif t > 1:
-            bwd.append((dgrad, wgrad, _comm(f"{tag}.allreduce.bwd", "all_reduce", "tp", T * h * el,
-                                            *beside_wgrad(wgrad))))
+            bwd.append((dgrad, wgrad, _comm(f"{tag}.allreduce.bwd", "all_reduce", "tp", T * h * el)))
         else:
             bwd.append((dgrad, wgrad))
         fwd.append(forward)
@@ -151,13 +149,6 @@ def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerG
         the one chunk that has to arrive before the first GEMM chunk can start (or leave
         after the last one ends). Without it the collective is exposed."""
         return (gemm.time_s, 1.0 / t) if shape.tp_overlap else (0.0, 0.0)
-
-    def beside_wgrad(wgrad):
-        """(cover seconds, least exposed share) of the input gradient's reduction in a
-        column-parallel GEMM's backward. Megatron-LM issues it asynchronously before the
-        weight-gradient GEMM and waits after it (LinearWithGradAccumulationAndAsyncCommunication),
-        so that GEMM hides it up to its own time; with userbuffers, as `overlap` says."""
-        return overlap(wgrad) if shape.tp_overlap else (wgrad.time_s, 0.0)
 
     def leave_tp(tag, gemm_pair):
         """Megatron's g after a row-parallel GEMM: all-reduce, or reduce-scatter with SP
