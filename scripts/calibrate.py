@@ -11,9 +11,9 @@ best point, minimising the largest |error| (then the mean) on the fitted rows:
   a ridge: every TP-8 row's communication grows with its compute, so four rows cannot tell
   them apart, while a layout without TP traffic, as the quick start's, reads
   compute_efficiency alone); inference rows of llama2-7b and llama2-70b tp8 fit
-  kernel_overhead and collective_step (the decode attention rate does not matter at batch 1); TensorRT-LLM
-  v0.6.1's GPT-J and Llama 2 70B rows fit decode_attention_rate (its Llama 7B and Falcon 180B
-  rows held out). memory_efficiency stays the preset's: the pointwise kernels it also sets
+  kernel_overhead and collective_step (the decode attention rate does not matter at batch
+  1); TensorRT-LLM v0.6.1's GPT-J and Llama 2 70B rows fit decode_attention_rate (its
+  Llama 7B and Falcon 180B rows held out). memory_efficiency stays the preset's: the pointwise kernels it also sets
   drive the training rows (raising it to what TensorRT-LLM's decode GEMMs reach puts
   training 7-10 % off).
 - H100 (h100-sxm5-80gb; H200 inherits): the DGX Cloud 24.11 benchmark rows of the
