@@ -150,9 +150,13 @@ def train_step(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Train
 
 
 def optimizer_step_s(model: ModelSpec, hw: HardwareSpec, par: Parallelism) -> float:
-    """The Adam update of the most loaded stage's (ZeRO-sharded) parameters, bandwidth-bound."""
-    shard = par.dp * par.cp if par.zero >= 1 else 1
-    return ops.pointwise(hw, max(stage_params(model, par)) / shard * ADAM_BYTES_PER_PARAM).time_s
+    """The Adam update of the most loaded stage's (ZeRO-sharded) parameters, bandwidth-bound,
+    and the zeroing of the main-gradient buffer for the next step (Megatron's
+    zero_grad_buffer: a write of the whole buffer, sharded only from ZeRO 2)."""
+    params, replicas = max(stage_params(model, par)), par.dp * par.cp
+    adam = ops.pointwise(hw, params / (replicas if par.zero >= 1 else 1) * ADAM_BYTES_PER_PARAM)
+    zero_grads = ops.pointwise(hw, params / (replicas if par.zero >= 2 else 1) * memory.grad_bytes(par))
+    return adam.time_s + zero_grads.time_s
 
 
 def model_flops(model: ModelSpec, work: TrainWorkload, score_share: float | None = None) -> float:

@@ -5,11 +5,15 @@ to put in each preset's `calibration:` block; it edits nothing.
 Per family, each fit group names the suites it reads, which of their rows it fits (the
 rest are held out) and the factors it searches, each on a grid refined twice around the
 best point, minimising the largest |error| (then the mean) on the fitted rows:
-- A100 (a100-sxm4-80gb): training rows of gpt-22b and gpt-175b fit compute_efficiency and
-  network_efficiency; inference rows of llama2-7b and llama2-70b tp8 fit kernel_overhead and
-  collective_step (the decode attention rate does not matter at batch 1); TensorRT-LLM
-  v0.6.1's GPT-J and Llama 2 70B rows fit decode_attention_rate (its Llama 7B and Falcon 180B
-  rows held out). memory_efficiency stays the preset's: the pointwise kernels it also sets
+- A100 (a100-sxm4-80gb): training rows of gpt-22b and gpt-175b fit compute_efficiency;
+  network_efficiency stays the preset's 1.0, its link efficiencies being what nccl-tests
+  measures on a DGX A100 (fitted on these rows it trades off against compute_efficiency along
+  a ridge: every TP-8 row's communication grows with its compute, so four rows cannot tell
+  them apart, while a layout without TP traffic, as the quick start's, reads
+  compute_efficiency alone); inference rows of llama2-7b and llama2-70b tp8 fit
+  kernel_overhead and collective_step (the decode attention rate does not matter at batch
+  1); TensorRT-LLM v0.6.1's GPT-J and Llama 2 70B rows fit decode_attention_rate (its
+  Llama 7B and Falcon 180B rows held out). memory_efficiency stays the preset's: the pointwise kernels it also sets
   drive the training rows (raising it to what TensorRT-LLM's decode GEMMs reach puts
   training 7-10 % off).
 - H100 (h100-sxm5-80gb; H200 inherits): the DGX Cloud 24.11 benchmark rows of the
@@ -87,7 +91,7 @@ def _grid(low: float, high: float, points: int, scale: float = 1.0) -> tuple:
 FAMILIES = {
     "a100": Family("a100-sxm4-80gb", ("training", "inference", "memory", "trtllm"), (
         Group("training", ("training",), lambda c: c.case.startswith(A100_TRAIN_FIT),
-              (("compute_efficiency", _grid(0.6, 1.0, 9)), ("network_efficiency", _grid(0.4, 1.0, 7)))),
+              (("compute_efficiency", _grid(0.6, 1.0, 9)),)),
         Group("inference", ("inference",), lambda c: c.case.startswith(A100_INFER_FIT),
               (("kernel_overhead_s", _grid(0.0, 8.0, 9, US)), ("collective_step_s", _grid(0.0, 8.0, 9, US)))),
         Group("decode", ("trtllm",), lambda c: c.case.startswith(A100_DECODE_FIT),
