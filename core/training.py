@@ -10,7 +10,7 @@ from .collectives import collective_time
 from .graph import LayerGraph, LayerShape, build_layer, train_shape
 from .layout import group_spans, merge_spans, stage_layers
 from . import memory
-from .memory import stage_params
+from .memory import expert_data_parallel, stage_param_parts
 from .specs import HardwareSpec, ModelSpec, Parallelism, TrainWorkload
 
 ADAM_BYTES_PER_PARAM = 30  # read fp32 master, moments and gradient; write them and the bf16 copy
@@ -150,9 +150,11 @@ def train_step(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Train
 
 
 def optimizer_step_s(model: ModelSpec, hw: HardwareSpec, par: Parallelism) -> float:
-    """The Adam update of the most loaded stage's (ZeRO-sharded) parameters, bandwidth-bound."""
-    shard = par.dp * par.cp if par.zero >= 1 else 1
-    return ops.pointwise(hw, max(stage_params(model, par)) / shard * ADAM_BYTES_PER_PARAM).time_s
+    """The Adam update of the most loaded stage's (ZeRO-sharded) parameters, bandwidth-bound:
+    dense ones sharded over the dp*cp replicas, experts over their expert data-parallel ones."""
+    shard, expert_shard = (par.dp * par.cp, expert_data_parallel(par)) if par.zero >= 1 else (1, 1)
+    params = max(dense / shard + expert / expert_shard for dense, expert in stage_param_parts(model, par))
+    return ops.pointwise(hw, params * ADAM_BYTES_PER_PARAM).time_s
 
 
 def model_flops(model: ModelSpec, work: TrainWorkload, score_share: float | None = None) -> float:
@@ -186,6 +188,10 @@ def ddp_bucket_params(dp: int) -> float:
 def data_parallel(model, hw, par, dims, spans, prof, split, micro) -> tuple:
     """(total DP communication seconds, exposed seconds per dimension) as the framework runs it.
 
+    Dense parameters synchronise over the data-parallel (and context-parallel) group, expert
+    parameters over the expert data-parallel group: Megatron-Core keeps expert gradients in
+    buffers of their own and reduces them there (its DistributedDataParallel's expert-parallel
+    buffers), so both collectives run, one after the other, on the DP communication stream.
     ZeRO-3 / FSDP prefetches each layer's parameters while the layer before runs and
     scatters its gradients during the backward, so a layer's traffic hides behind its pass.
     Otherwise gradients are all-reduced (ZeRO 0) or reduce-scattered (ZeRO 1-2, the
@@ -198,17 +204,26 @@ def data_parallel(model, hw, par, dims, spans, prof, split, micro) -> tuple:
     Each rank starts as soon as its own pipeline work is done, and a later stage finishes its
     backward earlier (stage s by s of its backward chunks): that head start hides as much.
     The most exposed stage sets the step."""
-    if par.dp * par.cp == 1:
+    dense_span = merge_spans(spans.get("dp", ()), spans.get("cp", ()))
+    expert_span = spans.get("edp", ())
+    if not dense_span and not expert_span:
         return 0.0, {}
-    span = merge_spans(spans.get("dp", ()), spans.get("cp", ()))
-    params = stage_params(model, par)
+    parts = stage_param_parts(model, par)
     weight_bytes, gradient_bytes = memory.weight_bytes(hw, par), memory.grad_bytes(par)
     backward_s = prof.backward.total_s + prof.recompute.total_s
+
+    def sync(kind, dense, expert, bytes_per_param):
+        times = {}
+        for params, span in ((dense, dense_span), (expert, expert_span)):
+            if params:
+                add_times(times, collective_time(hw, dims, kind, params * bytes_per_param, span))
+        return times
+
     if par.zero >= 3:
-        stage = max(range(par.pp), key=params.__getitem__)
-        per_layer = params[stage] / split[stage]
-        gather = collective_time(hw, dims, "all_gather", per_layer * weight_bytes, span)
-        scatter = collective_time(hw, dims, "reduce_scatter", per_layer * gradient_bytes, span)
+        stage = max(range(par.pp), key=lambda s: sum(parts[s]))
+        dense, expert = (count / split[stage] for count in parts[stage])
+        gather = sync("all_gather", dense, expert, weight_bytes)
+        scatter = sync("reduce_scatter", dense, expert, gradient_bytes)
         backward = {}
         add_times(backward, gather)
         add_times(backward, scatter)
@@ -220,14 +235,14 @@ def data_parallel(model, hw, par, dims, spans, prof, split, micro) -> tuple:
         return scale * (forward_total + backward_total), exposed
     bucket = ddp_bucket_params(par.dp * par.cp)
     worst, seen = None, set()
-    for stage, (stage_params_, layers) in enumerate(zip(params, split)):
-        if (stage_params_, layers) in seen:  # an identical earlier stage has less head start
+    for stage, ((dense, expert), layers) in enumerate(zip(parts, split)):
+        if (dense, expert, layers) in seen:  # an identical earlier stage has less head start
             continue
-        seen.add((stage_params_, layers))
+        seen.add((dense, expert, layers))
         kind = "all_reduce" if par.zero == 0 else "reduce_scatter"
-        reduce = collective_time(hw, dims, kind, stage_params_ * gradient_bytes, span)
-        gather = collective_time(hw, dims, "all_gather", stage_params_ * weight_bytes, span) if par.zero else {}
-        last_bucket = min(1.0, bucket / stage_params_)
+        reduce = sync(kind, dense, expert, gradient_bytes)
+        gather = sync("all_gather", dense, expert, weight_bytes) if par.zero else {}
+        last_bucket = min(1.0, bucket / (dense + expert))
         head_start = stage * layers / par.virtual_stages
         reduce_s = _exposed_overlapped(sum(reduce.values()), layers * backward_s, last_bucket,
                                        head_start * backward_s, par.overlap_grad_reduce)

@@ -1,0 +1,44 @@
+"""Closed-form checks of the Megatron-Core MoE mechanisms the model charges: expert
+data-parallel gradient traffic."""
+import pytest
+
+import core
+from core.collectives import collective_time
+from core.layout import group_spans
+from core.loader import load_hardware
+from core.memory import stage_param_parts
+from core.specs import ModelSpec, MoESpec, Parallelism, TrainWorkload
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return load_hardware("h100-sxm5-80gb")
+
+
+def moe_model():
+    return ModelSpec("moe", 2, 1024, 8, 8, 4096, 32000, moe=MoESpec(8, 2, 2048, 0, 1.0))
+
+
+def test_expert_data_parallel_group_is_what_expert_groups_leave_of_the_data_ranks(h100):
+    dims = h100.dims_for(128)  # 16 nodes of 8
+    # tp 2, then ep 4 inside dp 8: the 8 ranks of a node hold 8 different expert shards,
+    # the same shards sit in the next node over
+    assert group_spans(Parallelism(tp=2, dp=8, pp=8, ep=4), dims)["edp"] == ((1, 2.0),)
+    # folded: etp 1, ep 8 over the node's 8 ranks, again one copy per node pair
+    assert group_spans(Parallelism(tp=2, dp=8, pp=8, ep=8, etp=1), dims)["edp"] == ((1, 2.0),)
+    # ep 2 inside a node of tp 2 x dp 4: each shard on 2 ranks of the node, times the 2 nodes
+    assert group_spans(Parallelism(tp=2, dp=8, pp=8, ep=2), dims)["edp"] == ((0, 2.0), (1, 2.0))
+    # ep 8 with etp 1 over tp 2 x dp 4 of one node: every rank holds other experts
+    assert group_spans(Parallelism(tp=2, dp=4, ep=8, etp=1), h100.dims_for(8))["edp"] == ()
+
+
+def test_experts_spread_over_every_data_rank_leave_only_dense_gradients_to_reduce(h100):
+    model, dims = moe_model(), h100.dims_for(8)
+    par = Parallelism(dp=8, ep=8, zero=1)  # one expert per rank: no expert has a replica
+    record = core.evaluate(model, h100, par, TrainWorkload(global_batch=8, seq=1024), 8)
+    dense, expert = stage_param_parts(model, par)[0]
+    assert expert == 2 * 3 * 1024 * 2048  # two layers of one whole expert each
+    span = group_spans(par, dims)["dp"]
+    expected = (sum(collective_time(h100, dims, "reduce_scatter", dense * 4, span).values())  # FP32 gradients
+                + sum(collective_time(h100, dims, "all_gather", dense * 2, span).values()))  # BF16 weights
+    assert record["detail"]["dp_comm_total_s"] == pytest.approx(expected)
