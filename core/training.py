@@ -157,26 +157,31 @@ def optimizer_step_s(model: ModelSpec, hw: HardwareSpec, par: Parallelism) -> fl
     return ops.pointwise(hw, params * ADAM_BYTES_PER_PARAM).time_s
 
 
-def model_flops(model: ModelSpec, work: TrainWorkload, score_share: float | None = None) -> float:
+def model_flops(model: ModelSpec, work: TrainWorkload, score_share: float | None = None,
+                count_embedding: bool = True) -> float:
     """Model FLOPs of one iteration for MFU: 6 per parameter per token (the tied output
     layer counted again), plus 12 * layers * q_dim * seq per token for attention's two
     matmuls (seq: the document's length when a fused kernel packs documents), scaled to the
     share of scores the kernel executes (about half for causal FlashAttention; the unfused
     kernel computes every score of the whole sequence), so MFU stays <= 100 %.
     `score_share` replaces that share with a framework's convention (1 in NeMo's 2024 FLOP
-    formulas, 0.5 in Megatron-LM's of 2025)."""
+    formulas, 0.5 in Megatron-LM's of 2025); `count_embedding=False` leaves out the input
+    embedding, a table lookup that Megatron-LM's formula (num_floating_point_operations)
+    does not count: it counts the output layer's 6 * hidden * vocab per token only."""
     fused = model.attention_kernel != "standard"
     attended = min(work.document or work.seq, work.seq) if fused else work.seq
     if score_share is None:
         score_share = ops.causal_fraction(attended) if fused else 1.0
-    return _flops_per_token(model, attended, score_share) * work.global_batch * work.seq
+    return _flops_per_token(model, attended, score_share, count_embedding) * work.global_batch * work.seq
 
 
 @lru_cache(maxsize=4096)
-def _flops_per_token(model: ModelSpec, seq: int, score_share: float) -> float:
+def _flops_per_token(model: ModelSpec, seq: int, score_share: float, count_embedding: bool) -> float:
     per_token = 6.0 * model.active_params() + 12.0 * model.layers * model.q_dim * seq * score_share
     if model.tied_embeddings:
         per_token += 6.0 * model.vocab * model.hidden
+    if not count_embedding:
+        per_token -= 6.0 * model.embedding_params()
     return per_token
 
 

@@ -1,5 +1,5 @@
-"""Closed-form checks of the Megatron-Core MoE mechanisms the model charges: expert
-data-parallel gradient traffic."""
+"""Closed-form checks of the Megatron-Core MoE mechanisms the model charges (expert
+data-parallel gradient traffic) and of the FLOP count the MoE paper's MFU uses."""
 import pytest
 
 import core
@@ -8,6 +8,7 @@ from core.layout import group_spans
 from core.loader import load_hardware
 from core.memory import stage_param_parts
 from core.specs import ModelSpec, MoESpec, Parallelism, TrainWorkload
+from core.training import model_flops
 
 
 @pytest.fixture(scope="module")
@@ -42,3 +43,16 @@ def test_experts_spread_over_every_data_rank_leave_only_dense_gradients_to_reduc
     expected = (sum(collective_time(h100, dims, "reduce_scatter", dense * 4, span).values())  # FP32 gradients
                 + sum(collective_time(h100, dims, "all_gather", dense * 2, span).values()))  # BF16 weights
     assert record["detail"]["dp_comm_total_s"] == pytest.approx(expected)
+
+
+def test_megatron_flop_count_has_the_output_layer_but_no_embedding_lookup():
+    model, work = moe_model(), TrainWorkload(global_batch=2, seq=1024)
+    b, s, layers, h, vocab = 2, 1024, 2, 1024, 32000
+    # Megatron-LM's num_floating_point_operations: 12 B s L h^2 times (attention with its
+    # causal-halved score term, top-2 SwiGLU experts of 2048, logit)
+    megatron = 12 * b * s * layers * h * h * ((1 + 1 + s / h / 2) + 2048 / h * 2 * 1.5
+                                                + vocab / (2 * layers * h))
+    router_and_norms = 6 * b * s * layers * (h * 8 + 2 * h)  # weights Megatron's formula leaves out
+    counted = model_flops(model, work, 0.5, count_embedding=False)
+    assert counted == pytest.approx(megatron + router_and_norms, rel=1e-12)
+    assert model_flops(model, work, 0.5) - counted == pytest.approx(6 * b * s * vocab * h, rel=1e-12)
