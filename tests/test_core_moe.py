@@ -1,9 +1,12 @@
-"""Closed-form checks of the Megatron-Core MoE mechanisms the model charges (expert
-data-parallel gradient traffic) and of the FLOP count the MoE paper's MFU uses."""
+"""Closed-form checks of the Megatron-Core MoE mechanisms the model charges (the token
+dispatcher's permutations and routing kernels, expert data-parallel gradient traffic) and of
+the FLOP count the MoE paper's MFU uses."""
 import pytest
 
 import core
+from core import ops
 from core.collectives import collective_time
+from core.graph import ROUTING_KERNELS, LayerShape, build_layer
 from core.layout import group_spans
 from core.loader import load_hardware
 from core.memory import stage_param_parts
@@ -18,6 +21,22 @@ def h100():
 
 def moe_model():
     return ModelSpec("moe", 2, 1024, 8, 8, 4096, 32000, moe=MoESpec(8, 2, 2048, 0, 1.0))
+
+
+def test_dispatcher_moves_every_routed_copy_through_permute_sort_and_unpermute(h100):
+    model = moe_model()  # 8 experts, top 2, hidden 1024, BF16
+    graph = build_layer(model, h100, LayerShape(1, 1000, 1000, 1, False, 1, 4))  # ep 4: 2 local experts
+    forward = {op.name: op for op in graph.forward}
+    copies, tokens = 1000 * 2 * 1024 * 2, 1000 * 1024 * 2  # bytes of the top-2 copies, of the tokens
+    hbm_bps = h100.gpu.hbm.bandwidth_bps * h100.calibration.memory_efficiency
+    launch_s = ops.pointwise(h100, 0.0).time_s
+    assert forward["moe.permute"].time_s == pytest.approx(2 * copies / hbm_bps + launch_s)  # gather: read, write
+    assert forward["moe.sort_chunks"].time_s == pytest.approx(2 * copies / hbm_bps + launch_s)
+    # weight by probability (read, write), scatter-add (read, accumulate) into zeroed tokens
+    assert forward["moe.unpermute"].time_s == pytest.approx((4 * copies + tokens) / hbm_bps + launch_s)
+    assert forward["moe.routing"].time_s == pytest.approx(ROUTING_KERNELS[0] * launch_s)
+    one_expert_each = build_layer(model, h100, LayerShape(1, 1000, 1000, 1, False, 1, 8))
+    assert "moe.sort_chunks" not in {op.name for op in one_expert_each.forward}  # nothing to regroup
 
 
 def test_expert_data_parallel_group_is_what_expert_groups_leave_of_the_data_ranks(h100):
