@@ -75,3 +75,11 @@ def test_megatron_flop_count_has_the_output_layer_but_no_embedding_lookup():
     counted = model_flops(model, work, 0.5, count_embedding=False)
     assert counted == pytest.approx(megatron + router_and_norms, rel=1e-12)
     assert model_flops(model, work, 0.5) - counted == pytest.approx(6 * b * s * vocab * h, rel=1e-12)
+
+
+def test_moe_paper_rows_run_one_layer_per_virtual_pipeline_stage_with_sends_overlapped():
+    from core import corpus, published
+    case = next(c for c in corpus.published_cases("moe") if c.case_id == "PF-T3-mixtral_8x22b-mcore")
+    par = published.layout_for(case, training=True)
+    assert (par.pp, par.virtual_stages, par.schedule) == (8, 56 // 8, "interleaved")
+    assert par.overlap_p2p_comm  # Megatron-LM's default under the interleaved schedule
