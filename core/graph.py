@@ -79,12 +79,18 @@ def _gemm_ops(hw, name, m, n, k, saved, batch=1, core=False):
     the FP8 casts it needs under FP8 training: the input (with its transpose, kept for the
     weight gradient) before the forward, the output gradient (and transpose) before the
     backward. Weights are cast once per step (Transformer Engine caches them across
-    micro-batches), so that cast is left to the optimizer step's traffic."""
+    micro-batches), so that cast is left to the optimizer step's traffic.
+    `batch` GEMMs of one shape run as Transformer Engine's GroupedLinear runs a rank's
+    experts: one cuBLAS GEMM each, spread over 4 streams (nvte_multi_stream_cublas_gemm)
+    that fill one another's tail waves, so the batched GEMM's time plus a launch per extra
+    GEMM."""
     rows = m * batch
-    fwd = _compute(name, _plus(ops.gemm(hw, m, n, k, batch), ops.fp8_cast(hw, rows * k, True)), saved, core)
-    dgrad = _compute(name + ".dgrad", _plus(ops.gemm(hw, m, k, n, batch), ops.fp8_cast(hw, rows * n, True)),
-                     core=core)
-    wgrad = _compute(name + ".wgrad", ops.gemm(hw, k, n, m, batch), core=core)
+    launches = [ops.pointwise(hw, 0.0)] * (batch - 1)
+    fwd = _compute(name, _plus(ops.gemm(hw, m, n, k, batch), *launches, ops.fp8_cast(hw, rows * k, True)),
+                   saved, core)
+    dgrad = _compute(name + ".dgrad", _plus(ops.gemm(hw, m, k, n, batch), *launches,
+                                            ops.fp8_cast(hw, rows * n, True)), core=core)
+    wgrad = _compute(name + ".wgrad", _plus(ops.gemm(hw, k, n, m, batch), *launches), core=core)
     return fwd, (dgrad, wgrad)
 
 

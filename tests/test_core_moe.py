@@ -39,6 +39,14 @@ def test_dispatcher_moves_every_routed_copy_through_permute_sort_and_unpermute(h
     assert "moe.sort_chunks" not in {op.name for op in one_expert_each.forward}  # nothing to regroup
 
 
+def test_grouped_expert_gemm_launches_one_gemm_per_local_expert(h100):
+    model = moe_model()  # expert FFN 2048, SwiGLU: the up projection is 2 x 2048 wide
+    graph = build_layer(model, h100, LayerShape(1, 1000, 1000, 1, False, 1, 2))  # ep 2: 4 local experts
+    up = next(op for op in graph.forward if op.name == "expert_up")
+    launch_s = ops.pointwise(h100, 0.0).time_s
+    assert up.time_s == pytest.approx(ops.gemm(h100, 500, 4096, 1024, 4).time_s + 3 * launch_s)
+
+
 def test_expert_data_parallel_group_is_what_expert_groups_leave_of_the_data_ranks(h100):
     dims = h100.dims_for(128)  # 16 nodes of 8
     # tp 2, then ep 4 inside dp 8: the 8 ranks of a node hold 8 different expert shards,
