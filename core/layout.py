@@ -23,7 +23,13 @@ def group_spans(par: Parallelism, dims: tuple) -> dict:
     out afresh from the innermost NPU: `etp` ranks, then `ep` of those groups. The expert
     data-parallel group ("edp", the ranks holding the same expert shard, whose gradients
     Megatron-Core reduces apart from the dense ones) is what remains of the tp*cp*dp ranks
-    once the expert tensor and expert parallel groups are taken out, dimension by dimension."""
+    once the expert tensor and expert parallel groups are taken out, dimension by dimension.
+    A fresh dict each call (callers extend it); the spans themselves are memoized."""
+    return dict(_group_spans(par, dims))
+
+
+@lru_cache(maxsize=4096)
+def _group_spans(par: Parallelism, dims: tuple) -> tuple:
     degrees = axis_degrees(par)
     spans, stride = {}, 1
     for axis in par.placement:
@@ -37,7 +43,7 @@ def group_spans(par: Parallelism, dims: tuple) -> dict:
         spans["ep"] = _split(par.expert_tp, par.ep, dims)
     block = merge_spans(spans["tp"], spans["cp"], spans["dp"])
     spans["edp"] = _quotient(block, spans["ep"], expert_tp)
-    return spans
+    return tuple(spans.items())
 
 
 def _split(stride: int, degree: int, dims: tuple) -> Span:
