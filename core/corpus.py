@@ -525,8 +525,11 @@ def _dense_usable(row: _Row) -> tuple:
 # give two step times t = a * micro-batches + c (t in proportion to global batch / MFU), and
 # with them the per-step overhead c in micro-batches' worth, a model-free figure. A
 # non-interleaved 1F1B schedule idles p - 1 of them; one layer per virtual stage, (p - 1) / v.
-# Mixtral 8x22B, Qwen2-57B, Llama3-8x70B and the folded Mixtral-G8T8 show 1.0-3.6 against 3-7
-# for 1F1B; the Mixtral-G8T8 MCore runs 7.1 at p = 8: read as run without virtual stages.
+# Mixtral 8x22B and Qwen2-57B (both methods), Llama3-8x70B MCore and the folded Mixtral-G8T8
+# show 1.0-3.6 where 1F1B would idle 3-7; the Mixtral-G8T8 MCore runs show 7.1 at p = 8
+# (no expert gradients to reduce there: ep 8 spans its dp 8), read as run without virtual
+# stages. The fine-grained model's activations, which the paper says force its mappings
+# (Sec. 4.2), are the likely reason: the interleaved schedule keeps more micro-batches in flight.
 def _moe_virtual_stages(row: _Row, layers: int) -> int:
     """Virtual stages per pipeline rank: one layer each, unless Tables 3 and 4 show the run's
     layout kept a non-interleaved bubble (1 without pipelining)."""
