@@ -9,6 +9,7 @@ import csv
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from .errors import SpecError
@@ -548,10 +549,67 @@ def _dense_usable(row: _Row) -> tuple:
 # ---------------------------------------------------------------------------------------
 # moe: training_moe.csv (MoE Parallel Folding, arXiv 2504.14960, all on Eos DGX H100)
 
+# Virtual pipeline stages, which the paper does not state: one layer per virtual stage. Its
+# authors' reference mappings for Megatron-Core MoE (megatron/core/transformer/moe/README.md,
+# "Reference Best Parallel Mapping", MCore v0.8: Mixtral 8x7B PP 4 VP 8, Mixtral 8x22B PP 8
+# VP 7, both one layer a chunk, MBS 1) do so, and its best practice enables virtual stages
+# whenever PP >= 2. The paper's own tables tell where a run did otherwise: Table 4 keeps
+# Table 3's layout at 4x the global batch, so a model and method with both at one GPU count
+# give two step times t = a * micro-batches + c (t in proportion to global batch / MFU), and
+# with them the per-step overhead c in micro-batches' worth, a model-free figure. A
+# non-interleaved 1F1B schedule idles p - 1 of them; one layer per virtual stage, (p - 1) / v.
+# Mixtral 8x22B and Qwen2-57B (both methods), Llama3-8x70B MCore and the folded Mixtral-G8T8
+# show 1.0-3.6 where 1F1B would idle 3-7; the Mixtral-G8T8 MCore runs show 7.1 at p = 8
+# (no expert gradients to reduce there: ep 8 spans its dp 8), read as run without virtual
+# stages. The fine-grained model's activations, which the paper says force its mappings
+# (Sec. 4.2), are the likely reason: the interleaved schedule keeps more micro-batches in flight.
+def _moe_virtual_stages(row: _Row, layers: int) -> int:
+    """Virtual stages per pipeline rank: one layer each, unless Tables 3 and 4 show the run's
+    layout kept a non-interleaved bubble (1 without pipelining)."""
+    pp = row.require("pp")
+    if pp == 1 or layers % pp:
+        return 1
+    virtual = layers // pp
+    overhead = _moe_step_overheads().get(_moe_layout_key(row))
+    if overhead is not None and abs(overhead - (pp - 1)) < abs(overhead - (pp - 1) / virtual):
+        return 1
+    return virtual
+
+
+def _moe_layout_key(row: _Row) -> tuple:
+    """A run's model, method and layout: what Table 4 keeps from Table 3."""
+    method = "fold" if "fold" in row.case_id.lower() else "mcore"
+    return (_model_key(row), method, *(row.text(col) for col in ("tp", "pp", "cp", "ep", "etp")))
+
+
+@lru_cache(maxsize=1)
+def _moe_step_overheads() -> dict:
+    """Layout key -> per-step overhead in micro-batches, from a Table 3 row and the Table 4 row
+    at its GPU count (see above)."""
+    rows = [_Row(cells, SUITE_FILES["moe"]) for cells in _read(SUITE_FILES["moe"])]
+    table3 = {(_moe_layout_key(r), r.require("num_gpus")): r for r in rows if r.text("locator").startswith("Table 3")}
+    overheads = {}
+    for r in rows:
+        first = table3.get((_moe_layout_key(r), r.require("num_gpus")))
+        if not r.text("locator").startswith("Table 4") or first is None:
+            continue
+        dp = first.require("num_gpus") // (first.require("tp") * first.require("pp") * first.require("cp"))
+        small, large = (run.require("gbs") // dp for run in (first, r))
+        ratio = (first.require("gbs") / _percent(first.text("value"))) / (r.require("gbs") / _percent(r.text("value")))
+        overheads[_moe_layout_key(r)] = step_overhead_micro_batches(small, large, ratio)
+    return overheads
+
+
+def step_overhead_micro_batches(small: int, large: int, ratio: float) -> float:
+    """c / a for step times t = a * m + c measured at m = small and m = large micro-batches,
+    given only their ratio t(small) / t(large)."""
+    return (ratio * large - small) / (1 - ratio)
+
+
 def _moe_case(row: _Row) -> PublishedCase:
-    notes = ["layout fields the paper does not state: micro batch 1, no virtual stages, no recompute, "
-             "distributed optimizer with overlap, sequence parallelism on when tp > 1 (Megatron-Core MoE "
-             "recipes)"]
+    notes = ["layout fields the paper does not state: micro batch 1, one layer per virtual pipeline stage "
+             "(none where Tables 3 and 4 show a 1F1B bubble), no recompute, distributed optimizer with overlap, sequence parallelism on when tp > 1 "
+             "(Megatron-Core MoE recipes)"]
     extra = {"framework": row.text("framework"), **_other_metrics(row.text("other_metrics"))}
     key = _model_key(row)
     if key is None:
@@ -579,8 +637,9 @@ def _moe_case(row: _Row) -> PublishedCase:
     seq = row.require("seq_len")
     global_batch = row.require("gbs")
     _check_accumulation(row, dp, 1, global_batch, notes)
-    layout = _layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, **_MEGATRON_OPTIMIZER)
     model = _model(row, key, seq=seq, pad_tp=tp, notes=notes, moe=moe)
+    layout = _layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp,
+                     virtual_stages=_moe_virtual_stages(row, model["layers"]), **_MEGATRON_OPTIMIZER)
     metric, measured = _moe_measurement(row, extra)
     return PublishedCase(
         case_id=row.case_id, suite="moe", source="moe-parallel-folding", hardware=_hardware(row, "gpu"),

@@ -79,12 +79,18 @@ def _gemm_ops(hw, name, m, n, k, saved, batch=1, core=False):
     the FP8 casts it needs under FP8 training: the input (with its transpose, kept for the
     weight gradient) before the forward, the output gradient (and transpose) before the
     backward. Weights are cast once per step (Transformer Engine caches them across
-    micro-batches), so that cast is left to the optimizer step's traffic."""
+    micro-batches), so that cast is left to the optimizer step's traffic.
+    `batch` GEMMs of one shape run as Transformer Engine's GroupedLinear runs a rank's
+    experts: one cuBLAS GEMM each, spread over 4 streams (nvte_multi_stream_cublas_gemm)
+    that fill one another's tail waves, so the batched GEMM's time plus a launch per extra
+    GEMM."""
     rows = m * batch
-    fwd = _compute(name, _plus(ops.gemm(hw, m, n, k, batch), ops.fp8_cast(hw, rows * k, True)), saved, core)
-    dgrad = _compute(name + ".dgrad", _plus(ops.gemm(hw, m, k, n, batch), ops.fp8_cast(hw, rows * n, True)),
-                     core=core)
-    wgrad = _compute(name + ".wgrad", ops.gemm(hw, k, n, m, batch), core=core)
+    launches = [ops.pointwise(hw, 0.0)] * (batch - 1)
+    fwd = _compute(name, _plus(ops.gemm(hw, m, n, k, batch), *launches, ops.fp8_cast(hw, rows * k, True)),
+                   saved, core)
+    dgrad = _compute(name + ".dgrad", _plus(ops.gemm(hw, m, k, n, batch), *launches,
+                                            ops.fp8_cast(hw, rows * n, True)), core=core)
+    wgrad = _compute(name + ".wgrad", _plus(ops.gemm(hw, k, n, m, batch), *launches), core=core)
     return fwd, (dgrad, wgrad)
 
 
@@ -244,11 +250,22 @@ def routed_rows(model: ModelSpec, tokens: int) -> float:
     return tokens * moe.top_k * kept
 
 
+# Small kernels Megatron-Core (core_v0.10, the token-drop TopKRouter with its aux loss and the
+# alltoall dispatcher, unfused) launches per MoE layer on the [tokens, experts] routing tensors
+# and the split counts, counted in its source: forward, the top-k softmax with capacity (17:
+# top-k, softmax, the probability and map scatters, the per-expert top-k over tokens, their
+# masks), the aux loss and its tracker (7), the dispatcher's split counts and their copies to
+# the host (14), the index builds of permute and unpermute (9); backward, their gradients (20).
+ROUTING_KERNELS = (47, 20)
+
+
 def _experts(model, hw, shape, add, fwd, bwd, T_norm):
     """Megatron-Core's all-to-all token dispatcher with expert tensor parallelism: each rank
-    routes the tokens it holds (its sequence-parallel share), sends them over the EP group,
-    gathers them across the ETP group, runs its local experts' GEMMs (FFN split by etp),
-    reduce-scatters over ETP and sends the results back."""
+    routes the tokens it holds (its sequence-parallel share), permutes their top-k copies by
+    expert, sends them over the EP group, gathers them across the ETP group, sorts them by
+    local expert, runs its local experts' GEMMs (FFN split by etp), and undoes all of it:
+    sort back, reduce-scatter over ETP, send back, unpermute (weighting by the router's
+    probabilities and summing each token's copies)."""
     moe, el, h = model.moe, hw.act_bytes, model.hidden
     etp = shape.etp or shape.tp
     etp_axis = "tp" if etp == shape.tp else "etp"
@@ -259,6 +276,8 @@ def _experts(model, hw, shape, add, fwd, bwd, T_norm):
     rows = max(1, round(received / local_experts))
     ffn = moe.expert_ffn_hidden // etp
     add(_gemm_ops(hw, "router", T_norm, moe.experts, h, T_norm * h * el))
+    add(_routing_ops(hw))
+    add(_permute_ops(hw, T_norm * h * el, sent * h * el))
     a2a = sent * h * el
     if shape.ep > 1:
         fwd.append(_comm("moe.dispatch", "all_to_all", "ep", a2a))
@@ -266,16 +285,54 @@ def _experts(model, hw, shape, add, fwd, bwd, T_norm):
     if etp > 1:
         fwd.append(_comm("moe.etp_allgather", "all_gather", etp_axis, received * h * el))
         bwd.append((_comm("moe.etp_reducescatter.bwd", "reduce_scatter", etp_axis, received * h * el),))
+    if local_experts > 1:
+        add(_copy_ops(hw, "moe.sort_chunks", received * h * el))
     gin = gemm_input_bytes(hw)
     add(_gemm_ops(hw, "expert_up", rows, ffn * (2 if gated else 1), h, received * h * gin, batch=local_experts))
     _activation(hw, add, "experts", rows * local_experts * ffn, gated)
     add(_gemm_ops(hw, "expert_down", rows, h, ffn, rows * local_experts * ffn * gin, batch=local_experts))
+    if local_experts > 1:
+        add(_copy_ops(hw, "moe.unsort_chunks", received * h * el))
     if etp > 1:
         fwd.append(_comm("moe.etp_reducescatter", "reduce_scatter", etp_axis, received * h * el))
         bwd.append((_comm("moe.etp_allgather.bwd", "all_gather", etp_axis, received * h * el),))
     if shape.ep > 1:
         fwd.append(_comm("moe.combine", "all_to_all", "ep", a2a))
         bwd.append((_comm("moe.combine.bwd", "all_to_all", "ep", a2a),))
+    add(_unpermute_ops(hw, T_norm * h * el, sent * h * el))
+
+
+def _routing_ops(hw):
+    """The router's and dispatcher's bookkeeping kernels (ROUTING_KERNELS): launch-bound, on
+    tensors of tokens x experts elements."""
+    forward, backward = ROUTING_KERNELS
+    one = ops.pointwise(hw, 0.0)
+    return (_compute("moe.routing", _plus(*[one] * forward)),
+            (_compute("moe.routing.bwd", _plus(*[one] * backward)),))
+
+
+def _permute_ops(hw, token_bytes, copy_bytes):
+    """permute: gather each token's top-k copies into expert order (read and write the
+    copies); backward, scatter-add the copies' gradients into zeroed token gradients."""
+    return (_compute("moe.permute", ops.pointwise(hw, 2 * copy_bytes)),
+            (_compute("moe.permute.bwd", ops.pointwise(hw, 2 * copy_bytes + token_bytes)),))
+
+
+def _copy_ops(hw, name, copy_bytes):
+    """sort_chunks_by_idxs: the received rows regrouped by local expert (split and cat), a copy
+    each way."""
+    return (_compute(name, ops.pointwise(hw, 2 * copy_bytes)),
+            (_compute(name + ".bwd", ops.pointwise(hw, 2 * copy_bytes)),))
+
+
+def _unpermute_ops(hw, token_bytes, copy_bytes):
+    """unpermute: weight the copies by their routing probabilities (read, write) and
+    scatter-add them into zeroed tokens (read, accumulate); backward, gather the token
+    gradients back to the copies, weight them, and reduce gradient times copy over hidden for
+    the probabilities' gradient."""
+    forward = ops.pointwise(hw, 4 * copy_bytes + token_bytes)
+    return (_compute("moe.unpermute", forward),
+            (_compute("moe.unpermute.bwd", ops.pointwise(hw, 6 * copy_bytes)),))
 
 
 @lru_cache(maxsize=16384)

@@ -20,7 +20,16 @@ def group_spans(par: Parallelism, dims: tuple) -> dict:
     strides [S, S*D) and splits across the dimensions whose strides overlap that range.
     Expert parallelism takes the innermost `ep` ranks of the data-parallel axis; with a
     separate expert tensor parallelism (MoE parallel folding) the expert groups are laid
-    out afresh from the innermost NPU: `etp` ranks, then `ep` of those groups."""
+    out afresh from the innermost NPU: `etp` ranks, then `ep` of those groups. The expert
+    data-parallel group ("edp", the ranks holding the same expert shard, whose gradients
+    Megatron-Core reduces apart from the dense ones) is what remains of the tp*cp*dp ranks
+    once the expert tensor and expert parallel groups are taken out, dimension by dimension.
+    A fresh dict each call (callers extend it); the spans themselves are memoized."""
+    return dict(_group_spans(par, dims))
+
+
+@lru_cache(maxsize=4096)
+def _group_spans(par: Parallelism, dims: tuple) -> tuple:
     degrees = axis_degrees(par)
     spans, stride = {}, 1
     for axis in par.placement:
@@ -28,10 +37,13 @@ def group_spans(par: Parallelism, dims: tuple) -> dict:
         if axis == "dp":
             spans["ep"] = _split(stride, par.ep, dims)
         stride *= degrees[axis]
+    expert_tp = spans["tp"]
     if par.expert_tp != par.tp:
-        spans["etp"] = _split(1, par.expert_tp, dims)
+        spans["etp"] = expert_tp = _split(1, par.expert_tp, dims)
         spans["ep"] = _split(par.expert_tp, par.ep, dims)
-    return spans
+    block = merge_spans(spans["tp"], spans["cp"], spans["dp"])
+    spans["edp"] = _quotient(block, spans["ep"], expert_tp)
+    return tuple(spans.items())
 
 
 def _split(stride: int, degree: int, dims: tuple) -> Span:
@@ -59,6 +71,15 @@ def merge_spans(*spans) -> Span:
         for index, count in span:
             ranks[index] = ranks.get(index, 1.0) * count
     return tuple(sorted(ranks.items()))
+
+
+def _quotient(span: Span, *parts: Span) -> Span:
+    """The span left of a group once sub-groups laid inside it are taken out, per dimension."""
+    ranks = dict(span)
+    for part in parts:
+        for index, count in part:
+            ranks[index] = ranks.get(index, 1.0) / count
+    return tuple((index, count) for index, count in sorted(ranks.items()) if count > 1)
 
 
 def stage_layers(layers: int, par: Parallelism) -> tuple:

@@ -67,8 +67,6 @@ def model_for(case) -> ModelSpec:
 # - TE userbuffers TP communication overlap on every pretraining recipe with TP > 1
 #   (MegatronCommOverlapCallback(tp_comm_overlap=True) with the H100 tp_overlap configs);
 #   the fine-tuning performance script turns it off (tp_comm_overlap=False);
-# - overlap_p2p_comm whenever virtual pipeline stages are used (the same callback sets it
-#   for vp > 1).
 # - FP8 weights (no BF16 working copy, FP8 parameter all-gather) in the NeMo 2.0 recipes
 #   (DGX Cloud benchmarking, Megatron-Bridge): their bf16_with_fp8_mixed() sets
 #   fp8_param_gather=True (NeMo 2.0 llm.recipes.precision.mixed_precision; Megatron-Bridge's
@@ -103,10 +101,13 @@ def layout_for(case, training: bool) -> Parallelism:
     sp = lay.get("sp")
     sp = bool(sp) if sp is not None else training and ints.get("tp", 1) > 1
     recipe = training and nvidia_recipe(case)
+    # Pipeline sends overlap the next chunk under the interleaved schedule: Megatron-LM's
+    # default (core_v0.10 arguments: --no-overlap-p2p-communication opts out), which NeMo's
+    # MegatronCommOverlapCallback also sets for vp > 1.
     return Parallelism(**ints, sp=sp,
                        grad_dtype="bf16" if recipe else "fp32",
                        overlap_tp_comm=recipe and sp and not fine_tuning(case),
-                       overlap_p2p_comm=recipe and virtual > 1,
+                       overlap_p2p_comm=training and virtual > 1,
                        zero=zero, recompute=recompute, virtual_stages=virtual,
                        schedule="interleaved" if virtual > 1 else "1f1b",
                        overlap_grad_reduce=bool(lay.get("overlap_grad_reduce")),
@@ -137,7 +138,8 @@ def predict(case, hw=None) -> tuple:
     elif metric in ("model_flops_per_s_per_gpu", "mfu"):
         # The predicted step time put on the source's FLOP count, not on our MFU's.
         share = SCORE_SHARE_BY_SOURCE[case.source]
-        value = model_flops(model_for(case), workload, share) / (record["step_time_s"] * case.gpus)
+        counted = model_flops(model_for(case), workload, share)
+        value = counted / (record["step_time_s"] * case.gpus)
         if metric == "mfu":
             value /= mfu_peak_flops(hw)
     elif metric == "tokens_per_s_per_gpu":

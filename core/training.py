@@ -10,7 +10,7 @@ from .collectives import collective_time
 from .graph import LayerGraph, LayerShape, build_layer, train_shape
 from .layout import group_spans, merge_spans, stage_layers
 from . import memory
-from .memory import stage_params
+from .memory import expert_data_parallel, stage_param_parts
 from .specs import HardwareSpec, ModelSpec, Parallelism, TrainWorkload
 
 ADAM_BYTES_PER_PARAM = 30  # read fp32 master, moments and gradient; write them and the bf16 copy
@@ -152,16 +152,24 @@ def train_step(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Train
 def optimizer_step_s(model: ModelSpec, hw: HardwareSpec, par: Parallelism) -> float:
     """The Adam update of the most loaded stage's (ZeRO-sharded) parameters, bandwidth-bound,
     and the zeroing of the main-gradient buffer for the next step (Megatron's
-    zero_grad_buffer: a write of the whole buffer, sharded only from ZeRO 2)."""
-    params, replicas = max(stage_params(model, par)), par.dp * par.cp
-    adam = ops.pointwise(hw, params / (replicas if par.zero >= 1 else 1) * ADAM_BYTES_PER_PARAM)
-    zero_grads = ops.pointwise(hw, params / (replicas if par.zero >= 2 else 1) * memory.grad_bytes(par))
+    zero_grad_buffer: a write of the whole buffer, sharded only from ZeRO 2). Dense
+    parameters shard over the dp*cp replicas, experts over their expert data-parallel ones."""
+    adam = ops.pointwise(hw, _sharded_stage_params(model, par, par.zero >= 1) * ADAM_BYTES_PER_PARAM)
+    zero_grads = ops.pointwise(hw, _sharded_stage_params(model, par, par.zero >= 2) * memory.grad_bytes(par))
     return adam.time_s + zero_grads.time_s
 
 
+def _sharded_stage_params(model: ModelSpec, par: Parallelism, sharded: bool) -> float:
+    """The most loaded stage's parameters per rank, ZeRO-sharded or whole."""
+    dense_shard, expert_shard = (par.dp * par.cp, expert_data_parallel(par)) if sharded else (1, 1)
+    return max(dense / dense_shard + expert / expert_shard for dense, expert in stage_param_parts(model, par))
+
+
 def model_flops(model: ModelSpec, work: TrainWorkload, score_share: float | None = None) -> float:
-    """Model FLOPs of one iteration for MFU: 6 per parameter per token (the tied output
-    layer counted again), plus 12 * layers * q_dim * seq per token for attention's two
+    """Model FLOPs of one iteration for MFU, as the kernels execute them: 6 per parameter per
+    token outside the embedding tables, 6 * hidden * vocab for the output layer's matmul (tied
+    or not), none for the input embedding (a table lookup; Megatron-LM's and NeMo's FLOP
+    formulas leave it out too), plus 12 * layers * q_dim * seq per token for attention's two
     matmuls (seq: the document's length when a fused kernel packs documents), scaled to the
     share of scores the kernel executes (about half for causal FlashAttention; the unfused
     kernel computes every score of the whole sequence), so MFU stays <= 100 %.
@@ -176,10 +184,9 @@ def model_flops(model: ModelSpec, work: TrainWorkload, score_share: float | None
 
 @lru_cache(maxsize=4096)
 def _flops_per_token(model: ModelSpec, seq: int, score_share: float) -> float:
-    per_token = 6.0 * model.active_params() + 12.0 * model.layers * model.q_dim * seq * score_share
-    if model.tied_embeddings:
-        per_token += 6.0 * model.vocab * model.hidden
-    return per_token
+    matmul_params = model.active_params() - model.embedding_params() - model.lm_head_params()
+    output_layer = model.vocab * model.hidden
+    return 6.0 * (matmul_params + output_layer) + 12.0 * model.layers * model.q_dim * seq * score_share
 
 
 def ddp_bucket_params(dp: int) -> float:
@@ -190,6 +197,10 @@ def ddp_bucket_params(dp: int) -> float:
 def data_parallel(model, hw, par, dims, spans, prof, split, micro) -> tuple:
     """(total DP communication seconds, exposed seconds per dimension) as the framework runs it.
 
+    Dense parameters synchronise over the data-parallel (and context-parallel) group, expert
+    parameters over the expert data-parallel group: Megatron-Core keeps expert gradients in
+    buffers of their own and reduces them there (its DistributedDataParallel's expert-parallel
+    buffers), so both collectives run, one after the other, on the DP communication stream.
     ZeRO-3 / FSDP prefetches each layer's parameters while the layer before runs and
     scatters its gradients during the backward, so a layer's traffic hides behind its pass.
     Otherwise gradients are all-reduced (ZeRO 0) or reduce-scattered (ZeRO 1-2, the
@@ -202,17 +213,26 @@ def data_parallel(model, hw, par, dims, spans, prof, split, micro) -> tuple:
     Each rank starts as soon as its own pipeline work is done, and a later stage finishes its
     backward earlier (stage s by s of its backward chunks): that head start hides as much.
     The most exposed stage sets the step."""
-    if par.dp * par.cp == 1:
+    dense_span = merge_spans(spans.get("dp", ()), spans.get("cp", ()))
+    expert_span = spans.get("edp", ())
+    if not dense_span and not expert_span:
         return 0.0, {}
-    span = merge_spans(spans.get("dp", ()), spans.get("cp", ()))
-    params = stage_params(model, par)
+    parts = stage_param_parts(model, par)
     weight_bytes, gradient_bytes = memory.weight_bytes(hw, par), memory.grad_bytes(par)
     backward_s = prof.backward.total_s + prof.recompute.total_s
+
+    def sync(kind, dense, expert, bytes_per_param):
+        times = {}
+        for params, span in ((dense, dense_span), (expert, expert_span)):
+            if params:
+                add_times(times, collective_time(hw, dims, kind, params * bytes_per_param, span))
+        return times
+
     if par.zero >= 3:
-        stage = max(range(par.pp), key=params.__getitem__)
-        per_layer = params[stage] / split[stage]
-        gather = collective_time(hw, dims, "all_gather", per_layer * weight_bytes, span)
-        scatter = collective_time(hw, dims, "reduce_scatter", per_layer * gradient_bytes, span)
+        stage = max(range(par.pp), key=lambda s: sum(parts[s]))
+        dense, expert = (count / split[stage] for count in parts[stage])
+        gather = sync("all_gather", dense, expert, weight_bytes)
+        scatter = sync("reduce_scatter", dense, expert, gradient_bytes)
         backward = {}
         add_times(backward, gather)
         add_times(backward, scatter)
@@ -224,14 +244,14 @@ def data_parallel(model, hw, par, dims, spans, prof, split, micro) -> tuple:
         return scale * (forward_total + backward_total), exposed
     bucket = ddp_bucket_params(par.dp * par.cp)
     worst, seen = None, set()
-    for stage, (stage_params_, layers) in enumerate(zip(params, split)):
-        if (stage_params_, layers) in seen:  # an identical earlier stage has less head start
+    for stage, ((dense, expert), layers) in enumerate(zip(parts, split)):
+        if (dense, expert, layers) in seen:  # an identical earlier stage has less head start
             continue
-        seen.add((stage_params_, layers))
+        seen.add((dense, expert, layers))
         kind = "all_reduce" if par.zero == 0 else "reduce_scatter"
-        reduce = collective_time(hw, dims, kind, stage_params_ * gradient_bytes, span)
-        gather = collective_time(hw, dims, "all_gather", stage_params_ * weight_bytes, span) if par.zero else {}
-        last_bucket = min(1.0, bucket / stage_params_)
+        reduce = sync(kind, dense, expert, gradient_bytes)
+        gather = sync("all_gather", dense, expert, weight_bytes) if par.zero else {}
+        last_bucket = min(1.0, bucket / (dense + expert))
         head_start = stage * layers / par.virtual_stages
         reduce_s = _exposed_overlapped(sum(reduce.values()), layers * backward_s, last_bucket,
                                        head_start * backward_s, par.overlap_grad_reduce)
