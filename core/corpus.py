@@ -386,6 +386,18 @@ _RECOMPUTE_WHEN_NOT_STATED = {
 }
 
 
+# NeMo 24.07's 'Finetuning' rows leave VP blank and do not say whether weights are kept in FP8.
+# NeMo-Framework-Launcher's H100 SFT examples of that period run the rows' layouts (same GPUs,
+# GBS 32, TP and PP, SQuAD packed to 4096; examples/peft/llama/h100/7b_1node.sh, 13b_1node.sh,
+# 70b_2node.sh): they interleave 13B over pp 4 in 10 virtual stages and 70B in 20 (p2p overlapped,
+# batch_p2p_comm false), set fp8_params=true on all three and, on 70B, ub_tp_comm_overlap=true.
+_NEMO2407_SFT_VIRTUAL_STAGES = {"llama2-13b": 10, "llama2-70b": 20}
+
+
+def _nemo2407_sft(row: _Row, source: str) -> bool:
+    return source == "nemo-24.07" and "SFT" in row.text("model")
+
+
 def _source(row: _Row, table: tuple) -> str:
     text = row.text("source")
     for needle, group in table:
@@ -443,7 +455,12 @@ def _dense_case(row: _Row) -> PublishedCase:
     sp = True if sp_text.startswith("true") else False if sp_text.startswith("false") else None
     if sp is None and tp > 1:
         notes.append("sequence parallelism not stated: on (NeMo/Megatron-Core recipes enable it when tp > 1)")
-    vp = row.integer("vp", 1)
+    sft = _nemo2407_sft(row, source)
+    vp = row.integer("vp")
+    if vp is None:
+        vp = _NEMO2407_SFT_VIRTUAL_STAGES.get(key, 1) if sft else 1
+        if vp > 1:
+            notes.append(f"vp not on the row: {vp} taken (the NeMo launcher's H100 SFT example of this layout)")
     optimizer = _dense_optimizer(row, notes)
     fsdp = re.search(r"FSDP=(\d+)", row.text("fsdp_or_zero"))
     if optimizer["zero"] == 3 and fsdp and int(fsdp.group(1)) < dp:
@@ -455,13 +472,16 @@ def _dense_case(row: _Row) -> PublishedCase:
         notes.append(f"{model['layers']} layers over pp {pp} x vp {vp} do not divide: the framework's "
                      "uneven split (fewer layers on the first and last stage) applies")
     precision = _precision(row.text("dtype"), notes)
+    if sft:
+        precision["fp8_params"] = True
+        notes.append("FP8 weights taken (fp8_params=true in the NeMo launcher's H100 SFT examples)")
     metric, measured = _dense_measurement(row, gpus, global_batch, seq, extra)
     usable, why = _dense_usable(row)
     if why:
         notes.insert(0, why)
     if "SFT" in row.text("model"):
-        notes.append("full-parameter SFT on sequences packed to 4096 tokens: a training step at seq 4096 "
-                     "(attention masked within each packed sample is not distinguished)")
+        notes.append("full-parameter SFT on SQuAD examples packed to 4096 tokens: a training step at seq 4096, "
+                     "attention within each packed example (core.published.SQUAD_DOCUMENT_TOKENS)")
     return PublishedCase(
         case_id=row.case_id, suite="h100_dense", source=source,
         hardware=_hardware(row, "gpu"), gpus=gpus, model=model, layout=layout,
