@@ -74,16 +74,14 @@ def _plus(*kernels: ops.KernelTime) -> ops.KernelTime:
                           sum(k.hbm_bytes for k in kernels))
 
 
-def _gemm_ops(hw, name, m, n, k, saved, batch=1, core=False, after_norm=False):
+def _gemm_ops(hw, name, m, n, k, saved, batch=1, core=False):
     """Forward op plus its two backward GEMMs (input gradient, weight gradient), each with
     the FP8 casts it needs under FP8 training: the input (with its transpose, kept for the
     weight gradient) before the forward, the output gradient (and transpose) before the
-    backward. A GEMM `after_norm` gets its input already in FP8 from the norm (see
-    _norm_ops) and only transposes it. Weights are cast once per step (Transformer Engine
-    caches them across micro-batches), so that cast is left to the optimizer step's traffic."""
+    backward. Weights are cast once per step (Transformer Engine caches them across
+    micro-batches), so that cast is left to the optimizer step's traffic."""
     rows = m * batch
-    cast = ops.fp8_transpose(hw, rows * k) if after_norm else ops.fp8_cast(hw, rows * k, True)
-    fwd = _compute(name, _plus(ops.gemm(hw, m, n, k, batch), cast), saved, core)
+    fwd = _compute(name, _plus(ops.gemm(hw, m, n, k, batch), ops.fp8_cast(hw, rows * k, True)), saved, core)
     dgrad = _compute(name + ".dgrad", _plus(ops.gemm(hw, m, k, n, batch), ops.fp8_cast(hw, rows * n, True)),
                      core=core)
     wgrad = _compute(name + ".wgrad", ops.gemm(hw, k, n, m, batch), core=core)
@@ -103,16 +101,6 @@ def _attention_gemm_ops(hw, name, m, n, k, batch):
     dgrad = _compute(name + ".dgrad", ops.gemm(hw, m, k, n, batch, dtype), core=True)
     wgrad = _compute(name + ".wgrad", ops.gemm(hw, k, n, m, batch, dtype), core=True)
     return fwd, (dgrad, wgrad)
-
-
-def _norm_ops(hw, name, elements):
-    """A norm in front of a linear layer, fused with it as Transformer Engine's
-    LayerNormLinear / LayerNormMLP do: the forward writes its output directly in the GEMM's
-    input dtype (FP8 under FP8 training, no separate cast) and keeps its BF16 input for
-    backward, which reads the gradient and that input and writes the input gradient."""
-    io = elements * hw.act_bytes
-    fwd = _compute(name, ops.pointwise(hw, io + elements * gemm_input_bytes(hw)), io)
-    return fwd, (_compute(name + ".bwd", ops.pointwise(hw, 3 * io)),)
 
 
 def _pointwise_ops(hw, name, read_bytes, write_bytes, saved, core=False):
@@ -136,17 +124,14 @@ def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerG
         fwd.append(pair[0])
         bwd.append(pair[1])
 
-    def enter_tp(tag, gemm_pair, quantized=True):
+    def enter_tp(tag, gemm_pair):
         """Megatron's f / g before a column-parallel GEMM: gather (SP) or identity forward,
         reduce backward. With SP the backward re-gathers the input for the weight
-        gradient while the input gradient is computed. The gathered input is the norm's
-        output, `quantized` when the norm is fused with the GEMM: Transformer Engine then
-        gathers it in FP8 under FP8 training; the gradient is reduced in BF16."""
+        gradient while the input gradient is computed."""
         forward, (dgrad, wgrad) = gemm_pair
-        gathered = T * h * (gin if quantized else el)
         if t > 1 and shape.sp:
-            fwd.append(_comm(f"{tag}.allgather", "all_gather", "tp", gathered, *overlap(forward)))
-            bwd.append((_comm(f"{tag}.allgather.bwd", "all_gather", "tp", gathered, dgrad.time_s),
+            fwd.append(_comm(f"{tag}.allgather", "all_gather", "tp", T * h * el, *overlap(forward)))
+            bwd.append((_comm(f"{tag}.allgather.bwd", "all_gather", "tp", T * h * el, dgrad.time_s),
                         dgrad, wgrad, _comm(f"{tag}.reducescatter.bwd", "reduce_scatter", "tp", T * h * el,
                                             *overlap(wgrad))))
         elif t > 1:
@@ -177,9 +162,9 @@ def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerG
 
     norm_io = T_norm * h * el
     gin = gemm_input_bytes(hw)
-    add(_norm_ops(hw, "norm1", T_norm * h))
+    add(_pointwise_ops(hw, "norm1", norm_io, norm_io, norm_io))
     qkv_out = T * (q_dim + 2 * kv_dim) * el  # Q, K, V: kept for attention's backward
-    enter_tp("attn", _gemm_ops(hw, "qkv", T, q_dim + 2 * kv_dim, h, T_norm * h * gin + qkv_out, after_norm=True))
+    enter_tp("attn", _gemm_ops(hw, "qkv", T, q_dim + 2 * kv_dim, h, T_norm * h * gin + qkv_out))
     if model.position_embedding == "rotary":
         rot = T * (q_dim + kv_dim) * el
         add(_pointwise_ops(hw, "rotary", rot, rot, 0.0))
@@ -219,10 +204,7 @@ def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerG
     leave_tp("attn", out_proj)
     mask = T_norm * h if model.dropout else 0.0
     add(_pointwise_ops(hw, "residual1", 2 * norm_io, norm_io + mask, mask))
-    if model.moe is None:
-        add(_norm_ops(hw, "norm2", T_norm * h))
-    else:  # Megatron-Core's MoE layer keeps its norm apart: BF16 out, for the router too
-        add(_pointwise_ops(hw, "norm2", norm_io, norm_io, norm_io))
+    add(_pointwise_ops(hw, "norm2", norm_io, norm_io, norm_io))
     _mlp(model, hw, shape, add, enter_tp, leave_tp, fwd, bwd, T_norm)
     add(_pointwise_ops(hw, "residual2", 2 * norm_io, norm_io + mask, mask))
     backward = tuple(op for group in reversed(bwd) for op in group)
@@ -236,9 +218,7 @@ def _mlp(model, hw, shape, add, enter_tp, leave_tp, fwd, bwd, T_norm):
     width = 2 if gated else 1
     if model.moe is None or model.moe.shared_expert_ffn_hidden:
         ffn = (model.moe.shared_expert_ffn_hidden if model.moe else model.ffn_hidden) // t
-        dense = model.moe is None
-        enter_tp("mlp", _gemm_ops(hw, "mlp_up", T, ffn * width, h, T_norm * h * gemm_input_bytes(hw),
-                                  after_norm=dense), quantized=dense)
+        enter_tp("mlp", _gemm_ops(hw, "mlp_up", T, ffn * width, h, T_norm * h * gemm_input_bytes(hw)))
         _activation(hw, add, "mlp", T * ffn, gated)
         down = _gemm_ops(hw, "mlp_down", T, h, ffn, T * ffn * gemm_input_bytes(hw))
         add(down)

@@ -96,16 +96,6 @@ def fp8_cast(hw: HardwareSpec, elements: float, transpose: bool = False) -> Kern
     return pointwise(hw, elements * (hw.act_bytes + (2 if transpose else 1)))
 
 
-def fp8_transpose(hw: HardwareSpec, elements: float) -> KernelTime:
-    """The transposed copy of a tensor already in FP8 (a norm's quantized output) that the
-    weight-gradient GEMM reads: Hopper's FP8 tensor cores take only the TN layout, so
-    Transformer Engine transposes the FP8 data, one byte read and one written per element.
-    Zero time when the GEMMs do not run in FP8."""
-    if hw.dtype != "fp8":
-        return KernelTime(0.0, 0.0, 0.0)
-    return pointwise(hw, elements * 2 * DTYPE_BYTES["fp8"])
-
-
 @lru_cache(maxsize=65536)
 def pointwise(hw: HardwareSpec, bytes_moved: float, flops: float = 0.0) -> KernelTime:
     """An elementwise or reduction kernel: bytes read plus written over HBM bandwidth."""

@@ -94,10 +94,8 @@ FAMILIES = {
               (("decode_attention_rate", (6.0, 9.0, 12.0, 15.0, 18.0)),)),
     ), gpus=("A100",)),
     "h100": Family("h100-sxm5-80gb", ("h100_dense", "moe", "memory_h100", "collectives", "trtllm"), (
-        # fp8_efficiency from 0.6: with the norms writing FP8 (no separate cast) the fit
-        # settles at 0.65, below the 0.7 the grid used to start at.
         Group("training", ("h100_dense",), lambda c: c.source in H100_TRAIN_FIT_SOURCES,
-              (("compute_efficiency", _grid(0.45, 0.85, 5)), ("fp8_efficiency", _grid(0.6, 1.0, 5)),
+              (("compute_efficiency", _grid(0.45, 0.85, 5)), ("fp8_efficiency", _grid(0.7, 1.0, 4)),
                ("attention_efficiency", _grid(0.4, 1.0, 4)))),
         Group("network", ("collectives",), lambda c: int(c.case.rsplit("-", 1)[1]) > MIB,
               (("network_efficiency", _grid(0.6, 1.0, 9)),)),

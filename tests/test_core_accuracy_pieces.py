@@ -39,30 +39,6 @@ def test_fp8_keeps_activations_in_bf16_and_adds_casts(h100):
     assert ops.fp8_cast(fp8, 1e6, transpose=True).hbm_bytes == 1e6 * (2 + 2)
 
 
-def test_a_norm_fed_gemm_gets_its_input_in_fp8_and_gathers_it_in_fp8(h100):
-    """Transformer Engine's LayerNormLinear: the norm writes FP8 (3 bytes per element moved
-    instead of 4), the sequence-parallel all-gather carries 1 byte per element instead of 2,
-    and before the GEMM only the FP8 transpose (1 + 1 bytes) remains of the 2 + 2 byte cast."""
-    fp8 = with_dtype(h100, "fp8", "test", "dtype")
-    assert ops.fp8_transpose(h100, 1e6).time_s == 0.0
-    assert ops.fp8_transpose(fp8, 1e6).hbm_bytes == 2e6
-    model = load_model("llama3.1-8b")
-    shape = LayerShape(micro_batch=1, seq=4096, kv_seq=4096, tp=2, sp=True, cp=1, ep=1)
-    tokens, local, h = 4096, 2048, model.hidden
-
-    def first(graph, name):
-        return next(op for op in graph.forward if op.name == name)
-
-    bf16_graph, fp8_graph = build_layer(model, h100, shape), build_layer(model, fp8, shape)
-    assert first(bf16_graph, "attn.allgather").bytes_ == tokens * h * 2
-    assert first(fp8_graph, "attn.allgather").bytes_ == tokens * h * 1
-    assert first(bf16_graph, "norm1").time_s == ops.pointwise(h100, local * h * (2 + 2)).time_s
-    assert first(fp8_graph, "norm1").time_s == ops.pointwise(fp8, local * h * (2 + 1)).time_s
-    qkv_n = model.q_dim // 2 + 2 * model.kv_heads // 2 * model.head_dim
-    qkv = ops.gemm(fp8, tokens, qkv_n, h).time_s + ops.fp8_transpose(fp8, tokens * h).time_s
-    assert first(fp8_graph, "qkv").time_s == pytest.approx(qkv)
-
-
 def test_uneven_stages_split_as_megatron_does():
     assert stage_layers(126, Parallelism(pp=16)) == (7,) + (8,) * 14 + (7,)  # embedding and loss count as layers
     assert stage_layers(126, Parallelism(pp=9)) == (14,) * 9
