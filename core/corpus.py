@@ -412,6 +412,18 @@ _RECOMPUTE_WHEN_NOT_STATED = {
 }
 
 
+# NeMo 24.07's 'Finetuning' rows leave VP blank and do not say whether weights are kept in FP8.
+# NeMo-Framework-Launcher's H100 SFT examples of that period run the rows' layouts (same GPUs,
+# GBS 32, TP and PP, SQuAD packed to 4096; examples/peft/llama/h100/7b_1node.sh, 13b_1node.sh,
+# 70b_2node.sh): they interleave 13B over pp 4 in 10 virtual stages and 70B in 20 (p2p overlapped,
+# batch_p2p_comm false), set fp8_params=true on all three and, on 70B, ub_tp_comm_overlap=true.
+_NEMO2407_SFT_VIRTUAL_STAGES = {"llama2-13b": 10, "llama2-70b": 20}
+
+
+def _nemo2407_sft(row: _Row, source: str) -> bool:
+    return source == "nemo-24.07" and "SFT" in row.text("model")
+
+
 def _source(row: _Row, table: tuple) -> str:
     text = row.text("source")
     for needle, group in table:
@@ -469,10 +481,14 @@ def _dense_case(row: _Row) -> PublishedCase:
     sp = True if sp_text.startswith("true") else False if sp_text.startswith("false") else None
     if sp is None and tp > 1:
         notes.append("sequence parallelism not stated: on (NeMo/Megatron-Core recipes enable it when tp > 1)")
-    vp = row.integer("vp", 1)
+    sft = _nemo2407_sft(row, source)
+    vp = row.integer("vp")
+    if vp is None:
+        vp = _NEMO2407_SFT_VIRTUAL_STAGES.get(key, 1) if sft else 1
+        if vp > 1:
+            notes.append(f"vp not on the row: {vp} taken (the NeMo launcher's H100 SFT example of this layout)")
     precision = _precision(row.text("dtype"), notes)
-    sft = "SFT" in row.text("model")
-    if source == "nemo-24.07" and sft and precision["compute"] == "fp8":
+    if sft and precision["compute"] == "fp8":
         # NeMo-Framework-Launcher examples/peft/llama/h100/{7b_1node,13b_1node,70b_2node}.sh, the
         # table's SFT layouts (GBS 32, MBS 1, packed 4096), run FP8 with ++peft.model.fp8_params=true.
         precision["fp8_params"] = True
@@ -494,8 +510,8 @@ def _dense_case(row: _Row) -> PublishedCase:
     if why:
         notes.insert(0, why)
     if sft:
-        notes.append("full-parameter SFT on sequences packed to 4096 tokens: a training step at seq 4096 "
-                     "(attention masked within each packed sample is not distinguished)")
+        notes.append("full-parameter SFT on SQuAD examples packed to 4096 tokens: a training step at seq 4096, "
+                     "attention within each packed example (core.published.SQUAD_DOCUMENT_TOKENS)")
     return PublishedCase(
         case_id=row.case_id, suite="h100_dense", source=source,
         hardware=_hardware(row, "gpu"), gpus=gpus, model=model, layout=layout,

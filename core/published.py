@@ -66,12 +66,14 @@ def model_for(case) -> ModelSpec:
 #   the other sources used, accumulates in FP32);
 # - TE userbuffers TP communication overlap on every pretraining recipe with TP > 1
 #   (MegatronCommOverlapCallback(tp_comm_overlap=True) with the H100 tp_overlap configs);
-#   the fine-tuning performance script turns it off (tp_comm_overlap=False);
+#   NeMo 2.0's fine-tuning performance script turns it off (tp_comm_overlap=False), while the
+#   NeMo 24.07 launcher's H100 SFT examples keep it on (70b_2node.sh: ub_tp_comm_overlap=true);
 # - FP8 weights (no BF16 working copy, FP8 parameter all-gather) in the NeMo 2.0 recipes
 #   (DGX Cloud benchmarking, Megatron-Bridge): their bf16_with_fp8_mixed() sets
 #   fp8_param_gather=True (NeMo 2.0 llm.recipes.precision.mixed_precision; Megatron-Bridge's
 #   mixed_precision.py likewise).
 NVIDIA_RECIPE_SOURCES = ("nemo-", "dgxc-", "megatron-bridge")
+TP_OVERLAP_FINE_TUNING_SOURCES = ("nemo-24.07",)
 FP8_PARAM_SOURCES = ("dgxc-", "megatron-bridge")
 
 
@@ -106,7 +108,8 @@ def layout_for(case, training: bool) -> Parallelism:
     # MegatronCommOverlapCallback also sets for vp > 1.
     return Parallelism(**ints, sp=sp,
                        grad_dtype="bf16" if recipe else "fp32",
-                       overlap_tp_comm=recipe and sp and not fine_tuning(case),
+                       overlap_tp_comm=recipe and sp and (
+                           not fine_tuning(case) or case.source in TP_OVERLAP_FINE_TUNING_SOURCES),
                        overlap_p2p_comm=training and virtual > 1,
                        zero=zero, recompute=recompute, virtual_stages=virtual,
                        schedule="interleaved" if virtual > 1 else "1f1b",

@@ -116,3 +116,17 @@ def test_memory_counts_the_allocator_reserve():
     assert estimate.reserved_bytes == RUNTIME_RESERVE_BYTES + FRAGMENTATION * 10 * GiB
     assert estimate.peak_bytes == 10 * GiB + estimate.reserved_bytes
     assert estimate.by_kind()["reserved"] == estimate.reserved_bytes
+
+
+def test_nemo_sft_rows_run_interleaved_with_tp_overlap():
+    """The NeMo 24.07 launcher's 70B SFT example (examples/peft/llama/h100/70b_2node.sh) sets
+    ub_tp_comm_overlap, overlap_p2p_comm and vp 20 on pp 4; NeMo 2.0's fine-tuning script,
+    which turns TP overlap off, came later."""
+    from core import corpus
+    from core.published import layout_for
+
+    rows = {c.case_id: c for c in corpus.published_cases("h100_dense")}
+    par = layout_for(rows["NEMO2407-FT-SFT-LLAMA2-70B"], training=True)
+    assert (par.virtual_stages, par.schedule, par.overlap_tp_comm, par.overlap_p2p_comm) == \
+        (20, "interleaved", True, True)
+    assert not layout_for(rows["NEMO2407-FT-SFT-LLAMA2-7B"], training=True).overlap_tp_comm  # tp 1

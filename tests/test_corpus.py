@@ -171,6 +171,15 @@ def test_lora_and_jax_rows_are_kept_but_not_usable():
 
 # --- moe --------------------------------------------------------------------------------
 
+def test_nemo_sft_rows_take_the_launchers_h100_sft_layout():
+    # examples/peft/llama/h100/{7b_1node,13b_1node,70b_2node}.sh: vp 10 and 20 on pp 4, FP8 weights
+    sft = {size: case(f"NEMO2407-FT-SFT-LLAMA2-{size}") for size in ("7B", "13B", "70B")}
+    assert [sft[s].layout["virtual_stages"] for s in ("7B", "13B", "70B")] == [1, 10, 20]
+    assert all(c.precision["fp8_params"] for c in sft.values())
+    assert (sft["13B"].layout["pp"], sft["13B"].layout["dp"]) == (4, 2)  # 8 / (1 * 4)
+    assert not case("NEMO2407-LLAMA2-13B-16").precision["fp8_params"]  # pretraining rows as they read
+
+
 def test_qwen2_folded_row():
     qwen = case("PF-T3-qwen2_57b-fold")
     assert (qwen.metric, qwen.measured) == ("mfu", pytest.approx(0.39))
