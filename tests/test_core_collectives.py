@@ -120,3 +120,10 @@ def test_hierarchical_all_reduce_composes_dimensions(a100):
 
 def test_a_group_of_one_costs_nothing(a100):
     assert collective_time(a100, (NVSWITCH,), "all_reduce", 1e9, ()) == {}
+
+
+def test_two_gpus_gain_nothing_from_the_switch():
+    """On 2 GPUs the ring moves 2 x 1/2 of the buffer each way, NVLS 1 + 1/2 at 0.85 of the
+    rate: the ring wins large messages (nccl#1455: NVLS only pulls ahead from 5 GPUs)."""
+    times = all_reduce_times(1024 * MIB, DGX_H100, 2, log_tree=False)
+    assert min(times, key=times.get) == "ring/simple"
