@@ -33,7 +33,11 @@ PROTOCOLS = {"ll": (6.6e-6, 0.0, 0.5), "ll128": (14e-6, 1.3e-6, 0.92), "simple":
 # Every rank heads the reduction of a 1/n slice of each channel's loop, so channels x ranks
 # lanes each move one chunk per step, and a chunk passes three pipelined stages: the scatter
 # into the NVLS buffer, the switch's reduce-and-multicast (multimem ld_reduce then st), the
-# gather out of it. Each step is a Simple-protocol step (a flag handshake behind a fence).
+# gather out of it. A step is a Simple-protocol handshake that waits on every rank of the
+# group (the heads on all ranks' scatters, the gathers on all heads' multicasts): NCCL's tuning
+# prices such fan-in steps on NVLink at its tree's Simple step, 4.0 us (hwLatencies in
+# src/graph/tuning.cc) where a ring step costs 3.4 us; beyond the link's own 0.6 us latency:
+NVLS_HANDSHAKE_S = 3.4e-6
 NVLS_CHANNELS = 16  # NVLS_NCHANNELS_SM90 in src/transport/nvls.cc (Hopper)
 NVLS_CHUNK_BYTES = 128 * 1024  # NCCL_NVLS_CHUNKSIZE default, src/transport/nvls.cc
 # (rounds, chunk): a message short of `rounds` rounds of every lane's chunk runs on chunks no
@@ -109,18 +113,17 @@ def nvls_all_reduce_s(bytes_: float, dim: NetworkDim, ranks: float, efficiency: 
                       step_s: float = 0.0) -> float:
     """Seconds of NCCL's NVLS all-reduce on one switch: the Simple protocol's start-up, then
     one step per round of chunks plus NVLS_STAGES - 1 steps to fill the pipeline. A step is a
-    Simple hop plus one round's data: each rank writes its share of the round into the switch
+    handshake plus one round's data: each rank writes its share of the round into the switch
     and reads the reduced result back, (1 + 1/n) of the round each way, at the share of the
     link rate the switch's reduction sustains. Small chunks (small messages) pay the hop more
     often per byte, which is why the bus bandwidth climbs up to 1 GiB."""
     lanes = int(NVLS_CHANNELS * ranks)
     rounds = max(1.0, bytes_ / (lanes * nvls_chunk_bytes(bytes_, lanes)))
-    base, extra, _ = PROTOCOLS["simple"]
-    hop_s = dim.latency_s + extra + step_s
+    hop_s = dim.latency_s + NVLS_HANDSHAKE_S + step_s
     link_bps = dim.link_bandwidth_bps * dim.efficiency * efficiency * dim.switch_reduction
     round_s = (1 + 1 / ranks) * bytes_ / rounds / link_bps
     fill = NVLS_STAGES - 1
-    return base + (ceil(rounds) + fill) * hop_s + (rounds + fill) * round_s
+    return PROTOCOLS["simple"][0] + (ceil(rounds) + fill) * hop_s + (rounds + fill) * round_s
 
 
 def collective_time(hw: HardwareSpec, dims: tuple, kind: str, bytes_: float, span: tuple,

@@ -35,7 +35,7 @@ def test_log_depth_tree_only_across_nodes():
 
 
 MIB = 2**20
-DGX_H100 = replace(NVSWITCH, link_bandwidth_bps=450e9, latency_s=0.6e-6, switch_reduction=0.85, ll_bandwidth_bps=141e9)
+DGX_H100 = replace(NVSWITCH, link_bandwidth_bps=450e9, latency_s=0.6e-6, switch_reduction=1.0, ll_bandwidth_bps=141e9)
 
 
 def test_nvls_chunk_shrinks_with_the_message():
@@ -54,11 +54,11 @@ def test_nvls_chunk_shrinks_with_the_message():
 
 def test_nvls_all_reduce_on_8_gpus_by_hand():
     """2 GiB on 8 GPUs: 128 rounds of 128 lanes x 128 KiB (16 MiB), plus 2 steps to fill the
-    three-stage pipeline; each step a Simple hop (1 + 2.8 us) and 1.125 x 16 MiB each way at
-    the switch's share of the link."""
+    three-stage pipeline; each step a fan-in handshake (1 + 3.4 us) and 1.125 x 16 MiB each way
+    at the switch's share of the link, after the Simple protocol's 8.4 us start-up."""
     dim = replace(NVSWITCH, link_bandwidth_bps=450e9, switch_reduction=0.85)
     link = 450e9 * 0.8 * 0.85
-    expected = 8.4e-6 + 130 * 3.8e-6 + 130 * 1.125 * 16 * MIB / link
+    expected = 8.4e-6 + 130 * 4.4e-6 + 130 * 1.125 * 16 * MIB / link
     assert all_reduce_times(2048 * MIB, dim, 8, log_tree=False)["nvls/simple"] == pytest.approx(expected)
     assert one_dim_time("all_reduce", 2048 * MIB, dim, 8, log_tree=False) == pytest.approx(expected)
     assert "nvls/simple" not in all_reduce_times(2048 * MIB, NVSWITCH, 8)  # A100's switch only forwards
@@ -68,20 +68,20 @@ def test_nvls_message_shorter_than_one_round_of_chunks():
     """1 MiB on 8 GPUs: 16 KiB chunks, so one round holds 2 MiB; the message is one partial
     round, and the fill still takes two more steps of that round."""
     dim = replace(NVSWITCH, link_bandwidth_bps=450e9, switch_reduction=0.85)
-    expected = 8.4e-6 + 3 * 3.8e-6 + 3 * 1.125 * MIB / (450e9 * 0.8 * 0.85)
+    expected = 8.4e-6 + 3 * 4.4e-6 + 3 * 1.125 * MIB / (450e9 * 0.8 * 0.85)
     assert nvls_all_reduce_s(MIB, dim, 8) == pytest.approx(expected)
 
 
 def test_small_chunks_cost_bandwidth():
-    """The marginal cost of a byte is one hop per round of 128 lanes' chunks plus 1.125 bytes
-    each way: 256 -> 512 MiB runs on 64 KiB chunks, 2 -> 4 GiB on 128 KiB."""
+    """The marginal cost of a byte is one handshake per round of 128 lanes' chunks plus 1.125
+    bytes each way: 256 -> 512 MiB runs on 64 KiB chunks, 2 -> 4 GiB on 128 KiB."""
     dim = replace(NVSWITCH, link_bandwidth_bps=450e9, switch_reduction=0.85)
     wire = 1.125 / (450e9 * 0.8 * 0.85)
 
     def marginal(size):
         return (nvls_all_reduce_s(2 * size, dim, 8) - nvls_all_reduce_s(size, dim, 8)) / size
-    assert marginal(256 * MIB) == pytest.approx(3.8e-6 / (128 * 64 * 1024) + wire)
-    assert marginal(2048 * MIB) == pytest.approx(3.8e-6 / (128 * 128 * 1024) + wire)
+    assert marginal(256 * MIB) == pytest.approx(4.4e-6 / (128 * 64 * 1024) + wire)
+    assert marginal(2048 * MIB) == pytest.approx(4.4e-6 / (128 * 128 * 1024) + wire)
 
 
 def test_ll_bus_bandwidth_has_a_ceiling():
@@ -123,7 +123,7 @@ def test_a_group_of_one_costs_nothing(a100):
 
 
 def test_two_gpus_gain_nothing_from_the_switch():
-    """On 2 GPUs the ring moves 2 x 1/2 of the buffer each way, NVLS 1 + 1/2 at 0.85 of the
-    rate: the ring wins large messages (nccl#1455: NVLS only pulls ahead from 5 GPUs)."""
+    """On 2 GPUs the ring moves 2 x 1/2 of the buffer each way, NVLS 1 + 1/2: the ring wins
+    large messages (nccl#1455 measures the same bus bandwidth for both up to 4 GPUs)."""
     times = all_reduce_times(1024 * MIB, DGX_H100, 2, log_tree=False)
     assert min(times, key=times.get) == "ring/simple"
