@@ -115,8 +115,8 @@ def nvls_all_reduce_s(bytes_: float, dim: NetworkDim, ranks: float, efficiency: 
     one step per round of chunks plus NVLS_STAGES - 1 steps to fill the pipeline. A step is a
     handshake plus one round's data: each rank writes its share of the round into the switch
     and reads the reduced result back, (1 + 1/n) of the round each way, at the share of the
-    link rate the switch's reduction sustains. Small chunks (small messages) pay the hop more
-    often per byte, which is why the bus bandwidth climbs up to 1 GiB."""
+    link rate the switch's reduction sustains. Small chunks (small messages) pay the handshake
+    more often per byte, which is why the bus bandwidth climbs up to 1 GiB."""
     lanes = int(NVLS_CHANNELS * ranks)
     rounds = max(1.0, bytes_ / (lanes * nvls_chunk_bytes(bytes_, lanes)))
     hop_s = dim.latency_s + NVLS_HANDSHAKE_S + step_s

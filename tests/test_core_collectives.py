@@ -4,6 +4,7 @@ import pytest
 
 from core.collectives import (PROTOCOLS, all_reduce_times, collective_time, nvls_all_reduce_s, nvls_chunk_bytes,
                               one_dim_time)
+from core.loader import load_hardware
 from core.specs import NetworkDim
 
 NVSWITCH = NetworkDim("nvlink", "switch", 8, 300e9, 1e-6, 0.8)
@@ -127,3 +128,11 @@ def test_two_gpus_gain_nothing_from_the_switch():
     large messages (nccl#1455 measures the same bus bandwidth for both up to 4 GPUs)."""
     times = all_reduce_times(1024 * MIB, DGX_H100, 2, log_tree=False)
     assert min(times, key=times.get) == "ring/simple"
+
+
+def test_hopper_preset_reduces_in_the_switch_and_caps_ll():
+    """DGX H100's NVSwitch reduces (NVLS) and its LL tops out at 141 GB/s (NCCL's Hopper
+    single-node llMaxBw); A100's NVSwitch only forwards."""
+    nvlink = load_hardware("h100-sxm5-80gb").network[0]
+    assert (nvlink.switch_reduction, nvlink.ll_bandwidth_bps) == (1.0, 141e9)
+    assert load_hardware("a100-sxm4-80gb").network[0].switch_reduction == 0.0
