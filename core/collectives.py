@@ -28,11 +28,22 @@ def _bandwidth_bps(dim: NetworkDim, ranks: float, efficiency: float) -> float:
 # data). LL sends 4 data bytes with every 4-byte flag; LL128 keeps 120 of every 128 bytes;
 # Simple moves whole chunks behind a fence per step.
 PROTOCOLS = {"ll": (6.6e-6, 0.0, 0.5), "ll128": (14e-6, 1.3e-6, 0.92), "simple": (8.4e-6, 2.8e-6, 1.0)}
-# An in-switch reduction (NVLink SHARP, NCCL's NVLS algorithm) is one multicast round whatever
-# the group size. NCCL's tuning table puts its latency at 25 us on NVLink; nccl-tests on a DGX
-# H100 show a larger start-up, the intercept of the large-message line (2-512 MiB: about 55 us,
-# the chunk pipeline filling across the switch), which is the figure taken here.
-NVLS_LATENCY_S = 55e-6
+# NCCL's NVLS all-reduce inside one node (the algorithm of an in-switch reduction, NVLink
+# SHARP; src/device/all_reduce.h, src/enqueue.cc, src/transport/nvls.cc, NCCL 2.18 to 2.30).
+# Every rank heads the reduction of a 1/n slice of each channel's loop, so channels x ranks
+# lanes each move one chunk per step, and a chunk passes three pipelined stages: the scatter
+# into the NVLS buffer, the switch's reduce-and-multicast (multimem ld_reduce then st), the
+# gather out of it. A step is a Simple-protocol handshake that waits on every rank of the
+# group (the heads on all ranks' scatters, the gathers on all heads' multicasts): NCCL's tuning
+# prices such fan-in steps on NVLink at its tree's Simple step, 4.0 us (hwLatencies in
+# src/graph/tuning.cc) where a ring step costs 3.4 us; beyond the link's own 0.6 us latency:
+NVLS_HANDSHAKE_S = 3.4e-6
+NVLS_CHANNELS = 16  # NVLS_NCHANNELS_SM90 in src/transport/nvls.cc (Hopper)
+NVLS_CHUNK_BYTES = 128 * 1024  # NCCL_NVLS_CHUNKSIZE default, src/transport/nvls.cc
+# (rounds, chunk): a message short of `rounds` rounds of every lane's chunk runs on chunks no
+# larger than `chunk`, tested in this order (calcCollChunking in src/enqueue.cc).
+NVLS_SMALLER_CHUNKS = ((64, 64 * 1024), (8, 32 * 1024), (2, 16 * 1024))
+NVLS_STAGES = 3
 # What the compiled simulator runs: ring or double binary tree (in any dimension) steps at the
 # link's latency, whole chunks, no protocol start-up and no in-switch reduction.
 BARE = {"simple": (0.0, 0.0, 1.0)}
@@ -54,8 +65,9 @@ def one_dim_time(kind: str, bytes_: float, dim: NetworkDim, ranks: float, effici
         return min(all_reduce_times(bytes_, dim, ranks, efficiency, step_s, log_tree, protocols).values())
     bw = _bandwidth_bps(dim, ranks, efficiency)
     steps = ranks - 1
-    return min(base + steps * (dim.latency_s + extra + step_s) + steps / ranks * bytes_ / (bw * share)
-               for base, extra, share in protocols.values())
+    return min(base + steps * (dim.latency_s + extra + step_s)
+               + steps / ranks * bytes_ / _bus_bps(dim, bw, name, share)
+               for name, (base, extra, share) in protocols.items())
 
 
 def all_reduce_times(bytes_: float, dim: NetworkDim, ranks: float, efficiency: float = 1.0,
@@ -63,21 +75,55 @@ def all_reduce_times(bytes_: float, dim: NetworkDim, ranks: float, efficiency: f
     """Seconds of an all-reduce by each algorithm and protocol NCCL could pick, keyed
     "algorithm/protocol"; NCCL runs the fastest. Ring: 2(n-1) steps, each rank sending and
     receiving 2(n-1)/n of the buffer. Tree: log-depth reduce then broadcast, the whole buffer
-    up and down. NVLS, where the switch reduces: each rank writes its buffer into the switch
-    and reads the reduced result once (1 + 1/n of the buffer each way, counting the shard of
-    the reduction it serves), at the share of the link rate the switch's reduction sustains."""
+    up and down. NVLS where the switch reduces (see nvls_all_reduce_s)."""
     bw = _bandwidth_bps(dim, ranks, efficiency)
     steps = ranks - 1
     times = {}
     for name, (base, extra, share) in protocols.items():
         hop = dim.latency_s + extra + step_s
-        times[f"ring/{name}"] = base + 2 * steps * hop + 2 * steps / ranks * bytes_ / (bw * share)
+        bus = _bus_bps(dim, bw, name, share)
+        times[f"ring/{name}"] = base + 2 * steps * hop + 2 * steps / ranks * bytes_ / bus
         if log_tree:
-            times[f"tree/{name}"] = base + 2 * ceil(log2(ranks)) * hop + 2 * bytes_ / (bw * share)
+            times[f"tree/{name}"] = base + 2 * ceil(log2(ranks)) * hop + 2 * bytes_ / bus
     if dim.switch_reduction > 0 and dim.topology == "switch" and protocols is PROTOCOLS:
-        link = dim.link_bandwidth_bps * dim.efficiency * efficiency * dim.switch_reduction
-        times["nvls/simple"] = NVLS_LATENCY_S + 2 * step_s + (1 + 1 / ranks) * bytes_ / link
+        times["nvls/simple"] = nvls_all_reduce_s(bytes_, dim, ranks, efficiency, step_s)
     return times
+
+
+def _bus_bps(dim: NetworkDim, bandwidth_bps: float, protocol: str, share: float) -> float:
+    """One GPU's bus bandwidth under a protocol: its share of the link, and for LL no more than
+    the GPU's ceiling on flag-and-data stores (NCCL's llMaxBw) where the dimension sets one."""
+    bus_bps = bandwidth_bps * share
+    if protocol == "ll" and dim.ll_bandwidth_bps > 0:
+        return min(bus_bps, dim.ll_bandwidth_bps)
+    return bus_bps
+
+
+def nvls_chunk_bytes(bytes_: float, lanes: int) -> int:
+    """NCCL's NVLS chunk for a message over `lanes` (channels x ranks): the default 128 KiB,
+    halved down to 16 KiB as the message falls short of 64, 8, then 2 rounds of all lanes."""
+    chunk = NVLS_CHUNK_BYTES
+    for rounds, smaller in NVLS_SMALLER_CHUNKS:
+        if bytes_ < rounds * lanes * chunk:
+            chunk = min(chunk, smaller)
+    return chunk
+
+
+def nvls_all_reduce_s(bytes_: float, dim: NetworkDim, ranks: float, efficiency: float = 1.0,
+                      step_s: float = 0.0) -> float:
+    """Seconds of NCCL's NVLS all-reduce on one switch: the Simple protocol's start-up, then
+    one step per round of chunks plus NVLS_STAGES - 1 steps to fill the pipeline. A step is a
+    handshake plus one round's data: each rank writes its share of the round into the switch
+    and reads the reduced result back, (1 + 1/n) of the round each way, at the share of the
+    link rate the switch's reduction sustains. Small chunks (small messages) pay the handshake
+    more often per byte, which is why the bus bandwidth climbs up to 1 GiB."""
+    lanes = int(NVLS_CHANNELS * ranks)
+    rounds = max(1.0, bytes_ / (lanes * nvls_chunk_bytes(bytes_, lanes)))
+    hop_s = dim.latency_s + NVLS_HANDSHAKE_S + step_s
+    link_bps = dim.link_bandwidth_bps * dim.efficiency * efficiency * dim.switch_reduction
+    round_s = (1 + 1 / ranks) * bytes_ / rounds / link_bps
+    fill = NVLS_STAGES - 1
+    return PROTOCOLS["simple"][0] + (ceil(rounds) + fill) * hop_s + (rounds + fill) * round_s
 
 
 def collective_time(hw: HardwareSpec, dims: tuple, kind: str, bytes_: float, span: tuple,

@@ -274,6 +274,7 @@ def _network_from_list(items, source: str) -> tuple:
             efficiency=f.number("efficiency", 1.0, high=1.0),
             oversubscription=f.number("oversubscription", 1.0, high=1e6),
             switch_reduction=_fraction(f, "switch_reduction"),
+            ll_bandwidth_bps=_optional_bandwidth(f, "ll_bandwidth"),
         ))
         f.done()
     if any(d.size == 0 for d in dims[:-1]):
@@ -287,6 +288,12 @@ def _fraction(f, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
         raise SpecError(f.source, f.name(key), value, "expected a share in [0, 1] (0 = none)")
     return float(value)
+
+
+def _optional_bandwidth(f, key: str) -> float:
+    """An optional bandwidth in bytes per second, 0 when absent."""
+    value = f.raw(key)
+    return 0.0 if value is None else units.parse_bandwidth(value, f.source, f.name(key))
 
 
 def _faults_from_list(items, source: str) -> tuple:

@@ -178,6 +178,9 @@ class NetworkDim:
     # In-switch reduction (NVLink SHARP on NVSwitch gen 3): the share of the link bandwidth an
     # all-reduce reduced inside the switch sustains; 0 = the switch only forwards.
     switch_reduction: float = 0.0
+    # Ceiling on one GPU's bus bandwidth under NCCL's LL protocol, whose 8-byte flag-and-data
+    # stores the GPU issues at a bounded rate whatever the link (NCCL's llMaxBw); 0 = none.
+    ll_bandwidth_bps: float = 0.0
 
 
 @dataclass(frozen=True)

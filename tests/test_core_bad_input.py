@@ -46,6 +46,7 @@ HW_CASES = [
     (hw_with(["gpu", "sm_count"], 0), "gpu.sm_count"),
     (hw_with(["network"], []), "network"),
     (hw_with(["network", 0, "topology"], "donut"), "network.0.topology"),
+    (hw_with(["network", 0, "ll_bandwidth"], "quick"), "network.0.ll_bandwidth"),
     (hw_with(["gpu", "peak_flops"], {"int3": "1 TFLOP/s"}), "gpu.peak_flops.int3"),
     (hw_with(["calibration", "compute_efficiency"], 1.5), "calibration.compute_efficiency"),
     (hw_with(["dtype"], "fp8"), "dtype"),

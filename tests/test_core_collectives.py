@@ -2,7 +2,9 @@ from dataclasses import replace
 
 import pytest
 
-from core.collectives import NVLS_LATENCY_S, PROTOCOLS, all_reduce_times, collective_time, one_dim_time
+from core.collectives import (PROTOCOLS, all_reduce_times, collective_time, nvls_all_reduce_s, nvls_chunk_bytes,
+                              one_dim_time)
+from core.loader import load_hardware
 from core.specs import NetworkDim
 
 NVSWITCH = NetworkDim("nvlink", "switch", 8, 300e9, 1e-6, 0.8)
@@ -33,15 +35,78 @@ def test_log_depth_tree_only_across_nodes():
     assert all_reduce_times(8192, IB, 4)["tree/ll"] == pytest.approx(expected)
 
 
+MIB = 2**20
+DGX_H100 = replace(NVSWITCH, link_bandwidth_bps=450e9, latency_s=0.6e-6, switch_reduction=1.0, ll_bandwidth_bps=141e9)
+
+
+def test_nvls_chunk_shrinks_with_the_message():
+    """8 ranks x 16 channels = 128 lanes: 128 KiB chunks from 64 rounds (1 GiB) up, 64 KiB from
+    8 rounds of those (64 MiB), 32 KiB from 2 rounds of those (8 MiB), 16 KiB below."""
+    lanes = 128
+    assert nvls_chunk_bytes(1024 * MIB, lanes) == 128 * 1024
+    assert nvls_chunk_bytes(1024 * MIB - 1, lanes) == 64 * 1024
+    assert nvls_chunk_bytes(64 * MIB, lanes) == 64 * 1024
+    assert nvls_chunk_bytes(64 * MIB - 1, lanes) == 32 * 1024
+    assert nvls_chunk_bytes(8 * MIB, lanes) == 32 * 1024
+    assert nvls_chunk_bytes(8 * MIB - 1, lanes) == 16 * 1024
+    assert nvls_chunk_bytes(8, lanes) == 16 * 1024
+    assert nvls_chunk_bytes(512 * MIB, 64) == 128 * 1024  # 4 ranks: half the lanes, half the thresholds
+
+
 def test_nvls_all_reduce_on_8_gpus_by_hand():
-    """The switch reduces: each GPU moves (1 + 1/8) of the buffer once each way at the
-    share of the link rate the reduction sustains, after one fixed start-up."""
+    """2 GiB on 8 GPUs: 128 rounds of 128 lanes x 128 KiB (16 MiB), plus 2 steps to fill the
+    three-stage pipeline; each step a fan-in handshake (1 + 3.4 us) and 1.125 x 16 MiB each way
+    at the switch's share of the link, after the Simple protocol's 8.4 us start-up."""
     dim = replace(NVSWITCH, link_bandwidth_bps=450e9, switch_reduction=0.85)
-    size = 2**30
-    expected = NVLS_LATENCY_S + 1.125 * size / (450e9 * 0.8 * 0.85)
-    assert all_reduce_times(size, dim, 8, log_tree=False)["nvls/simple"] == pytest.approx(expected)
-    assert one_dim_time("all_reduce", size, dim, 8, log_tree=False) == pytest.approx(expected)
-    assert "nvls/simple" not in all_reduce_times(size, NVSWITCH, 8)  # A100's switch only forwards
+    link = 450e9 * 0.8 * 0.85
+    expected = 8.4e-6 + 130 * 4.4e-6 + 130 * 1.125 * 16 * MIB / link
+    assert all_reduce_times(2048 * MIB, dim, 8, log_tree=False)["nvls/simple"] == pytest.approx(expected)
+    assert one_dim_time("all_reduce", 2048 * MIB, dim, 8, log_tree=False) == pytest.approx(expected)
+    assert "nvls/simple" not in all_reduce_times(2048 * MIB, NVSWITCH, 8)  # A100's switch only forwards
+
+
+def test_nvls_message_shorter_than_one_round_of_chunks():
+    """1 MiB on 8 GPUs: 16 KiB chunks, so one round holds 2 MiB; the message is one partial
+    round, and the fill still takes two more steps of that round."""
+    dim = replace(NVSWITCH, link_bandwidth_bps=450e9, switch_reduction=0.85)
+    expected = 8.4e-6 + 3 * 4.4e-6 + 3 * 1.125 * MIB / (450e9 * 0.8 * 0.85)
+    assert nvls_all_reduce_s(MIB, dim, 8) == pytest.approx(expected)
+
+
+def test_small_chunks_cost_bandwidth():
+    """The marginal cost of a byte is one handshake per round of 128 lanes' chunks plus 1.125
+    bytes each way: 256 -> 512 MiB runs on 64 KiB chunks, 2 -> 4 GiB on 128 KiB."""
+    dim = replace(NVSWITCH, link_bandwidth_bps=450e9, switch_reduction=0.85)
+    wire = 1.125 / (450e9 * 0.8 * 0.85)
+
+    def marginal(size):
+        return (nvls_all_reduce_s(2 * size, dim, 8) - nvls_all_reduce_s(size, dim, 8)) / size
+    assert marginal(256 * MIB) == pytest.approx(4.4e-6 / (128 * 64 * 1024) + wire)
+    assert marginal(2048 * MIB) == pytest.approx(4.4e-6 / (128 * 128 * 1024) + wire)
+
+
+def test_ll_bus_bandwidth_has_a_ceiling():
+    """LL moves half the link's rate (0.5 x 300 x 0.8 = 120 GB/s) unless the GPU's ceiling
+    is lower (100 GB/s here); the other protocols keep theirs."""
+    capped = replace(NVSWITCH, ll_bandwidth_bps=100e9)
+    base, extra, _ = PROTOCOLS["ll"]
+    expected = base + 14 * (1e-6 + extra) + 1.75 * 1e6 / 100e9
+    assert all_reduce_times(1e6, capped, 8, log_tree=False)["ring/ll"] == pytest.approx(expected)
+    uncapped = all_reduce_times(1e6, NVSWITCH, 8, log_tree=False)
+    assert uncapped["ring/ll"] == pytest.approx(base + 14 * (1e-6 + extra) + 1.75 * 1e6 / 120e9)
+    assert all_reduce_times(1e6, capped, 8, log_tree=False)["ring/simple"] == pytest.approx(uncapped["ring/simple"])
+
+
+def test_one_dgx_h100_runs_ll_then_nvls():
+    """On one DGX H100, LL's few microseconds win small messages; from a couple of MiB the
+    switch's reduction (1.125 of the buffer each way against the ring's 1.75) wins."""
+    def best(size):
+        times = all_reduce_times(size, DGX_H100, 8, log_tree=False)
+        return min(times, key=times.get)
+    assert best(8) == "ring/ll"
+    assert best(256 * 1024) == "ring/ll"
+    assert best(4 * MIB) == "nvls/simple"
+    assert best(16 * 1024 * MIB) == "nvls/simple"
 
 
 def test_hierarchical_all_reduce_composes_dimensions(a100):
@@ -56,3 +121,18 @@ def test_hierarchical_all_reduce_composes_dimensions(a100):
 
 def test_a_group_of_one_costs_nothing(a100):
     assert collective_time(a100, (NVSWITCH,), "all_reduce", 1e9, ()) == {}
+
+
+def test_two_gpus_gain_nothing_from_the_switch():
+    """On 2 GPUs the ring moves 2 x 1/2 of the buffer each way, NVLS 1 + 1/2: the ring wins
+    large messages (nccl#1455 measures the same bus bandwidth for both up to 4 GPUs)."""
+    times = all_reduce_times(1024 * MIB, DGX_H100, 2, log_tree=False)
+    assert min(times, key=times.get) == "ring/simple"
+
+
+def test_hopper_preset_reduces_in_the_switch_and_caps_ll():
+    """DGX H100's NVSwitch reduces (NVLS) and its LL tops out at 141 GB/s (NCCL's Hopper
+    single-node llMaxBw); A100's NVSwitch only forwards."""
+    nvlink = load_hardware("h100-sxm5-80gb").network[0]
+    assert (nvlink.switch_reduction, nvlink.ll_bandwidth_bps) == (1.0, 141e9)
+    assert load_hardware("a100-sxm4-80gb").network[0].switch_reduction == 0.0
