@@ -84,7 +84,7 @@ def _gemm_ops(hw, name, m, n, k, saved, batch=1, core=False):
     fwd = _compute(name, _plus(ops.gemm(hw, m, n, k, batch), ops.fp8_cast(hw, rows * k, True)), saved, core)
     dgrad = _compute(name + ".dgrad", _plus(ops.gemm(hw, m, k, n, batch), ops.fp8_cast(hw, rows * n, True)),
                      core=core)
-    wgrad = _compute(name + ".wgrad", ops.gemm(hw, k, n, m, batch), core=core)
+    wgrad = _compute(name + ".wgrad", ops.gemm(hw, k, n, m, batch, weights=False), core=core)
     return fwd, (dgrad, wgrad)
 
 
@@ -95,11 +95,12 @@ def gemm_input_bytes(hw: HardwareSpec) -> int:
 
 
 def _attention_gemm_ops(hw, name, m, n, k, batch):
-    """Unfused attention's batched matmuls: they run in the activation dtype even under FP8."""
+    """Unfused attention's batched matmuls: they run in the activation dtype even under FP8,
+    on activations only (no weight matrix)."""
     dtype = hw.act_dtype
-    fwd = _compute(name, ops.gemm(hw, m, n, k, batch, dtype), core=True)
-    dgrad = _compute(name + ".dgrad", ops.gemm(hw, m, k, n, batch, dtype), core=True)
-    wgrad = _compute(name + ".wgrad", ops.gemm(hw, k, n, m, batch, dtype), core=True)
+    fwd = _compute(name, ops.gemm(hw, m, n, k, batch, dtype, weights=False), core=True)
+    dgrad = _compute(name + ".dgrad", ops.gemm(hw, m, k, n, batch, dtype, weights=False), core=True)
+    wgrad = _compute(name + ".wgrad", ops.gemm(hw, k, n, m, batch, dtype, weights=False), core=True)
     return fwd, (dgrad, wgrad)
 
 

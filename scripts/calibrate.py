@@ -45,7 +45,7 @@ from core.validation import SUITES
 US = 1e-6
 MIB = 2**20
 ZERO_FACTORS = {"compute_efficiency": 1.0, "fp8_efficiency": 1.0, "attention_efficiency": 1.0,
-                "memory_efficiency": 1.0, "network_efficiency": 1.0, "kernel_overhead_s": 0.0,
+                "memory_efficiency": 1.0, "stream_efficiency": 1.0, "network_efficiency": 1.0, "kernel_overhead_s": 0.0,
                 "collective_step_s": 0.0, "decode_attention_rate": 12.0}
 
 
@@ -89,7 +89,8 @@ FAMILIES = {
         Group("training", ("training",), lambda c: c.case.startswith(A100_TRAIN_FIT),
               (("compute_efficiency", _grid(0.6, 1.0, 9)), ("network_efficiency", _grid(0.4, 1.0, 7)))),
         Group("inference", ("inference",), lambda c: c.case.startswith(A100_INFER_FIT),
-              (("kernel_overhead_s", _grid(0.0, 8.0, 9, US)), ("collective_step_s", _grid(0.0, 8.0, 9, US)))),
+              (("stream_efficiency", _grid(0.7, 1.0, 7)), ("kernel_overhead_s", _grid(0.0, 8.0, 9, US)),
+               ("collective_step_s", _grid(0.0, 8.0, 9, US)))),
         Group("decode", ("trtllm",), lambda c: c.case.startswith(A100_DECODE_FIT),
               (("decode_attention_rate", (6.0, 9.0, 12.0, 15.0, 18.0)),)),
     ), gpus=("A100",)),
@@ -100,7 +101,7 @@ FAMILIES = {
         Group("network", ("collectives",), lambda c: int(c.case.rsplit("-", 1)[1]) > MIB,
               (("network_efficiency", _grid(0.6, 1.0, 9)),)),
         Group("inference", ("trtllm",), lambda c: c.case.startswith(H100_INFER_FIT),
-              (("memory_efficiency", _grid(0.7, 1.0, 4)), ("kernel_overhead_s", _grid(0.0, 8.0, 9, US)),
+              (("stream_efficiency", _grid(0.7, 1.0, 7)), ("kernel_overhead_s", _grid(0.0, 8.0, 9, US)),
                ("decode_attention_rate", (6.0, 9.0, 12.0, 15.0, 18.0)))),
     ), gpus=("H100", "H200"), prior="a100-sxm4-80gb"),
 }
@@ -186,6 +187,7 @@ def print_calibration(name: str, hw) -> None:
     print(f"\n{name} calibration:\n  compute_efficiency: {c.compute_efficiency:.3f}\n"
           f"  fp8_efficiency: {c.fp8_efficiency:.3f}\n  attention_efficiency: {c.attention_efficiency:.3f}\n"
           f"  network_efficiency: {c.network_efficiency:.3f}\n  memory_efficiency: {c.memory_efficiency:.3f}\n"
+          f"  stream_efficiency: {c.stream_efficiency:.3f}\n"
           f"  kernel_overhead: {c.kernel_overhead_s / US:.2f} us\n  collective_step: {c.collective_step_s / US:.2f} us\n"
           f"  decode_attention_rate: {c.decode_attention_rate:.3g}")
 
