@@ -6,21 +6,25 @@ Per family, each fit group names the suites it reads, which of their rows it fit
 rest are held out) and the factors it searches, each on a grid refined twice around the
 best point, minimising the largest |error| (then the mean) on the fitted rows:
 - A100 (a100-sxm4-80gb): training rows of gpt-22b and gpt-175b fit compute_efficiency and
-  network_efficiency; inference rows of llama2-7b and llama2-70b tp8 fit kernel_overhead and
+  network_efficiency; inference rows of llama2-7b and llama2-70b tp8 fit stream_efficiency
+  (batch-1 decode is one sweep of the weights per token), kernel_overhead and
   collective_step (the decode attention rate does not matter at batch 1); TensorRT-LLM
   v0.6.1's GPT-J and Llama 2 70B rows fit decode_attention_rate (its Llama 7B and Falcon 180B
-  rows held out). memory_efficiency stays the preset's: the pointwise kernels it also sets
-  drive the training rows (raising it to what TensorRT-LLM's decode GEMMs reach puts
-  training 7-10 % off).
+  rows held out). memory_efficiency (elementwise kernels) stays the preset's: those kernels
+  drive the training rows, and no inference row is bound by them.
 - H100 (h100-sxm5-80gb; H200 inherits): the DGX Cloud 24.11 benchmark rows of the
   h100_dense suite fit compute_efficiency, fp8_efficiency and attention_efficiency; the
   nccl-tests all-reduce rows above 1 MiB on one DGX H100 fit network_efficiency (what the
   links deliver, measured directly rather than left to absorb training residuals); every
   other H100 training source (NeMo 24.07, DGX Cloud 25.05, Megatron-Bridge, and the whole
   MoE suite) is held out. TensorRT-LLM v0.5's
-  H100 FP8 GPT-J and Llama 2 70B rows fit memory_efficiency, kernel_overhead and
-  decode_attention_rate (Llama 7B and Falcon 180B held out); collective_step stays 0:
-  nccl-tests on a DGX H100 match NCCL's own latencies with nothing on top.
+  H100 FP8 GPT-J and Llama 2 70B rows fit stream_efficiency and decode_attention_rate
+  (Llama 7B and Falcon 180B held out); collective_step stays 0: nccl-tests on a DGX H100
+  match NCCL's own latencies with nothing on top. kernel_overhead and memory_efficiency stay
+  the preset's (the values these rows gave when one HBM efficiency served every kernel):
+  with the weight and KV sweeps apart, the rows' worst error is set by their prefill at any
+  kernel_overhead from 2 to 5.5 us, so they no longer pin it, and the held-out training
+  suites move with it (moe rises at less, h100_dense at more).
 The trtllm suite holds both families' rows; each family reads the rows of its GPU.
 
 `--cv` prints, per suite, the in-sample error (the factors fitted on all their fit rows)
@@ -101,8 +105,7 @@ FAMILIES = {
         Group("network", ("collectives",), lambda c: int(c.case.rsplit("-", 1)[1]) > MIB,
               (("network_efficiency", _grid(0.6, 1.0, 9)),)),
         Group("inference", ("trtllm",), lambda c: c.case.startswith(H100_INFER_FIT),
-              (("stream_efficiency", _grid(0.7, 1.0, 7)), ("kernel_overhead_s", _grid(0.0, 8.0, 9, US)),
-               ("decode_attention_rate", (6.0, 9.0, 12.0, 15.0, 18.0)))),
+              (("stream_efficiency", _grid(0.7, 1.0, 7)), ("decode_attention_rate", (6.0, 9.0, 12.0, 15.0, 18.0)))),
     ), gpus=("H100", "H200"), prior="a100-sxm4-80gb"),
 }
 

@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 
 from core import ops
+from core.graph import build_decode_layer
 from core.loader import load_hardware, load_model
 from core.memory import RUNTIME_RESERVE_BYTES, inference_memory, prefill_workspace_bytes
 from core.specs import Parallelism
@@ -41,6 +42,14 @@ def test_long_context_decode_attention_is_bound_by_the_sm_rate_under_gqa(h100):
     assert kernel.time_s == pytest.approx(sm_s + h100.gpu.launch_overhead_s + cal.kernel_overhead_s)
     unbounded = dataclasses.replace(h100, calibration=dataclasses.replace(cal, decode_attention_rate=0.0))
     assert ops.decode_attention(unbounded, 64, 16, 2, 4096, 128, 1).time_s < kernel.time_s
+
+
+def test_a_decode_layer_leaves_rope_and_the_cache_append_to_the_attention_kernel(h100):
+    """TensorRT-LLM's masked multi-head attention rotates the step's q and k and stores k and
+    v into the cache itself: a Llama layer's decode step is ten kernels on one GPU."""
+    ops_list = build_decode_layer(load_model("llama2-7b"), h100, 8, 512, 1, 2)
+    assert [op.name for op in ops_list] == ["norm1", "qkv", "attention", "attn_out", "residual1", "norm2",
+                                            "mlp_up", "activation", "mlp_down", "residual2"]
 
 
 def _max_error(cases, keep=lambda case: True) -> float:
