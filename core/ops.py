@@ -35,7 +35,7 @@ def _launch_s(hw: HardwareSpec) -> float:
 
 
 def stream_bandwidth_bps(hw: HardwareSpec) -> float:
-    """HBM bandwidth a long read stream reaches (GEMM operands, a KV-cache sweep)."""
+    """HBM bandwidth a long read stream reaches (a weight matrix, a KV-cache sweep)."""
     return hw.gpu.hbm.bandwidth_bps * hw.calibration.stream_efficiency
 
 
@@ -168,9 +168,8 @@ def decode_attention(hw: HardwareSpec, batch: int, heads: int, kv_heads: int, co
     kernel of this period (TensorRT-LLM's masked multi-head attention) runs one block per
     sequence and query head, so the SMs process every query head's copy of its KV head's
     cache: at `decode_attention_rate` elements per SM per cycle that, not bandwidth, bounds
-    long contexts.
-    The cache is in the activation dtype unless `kv_bytes_per_element` says otherwise. The
-    kernel also reads the step's q, k and v, writes its output and appends k and v to the
+    long contexts. The cache is in the activation dtype unless `kv_bytes_per_element` says
+    otherwise. The kernel also reads the step's q, k and v, writes its output and appends k and v to the
     cache (position embedding applied on the way)."""
     cache_element = kv_bytes_per_element or hw.act_bytes
     kv_bytes = 2 * batch * kv_heads * context * head_dim * cache_element
