@@ -283,10 +283,7 @@ def _experts(model, hw, shape, add, fwd, bwd, T_norm):
 def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: int, tp: int,
                        kv_bytes: float) -> tuple:
     """One layer of one decode step (a single new token per sequence) on one rank,
-    reading a KV cache of `context` tokens stored at `kv_bytes` per element. The rotary
-    embedding and the new token's cache append are not kernels of their own: TensorRT-LLM's
-    masked multi-head attention applies RoPE to the step's q and k and stores k and v into
-    the cache before it sweeps it (ops.decode_attention counts those bytes)."""
+    reading a KV cache of `context` tokens stored at `kv_bytes` per element."""
     el = hw.act_bytes
     h = model.hidden
     heads = model.heads // tp
@@ -298,6 +295,9 @@ def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: 
         _compute("norm1", ops.pointwise(hw, 2 * row)),
         _compute("qkv", ops.gemm(hw, batch, q_dim + 2 * kv_dim, h)),
     ]
+    if model.position_embedding == "rotary":
+        out.append(_compute("rotary", ops.pointwise(hw, 2 * batch * (q_dim + kv_dim) * el)))
+    out.append(_compute("kv_append", ops.pointwise(hw, 2 * batch * kv_dim * (el + kv_bytes))))
     out.append(_compute("attention", ops.decode_attention(hw, batch, heads, kv_heads, context, d, kv_bytes)))
     out.append(_compute("attn_out", ops.gemm(hw, batch, h, q_dim)))
     if tp > 1:

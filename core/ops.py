@@ -169,16 +169,14 @@ def decode_attention(hw: HardwareSpec, batch: int, heads: int, kv_heads: int, co
     sequence and query head, so the SMs process every query head's copy of its KV head's
     cache: at `decode_attention_rate` elements per SM per cycle that, not bandwidth, bounds
     long contexts. The cache is in the activation dtype unless `kv_bytes_per_element` says
-    otherwise. The kernel also reads the step's q, k and v, writes its output and appends k and v to the
-    cache (position embedding applied on the way)."""
-    cache_element = kv_bytes_per_element or hw.act_bytes
-    kv_bytes = 2 * batch * kv_heads * context * head_dim * cache_element
-    step_bytes = batch * head_dim * (2 * heads * hw.act_bytes + 2 * kv_heads * (hw.act_bytes + cache_element))
+    otherwise; the step's queries in and outputs out move at the elementwise rate."""
+    kv_bytes = 2 * batch * kv_heads * context * head_dim * (kv_bytes_per_element or hw.act_bytes)
+    q_bytes = 2 * batch * heads * head_dim * hw.act_bytes
     flops = 4.0 * batch * heads * context * head_dim
-    busy_s = max(kv_bytes / stream_bandwidth_bps(hw) + step_bytes / mixed_bandwidth_bps(hw),
+    busy_s = max(kv_bytes / stream_bandwidth_bps(hw) + q_bytes / mixed_bandwidth_bps(hw),
                  flops / hw.gpu.flops("fp32"))
     rate = hw.calibration.decode_attention_rate
     if rate > 0:
         processed = 2.0 * batch * heads * context * head_dim
         busy_s = max(busy_s, processed / (rate * hw.gpu.sm_count * hw.gpu.clock_hz))
-    return KernelTime(busy_s + _launch_s(hw), flops, kv_bytes + step_bytes)
+    return KernelTime(busy_s + _launch_s(hw), flops, kv_bytes + q_bytes)

@@ -5,7 +5,6 @@ import dataclasses
 import pytest
 
 from core import ops
-from core.graph import build_decode_layer
 from core.loader import load_hardware, load_model
 from core.memory import RUNTIME_RESERVE_BYTES, inference_memory, prefill_workspace_bytes
 from core.specs import Parallelism
@@ -44,14 +43,6 @@ def test_long_context_decode_attention_is_bound_by_the_sm_rate_under_gqa(h100):
     assert ops.decode_attention(unbounded, 64, 16, 2, 4096, 128, 1).time_s < kernel.time_s
 
 
-def test_a_decode_layer_leaves_rope_and_the_cache_append_to_the_attention_kernel(h100):
-    """TensorRT-LLM's masked multi-head attention rotates the step's q and k and stores k and
-    v into the cache itself: a Llama layer's decode step is ten kernels on one GPU."""
-    ops_list = build_decode_layer(load_model("llama2-7b"), h100, 8, 512, 1, 2)
-    assert [op.name for op in ops_list] == ["norm1", "qkv", "attention", "attn_out", "residual1", "norm2",
-                                            "mlp_up", "activation", "mlp_down", "residual2"]
-
-
 def _max_error(cases, keep=lambda case: True) -> float:
     return max(abs(case.error_pct) for case in cases if keep(case))
 
@@ -63,9 +54,9 @@ def test_all_reduce_above_1_mib_within_the_reached_error():
 
 def test_trtllm_errors_and_every_memory_verdict_as_reached():
     cases, verdicts = published_cases("trtllm")
-    # reached 14.4 (H100 Llama 7B 2048/128, held out) once weights and the KV cache stream at
+    # reached 13.7 (A100 Falcon 180B 128/2048, held out) once weights and the KV cache stream at
     # stream_efficiency: prefill-heavy rows are predicted slow on both GPUs (their GEMMs run at the
     # training-fitted compute factors), decode-heavy ones fast
-    assert _max_error(cases) < 14.5
-    assert sum(abs(c.error_pct) for c in cases) / len(cases) < 7.7  # reached 7.65
+    assert _max_error(cases) < 13.8
+    assert sum(abs(c.error_pct) for c in cases) / len(cases) < 7.5  # reached 7.45
     assert all(v.expected_feasible == v.predicted_feasible for v in verdicts)

@@ -42,16 +42,15 @@ def test_a_gemm_on_activations_alone_moves_at_the_elementwise_rate(a100):
 
 def test_decode_attention_sweeps_the_cache_as_one_stream(a100):
     """2 sequences, 4 heads of 64, 1000 cached tokens in FP16, no SM-rate bound: the cache
-    (2 x 2 x 4 x 1000 x 64 x 2 bytes) at the stream rate; the step's q in and out (2 x 4 x 64
-    x 2 bytes each) and its new k and v read and appended (2 x 4 x 64 x (2 + 2) bytes each)
-    at the elementwise rate."""
+    (2 x 2 x 4 x 1000 x 64 x 2 bytes) at the stream rate, the step's queries in and outputs
+    out (2 x 2 x 4 x 64 x 2 bytes) at the elementwise rate."""
     cal = dataclasses.replace(a100.calibration, decode_attention_rate=0.0, kernel_overhead_s=0.0)
     hw = dataclasses.replace(no_overheads(a100), calibration=cal)
     kernel = ops.decode_attention(hw, 2, 4, 4, 1000, 64)
-    cache, step = 2 * 2 * 4 * 1000 * 64 * 2, 2 * 64 * (2 * 4 * 2 + 2 * 4 * (2 + 2))
+    cache, queries = 2 * 2 * 4 * 1000 * 64 * 2, 2 * 2 * 4 * 64 * 2
     hbm = hw.gpu.hbm.bandwidth_bps
-    assert kernel.time_s == pytest.approx(cache / (hbm * cal.stream_efficiency) + step / (hbm * cal.memory_efficiency))
-    assert kernel.hbm_bytes == cache + step
+    assert kernel.time_s == pytest.approx(cache / (hbm * cal.stream_efficiency) + queries / (hbm * cal.memory_efficiency))
+    assert kernel.hbm_bytes == cache + queries
 
 
 def test_a_tile_grid_that_just_overflows_the_sms_loses_efficiency(a100):
