@@ -90,7 +90,7 @@ def _gemm_ops(hw, name, m, n, k, saved, batch=1, core=False):
                    saved, core)
     dgrad = _compute(name + ".dgrad", _plus(ops.gemm(hw, m, k, n, batch), *launches,
                                             ops.fp8_cast(hw, rows * n, True)), core=core)
-    wgrad = _compute(name + ".wgrad", _plus(ops.gemm(hw, k, n, m, batch), *launches), core=core)
+    wgrad = _compute(name + ".wgrad", _plus(ops.gemm(hw, k, n, m, batch, weights=False), *launches), core=core)
     return fwd, (dgrad, wgrad)
 
 
@@ -101,11 +101,12 @@ def gemm_input_bytes(hw: HardwareSpec) -> int:
 
 
 def _attention_gemm_ops(hw, name, m, n, k, batch):
-    """Unfused attention's batched matmuls: they run in the activation dtype even under FP8."""
+    """Unfused attention's batched matmuls: they run in the activation dtype even under FP8,
+    on activations only (no weight matrix)."""
     dtype = hw.act_dtype
-    fwd = _compute(name, ops.gemm(hw, m, n, k, batch, dtype), core=True)
-    dgrad = _compute(name + ".dgrad", ops.gemm(hw, m, k, n, batch, dtype), core=True)
-    wgrad = _compute(name + ".wgrad", ops.gemm(hw, k, n, m, batch, dtype), core=True)
+    fwd = _compute(name, ops.gemm(hw, m, n, k, batch, dtype, weights=False), core=True)
+    dgrad = _compute(name + ".dgrad", ops.gemm(hw, m, k, n, batch, dtype, weights=False), core=True)
+    wgrad = _compute(name + ".wgrad", ops.gemm(hw, k, n, m, batch, dtype, weights=False), core=True)
     return fwd, (dgrad, wgrad)
 
 

@@ -324,6 +324,7 @@ def hardware_from_mapping(data: dict, source: str) -> HardwareSpec:
         fp8_efficiency=c.number("fp8_efficiency", 1.0, high=1.0),
         attention_efficiency=c.number("attention_efficiency", 1.0, high=1.0),
         memory_efficiency=c.number("memory_efficiency", 1.0, high=1.0),
+        stream_efficiency=c.number("stream_efficiency", 1.0, high=1.0),
         network_efficiency=c.number("network_efficiency", 1.0, high=1.0),
         kernel_overhead_s=c.unit("kernel_overhead", units.parse_time, 0),
         collective_step_s=c.unit("collective_step", units.parse_time, 0),

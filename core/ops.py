@@ -34,11 +34,24 @@ def _launch_s(hw: HardwareSpec) -> float:
     return hw.gpu.launch_overhead_s + hw.calibration.kernel_overhead_s
 
 
+def stream_bandwidth_bps(hw: HardwareSpec) -> float:
+    """HBM bandwidth a long read stream reaches (a weight matrix, a KV-cache sweep)."""
+    return hw.gpu.hbm.bandwidth_bps * hw.calibration.stream_efficiency
+
+
+def mixed_bandwidth_bps(hw: HardwareSpec) -> float:
+    """HBM bandwidth of traffic that mixes reads with writes (elementwise kernels, outputs)."""
+    return hw.gpu.hbm.bandwidth_bps * hw.calibration.memory_efficiency
+
+
 @lru_cache(maxsize=65536)
-def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = "") -> KernelTime:
+def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = "",
+         weights: bool = True) -> KernelTime:
     """C[m,n] = A[m,k] @ B[k,n], `batch` independent products, with operands in `dtype`
     (default: the hardware's compute dtype) at that dtype's peak. FP8 GEMMs write their
-    output in BF16, as Transformer Engine's do."""
+    output in BF16, as Transformer Engine's do. With `weights`, B is a weight matrix, swept
+    from HBM as one long read stream (stream_efficiency); activations in and out move at the
+    elementwise kernels' rate (memory_efficiency)."""
     gpu, cal = hw.gpu, hw.calibration
     dtype = dtype or hw.dtype
     in_bytes = DTYPE_BYTES[dtype]
@@ -46,7 +59,8 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     peak = gpu.flops(dtype) * cal.compute_efficiency * (cal.fp8_efficiency if dtype == "fp8" else 1.0)
     per_sm_flops = peak / gpu.sm_count
     per_sm_sram = gpu.sram.bandwidth_bps / gpu.sm_count
-    hbm_bw = gpu.hbm.bandwidth_bps * cal.memory_efficiency
+    mixed_bw = mixed_bandwidth_bps(hw)
+    b_bw = stream_bandwidth_bps(hw) if weights else mixed_bw
     unique_in = (m * k + k * n) * in_bytes * batch
     out_total = m * n * out_bytes * batch
     best = float("inf")
@@ -70,20 +84,21 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
             sram_s = per_sm_tiles * (tm + tn) * k_pad * in_bytes / per_sm_sram
             l2_bytes = tiles * (tm + tn) * k_pad * in_bytes + out_total * split
             l2_s = l2_bytes / gpu.l2.bandwidth_bps
-            reduce_bytes = 2 * m * n * 4 * batch * split if split > 1 else 0
-            hbm_bytes = unique_in + out_total + reduce_bytes
+            a_reads = b_reads = 1
             if unique_in > gpu.l2.capacity_bytes * L2_USABLE_FRACTION:
                 # Operands no longer stay resident: A is re-read once per group of tile
                 # columns running together, B once per group of tile rows.
                 slots = gpu.sm_count * ctas_per_sm
                 rows = min(tiles_m, max(1, int(sqrt(slots))))
                 cols = min(tiles_n, max(1, slots // rows))
-                streamed = (m * k * ceil(tiles_n / cols) + k * n * ceil(tiles_m / rows)) * in_bytes * batch
-                hbm_bytes = max(hbm_bytes, streamed + out_total + reduce_bytes)
-            hbm_s = hbm_bytes / hbm_bw
+                a_reads, b_reads = ceil(tiles_n / cols), ceil(tiles_m / rows)
+            a_bytes = m * k * in_bytes * batch * a_reads
+            b_bytes = k * n * in_bytes * batch * b_reads
+            activation_bytes = a_bytes + out_total + (2 * m * n * 4 * batch * split if split > 1 else 0)
+            hbm_s = activation_bytes / mixed_bw + b_bytes / b_bw
             time_s = max(compute_s, sram_s, l2_s, hbm_s)
             if time_s < best:
-                best, best_hbm = time_s, hbm_bytes
+                best, best_hbm = time_s, activation_bytes + b_bytes
     return KernelTime(best + _launch_s(hw), 2.0 * m * n * k * batch, best_hbm)
 
 
@@ -99,9 +114,8 @@ def fp8_cast(hw: HardwareSpec, elements: float, transpose: bool = False) -> Kern
 @lru_cache(maxsize=65536)
 def pointwise(hw: HardwareSpec, bytes_moved: float, flops: float = 0.0) -> KernelTime:
     """An elementwise or reduction kernel: bytes read plus written over HBM bandwidth."""
-    gpu, cal = hw.gpu, hw.calibration
-    memory_s = bytes_moved / (gpu.hbm.bandwidth_bps * cal.memory_efficiency)
-    compute_s = flops / gpu.flops("fp32")
+    memory_s = bytes_moved / mixed_bandwidth_bps(hw)
+    compute_s = flops / hw.gpu.flops("fp32")
     return KernelTime(max(memory_s, compute_s) + _launch_s(hw), flops, bytes_moved)
 
 
@@ -141,7 +155,7 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     hbm_bytes = (q_bytes * 2 + kv_bytes) * (2 if backward else 1)
     if kv_bytes > gpu.l2.capacity_bytes * L2_USABLE_FRACTION:
         hbm_bytes = max(hbm_bytes, l2_bytes)
-    memory_s = max(hbm_bytes / (gpu.hbm.bandwidth_bps * cal.memory_efficiency),
+    memory_s = max(hbm_bytes / mixed_bandwidth_bps(hw),
                    l2_bytes / gpu.l2.bandwidth_bps)
     return KernelTime(max(tensor_s + softmax_s, memory_s) + _launch_s(hw), flops, hbm_bytes)
 
@@ -150,18 +164,19 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
 def decode_attention(hw: HardwareSpec, batch: int, heads: int, kv_heads: int, context: int,
                      head_dim: int, kv_bytes_per_element: float = 0.0) -> KernelTime:
     """One decode step's attention over a KV cache of `context` tokens. Memory sees the cache
-    once (query heads sharing a KV head under GQA hit it in L2). The kernel of this period
-    (TensorRT-LLM's masked multi-head attention) runs one block per sequence and query head,
-    so the SMs process every query head's copy of its KV head's cache: at
-    `decode_attention_rate` elements per SM per cycle that, not bandwidth, bounds long contexts.
-    The cache is in the activation dtype unless `kv_bytes_per_element` says otherwise."""
+    once, as one long read stream (query heads sharing a KV head under GQA hit it in L2). The
+    kernel of this period (TensorRT-LLM's masked multi-head attention) runs one block per
+    sequence and query head, so the SMs process every query head's copy of its KV head's
+    cache: at `decode_attention_rate` elements per SM per cycle that, not bandwidth, bounds
+    long contexts. The cache is in the activation dtype unless `kv_bytes_per_element` says
+    otherwise; the step's queries in and outputs out move at the elementwise rate."""
     kv_bytes = 2 * batch * kv_heads * context * head_dim * (kv_bytes_per_element or hw.act_bytes)
     q_bytes = 2 * batch * heads * head_dim * hw.act_bytes
     flops = 4.0 * batch * heads * context * head_dim
-    kernel = pointwise(hw, kv_bytes + q_bytes, flops)
+    busy_s = max(kv_bytes / stream_bandwidth_bps(hw) + q_bytes / mixed_bandwidth_bps(hw),
+                 flops / hw.gpu.flops("fp32"))
     rate = hw.calibration.decode_attention_rate
-    if rate <= 0:
-        return kernel
-    processed = 2.0 * batch * heads * context * head_dim
-    sm_s = processed / (rate * hw.gpu.sm_count * hw.gpu.clock_hz) + _launch_s(hw)
-    return KernelTime(max(kernel.time_s, sm_s), flops, kv_bytes + q_bytes)
+    if rate > 0:
+        processed = 2.0 * batch * heads * context * head_dim
+        busy_s = max(busy_s, processed / (rate * hw.gpu.sm_count * hw.gpu.clock_hz))
+    return KernelTime(busy_s + _launch_s(hw), flops, kv_bytes + q_bytes)

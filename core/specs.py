@@ -199,7 +199,11 @@ class Calibration:
     compute_efficiency: float = 1.0
     fp8_efficiency: float = 1.0  # FP8 GEMMs' achieved share of the FP8 peak, relative to compute_efficiency
     attention_efficiency: float = 1.0  # fused attention's tensor-core share, relative to compute_efficiency
-    memory_efficiency: float = 1.0
+    memory_efficiency: float = 1.0  # elementwise and normalization kernels' share of the HBM peak
+    # Long read streams' share of the HBM peak: a GEMM's weight matrix and the decode
+    # attention's sweep of the KV cache, read in wide vector loads with many bytes in flight and
+    # hardly a write between them, reach more of the peak than read-modify-write elementwise kernels.
+    stream_efficiency: float = 1.0
     network_efficiency: float = 1.0
     kernel_overhead_s: float = 0.0  # host / framework time per kernel beyond the launch itself
     collective_step_s: float = 0.0  # synchronisation cost per step of a collective algorithm

@@ -89,7 +89,7 @@ def edge_ops(model: ModelSpec, hw: HardwareSpec, tokens: int, tp: int) -> tuple:
     loss_bytes = tokens * vocab * 4 * 2
     last_fwd = ops.pointwise(hw, tokens * h * el * 2).time_s + head.time_s + ops.pointwise(hw, loss_bytes).time_s
     last_bwd = (ops.gemm(hw, tokens, h, vocab, dtype=hw.act_dtype).time_s
-                + ops.gemm(hw, h, vocab, tokens, dtype=hw.act_dtype).time_s
+                + ops.gemm(hw, h, vocab, tokens, dtype=hw.act_dtype, weights=False).time_s
                 + ops.pointwise(hw, loss_bytes).time_s + ops.pointwise(hw, tokens * h * el * 3).time_s)
     return embed_fwd, embed_bwd, last_fwd, last_bwd
 

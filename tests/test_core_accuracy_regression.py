@@ -7,15 +7,15 @@ import pytest
 from core.validation import SUITES, summary
 
 # suite: (max |error| %, mean |error| %, verdicts allowed to disagree)
-# training and inference rose when the infer branch merged (NCCL protocol latencies in every
-# collective; its own branch reaches inference 8.2 % max): the A100 factors refitted under them
-# give gpt-1t +4.9 % (held out) and llama2-13b tp1 +8.2 %.
+# training rose when NCCL protocol latencies entered every collective: the A100 factors
+# refitted under them give gpt-1t +4.9 % (held out). inference fell to 3.3 % once decode GEMMs
+# read their weights at stream_efficiency, apart from elementwise kernels.
 # memory_h100's mean rose from 6.4 when its Bridge figures became first-iteration peaks (what
 # the performance harness reads; core.corpus._memory_measurement) and FP8 weight transposes were
 # counted: all four within 10 % (max 10.8 before), each 4-5 GB under.
 REACHED = {
     "training": (5.0, 2.9, 0),
-    "inference": (8.3, 4.5, 0),
+    "inference": (3.4, 2.1, 0),
     "memory": (9.0, 2.7, 0),
     "h100_dense": (28.0, 6.3, 0),
     "moe": (10.0, 3.5, 1),

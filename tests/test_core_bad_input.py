@@ -49,6 +49,7 @@ HW_CASES = [
     (hw_with(["network", 0, "ll_bandwidth"], "quick"), "network.0.ll_bandwidth"),
     (hw_with(["gpu", "peak_flops"], {"int3": "1 TFLOP/s"}), "gpu.peak_flops.int3"),
     (hw_with(["calibration", "compute_efficiency"], 1.5), "calibration.compute_efficiency"),
+    (hw_with(["calibration", "stream_efficiency"], 0), "calibration.stream_efficiency"),
     (hw_with(["dtype"], "fp8"), "dtype"),
 ]
 

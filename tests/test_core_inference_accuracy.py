@@ -54,8 +54,9 @@ def test_all_reduce_above_1_mib_within_the_reached_error():
 
 def test_trtllm_errors_and_every_memory_verdict_as_reached():
     cases, verdicts = published_cases("trtllm")
-    assert _max_error(cases) < 21.0  # reached 20.6 (A100 Llama 7B, held out)
-    # reached 10.2 since the H100 preset's compute and FP8 factors are fitted on H100 training
-    # rows (0.65 x 0.725 of the FP8 peak, where the A100 prior gave 0.76 x 1.0): FP8 prefill slower
-    assert sum(abs(c.error_pct) for c in cases) / len(cases) < 10.3
+    # reached 13.7 (A100 Falcon 180B 128/2048, held out) once weights and the KV cache stream at
+    # stream_efficiency: prefill-heavy rows are predicted slow on both GPUs (their GEMMs run at the
+    # training-fitted compute factors), decode-heavy ones fast
+    assert _max_error(cases) < 13.8
+    assert sum(abs(c.error_pct) for c in cases) / len(cases) < 7.5  # reached 7.45
     assert all(v.expected_feasible == v.predicted_feasible for v in verdicts)

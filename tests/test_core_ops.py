@@ -20,11 +20,37 @@ def test_large_gemm_is_compute_bound_at_the_derated_peak(a100):
 
 
 def test_gemv_is_bound_by_reading_the_weights(a100):
+    """One token through a 8192 x 16384 weight: the weight streams in at the stream rate, the
+    token's 8192 inputs and 16384 outputs move at the elementwise rate."""
     hw = no_overheads(a100)
     kernel = ops.gemm(hw, 1, 16384, 8192)
-    weights = 16384 * 8192 * 2
-    assert kernel.time_s == pytest.approx(weights / (hw.gpu.hbm.bandwidth_bps * hw.calibration.memory_efficiency),
-                                          rel=0.02)
+    hbm, cal = hw.gpu.hbm.bandwidth_bps, hw.calibration
+    expected = 16384 * 8192 * 2 / (hbm * cal.stream_efficiency) + (8192 + 16384) * 2 / (hbm * cal.memory_efficiency)
+    assert kernel.time_s == pytest.approx(expected)
+    assert kernel.hbm_bytes == (16384 * 8192 + 8192 + 16384) * 2
+
+
+def test_a_gemm_on_activations_alone_moves_at_the_elementwise_rate(a100):
+    """Without a weight operand (attention's batched matmuls, weight gradients) every byte
+    goes at memory_efficiency: the same 1 x 8192 x 16384 product is slower by the ratio of
+    the two rates on the matrix it reads."""
+    hw = no_overheads(a100)
+    kernel = ops.gemm(hw, 1, 16384, 8192, weights=False)
+    bytes_ = (16384 * 8192 + 8192 + 16384) * 2
+    assert kernel.time_s == pytest.approx(bytes_ / (hw.gpu.hbm.bandwidth_bps * hw.calibration.memory_efficiency))
+
+
+def test_decode_attention_sweeps_the_cache_as_one_stream(a100):
+    """2 sequences, 4 heads of 64, 1000 cached tokens in FP16, no SM-rate bound: the cache
+    (2 x 2 x 4 x 1000 x 64 x 2 bytes) at the stream rate, the step's queries in and outputs
+    out (2 x 2 x 4 x 64 x 2 bytes) at the elementwise rate."""
+    cal = dataclasses.replace(a100.calibration, decode_attention_rate=0.0, kernel_overhead_s=0.0)
+    hw = dataclasses.replace(no_overheads(a100), calibration=cal)
+    kernel = ops.decode_attention(hw, 2, 4, 4, 1000, 64)
+    cache, queries = 2 * 2 * 4 * 1000 * 64 * 2, 2 * 2 * 4 * 64 * 2
+    hbm = hw.gpu.hbm.bandwidth_bps
+    assert kernel.time_s == pytest.approx(cache / (hbm * cal.stream_efficiency) + queries / (hbm * cal.memory_efficiency))
+    assert kernel.hbm_bytes == cache + queries
 
 
 def test_a_tile_grid_that_just_overflows_the_sms_loses_efficiency(a100):
