@@ -41,6 +41,19 @@ def test_dispatcher_moves_every_routed_copy_through_permute_sort_and_unpermute(h
     assert "moe.sort_chunks" not in {op.name for op in one_expert_each.forward}  # nothing to regroup
 
 
+def test_routing_and_permutations_keep_indices_probabilities_and_the_returned_copies(h100):
+    model = moe_model()  # 8 experts, top 2, capacity factor 1, hidden 1024, BF16
+    graph = build_layer(model, h100, LayerShape(1, 1000, 1000, 1, False, 1, 4))  # 1000 tokens, 2000 copies
+    saved = {op.name: op.saved_bytes for op in graph.forward}
+    # FP32 aux-loss softmax over 8 experts; top-2 int64 indices and FP32 probabilities; bool capacity mask
+    assert saved["moe.routing"] == 1000 * (8 * 4 + 2 * (8 + 4) + 8 * 1)
+    assert saved["moe.permute"] == 2000 * 8  # the gather's int64 indices
+    # the 2000 BF16 copies back from the experts (1024 wide) and their BF16 probabilities; masked_select's
+    # BF16 input and its bool mask, 8 experts x 1000 tokens
+    assert saved["moe.unpermute"] == 2000 * (1024 + 1) * 2 + 1000 * 8 * (2 + 1)
+    assert saved["moe.sort_chunks"] == 0  # split and cat keep nothing
+
+
 def test_grouped_expert_gemm_launches_one_gemm_per_local_expert(h100):
     model = moe_model()  # expert FFN 2048, SwiGLU: the up projection is 2 x 2048 wide
     graph = build_layer(model, h100, LayerShape(1, 1000, 1000, 1, False, 1, 2))  # ep 2: 4 local experts
