@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 import core
-from core import corpus, ops, published
+from core import corpus, ops, published, validation
 from core.collectives import collective_time
 from core.graph import ROUTING_KERNELS, LayerShape, build_layer
 from core.layout import group_spans
@@ -117,3 +117,13 @@ def test_moe_paper_rows_run_one_layer_per_virtual_stage_unless_the_tables_show_a
     assert corpus.step_overhead_micro_batches(32, 128, (256 / 0.171) / (1024 / 0.198)) == pytest.approx(7.1, abs=0.05)
     for case_id in ("PF-T3-mixtral_g8t8-mcore", "PF-T4-mixtral_g8t8-mcore-1024"):
         assert published.layout_for(cases[case_id], training=True).schedule == "1f1b"
+
+
+def test_a_table_4_cell_that_cannot_have_run_as_printed_is_shown_but_not_counted():
+    # Llama3-8x70B folded (tp 8, pp 16, ep 8) at the printed 128 GPUs: dp 1 leaves each rank its
+    # experts' whole FP32 optimizer state, which does not fit; Table 3 ran the layout at 256
+    _, verdicts = validation.published_cases("moe")
+    doubtful = [v for v in verdicts if v.doubt]
+    assert [v.case for v in doubtful] == ["moe PF-T4-llama3_8x70b-fold-128"]
+    assert not doubtful[0].predicted_feasible and not doubtful[0].disagrees
+    assert "Table 3 ran" in doubtful[0].doubt
