@@ -26,6 +26,13 @@ FP8_TRANSPOSE_BYTES = DTYPE_BYTES["fp8"]
 # and split (fragmentation, a share of what is allocated). Cross-check: Megatron-Bridge's
 # Moonlight 16B runs on H100 (memory_h100.csv) peak at 36.6 GB allocated with ~40 GB
 # reserved; 2 GiB + 5 % of 36.6 GB gives 40.6 GB.
+# Not modelled: the fragmentation of the caching allocator without expandable segments
+# (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), whose fixed-size segments never merge.
+# Megatron-Bridge's memory-tuning skill (nemo-mbridge-perf-memory-tuning SKILL.md) has Llama 3
+# 70B SFT go out of memory at 58.8 GB allocated without them (so >= 26 GB, 45 %, held beyond the
+# live tensors) and pass at ~59 GB with them; no published figure ties that gap to allocation
+# sizes or to the schedule, so the reserve below has no term for it and that run (memory_h100
+# MEM-L70B-SFT-base) stays a known miss.
 RUNTIME_RESERVE_BYTES = 2.0 * GiB
 FRAGMENTATION = 0.05
 
