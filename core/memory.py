@@ -222,7 +222,8 @@ def training_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, graph:
             best, most = (stage, states, step if at_step else backward, at_step), total
     stage, (weights, grads, cache), (optimizer, activations, transient), at_step = best
     return MemoryEstimate(weights, grads, optimizer, activations, transient, 0.0, hw.gpu.hbm.capacity_bytes,
-                          stage, cache, buffers=partial(_training_buffers, hw, par, microbatches, stage, at_step))
+                          stage, cache, buffers=partial(_training_buffers, hw, par, microbatches, stage, at_step,
+                                                        model.moe is not None))
 
 
 def step_transient_bytes(par: Parallelism) -> int:
@@ -236,7 +237,8 @@ def step_transient_bytes(par: Parallelism) -> int:
     return DTYPE_BYTES["fp32"]
 
 
-def _training_buffers(hw: HardwareSpec, par: Parallelism, microbatches: int, stage: int, at_step: bool) -> tuple:
+def _training_buffers(hw: HardwareSpec, par: Parallelism, microbatches: int, stage: int, at_step: bool,
+                      moe: bool) -> tuple:
     """What each kind of a training estimate counts, as the breakdown names it."""
     sharded = f"sharded over dp*cp = {par.dp * par.cp}"
     weights = "fp8" if par.fp8_params else hw.act_dtype
@@ -247,8 +249,10 @@ def _training_buffers(hw: HardwareSpec, par: Parallelism, microbatches: int, sta
         moment = [("activations", "none at this peak (the optimizer step)"),
                   ("transient", "fp32 copies of the gradient shards for the optimizer step")]
     else:
+        dispatcher = (", MoE layers with the routing's and unpermute's kept tensors"
+                      if moe and par.recompute != "full" else "")
         moment = [("activations", f"{in_flight(par, microbatches, stage):.2f} micro-batches in flight, "
-                                  f"recompute {par.recompute}"),
+                                  f"recompute {par.recompute}{dispatcher}"),
                   ("transient", "one layer's working tensors" + (", fp32 logits" if stage == par.pp - 1 else ""))]
     out = [("weights", weights + (f", {sharded}" if par.zero >= 3 else "")), ("gradients", grads),
            ("optimizer", state), *moment]
