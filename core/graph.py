@@ -258,6 +258,11 @@ def routed_rows(model: ModelSpec, tokens: int) -> float:
 # masks), the aux loss and its tracker (7), the dispatcher's split counts and their copies to
 # the host (14), the index builds of permute and unpermute (9); backward, their gradients (20).
 ROUTING_KERNELS = (47, 20)
+# Element sizes of what autograd keeps from that routing and permutation besides activations:
+# token indices are int64 (torch.topk's indices, and permute's masked_select over an arange),
+# routing maps bool.
+INDEX_BYTES = 8
+MASK_BYTES = 1
 
 
 def _experts(model, hw, shape, add, fwd, bwd, T_norm):
@@ -266,7 +271,11 @@ def _experts(model, hw, shape, add, fwd, bwd, T_norm):
     expert, sends them over the EP group, gathers them across the ETP group, sorts them by
     local expert, runs its local experts' GEMMs (FFN split by etp), and undoes all of it:
     sort back, reduce-scatter over ETP, send back, unpermute (weighting by the router's
-    probabilities and summing each token's copies)."""
+    probabilities and summing each token's copies). For backward, besides the GEMM and
+    activation inputs, the routing and the permutations keep what routing_saved_bytes,
+    permute and unpermute_saved_bytes say; the all-to-alls, the ETP all-gather and the chunk
+    sorts keep nothing (their gradients need only the split sizes), so their outputs are freed
+    once consumed."""
     moe, el, h = model.moe, hw.act_bytes, model.hidden
     etp = shape.etp or shape.tp
     etp_axis = "tp" if etp == shape.tp else "etp"
@@ -277,8 +286,8 @@ def _experts(model, hw, shape, add, fwd, bwd, T_norm):
     rows = max(1, round(received / local_experts))
     ffn = moe.expert_ffn_hidden // etp
     add(_gemm_ops(hw, "router", T_norm, moe.experts, h, T_norm * h * el))
-    add(_routing_ops(hw))
-    add(_permute_ops(hw, T_norm * h * el, sent * h * el))
+    add(_routing_ops(hw, routing_saved_bytes(moe, T_norm)))
+    add(_permute_ops(hw, T_norm * h * el, sent * h * el, sent * INDEX_BYTES))
     a2a = sent * h * el
     if shape.ep > 1:
         fwd.append(_comm("moe.dispatch", "all_to_all", "ep", a2a))
@@ -300,22 +309,41 @@ def _experts(model, hw, shape, add, fwd, bwd, T_norm):
     if shape.ep > 1:
         fwd.append(_comm("moe.combine", "all_to_all", "ep", a2a))
         bwd.append((_comm("moe.combine.bwd", "all_to_all", "ep", a2a),))
-    add(_unpermute_ops(hw, T_norm * h * el, sent * h * el))
+    add(_unpermute_ops(hw, T_norm * h * el, sent * h * el, unpermute_saved_bytes(moe, T_norm, sent, h, el)))
 
 
-def _routing_ops(hw):
+def routing_saved_bytes(moe, tokens: float) -> float:
+    """What the top-k router (core_v0.10 moe_utils.topk_softmax_with_capacity with the aux loss)
+    keeps per MoE layer for backward: the aux loss's FP32 softmax over all experts, the top-k
+    indices (for topk's and scatter's gradients) and the FP32 top-k softmax, and under a
+    capacity the kept-copy mask the probabilities are multiplied by."""
+    fp32 = DTYPE_BYTES["fp32"]
+    capacity_mask = moe.experts * MASK_BYTES if moe.capacity_factor > 0 else 0
+    return tokens * (moe.experts * fp32 + moe.top_k * (INDEX_BYTES + fp32) + capacity_mask)
+
+
+def unpermute_saved_bytes(moe, tokens: float, copies: float, hidden: int, el: int) -> float:
+    """What unpermute keeps: the token copies back from the experts, for the probabilities'
+    gradient, and those probabilities, for the copies' gradient (the weighting multiply keeps
+    both), and what masked_select, which picks the probabilities, keeps: its input (the
+    probabilities transposed to experts x tokens) and the transposed routing map."""
+    return copies * (hidden + 1) * el + tokens * moe.experts * (el + MASK_BYTES)
+
+
+def _routing_ops(hw, saved_bytes: float):
     """The router's and dispatcher's bookkeeping kernels (ROUTING_KERNELS): launch-bound, on
     tensors of tokens x experts elements."""
     forward, backward = ROUTING_KERNELS
     one = ops.pointwise(hw, 0.0)
-    return (_compute("moe.routing", _plus(*[one] * forward)),
+    return (_compute("moe.routing", _plus(*[one] * forward), saved_bytes),
             (_compute("moe.routing.bwd", _plus(*[one] * backward)),))
 
 
-def _permute_ops(hw, token_bytes, copy_bytes):
+def _permute_ops(hw, token_bytes, copy_bytes, index_bytes):
     """permute: gather each token's top-k copies into expert order (read and write the
-    copies); backward, scatter-add the copies' gradients into zeroed token gradients."""
-    return (_compute("moe.permute", ops.pointwise(hw, 2 * copy_bytes)),
+    copies), keeping only the gather's int64 indices (unpermute's scatter-add reuses them);
+    backward, scatter-add the copies' gradients into zeroed token gradients."""
+    return (_compute("moe.permute", ops.pointwise(hw, 2 * copy_bytes), index_bytes),
             (_compute("moe.permute.bwd", ops.pointwise(hw, 2 * copy_bytes + token_bytes)),))
 
 
@@ -326,13 +354,13 @@ def _copy_ops(hw, name, copy_bytes):
             (_compute(name + ".bwd", ops.pointwise(hw, 2 * copy_bytes)),))
 
 
-def _unpermute_ops(hw, token_bytes, copy_bytes):
+def _unpermute_ops(hw, token_bytes, copy_bytes, saved_bytes):
     """unpermute: weight the copies by their routing probabilities (read, write) and
     scatter-add them into zeroed tokens (read, accumulate); backward, gather the token
     gradients back to the copies, weight them, and reduce gradient times copy over hidden for
     the probabilities' gradient."""
     forward = ops.pointwise(hw, 4 * copy_bytes + token_bytes)
-    return (_compute("moe.unpermute", forward),
+    return (_compute("moe.unpermute", forward, saved_bytes),
             (_compute("moe.unpermute.bwd", ops.pointwise(hw, 6 * copy_bytes)),))
 
 

@@ -26,6 +26,13 @@ FP8_TRANSPOSE_BYTES = DTYPE_BYTES["fp8"]
 # and split (fragmentation, a share of what is allocated). Cross-check: Megatron-Bridge's
 # Moonlight 16B runs on H100 (memory_h100.csv) peak at 36.6 GB allocated with ~40 GB
 # reserved; 2 GiB + 5 % of 36.6 GB gives 40.6 GB.
+# Not modelled: the fragmentation of the caching allocator without expandable segments
+# (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), whose fixed-size segments never merge.
+# Megatron-Bridge's memory-tuning skill (nemo-mbridge-perf-memory-tuning SKILL.md) has Llama 3
+# 70B SFT go out of memory at 58.8 GB allocated without them (so >= 26 GB, 45 %, held beyond the
+# live tensors) and pass at ~59 GB with them; no published figure ties that gap to allocation
+# sizes or to the schedule, so the reserve below has no term for it and that run (memory_h100
+# MEM-L70B-SFT-base) stays a known miss.
 RUNTIME_RESERVE_BYTES = 2.0 * GiB
 FRAGMENTATION = 0.05
 
@@ -215,7 +222,8 @@ def training_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, graph:
             best, most = (stage, states, step if at_step else backward, at_step), total
     stage, (weights, grads, cache), (optimizer, activations, transient), at_step = best
     return MemoryEstimate(weights, grads, optimizer, activations, transient, 0.0, hw.gpu.hbm.capacity_bytes,
-                          stage, cache, buffers=partial(_training_buffers, hw, par, microbatches, stage, at_step))
+                          stage, cache, buffers=partial(_training_buffers, hw, par, microbatches, stage, at_step,
+                                                        model.moe is not None))
 
 
 def step_transient_bytes(par: Parallelism) -> int:
@@ -229,7 +237,8 @@ def step_transient_bytes(par: Parallelism) -> int:
     return DTYPE_BYTES["fp32"]
 
 
-def _training_buffers(hw: HardwareSpec, par: Parallelism, microbatches: int, stage: int, at_step: bool) -> tuple:
+def _training_buffers(hw: HardwareSpec, par: Parallelism, microbatches: int, stage: int, at_step: bool,
+                      moe: bool) -> tuple:
     """What each kind of a training estimate counts, as the breakdown names it."""
     sharded = f"sharded over dp*cp = {par.dp * par.cp}"
     weights = "fp8" if par.fp8_params else hw.act_dtype
@@ -240,8 +249,10 @@ def _training_buffers(hw: HardwareSpec, par: Parallelism, microbatches: int, sta
         moment = [("activations", "none at this peak (the optimizer step)"),
                   ("transient", "fp32 copies of the gradient shards for the optimizer step")]
     else:
+        dispatcher = (", MoE layers with the routing's and unpermute's kept tensors"
+                      if moe and par.recompute != "full" else "")
         moment = [("activations", f"{in_flight(par, microbatches, stage):.2f} micro-batches in flight, "
-                                  f"recompute {par.recompute}"),
+                                  f"recompute {par.recompute}{dispatcher}"),
                   ("transient", "one layer's working tensors" + (", fp32 logits" if stage == par.pp - 1 else ""))]
     out = [("weights", weights + (f", {sharded}" if par.zero >= 3 else "")), ("gradients", grads),
            ("optimizer", state), *moment]

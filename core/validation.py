@@ -41,6 +41,12 @@ class Verdict:
     expected_feasible: bool
     predicted_feasible: bool
     detail: str
+    doubt: str = ""  # why the published outcome may not be this layout's (core.corpus); then not counted
+
+    @property
+    def disagrees(self) -> bool:
+        """A counted verdict whose prediction differs from what happened."""
+        return not self.doubt and self.expected_feasible != self.predicted_feasible
 
 
 def _rows(name: str) -> list:
@@ -137,7 +143,8 @@ def published_cases(suite: str, hw: HardwareSpec | None = None) -> tuple:
         if row.metric != "memory_verdict" and row.measured is not None and not math.isnan(row.measured):
             cases.append(Case(suite, row.case_id, row.measured, value, row.metric, row.source))
         verdicts.append(Verdict(f"{suite} {row.case_id}", ran, feasible,
-                                record["infeasible_reason"] or f"{record['memory_peak_gib']:.1f} GiB"))
+                                record["infeasible_reason"] or f"{record['memory_peak_gib']:.1f} GiB",
+                                row.extra.get("verdict_doubt", "")))
     return cases, verdicts
 
 

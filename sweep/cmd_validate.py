@@ -23,7 +23,8 @@ def run(args) -> int:
                        "error_pct": c.error_pct, "unit": c.unit} for c in cases],
             "summary": stats,
             "verdicts": [{"case": v.case, "expected_feasible": v.expected_feasible,
-                          "predicted_feasible": v.predicted_feasible, "detail": v.detail} for v in verdicts],
+                          "predicted_feasible": v.predicted_feasible, "detail": v.detail, "doubt": v.doubt}
+                         for v in verdicts],
         }, indent=1))
         return 0
     console = Console()
@@ -37,8 +38,12 @@ def run(args) -> int:
         console.print(table)
         console.print(f"  mean |error| {numbers['mean_abs_error_pct']:.1f} %   "
                       f"max |error| {numbers['max_abs_error_pct']:.1f} %\n")
-    wrong = [v for v in verdicts if v.expected_feasible != v.predicted_feasible]
-    console.print(f"memory verdicts: {len(verdicts) - len(wrong)} of {len(verdicts)} agree with reality")
+    counted = [v for v in verdicts if not v.doubt]
+    wrong = [v for v in counted if v.disagrees]
+    console.print(f"memory verdicts: {len(counted) - len(wrong)} of {len(counted)} agree with reality")
     for v in wrong:
         console.print(f"  [red]disagrees[/]: {v.case}: predicted {'fits' if v.predicted_feasible else 'OOM'} ({v.detail})")
+    for v in (v for v in verdicts if v.doubt):
+        console.print(f"  not counted: {v.case}: predicted {'fits' if v.predicted_feasible else 'OOM'} "
+                      f"({v.detail}); the published outcome is doubtful: {v.doubt}")
     return 0

@@ -8,7 +8,7 @@ import core
 from core.evaluate import estimate_memory
 from core.loader import with_dtype
 from core.memory import fp8_weight_bytes, in_flight, optimizer_bytes, stage_params
-from core.specs import ModelSpec
+from core.specs import ModelSpec, MoESpec
 
 # 2 layers of 256: attention 4 * 256^2, SwiGLU 3 * 256 * 1024, norms 2 * 256 per layer.
 SMALL = ModelSpec("small", layers=2, hidden=256, heads=4, kv_heads=4, ffn_hidden=1024, vocab=1000)
@@ -87,3 +87,11 @@ def test_the_breakdown_says_which_buffers_it_counts():
     assert "gradients: bf16 buckets, full" in text
     assert "optimizer: none master weights + bf16 Adam moments, sharded over dp*cp = 2" in text
     assert "fp8_weights: TE fp8 copies + transposes" in text and "reserved: 2 GiB runtime" in text
+
+
+def test_the_breakdown_names_the_dispatchers_kept_tensors_unless_layers_are_recomputed():
+    moe = ModelSpec("small-moe", 2, 256, 4, 4, 1024, 1000, moe=MoESpec(4, 2, 512))
+    kept = "MoE layers with the routing's and unpermute's kept tensors"
+    assert kept in estimate_memory(moe, H100_BF16, core.Parallelism(), core.TrainWorkload(1, 4096)).describe()
+    full = core.Parallelism(recompute="full")
+    assert kept not in estimate_memory(moe, H100_BF16, full, core.TrainWorkload(1, 4096)).describe()

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 import core
-from core import corpus, ops, published
+from core import corpus, ops, published, validation
 from core.collectives import collective_time
 from core.graph import ROUTING_KERNELS, LayerShape, build_layer
 from core.layout import group_spans
@@ -39,6 +39,19 @@ def test_dispatcher_moves_every_routed_copy_through_permute_sort_and_unpermute(h
     assert forward["moe.routing"].time_s == pytest.approx(ROUTING_KERNELS[0] * launch_s)
     one_expert_each = build_layer(model, h100, LayerShape(1, 1000, 1000, 1, False, 1, 8))
     assert "moe.sort_chunks" not in {op.name for op in one_expert_each.forward}  # nothing to regroup
+
+
+def test_routing_and_permutations_keep_indices_probabilities_and_the_returned_copies(h100):
+    model = moe_model()  # 8 experts, top 2, capacity factor 1, hidden 1024, BF16
+    graph = build_layer(model, h100, LayerShape(1, 1000, 1000, 1, False, 1, 4))  # 1000 tokens, 2000 copies
+    saved = {op.name: op.saved_bytes for op in graph.forward}
+    # FP32 aux-loss softmax over 8 experts; top-2 int64 indices and FP32 probabilities; bool capacity mask
+    assert saved["moe.routing"] == 1000 * (8 * 4 + 2 * (8 + 4) + 8 * 1)
+    assert saved["moe.permute"] == 2000 * 8  # the gather's int64 indices
+    # the 2000 BF16 copies back from the experts (1024 wide) and their BF16 probabilities; masked_select's
+    # BF16 input and its bool mask, 8 experts x 1000 tokens
+    assert saved["moe.unpermute"] == 2000 * (1024 + 1) * 2 + 1000 * 8 * (2 + 1)
+    assert saved["moe.sort_chunks"] == 0  # split and cat keep nothing
 
 
 def test_grouped_expert_gemm_launches_one_gemm_per_local_expert(h100):
@@ -104,3 +117,13 @@ def test_moe_paper_rows_run_one_layer_per_virtual_stage_unless_the_tables_show_a
     assert corpus.step_overhead_micro_batches(32, 128, (256 / 0.171) / (1024 / 0.198)) == pytest.approx(7.1, abs=0.05)
     for case_id in ("PF-T3-mixtral_g8t8-mcore", "PF-T4-mixtral_g8t8-mcore-1024"):
         assert published.layout_for(cases[case_id], training=True).schedule == "1f1b"
+
+
+def test_a_table_4_cell_that_cannot_have_run_as_printed_is_shown_but_not_counted():
+    # Llama3-8x70B folded (tp 8, pp 16, ep 8) at the printed 128 GPUs: dp 1 leaves each rank its
+    # experts' whole FP32 optimizer state, which does not fit; Table 3 ran the layout at 256
+    _, verdicts = validation.published_cases("moe")
+    doubtful = [v for v in verdicts if v.doubt]
+    assert [v.case for v in doubtful] == ["moe PF-T4-llama3_8x70b-fold-128"]
+    assert not doubtful[0].predicted_feasible and not doubtful[0].disagrees
+    assert "Table 3 ran" in doubtful[0].doubt
