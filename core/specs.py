@@ -7,8 +7,9 @@ from functools import cached_property, lru_cache
 ACTIVATIONS = ("gelu", "swiglu", "squared_relu")  # only SwiGLU is gated (three matrices)
 NORMS = ("layernorm", "rmsnorm")
 # flash: a fused kernel using the GPU's newest MMA path (FlashAttention-3, cuDNN); flash2:
-# FlashAttention-2, which issues the pre-Hopper mma.sync; standard: unfused matmuls and softmax.
-ATTENTION_KERNELS = ("flash", "flash2", "standard")
+# FlashAttention-2, which issues the pre-Hopper mma.sync; flash1: FlashAttention 1.x (2022) and
+# the Triton kernels derived from it; standard: unfused matmuls and softmax.
+ATTENTION_KERNELS = ("flash", "flash2", "flash1", "standard")
 POSITION_EMBEDDINGS = ("rotary", "learned")
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
