@@ -274,6 +274,10 @@ class Parallelism:
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     grad_dtype: str = "fp32"  # main-gradient buffers and their reduction (fp32, or bf16)
+    # Weight gradients added into the main gradients inside the weight-gradient GEMM (Megatron's
+    # --gradient-accumulation-fusion, on by default); off, a kernel of its own adds them (PyTorch
+    # DDP / FSDP under autocast).
+    grad_accumulation_fusion: bool = True
     # Transformer Engine's userbuffers overlap of the sequence-parallel all-gathers and
     # reduce-scatters with the GEMMs next to them (NeMo's tp_comm_overlap); needs sp.
     overlap_tp_comm: bool = False

@@ -56,3 +56,21 @@ def test_suite_holds_both_sources_and_every_row_ran():
     assert {c.source for c in cases} == {"flash-attention-2022", "llm-foundry-2023"}
     assert len(cases) == len(verdicts) == 21
     assert all(c.unit == "s" and c.measured > 0 for c in cases)
+
+
+def test_unfused_gradient_accumulation_adds_a_cast_and_an_add_per_weight_gradient():
+    from core.graph import LayerShape, build_layer
+    from core.loader import load_model
+
+    hw = load_hardware("a100-sxm4-80gb")
+    model = load_model("gpt-22b")
+    fused = LayerShape(2, 2048, 2048, 1, False, 1, 1)
+    unfused = LayerShape(2, 2048, 2048, 1, False, 1, 1, grad_accumulate="fp32")
+
+    def wgrad_s(shape):
+        return next(op.time_s for op in build_layer(model, hw, shape).backward if op.name == "mlp_down.wgrad")
+
+    weights = 4 * 6144 * 6144  # mlp_down: 4h x h
+    cast = ops.pointwise(hw, weights * (2 + 4)).time_s  # read bf16, write fp32
+    add = ops.pointwise(hw, weights * 3 * 4).time_s  # read both fp32, write the sum
+    assert wgrad_s(unfused) - wgrad_s(fused) == pytest.approx(cast + add)
