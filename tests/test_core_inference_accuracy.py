@@ -56,7 +56,9 @@ def test_trtllm_errors_and_every_memory_verdict_as_reached():
     cases, verdicts = published_cases("trtllm")
     # reached 13.7 (A100 Falcon 180B 128/2048, held out) once weights and the KV cache stream at
     # stream_efficiency: prefill-heavy rows are predicted slow on both GPUs (their GEMMs run at the
-    # training-fitted compute factors), decode-heavy ones fast
-    assert _max_error(cases) < 13.8
+    # training-fitted compute factors), decode-heavy ones fast. 14.4 since the A100 training factors
+    # are fitted on three sources (compute_efficiency 0.762 -> 0.750): slower prefill moved the
+    # decode_attention_rate fit from 15.8 to 17.2, and the held-out Falcon row from -13.7 to -14.4 %.
+    assert _max_error(cases) < 14.5
     assert sum(abs(c.error_pct) for c in cases) / len(cases) < 7.5  # reached 7.45
     assert all(v.expected_feasible == v.predicted_feasible for v in verdicts)
