@@ -12,9 +12,11 @@ best point, minimising the largest |error| (then the mean) on the fitted rows:
   factors separate: a quarter of a Korthikanti step is unfused softmax, dropout, LayerNorm and
   residual kernels (memory_efficiency), a tenth or less of the fused frameworks' steps.
   The sources disagree in one respect no global factor absorbs: on one model (MPT 7B, 13B)
-  the rows with activation checkpointing run 6-12 % faster than the model predicts and those
-  without 5-13 % slower, and Korthikanti's full-recompute rows sit 3-6 % slow beside its
-  selective ones; the minimax fit splits that difference.
+  llm-foundry's rows with activation checkpointing are predicted 8-13 % slow and those without
+  3-4 % fast (HFU 77-79 % measured with checkpointing), and Korthikanti's full-recompute rows
+  sit 2-5 % slow beside its selective ones; the minimax fit splits that difference, and
+  llm-foundry's rows set it: without them (Korthikanti and FlashAttention alone) the fit is
+  compute 0.700, memory 0.875, and llm-foundry's rows miss by -12.7 to +19.0 %.
   network_efficiency stays the preset's 1.0, its link efficiencies being what nccl-tests
   measures on a DGX A100 (fitted on these rows it trades off against compute_efficiency along
   a ridge: every TP-8 row's communication grows with its compute, so four rows cannot tell
