@@ -86,8 +86,8 @@ def training_cases(hw: HardwareSpec | None = None) -> tuple:
 # - both run data parallelism through PyTorch (DDP, or FSDP FULL_SHARD for MPT: zero 3), whose
 #   gradient buckets are reduced while the backward runs (overlap_grad_reduce); FlashAttention's
 #   ZeroRedundancyOptimizer all-reduces gradients and broadcasts the updated shards, read as
-#   ZeRO-1's reduce-scatter and all-gather (the same bytes on eight NVLink GPUs within 2x, and
-#   under 1 % of these steps); and neither fuses the gradient accumulation into the weight-
+#   ZeRO-1's reduce-scatter and all-gather (at most twice the bytes, and on one NVLink node
+#   under 1 % of these steps either way); and neither fuses the gradient accumulation into the weight-
 #   gradient GEMMs as Megatron-LM does: autocast's 16-bit weight gradient is added into the
 #   FP32 .grad (DDP) or cast to FP32 for the reduce-scatter and added into the shard (FSDP,
 #   mixed precision DEFAULT) by kernels of their own;
@@ -122,6 +122,8 @@ def measured_step_s(row: dict) -> float:
 
 
 def framework_training_cases(hw: HardwareSpec | None = None) -> tuple:
+    """Seconds per global batch of the FlashAttention and llm-foundry rows, measured and
+    predicted, with the verdict that each layout fits (all ran)."""
     hw = hw or load_hardware(HARDWARE)
     cases, verdicts = [], []
     for row in _rows(FRAMEWORK_ROWS):
