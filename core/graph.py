@@ -38,6 +38,9 @@ class LayerShape:
     etp: int = 0  # expert tensor parallelism; 0 = tp
     tp_overlap: bool = False  # SP collectives pipelined with their GEMMs (userbuffers)
     document: int = 0  # tokens per packed document; 0 = the whole sequence
+    # main-gradient dtype a separate kernel adds each weight gradient into; "" = fused into the
+    # weight-gradient GEMM (Megatron's gradient-accumulation fusion)
+    grad_accumulate: str = ""
 
     @property
     def tokens(self) -> int:
@@ -48,7 +51,8 @@ def train_shape(par, work) -> LayerShape:
     """The layer one rank runs per training micro-batch."""
     return LayerShape(par.micro_batch, work.seq // par.cp, work.seq, par.tp, par.sp, par.cp, par.ep,
                       etp=par.expert_tp, tp_overlap=par.overlap_tp_comm and par.sp and par.tp > 1,
-                      document=work.document)
+                      document=work.document,
+                      grad_accumulate="" if par.grad_accumulation_fusion else par.grad_dtype)
 
 
 @hash_once
@@ -74,7 +78,7 @@ def _plus(*kernels: ops.KernelTime) -> ops.KernelTime:
                           sum(k.hbm_bytes for k in kernels))
 
 
-def _gemm_ops(hw, name, m, n, k, saved, batch=1, core=False):
+def _gemm_ops(hw, name, m, n, k, saved, batch=1, core=False, accumulate=""):
     """Forward op plus its two backward GEMMs (input gradient, weight gradient), each with
     the FP8 casts it needs under FP8 training: the input (with its transpose, kept for the
     weight gradient) before the forward, the output gradient (and transpose) before the
@@ -83,14 +87,23 @@ def _gemm_ops(hw, name, m, n, k, saved, batch=1, core=False):
     `batch` GEMMs of one shape run as Transformer Engine's GroupedLinear runs a rank's
     experts: one cuBLAS GEMM each, spread over 4 streams (nvte_multi_stream_cublas_gemm)
     that fill one another's tail waves, so the batched GEMM's time plus a launch per extra
-    GEMM."""
+    GEMM. With `accumulate` (a dtype), two kernels of their own then add the 16-bit weight
+    gradient into the main gradient of that dtype, every micro-batch, as PyTorch autocast does:
+    the cast to the parameter's dtype (read, write) and AccumulateGrad's in-place add (read
+    both, write the sum). Megatron's gradient-accumulation fusion does it in the GEMM's
+    epilogue, under the GEMM's own time."""
     rows = m * batch
     launches = [ops.pointwise(hw, 0.0)] * (batch - 1)
     fwd = _compute(name, _plus(ops.gemm(hw, m, n, k, batch), *launches, ops.fp8_cast(hw, rows * k, True)),
                    saved, core)
     dgrad = _compute(name + ".dgrad", _plus(ops.gemm(hw, m, k, n, batch), *launches,
                                             ops.fp8_cast(hw, rows * n, True)), core=core)
-    wgrad = _compute(name + ".wgrad", _plus(ops.gemm(hw, k, n, m, batch, weights=False), *launches), core=core)
+    wgrad_kernels = [ops.gemm(hw, k, n, m, batch, weights=False), *launches]
+    if accumulate:
+        elements, grad_bytes = batch * k * n, DTYPE_BYTES[accumulate]
+        wgrad_kernels += [ops.pointwise(hw, elements * (hw.act_bytes + grad_bytes)),
+                          ops.pointwise(hw, elements * 3 * grad_bytes)]
+    wgrad = _compute(name + ".wgrad", _plus(*wgrad_kernels), core=core)
     return fwd, (dgrad, wgrad)
 
 
@@ -171,7 +184,8 @@ def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerG
     gin = gemm_input_bytes(hw)
     add(_pointwise_ops(hw, "norm1", norm_io, norm_io, norm_io))
     qkv_out = T * (q_dim + 2 * kv_dim) * el  # Q, K, V: kept for attention's backward
-    enter_tp("attn", _gemm_ops(hw, "qkv", T, q_dim + 2 * kv_dim, h, T_norm * h * gin + qkv_out))
+    enter_tp("attn", _gemm_ops(hw, "qkv", T, q_dim + 2 * kv_dim, h, T_norm * h * gin + qkv_out,
+                                accumulate=shape.grad_accumulate))
     if model.position_embedding == "rotary":
         rot = T * (q_dim + kv_dim) * el
         add(_pointwise_ops(hw, "rotary", rot, rot, 0.0))
@@ -206,7 +220,7 @@ def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerG
                     _comm("cp.dkv_reducescatter.bwd", "reduce_scatter", "cp", kv_bytes, cover))
     fwd.extend(attn_fwd)
     bwd.append(attn_bwd)
-    out_proj = _gemm_ops(hw, "attn_out", T, h, q_dim, T * q_dim * gin)
+    out_proj = _gemm_ops(hw, "attn_out", T, h, q_dim, T * q_dim * gin, accumulate=shape.grad_accumulate)
     add(out_proj)
     leave_tp("attn", out_proj)
     mask = T_norm * h if model.dropout else 0.0
@@ -225,9 +239,10 @@ def _mlp(model, hw, shape, add, enter_tp, leave_tp, fwd, bwd, T_norm):
     width = 2 if gated else 1
     if model.moe is None or model.moe.shared_expert_ffn_hidden:
         ffn = (model.moe.shared_expert_ffn_hidden if model.moe else model.ffn_hidden) // t
-        enter_tp("mlp", _gemm_ops(hw, "mlp_up", T, ffn * width, h, T_norm * h * gemm_input_bytes(hw)))
+        enter_tp("mlp", _gemm_ops(hw, "mlp_up", T, ffn * width, h, T_norm * h * gemm_input_bytes(hw),
+                                     accumulate=shape.grad_accumulate))
         _activation(hw, add, "mlp", T * ffn, gated)
-        down = _gemm_ops(hw, "mlp_down", T, h, ffn, T * ffn * gemm_input_bytes(hw))
+        down = _gemm_ops(hw, "mlp_down", T, h, ffn, T * ffn * gemm_input_bytes(hw), accumulate=shape.grad_accumulate)
         add(down)
         leave_tp("mlp", down)
     if model.moe is not None:
@@ -285,7 +300,7 @@ def _experts(model, hw, shape, add, fwd, bwd, T_norm):
     received = sent * etp  # balanced routing: a rank receives as many rows as it sends, per ETP peer
     rows = max(1, round(received / local_experts))
     ffn = moe.expert_ffn_hidden // etp
-    add(_gemm_ops(hw, "router", T_norm, moe.experts, h, T_norm * h * el))
+    add(_gemm_ops(hw, "router", T_norm, moe.experts, h, T_norm * h * el, accumulate=shape.grad_accumulate))
     add(_routing_ops(hw, routing_saved_bytes(moe, T_norm)))
     add(_permute_ops(hw, T_norm * h * el, sent * h * el, sent * INDEX_BYTES))
     a2a = sent * h * el
@@ -298,9 +313,11 @@ def _experts(model, hw, shape, add, fwd, bwd, T_norm):
     if local_experts > 1:
         add(_copy_ops(hw, "moe.sort_chunks", received * h * el))
     gin = gemm_input_bytes(hw)
-    add(_gemm_ops(hw, "expert_up", rows, ffn * (2 if gated else 1), h, received * h * gin, batch=local_experts))
+    add(_gemm_ops(hw, "expert_up", rows, ffn * (2 if gated else 1), h, received * h * gin,
+                  batch=local_experts, accumulate=shape.grad_accumulate))
     _activation(hw, add, "experts", rows * local_experts * ffn, gated)
-    add(_gemm_ops(hw, "expert_down", rows, h, ffn, rows * local_experts * ffn * gin, batch=local_experts))
+    add(_gemm_ops(hw, "expert_down", rows, h, ffn, rows * local_experts * ffn * gin,
+                  batch=local_experts, accumulate=shape.grad_accumulate))
     if local_experts > 1:
         add(_copy_ops(hw, "moe.unsort_chunks", received * h * el))
     if etp > 1:

@@ -21,6 +21,14 @@ SOFTMAX_FP32_OPS = 5  # scale, max, subtract, sum, rescale per attention score (
 SFU_OPS_PER_SM_PER_CLOCK = 16
 FLASH_TILE_Q = 128
 FLASH_TILE_KV = 64
+# FlashAttention 1.x took twice FlashAttention-2's time for the same attention: the
+# flash-attention README's changelog entry "2.0: Complete rewrite, 2x faster" (fewer non-matmul
+# FLOPs, work split over the sequence as well as batch x heads, and between warps).
+FLASH1_SLOWDOWN = 2.0
+# FlashAttention 1.x's CUDA kernels exist for head dimensions 32, 64 and 128; any other runs on
+# the next one up, padded (csrc/flash_attn/fmha_api.cpp, run_fmha_fwd / run_fmha_bwd), as its
+# Triton kernels pad to the next power of two (flash_attn_triton.py, BLOCK_HEADDIM).
+FLASH1_HEAD_DIMS = (32, 64, 128)
 
 
 @dataclass(frozen=True)
@@ -132,19 +140,22 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
 
     `batch_heads` counts query heads; `kv_groups` is query heads per KV head (GQA).
     Backward does five tile matmuls to forward's two and recomputes the scores. `kernel`
-    flash2 (FlashAttention-2) issues mma.sync, at the GPU's mma_sync_share of the rate."""
+    flash2 (FlashAttention-2) issues mma.sync, at the GPU's mma_sync_share of the rate; flash1
+    (FlashAttention 1.x) does FlashAttention-2's work in FLASH1_SLOWDOWN times its time, its
+    tile matmuls at the head dimension of the kernel it has (FLASH1_HEAD_DIMS)."""
     gpu, cal = hw.gpu, hw.calibration
     el = hw.act_bytes
     visible = causal_fraction(kv_len) if causal else 1.0
     scores = batch_heads * q_len * kv_len * visible
     matmuls = 5 if backward else 2
     flops = matmuls * 2.0 * scores * head_dim
+    tile_dim = next((d for d in FLASH1_HEAD_DIMS if d >= head_dim), head_dim) if kernel == "flash1" else head_dim
     tiles = batch_heads * ceil(q_len / FLASH_TILE_Q)
     per_sm = ceil(tiles / gpu.sm_count) / (tiles / gpu.sm_count)  # tail-wave under-fill
     rate = gpu.flops(hw.act_dtype) * cal.compute_efficiency * cal.attention_efficiency
-    if kernel == "flash2":
+    if kernel in ("flash2", "flash1"):
         rate *= gpu.mma_sync_share
-    tensor_s = flops / rate * per_sm
+    tensor_s = flops * tile_dim / head_dim / rate * per_sm
     exp_rate = SFU_OPS_PER_SM_PER_CLOCK * gpu.sm_count * gpu.clock_hz
     softmax_s = (2 if backward else 1) * scores * SOFTMAX_FP32_OPS / gpu.flops("fp32") * per_sm
     softmax_s += scores / exp_rate * per_sm  # one exp per score, forward and recomputed in backward
@@ -157,7 +168,8 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
         hbm_bytes = max(hbm_bytes, l2_bytes)
     memory_s = max(hbm_bytes / mixed_bandwidth_bps(hw),
                    l2_bytes / gpu.l2.bandwidth_bps)
-    return KernelTime(max(tensor_s + softmax_s, memory_s) + _launch_s(hw), flops, hbm_bytes)
+    busy_s = max(tensor_s + softmax_s, memory_s) * (FLASH1_SLOWDOWN if kernel == "flash1" else 1.0)
+    return KernelTime(busy_s + _launch_s(hw), flops, hbm_bytes)
 
 
 @lru_cache(maxsize=65536)

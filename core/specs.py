@@ -7,8 +7,9 @@ from functools import cached_property, lru_cache
 ACTIVATIONS = ("gelu", "swiglu", "squared_relu")  # only SwiGLU is gated (three matrices)
 NORMS = ("layernorm", "rmsnorm")
 # flash: a fused kernel using the GPU's newest MMA path (FlashAttention-3, cuDNN); flash2:
-# FlashAttention-2, which issues the pre-Hopper mma.sync; standard: unfused matmuls and softmax.
-ATTENTION_KERNELS = ("flash", "flash2", "standard")
+# FlashAttention-2, which issues the pre-Hopper mma.sync; flash1: FlashAttention 1.x (2022) and
+# the Triton kernels derived from it; standard: unfused matmuls and softmax.
+ATTENTION_KERNELS = ("flash", "flash2", "flash1", "standard")
 POSITION_EMBEDDINGS = ("rotary", "learned")
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
@@ -273,6 +274,10 @@ class Parallelism:
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     grad_dtype: str = "fp32"  # main-gradient buffers and their reduction (fp32, or bf16)
+    # Weight gradients added into the main gradients inside the weight-gradient GEMM (Megatron's
+    # --gradient-accumulation-fusion, on by default); off, a kernel of its own adds them (PyTorch
+    # DDP / FSDP under autocast).
+    grad_accumulation_fusion: bool = True
     # Transformer Engine's userbuffers overlap of the sequence-parallel all-gathers and
     # reduce-scatters with the GEMMs next to them (NeMo's tp_comm_overlap); needs sp.
     overlap_tp_comm: bool = False

@@ -9,7 +9,7 @@ from pathlib import Path
 from .evaluate import evaluate
 from .loader import load_hardware, load_model, with_dtype
 from .memory import GiB
-from .specs import HardwareSpec, InferWorkload, Parallelism, TrainWorkload
+from .specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism, TrainWorkload
 
 DATA_DIR = Path(__file__).parent / "validation_data"
 HARDWARE = "a100-sxm4-80gb"
@@ -79,6 +79,67 @@ def training_cases(hw: HardwareSpec | None = None) -> tuple:
         cases.append(Case("training", name, float(row["measured_iteration_s"]), record["step_time_s"], "s",
                           "korthikanti2023"))
         verdicts.append(Verdict(f"training {name}", True, record["feasible"], record["infeasible_reason"]))
+    return cases, verdicts
+
+
+# A100 training by frameworks other than Megatron-LM (training_a100_frameworks.csv), read once:
+# - throughput is taken as measured (tokens/s), never through the source's MFU, so no FLOP
+#   formula enters: FlashAttention's README counts Megatron-LM's hardware FLOPs (Narayanan et
+#   al. 2021, section 5.1) times 3/4, llm-foundry's 2 * parameters (embeddings included) plus
+#   the full attention score matrix; neither is ours, and the tokens are the same;
+# - FlashAttention's GPT configs pad the GPT-2 vocabulary to a multiple of 8
+#   (pad_vocab_size_multiple: 8); llm-foundry's MPT yamls state 50368 already;
+# - both run data parallelism through PyTorch (DDP, or FSDP FULL_SHARD for MPT: zero 3), whose
+#   gradient buckets are reduced while the backward runs (overlap_grad_reduce); FlashAttention's
+#   ZeroRedundancyOptimizer all-reduces gradients and broadcasts the updated shards, read as
+#   ZeRO-1's reduce-scatter and all-gather (at most twice the bytes, and on one NVLink node
+#   under 1 % of these steps either way); and neither fuses the gradient accumulation into the weight-
+#   gradient GEMMs as Megatron-LM does: autocast's 16-bit weight gradient is added into the
+#   FP32 .grad (DDP) or cast to FP32 for the reduce-scatter and added into the shard (FSDP,
+#   mixed precision DEFAULT) by kernels of their own;
+# - llm-foundry's A100 table does not state attn_impl: submit_benchmarks.py's default, triton,
+#   MosaicML's copy of FlashAttention's Triton kernel, "slightly slower than CUDA forward +
+#   backward" of its time (flash_attn_triton.py's docstring): the FlashAttention-1 kernel
+#   family, as FlashAttention's own rows of November 2022 ran.
+FRAMEWORK_ROWS = "training_a100_frameworks.csv"
+VOCAB_MULTIPLE_BY_SOURCE = {"flash-attention-2022": 8}
+KERNEL_BY_CELL = {"flash1": "flash1", "triton": "flash1"}
+
+
+def _framework_model(row: dict) -> ModelSpec:
+    """A GPT-2/MPT-style decoder: GELU MLP of 4x hidden, LayerNorm, learned positions."""
+    hidden, multiple = int(row["hidden"]), VOCAB_MULTIPLE_BY_SOURCE.get(row["source"], 1)
+    return ModelSpec(name=row["model"], layers=int(row["layers"]), hidden=hidden, heads=int(row["heads"]),
+                     kv_heads=int(row["heads"]), ffn_hidden=4 * hidden,
+                     vocab=-(-int(row["vocab"]) // multiple) * multiple, activation="gelu",
+                     norm="layernorm", tied_embeddings=row["tied_embeddings"] == "true",
+                     position_embedding="learned", attention_kernel=KERNEL_BY_CELL[row["attention_kernel"]],
+                     dropout=row["dropout"] == "true", max_position=int(row["seq_len"]))
+
+
+def measured_step_s(row: dict) -> float:
+    """Seconds per global batch from the row's token throughput ("1310k" over all GPUs, or a
+    per-GPU figure)."""
+    cell = row["throughput_tokens_per_s"]
+    tokens_per_s = float(cell.rstrip("k")) * (1e3 if cell.endswith("k") else 1.0)
+    if row["throughput_scope"] == "per GPU":
+        tokens_per_s *= int(row["gpus"])
+    return int(row["global_batch"]) * int(row["seq_len"]) / tokens_per_s
+
+
+def framework_training_cases(hw: HardwareSpec | None = None) -> tuple:
+    """Seconds per global batch of the FlashAttention and llm-foundry rows, measured and
+    predicted, with the verdict that each layout fits (all ran)."""
+    hw = hw or load_hardware(HARDWARE)
+    cases, verdicts = [], []
+    for row in _rows(FRAMEWORK_ROWS):
+        par = Parallelism(dp=int(row["dp"]), zero=int(row["zero"]), micro_batch=int(row["micro_batch"]),
+                          recompute=row["recompute"], overlap_grad_reduce=True, grad_accumulation_fusion=False)
+        work = TrainWorkload(global_batch=int(row["global_batch"]), seq=int(row["seq_len"]))
+        record = evaluate(_framework_model(row), hw, par, work, int(row["gpus"]), time_infeasible=True)
+        name = f"{row['model']} dp{row['dp']} zero{row['zero']} mb{row['micro_batch']} gb{row['global_batch']} {row['recompute']}"
+        cases.append(Case("a100_training", name, measured_step_s(row), record["step_time_s"], "s", row["source"]))
+        verdicts.append(Verdict(f"a100_training {name}", True, record["feasible"], record["infeasible_reason"]))
     return cases, verdicts
 
 
@@ -155,7 +216,8 @@ def _family(name: str) -> str:
 
 
 PUBLISHED_SUITES = ("h100_dense", "moe", "trtllm", "collectives", "memory_h100")
-SUITES = {"training": training_cases, "inference": inference_cases, "memory": memory_cases,
+SUITES = {"training": training_cases, "a100_training": framework_training_cases, "inference": inference_cases,
+          "memory": memory_cases,
           **{name: functools.partial(published_cases, name) for name in PUBLISHED_SUITES}}
 
 

@@ -56,7 +56,7 @@ def test_trtllm_errors_and_every_memory_verdict_as_reached():
     cases, verdicts = published_cases("trtllm")
     # reached 13.7 (A100 Falcon 180B 128/2048, held out) once weights and the KV cache stream at
     # stream_efficiency: prefill-heavy rows are predicted slow on both GPUs (their GEMMs run at the
-    # training-fitted compute factors), decode-heavy ones fast
+    # training-fitted compute factors), decode-heavy ones fast.
     assert _max_error(cases) < 13.8
     assert sum(abs(c.error_pct) for c in cases) / len(cases) < 7.5  # reached 7.45
     assert all(v.expected_feasible == v.predicted_feasible for v in verdicts)
