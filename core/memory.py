@@ -142,6 +142,12 @@ def fp8_weight_bytes(hw: HardwareSpec, par: Parallelism) -> int:
     return FP8_TRANSPOSE_BYTES + (0 if par.fp8_params else FP8_WEIGHT_COPY_BYTES)
 
 
+def logit_bytes_per_element(par: Parallelism, hw: HardwareSpec) -> int:
+    """Bytes the loss holds per logit on the last stage: the 16-bit logits, whose gradient a
+    fused cross-entropy writes in place, or autocast's FP32 logits and their FP32 gradient."""
+    return hw.act_bytes if par.fused_cross_entropy else 2 * DTYPE_BYTES["fp32"]
+
+
 def expert_data_parallel(par: Parallelism) -> int:
     """Ranks holding the same expert shard: the folded dp*cp*tp ranks over ep*etp."""
     return max(1, par.dp * par.cp * par.tp // (par.ep * par.expert_tp))
@@ -213,7 +219,7 @@ def training_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, graph:
         if par.zero >= 3:
             transient += 2 * params / split[stage] * w_bytes
         if stage == par.pp - 1:
-            transient += 2 * tokens * model.vocab / t * 4  # fp32 logits and their gradient
+            transient += tokens * model.vocab / t * logit_bytes_per_element(par, hw)
         backward = (optimized * early_state_bytes, activations, transient)
         step = (optimized * state_bytes, 0.0, optimized * copy_bytes)
         at_step = sum(step) > sum(backward)
@@ -237,6 +243,10 @@ def step_transient_bytes(par: Parallelism) -> int:
     return DTYPE_BYTES["fp32"]
 
 
+def _logits_text(par: Parallelism) -> str:
+    return ", 16-bit logits (fused cross-entropy)" if par.fused_cross_entropy else ", fp32 logits and their gradient"
+
+
 def _training_buffers(hw: HardwareSpec, par: Parallelism, microbatches: int, stage: int, at_step: bool,
                       moe: bool) -> tuple:
     """What each kind of a training estimate counts, as the breakdown names it."""
@@ -253,7 +263,7 @@ def _training_buffers(hw: HardwareSpec, par: Parallelism, microbatches: int, sta
                       if moe and par.recompute != "full" else "")
         moment = [("activations", f"{in_flight(par, microbatches, stage):.2f} micro-batches in flight, "
                                   f"recompute {par.recompute}{dispatcher}"),
-                  ("transient", "one layer's working tensors" + (", fp32 logits" if stage == par.pp - 1 else ""))]
+                  ("transient", "one layer's working tensors" + (_logits_text(par) if stage == par.pp - 1 else ""))]
     out = [("weights", weights + (f", {sharded}" if par.zero >= 3 else "")), ("gradients", grads),
            ("optimizer", state), *moment]
     if fp8_weight_bytes(hw, par):

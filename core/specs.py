@@ -278,6 +278,10 @@ class Parallelism:
     # --gradient-accumulation-fusion, on by default); off, a kernel of its own adds them (PyTorch
     # DDP / FSDP under autocast).
     grad_accumulation_fusion: bool = True
+    # A fused cross-entropy kernel (apex's xentropy, flash_attn's CrossEntropyLoss with in-place
+    # backward, Megatron-Core's cross_entropy_loss_fusion) reads the 16-bit logits and writes their
+    # gradient over them; unfused, autocast's cross-entropy holds FP32 logits and their gradient.
+    fused_cross_entropy: bool = False
     # Transformer Engine's userbuffers overlap of the sequence-parallel all-gathers and
     # reduce-scatters with the GEMMs next to them (NeMo's tp_comm_overlap); needs sp.
     overlap_tp_comm: bool = False

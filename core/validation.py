@@ -97,6 +97,10 @@ def training_cases(hw: HardwareSpec | None = None) -> tuple:
 #   gradient GEMMs as Megatron-LM does: autocast's 16-bit weight gradient is added into the
 #   FP32 .grad (DDP) or cast to FP32 for the reduce-scatter and added into the shard (FSDP,
 #   mixed precision DEFAULT) by kernels of their own;
+# - both compute the loss with a fused cross-entropy that holds no FP32 logits (fused_cross_entropy):
+#   FlashAttention's configs/experiment/pile/base.yaml sets loss_fn CrossEntropyLossApex with
+#   inplace_backward ("uses less memory than torch.nn.CrossEntropyLoss"), and llm-foundry's
+#   ComposerMPTCausalLM defaults loss_fn to fused_crossentropy (flash_attn's CrossEntropyLoss);
 # - llm-foundry's A100 table does not state attn_impl: submit_benchmarks.py's default, triton,
 #   MosaicML's copy of FlashAttention's Triton kernel, "slightly slower than CUDA forward +
 #   backward" of its time (flash_attn_triton.py's docstring): the FlashAttention-1 kernel
@@ -134,7 +138,8 @@ def framework_training_cases(hw: HardwareSpec | None = None) -> tuple:
     cases, verdicts = [], []
     for row in _rows(FRAMEWORK_ROWS):
         par = Parallelism(dp=int(row["dp"]), zero=int(row["zero"]), micro_batch=int(row["micro_batch"]),
-                          recompute=row["recompute"], overlap_grad_reduce=True, grad_accumulation_fusion=False)
+                          recompute=row["recompute"], overlap_grad_reduce=True, grad_accumulation_fusion=False,
+                          fused_cross_entropy=True)
         work = TrainWorkload(global_batch=int(row["global_batch"]), seq=int(row["seq_len"]))
         record = evaluate(_framework_model(row), hw, par, work, int(row["gpus"]), time_infeasible=True)
         name = f"{row['model']} dp{row['dp']} zero{row['zero']} mb{row['micro_batch']} gb{row['global_batch']} {row['recompute']}"

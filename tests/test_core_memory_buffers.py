@@ -95,3 +95,10 @@ def test_the_breakdown_names_the_dispatchers_kept_tensors_unless_layers_are_reco
     assert kept in estimate_memory(moe, H100_BF16, core.Parallelism(), core.TrainWorkload(1, 4096)).describe()
     full = core.Parallelism(recompute="full")
     assert kept not in estimate_memory(moe, H100_BF16, full, core.TrainWorkload(1, 4096)).describe()
+
+
+def test_a_fused_cross_entropy_holds_the_16_bit_logits_instead_of_fp32_logits_and_gradient(a100):
+    work = core.TrainWorkload(global_batch=1, seq=8192)  # 8,192 tokens x 1,000 logits on one stage
+    unfused = estimate_memory(SMALL, a100, core.Parallelism(), work)
+    fused = estimate_memory(SMALL, a100, core.Parallelism(fused_cross_entropy=True), work)
+    assert unfused.transient_bytes - fused.transient_bytes == 8192 * 1000 * (4 + 4 - 2)
