@@ -38,6 +38,11 @@ def add_arguments(parser) -> None:
                         help="pipeline the sequence-parallel collectives with their GEMMs (TE userbuffers)")
     parser.add_argument("--overlap-p2p-comm", action="store_true",
                         help="hide pipeline sends behind the next chunk under the interleaved schedule")
+    parser.add_argument("--no-grad-accumulation-fusion", dest="grad_accumulation_fusion", action="store_false",
+                        help="add weight gradients into the main gradients with kernels of their own "
+                             "(PyTorch DDP / FSDP) instead of inside the weight-gradient GEMM (Megatron)")
+    parser.add_argument("--fused-cross-entropy", action="store_true",
+                        help="the loss holds 16-bit logits (fused kernel) instead of FP32 logits and gradient")
     parser.add_argument("--grad-dtype", default="fp32", choices=GRAD_DTYPES,
                         help="main gradients and their data-parallel reduction")
     parser.add_argument("--master-weights", default="fp32", choices=MASTER_WEIGHTS,
@@ -122,7 +127,9 @@ def parse_config(args):
                       overlap_grad_reduce=args.overlap_grad_reduce, overlap_param_gather=args.overlap_param_gather,
                       overlap_tp_comm=args.overlap_tp_comm, overlap_p2p_comm=args.overlap_p2p_comm,
                       grad_dtype=args.grad_dtype, fp8_params=args.fp8_params,
-                      master_weights=args.master_weights, optimizer_dtype=args.optimizer_dtype)
+                      master_weights=args.master_weights, optimizer_dtype=args.optimizer_dtype,
+                      grad_accumulation_fusion=args.grad_accumulation_fusion,
+                      fused_cross_entropy=args.fused_cross_entropy)
     if train:
         global_batch = args.global_batch if args.global_batch is not None else dp * par.micro_batch
         work = TrainWorkload(global_batch=_positive("--global-batch", global_batch),

@@ -37,9 +37,11 @@ PARALLEL_KNOBS = {
     "master_weights": ("fp32", f"a list of {', '.join(MASTER_WEIGHTS)}"),
     "optimizer_dtype": ("fp32", f"a list of {', '.join(OPTIMIZER_DTYPES)}"),
     "fp8_params": (False, "a list of true/false"),
+    "grad_accumulation_fusion": (True, "a list of true/false"),
+    "fused_cross_entropy": (False, "a list of true/false"),
 }
 BOOL_KNOBS = ("sp", "overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm", "overlap_p2p_comm",
-              "fp8_params")
+              "fp8_params", "grad_accumulation_fusion", "fused_cross_entropy")
 COUNT_KNOBS = ("etp", "first_stage_layers", "last_stage_layers")  # 0 means "derived"
 CHOICE_KNOBS = {"grad_dtype": GRAD_DTYPES, "master_weights": MASTER_WEIGHTS, "optimizer_dtype": OPTIMIZER_DTYPES}
 SPEC_KNOB_PREFIXES = ("model.", "hardware.")

@@ -74,3 +74,15 @@ def test_optimizer_state_knobs_default_to_megatron_and_reject_unknown_kinds(writ
     assert {(f["master_weights"], f["optimizer_dtype"]) for f in defaults} == {("fp32", "fp32")}
     with pytest.raises(SpecError, match="master_weights"):
         load_study(write_study(space={"master_weights": ["fp16"]}))
+
+
+def test_framework_kernel_knobs_default_to_megatron_and_take_booleans(write_study):
+    plan = plan_study(load_study(write_study(space={"tp": [2], "fused_cross_entropy": [True, False],
+                                                    "grad_accumulation_fusion": [False]})))
+    fields = [dict(zip(PARALLELISM_FIELDS, p.parallelism)) for p in plan.points]
+    assert {(f["fused_cross_entropy"], f["grad_accumulation_fusion"]) for f in fields} == {(True, False),
+                                                                                             (False, False)}
+    defaults = [dict(zip(PARALLELISM_FIELDS, p.parallelism)) for p in plan_study(load_study(write_study())).points]
+    assert {(f["fused_cross_entropy"], f["grad_accumulation_fusion"]) for f in defaults} == {(False, True)}
+    with pytest.raises(SpecError, match="fused_cross_entropy"):
+        load_study(write_study(space={"fused_cross_entropy": ["yes please"]}))
