@@ -142,7 +142,7 @@ def fp8_weight_bytes(hw: HardwareSpec, par: Parallelism) -> int:
     return FP8_TRANSPOSE_BYTES + (0 if par.fp8_params else FP8_WEIGHT_COPY_BYTES)
 
 
-def logit_bytes_per_element(par: Parallelism, hw: HardwareSpec) -> int:
+def logit_bytes_per_element(hw: HardwareSpec, par: Parallelism) -> int:
     """Bytes the loss holds per logit on the last stage: the 16-bit logits, whose gradient a
     fused cross-entropy writes in place, or autocast's FP32 logits and their FP32 gradient."""
     return hw.act_bytes if par.fused_cross_entropy else 2 * DTYPE_BYTES["fp32"]
@@ -219,7 +219,7 @@ def training_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, graph:
         if par.zero >= 3:
             transient += 2 * params / split[stage] * w_bytes
         if stage == par.pp - 1:
-            transient += tokens * model.vocab / t * logit_bytes_per_element(par, hw)
+            transient += tokens * model.vocab / t * logit_bytes_per_element(hw, par)
         backward = (optimized * early_state_bytes, activations, transient)
         step = (optimized * state_bytes, 0.0, optimized * copy_bytes)
         at_step = sum(step) > sum(backward)

@@ -33,6 +33,15 @@ std::vector<T> to_vector(const Array<T>& a) {
   return std::vector<T>(a.data(), a.data() + a.shape(0));
 }
 
+// A 1-D int32 / float64 array of a dict, copied out of Python's memory.
+std::vector<int32_t> int_vector(const nb::dict& d, const char* key) {
+  return to_vector(nb::cast<Array<int32_t>>(d[key]));
+}
+
+std::vector<double> real_vector(const nb::dict& d, const char* key) {
+  return to_vector(nb::cast<Array<double>>(d[key]));
+}
+
 // Everything needed to rebuild one faulted network, copied out of numpy.
 struct NetSpec {
   std::vector<DimSpec> dims;
@@ -49,22 +58,20 @@ struct NetSpec {
 };
 
 void read_faults(NetSpec& spec, const nb::dict& faults) {
-  auto ints = [&](const char* k) { return to_vector(nb::cast<Array<int32_t>>(faults[k])); };
-  auto reals = [&](const char* k) { return to_vector(nb::cast<Array<double>>(faults[k])); };
-  spec.soft_a = ints("soft_a");
-  spec.soft_b = ints("soft_b");
-  spec.soft_factor = reals("soft_factor");
-  spec.soft_extra_latency_s = reals("soft_extra_latency_s");
-  spec.hard_a = ints("hard_a");
-  spec.hard_b = ints("hard_b");
+  spec.soft_a = int_vector(faults, "soft_a");
+  spec.soft_b = int_vector(faults, "soft_b");
+  spec.soft_factor = real_vector(faults, "soft_factor");
+  spec.soft_extra_latency_s = real_vector(faults, "soft_extra_latency_s");
+  spec.hard_a = int_vector(faults, "hard_a");
+  spec.hard_b = int_vector(faults, "hard_b");
 }
 
 NetSpec make_spec(const nb::dict& dims, const nb::dict& faults) {
-  auto ints = [](const nb::dict& d, const char* k) { return to_vector(nb::cast<Array<int32_t>>(d[k])); };
-  auto reals = [](const nb::dict& d, const char* k) { return to_vector(nb::cast<Array<double>>(d[k])); };
-  const auto topology = ints(dims, "topology"), size = ints(dims, "size"), shape_x = ints(dims, "shape_x"),
-             shape_y = ints(dims, "shape_y"), per_leaf = ints(dims, "npus_per_leaf"), spines = ints(dims, "spines");
-  const auto bw = reals(dims, "bandwidth_Bps"), lat = reals(dims, "latency_s"), over = reals(dims, "oversubscription");
+  const auto topology = int_vector(dims, "topology"), size = int_vector(dims, "size"),
+             shape_x = int_vector(dims, "shape_x"), shape_y = int_vector(dims, "shape_y"),
+             per_leaf = int_vector(dims, "npus_per_leaf"), spines = int_vector(dims, "spines");
+  const auto bw = real_vector(dims, "bandwidth_Bps"), lat = real_vector(dims, "latency_s"),
+             over = real_vector(dims, "oversubscription");
   NetSpec spec;
   for (size_t d = 0; d < topology.size(); ++d)
     spec.dims.push_back(DimSpec{topology[d], size[d], bw[d], lat[d], shape_x[d], shape_y[d], per_leaf[d], spines[d],
