@@ -10,7 +10,7 @@ import numpy as np
 
 from .collectives import collective_time, protocol_startup_s
 from .graph import LayerShape, Op, build_decode_layer, build_layer, train_shape
-from .inference import lm_head_s
+from .inference import decode_steps, lm_head_s, request_flops
 from .layout import group_spans, merge_spans, stage_layers
 from .memory import grad_bytes, stage_params, weight_bytes
 from .network import astra_network, rank_groups
@@ -353,21 +353,21 @@ def infer_request_astra(model, hw, par, work, gpus, backend: str, emit=None):
     from a replay of one replica: prefill, then every decode step, stage after stage."""
     _check_replayable(model, par)
     ctx = _context(model, hw, par, gpus)
-    b, prompt, decode = work.batch, work.prompt, work.decode
+    b, prompt, steps = work.batch, work.prompt, decode_steps(work.decode)
     layers = model.layers // par.pp
     head_s = lm_head_s(model, hw, b, par.tp)
     classes = CommClasses()
     prefill_ops = build_layer(model, hw, LayerShape(b, prompt, prompt, par.tp, par.sp, 1, 1)).forward
-    contexts = (prompt + 1, prompt + decode)
+    contexts = (prompt + 1, prompt + max(1, steps))
     decode_ops = [build_decode_layer(model, hw, b, c, par.tp, work.kv_bytes(hw)) for c in contexts]
     if backend == "astra-hierarchical":
         prefill = compute_block(layers * _replay_layer(ctx, prefill_ops)["time_s"])
-        steps = [compute_block(layers * (_replay_layer(ctx, decode_ops[0])["time_s"]
-                                         + _replay_layer(ctx, decode_ops[1])["time_s"]) / 2)]
+        step_blocks = [compute_block(layers * (_replay_layer(ctx, decode_ops[0])["time_s"]
+                                               + _replay_layer(ctx, decode_ops[1])["time_s"]) / 2)]
     else:
         prefill = _ops_block(ctx, prefill_ops, classes).repeated(layers)
         first, last = (_ops_block(ctx, o, classes) for o in decode_ops)
-        steps = [_decode_stack(first, last, layers, k, decode) for k in range(decode)]
+        step_blocks = [_decode_stack(first, last, layers, k, steps) for k in range(steps)]
     el = hw.act_bytes
     stride = ctx.groups.strides["pp"]
     tokens = b * 4  # each decode step starts from the tokens the last stage sampled
@@ -375,19 +375,19 @@ def infer_request_astra(model, hw, par, work, gpus, backend: str, emit=None):
     for stage in range(par.pp):
         program = Program()
         last = ()
-        for step in range(decode + 1):
+        for step in range(steps + 1):
             message = b * (prompt if step == 0 else 1) * model.hidden * el
             label = classes.label("pp", "send_recv", message)
             if stage > 0:
                 last = (program.p2p(RECV, -stride, message, 2 * step, last, label),)
             elif step > 0 and par.pp > 1:
                 last = (program.p2p(RECV, (par.pp - 1) * stride, tokens, 2 * step - 1, last, WAIT),)
-            last = tuple(program.place(prefill if step == 0 else steps[(step - 1) % len(steps)], last))
+            last = tuple(program.place(prefill if step == 0 else step_blocks[(step - 1) % len(step_blocks)], last))
             if stage == par.pp - 1:
                 last = tuple(program.place(compute_block(head_s), last))
                 if step == 0:
                     first_token = list(last)
-                if par.pp > 1 and step < decode:
+                if par.pp > 1 and step < steps:
                     program.p2p(SEND, -(par.pp - 1) * stride, tokens, 2 * step + 1, last, WAIT)
             else:
                 program.p2p(SEND, stride, message, 2 * step, last, label)
@@ -401,8 +401,8 @@ def infer_request_astra(model, hw, par, work, gpus, backend: str, emit=None):
     request_s = float(result.time_s)
     ttft_s = float(result.node_end_s[(starts[-1][:, None] + np.array(first_token)[None, :]).ravel()].max())
     breakdown.update({"prefill_s": ttft_s, "decode_s": request_s - ttft_s})
-    flops = 2.0 * model.active_params() * b * (prompt + decode)
-    return request_s, ttft_s, (request_s - ttft_s) / decode, breakdown, flops, links
+    tpot_s = (request_s - ttft_s) / steps if steps else 0.0
+    return request_s, ttft_s, tpot_s, breakdown, request_flops(model, work), links
 
 
 def _decode_stack(first: Block, last: Block, layers: int, step: int, steps: int) -> Block:

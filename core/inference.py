@@ -1,5 +1,6 @@
-"""Analytical inference-request time: a prefill of the prompt, then one decode step per
-output token over a growing KV cache; pipeline stages run one after another."""
+"""Analytical inference-request time: a prefill of the prompt, which emits the first output
+token, then one decode step per further output token over a growing KV cache; pipeline
+stages run one after another."""
 from functools import lru_cache
 
 from . import ops
@@ -17,6 +18,17 @@ def _decode_step(model, hw, dims, spans_key, batch, context, tp, kv_bytes):
     return time_ops(hw, dims, dict(spans_key), ops_list)
 
 
+def decode_steps(output_tokens: int) -> int:
+    """Decode steps of a request: the prefill emits the first output token, each step one more
+    (TensorRT-LLM's and Hugging Face's output length counts that first token)."""
+    return max(0, output_tokens - 1)
+
+
+def request_flops(model: ModelSpec, work: InferWorkload) -> float:
+    """FLOPs of one replica's request: the prompt's tokens, then one token per decode step."""
+    return 2.0 * model.active_params() * work.batch * (work.prompt + decode_steps(work.decode))
+
+
 def lm_head_s(model: ModelSpec, hw: HardwareSpec, batch: int, tp: int) -> float:
     """Final norm, LM head and sampling for one new token per sequence."""
     el = hw.act_bytes
@@ -30,7 +42,7 @@ def infer_request(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: In
     dims = hw.dims_for(gpus)
     spans = group_spans(par, dims)
     spans_key = (("tp", spans.get("tp", ())),)
-    b, prompt, decode = work.batch, work.prompt, work.decode
+    b, prompt = work.batch, work.prompt
     el, kv_bytes = hw.act_bytes, work.kv_bytes(hw)
 
     shape = LayerShape(b, prompt, prompt, par.tp, par.sp, 1, 1)
@@ -52,16 +64,15 @@ def infer_request(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: In
 
     # Decode time is linear in the context length (only attention grows), so the sum over
     # steps is the mean of the first and last steps times their count.
+    steps = decode_steps(work.decode)
     first = _decode_step(model, hw, dims, spans_key, b, prompt + 1, par.tp, kv_bytes)
-    last = _decode_step(model, hw, dims, spans_key, b, prompt + decode, par.tp, kv_bytes)
-    decode_compute = decode * (model.layers * (first.compute_s + last.compute_s) / 2 + head_s)
-    compute_s += decode_compute
-    add_times(comm, dict(first.comm_s), decode * model.layers / 2)
-    add_times(comm, dict(last.comm_s), decode * model.layers / 2)
-    add_times(comm, p2p_decode, decode)
+    last = _decode_step(model, hw, dims, spans_key, b, prompt + max(1, steps), par.tp, kv_bytes)
+    compute_s += steps * (model.layers * (first.compute_s + last.compute_s) / 2 + head_s)
+    add_times(comm, dict(first.comm_s), steps * model.layers / 2)
+    add_times(comm, dict(last.comm_s), steps * model.layers / 2)
+    add_times(comm, p2p_decode, steps)
     request_s = compute_s + sum(comm.values())
-    tpot_s = (request_s - ttft_s) / decode if decode else 0.0
+    tpot_s = (request_s - ttft_s) / steps if steps else 0.0
     breakdown = {"compute_s": compute_s, "prefill_s": ttft_s, "decode_s": request_s - ttft_s}
     breakdown.update({f"comm_{name}_s": seconds for name, seconds in comm.items()})
-    flops = 2.0 * model.active_params() * b * (prompt + decode)
-    return request_s, ttft_s, tpot_s, breakdown, flops
+    return request_s, ttft_s, tpot_s, breakdown, request_flops(model, work)

@@ -72,9 +72,15 @@ def model_for(case) -> ModelSpec:
 #   (DGX Cloud benchmarking, Megatron-Bridge): their bf16_with_fp8_mixed() sets
 #   fp8_param_gather=True (NeMo 2.0 llm.recipes.precision.mixed_precision; Megatron-Bridge's
 #   mixed_precision.py likewise).
+# - a fused cross-entropy (TE's parallel cross-entropy on the 16-bit logits) in Megatron-Bridge:
+#   its GPTModelProvider defaults cross_entropy_loss_fusion=True (src/megatron/bridge/models/
+#   gpt_provider.py since 2025-09, before the 25.09 container) and its Llama recipes pick
+#   cross_entropy_fusion_impl="te"; only the PEFT recipes turn it off. Not taken for NeMo 24.07
+#   and DGX Cloud 24.11, whose settings were not checked.
 NVIDIA_RECIPE_SOURCES = ("nemo-", "dgxc-", "megatron-bridge")
 TP_OVERLAP_FINE_TUNING_SOURCES = ("nemo-24.07",)
 FP8_PARAM_SOURCES = ("dgxc-", "megatron-bridge")
+FUSED_CROSS_ENTROPY_SOURCES = ("megatron-bridge",)
 
 
 def nvidia_recipe(case) -> bool:
@@ -115,6 +121,7 @@ def layout_for(case, training: bool) -> Parallelism:
                        schedule="interleaved" if virtual > 1 else "1f1b",
                        overlap_grad_reduce=bool(lay.get("overlap_grad_reduce")),
                        overlap_param_gather=bool(lay.get("overlap_param_gather")),
+                       fused_cross_entropy=training and case.source.startswith(FUSED_CROSS_ENTROPY_SOURCES),
                        master_weights=lay.get("master_weights") or "fp32",
                        optimizer_dtype=lay.get("optimizer_dtype") or "fp32",
                        fp8_params=bool(case.precision.get("fp8_params")) or (

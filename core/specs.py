@@ -315,7 +315,7 @@ class TrainWorkload:
 class InferWorkload:
     batch: int
     prompt: int
-    decode: int
+    decode: int  # output tokens per sequence; the prefill emits the first, a decode step each further one
     kv_dtype: str = ""  # KV-cache element type; empty = the activation dtype
     mode: str = "infer"  # replicas are the layout's dp: independent copies serving requests
 

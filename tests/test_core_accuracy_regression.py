@@ -9,7 +9,8 @@ from core.validation import SUITES, summary
 # suite: (max |error| %, mean |error| %, verdicts allowed to disagree)
 # training rose when NCCL protocol latencies entered every collective: the A100 factors
 # refitted under them give gpt-1t +4.9 % (held out). inference fell to 3.3 % once decode GEMMs
-# read their weights at stream_efficiency, apart from elementwise kernels.
+# read their weights at stream_efficiency, apart from elementwise kernels, and to 3.1 % once
+# the prefill emitted the first output token (one decode step fewer per request).
 # memory_h100's mean rose from 6.4 when its Bridge figures became first-iteration peaks (what
 # the performance harness reads; core.corpus._memory_measurement) and FP8 weight transposes were
 # counted: all four within 10 % (max 10.8 before), each 4-5 GB under.
@@ -18,7 +19,7 @@ from core.validation import SUITES, summary
 REACHED = {
     "training": (5.0, 2.8, 0),
     "a100_training": (13.7, 6.5, 0),
-    "inference": (3.4, 2.1, 0),
+    "inference": (3.2, 2.1, 0),
     "memory": (9.0, 2.7, 0),
     "h100_dense": (14.4, 4.8, 0),
     "moe": (10.0, 3.5, 0),

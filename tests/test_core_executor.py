@@ -47,10 +47,18 @@ def test_data_parallel_gradients_cross_the_network(llama, a100):
 
 
 def test_inference_request_is_prefill_plus_decode(llama, a100):
+    # 64 output tokens: the prefill emits the first, 63 decode steps the rest.
     work = core.InferWorkload(batch=4, prompt=512, decode=64)
-    request, ttft, tpot, breakdown, _ = infer_request(llama, a100, core.Parallelism(tp=2), work, 2)
-    assert request == pytest.approx(ttft + 64 * tpot)
+    request, ttft, tpot, breakdown, flops = infer_request(llama, a100, core.Parallelism(tp=2), work, 2)
+    assert request == pytest.approx(ttft + 63 * tpot)
     assert breakdown["prefill_s"] == pytest.approx(ttft)
+    assert flops == pytest.approx(2 * llama.active_params() * 4 * (512 + 63))
+
+
+def test_one_output_token_is_the_prefill_alone(llama, a100):
+    request, ttft, tpot, _, _ = infer_request(llama, a100, core.Parallelism(tp=2),
+                                              core.InferWorkload(batch=4, prompt=512, decode=1), 2)
+    assert request == ttft and tpot == 0.0
 
 
 def test_evaluate_record_fields(llama, a100):
