@@ -420,8 +420,14 @@ _RECOMPUTE_WHEN_NOT_STATED = {
 _NEMO2407_SFT_VIRTUAL_STAGES = {"llama2-13b": 10, "llama2-70b": 20}
 
 
+def _fine_tuning(row: _Row) -> bool:
+    """A full-parameter SFT run: said so by the row's model cell or id, or by the table its
+    locator names (Megatron-Bridge's 'SFT Performance')."""
+    return any("SFT" in row.text(column) for column in ("model", "case_id", "locator"))
+
+
 def _nemo2407_sft(row: _Row, source: str) -> bool:
-    return source == "nemo-24.07" and "SFT" in row.text("model")
+    return source == "nemo-24.07" and _fine_tuning(row)
 
 
 def _source(row: _Row, table: tuple) -> str:
@@ -509,13 +515,15 @@ def _dense_case(row: _Row) -> PublishedCase:
     usable, why = _dense_usable(row)
     if why:
         notes.insert(0, why)
-    if sft:
-        notes.append("full-parameter SFT on SQuAD examples packed to 4096 tokens: a training step at seq 4096, "
+    fine_tuning = _fine_tuning(row)
+    if fine_tuning:
+        notes.append(f"full-parameter SFT on SQuAD examples packed to {seq} tokens: a training step at seq {seq}, "
                      "attention within each packed example (core.published.SQUAD_DOCUMENT_TOKENS)")
     return PublishedCase(
         case_id=row.case_id, suite="h100_dense", source=source,
         hardware=_hardware(row, "gpu"), gpus=gpus, model=model, layout=layout,
-        workload={"mode": "train", "global_batch": global_batch, "seq": seq}, precision=precision,
+        workload={"mode": "train", "global_batch": global_batch, "seq": seq, "fine_tuning": fine_tuning},
+        precision=precision,
         metric=metric, measured=measured, usable=usable, note=_note(row, notes), extra=extra,
         citation=row.citation())
 
@@ -840,7 +848,7 @@ def _memory_case(row: _Row) -> PublishedCase:
     return PublishedCase(
         case_id=row.case_id, suite="memory_h100", source=source,
         hardware=_hardware(row, "gpu"), gpus=gpus, model=model, layout=layout,
-        workload={"mode": "train", "global_batch": global_batch, "seq": seq},
+        workload={"mode": "train", "global_batch": global_batch, "seq": seq, "fine_tuning": _fine_tuning(row)},
         precision=_precision(row.text("dtype"), notes), metric=metric, measured=measured, usable=True,
         note=_note(row, notes), extra=extra, citation=row.citation())
 

@@ -67,7 +67,9 @@ def model_for(case) -> ModelSpec:
 # - TE userbuffers TP communication overlap on every pretraining recipe with TP > 1
 #   (MegatronCommOverlapCallback(tp_comm_overlap=True) with the H100 tp_overlap configs);
 #   NeMo 2.0's fine-tuning performance script turns it off (tp_comm_overlap=False), while the
-#   NeMo 24.07 launcher's H100 SFT examples keep it on (70b_2node.sh: ub_tp_comm_overlap=true);
+#   NeMo 24.07 launcher's H100 SFT examples keep it on (70b_2node.sh: ub_tp_comm_overlap=true),
+#   and so do Megatron-Bridge's (scripts/performance/configs/llama/llama3_llm_finetune.py of
+#   2026-06: CommOverlapConfig(tp_comm_overlap=tp > 1));
 # - FP8 weights (no BF16 working copy, FP8 parameter all-gather) in the NeMo 2.0 recipes
 #   (DGX Cloud benchmarking, Megatron-Bridge): their bf16_with_fp8_mixed() sets
 #   fp8_param_gather=True (NeMo 2.0 llm.recipes.precision.mixed_precision; Megatron-Bridge's
@@ -78,7 +80,7 @@ def model_for(case) -> ModelSpec:
 #   cross_entropy_fusion_impl="te"; only the PEFT recipes turn it off. Not taken for NeMo 24.07
 #   and DGX Cloud 24.11, whose settings were not checked.
 NVIDIA_RECIPE_SOURCES = ("nemo-", "dgxc-", "megatron-bridge")
-TP_OVERLAP_FINE_TUNING_SOURCES = ("nemo-24.07",)
+TP_OVERLAP_FINE_TUNING_SOURCES = ("nemo-24.07", "megatron-bridge")
 FP8_PARAM_SOURCES = ("dgxc-", "megatron-bridge")
 FUSED_CROSS_ENTROPY_SOURCES = ("megatron-bridge",)
 
@@ -88,7 +90,7 @@ def nvidia_recipe(case) -> bool:
 
 
 def fine_tuning(case) -> bool:
-    return "SFT" in case.case_id
+    return bool(case.workload.get("fine_tuning"))
 
 
 # NeMo's SFT performance runs pack SQuAD examples into each 4096-token sequence, attention
