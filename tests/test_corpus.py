@@ -127,7 +127,7 @@ def test_dgxc_405b_proxy_keeps_the_rows_shape_not_the_released_model():
     assert (proxy.layout["dp"], proxy.layout["cp"], proxy.layout["virtual_stages"]) == (2, 2, 1)  # 32/(8*1*2)
     assert proxy.precision["fp8_params"] is True
     assert (proxy.metric, proxy.measured) == ("step_time_s", 5.80)
-    assert proxy.workload == {"mode": "train", "global_batch": 126, "seq": 8192}
+    assert proxy.workload == {"mode": "train", "global_batch": 126, "seq": 8192, "fine_tuning": False}
     assert proxy.extra["mfu"] == pytest.approx(0.4477)
 
 
@@ -178,6 +178,13 @@ def test_nemo_sft_rows_take_the_launchers_h100_sft_layout():
     assert all(c.precision["fp8_params"] for c in sft.values())
     assert (sft["13B"].layout["pp"], sft["13B"].layout["dp"]) == (4, 2)  # 8 / (1 * 4)
     assert not case("NEMO2407-LLAMA2-13B-16").precision["fp8_params"]  # pretraining rows as they read
+
+
+def test_a_row_from_an_sft_table_is_fine_tuning():
+    # Megatron-Bridge's archive lists it under '26.06 NeMo Container' > 'SFT Performance'
+    assert case("MB26.06-LLAMA3_70B-32-FP8").workload["fine_tuning"]
+    assert case("NEMO2407-FT-SFT-LLAMA2-70B").workload["fine_tuning"]
+    assert not case("MB26.04-LLAMA3_70B-64-FP8").workload["fine_tuning"]
 
 
 def test_qwen2_folded_row():
