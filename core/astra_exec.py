@@ -12,7 +12,7 @@ from .collectives import collective_time, protocol_startup_s
 from .graph import LayerShape, Op, build_decode_layer, build_layer, train_shape
 from .inference import decode_steps, lm_head_s, request_flops
 from .layout import group_spans, merge_spans, stage_layers
-from .memory import grad_bytes, stage_params, weight_bytes
+from .memory import grad_bytes, stage_param_parts, weight_bytes
 from .network import astra_network, rank_groups
 from .replay import RECV, SEND, Block, CommClasses, Program, assemble, compute_block, concat, frontier_increments, ops_block
 from .training import edge_ops, model_flops, optimizer_step_s
@@ -113,18 +113,28 @@ def _layer_ops(ctx: Context, shape: LayerShape) -> tuple:
     elif recompute == "selective":
         backward = [op for op in forward if op.attention_core] + backward
     if ctx.par.zero >= 3:  # parameters gathered ahead of use, gradients scattered after
-        per_layer = stage_params(ctx.model, ctx.par)[0] / (ctx.model.layers // ctx.par.pp)
+        layers = ctx.model.layers // ctx.par.pp
         weights, grads = weight_bytes(ctx.hw, ctx.par), grad_bytes(ctx.par)
 
-        def hidden(collective, bytes_, ops_list):
-            return Op(f"zero3.{collective}", "comm", collective=collective, axis="dp", bytes_=bytes_,
-                      cover_s=sum(op.time_s for op in ops_list))
+        def hidden(collective, bytes_per_param, ops_list):
+            cover = sum(op.time_s for op in ops_list)
+            return [Op(f"zero3.{collective}", "comm", collective=collective, axis=axis,
+                       bytes_=params / layers * bytes_per_param, cover_s=cover)
+                    for axis, params in _synced_parts(ctx, stage_param_parts(ctx.model, ctx.par)[0])]
         # Each pass gathers its parameters ahead of use; the backward also scatters the
         # previous layer's gradients while it computes.
-        forward = [hidden("all_gather", per_layer * weights, forward)] + forward
-        backward = [hidden("all_gather", per_layer * weights, backward),
-                    hidden("reduce_scatter", per_layer * grads, backward)] + backward
+        forward = hidden("all_gather", weights, forward) + forward
+        backward = hidden("all_gather", weights, backward) + hidden("reduce_scatter", grads, backward) + backward
     return forward, backward
+
+
+def _synced_parts(ctx: Context, parts: tuple) -> list:
+    """(axis, parameters) pairs a rank synchronises: dense parameters over the data-parallel
+    group, experts over the expert data-parallel group (Megatron-Core's separate buffers),
+    each only where its group has more than one rank."""
+    groups = ctx.groups
+    return [(axis, params) for axis, params in zip(("dp", "edp"), parts)
+            if params and len(groups.members[groups.of[axis][0]]) > 1]
 
 
 def layer_trace(ctx: Context, ops_list, stage: int = 0) -> tuple:
@@ -161,7 +171,7 @@ class StageWork:
     """Per-stage blocks for each pass, and how to split a pass's time for the breakdown."""
     forward: list
     backward: list  # per stage: list of sub-blocks; gradient buckets follow each on the last pass
-    bucket_bytes: list  # per stage: gradient bytes after each backward sub-block
+    bucket_params: list  # per stage: (dense, expert) parameters whose gradients follow each backward sub-block
     split: dict
 
 
@@ -180,9 +190,16 @@ def pipeline_trace(ctx: Context, work: StageWork, micro: int, message_bytes: flo
     par = ctx.par
     stride = ctx.groups.strides["pp"]
     p2p_label = classes.label("pp", "send_recv", message_bytes)
-    dp_buckets = par.dp * par.cp > 1 and par.zero <= 2
+    dp_buckets = par.zero <= 2
     optimizer_s = optimizer_step_s(ctx.model, ctx.hw, ctx.par)
     reduce = "all_reduce" if par.zero == 0 else "reduce_scatter"
+
+    def sync(collective, parts, bytes_per_param, after):
+        """The bucket's collectives, dense then expert, one after the other on the DP stream."""
+        for axis, params in _synced_parts(ctx, parts):
+            after = tuple(program.place(_comm_block(ctx, axis, collective, params * bytes_per_param, classes),
+                                        after))
+        return list(after)
     programs = []
     for stage in range(par.pp):
         program = Program()
@@ -199,19 +216,19 @@ def pipeline_trace(ctx: Context, work: StageWork, micro: int, message_bytes: flo
             else:
                 final = m == schedule[-1][1]
                 buckets = []
-                for piece, bucket in zip(work.backward[stage], work.bucket_bytes[stage]):
+                gradients = grad_bytes(par)
+                for piece, bucket in zip(work.backward[stage], work.bucket_params[stage]):
                     last = tuple(program.place(piece, last))
                     if final and dp_buckets and par.overlap_grad_reduce:
-                        buckets += list(program.place(_comm_block(ctx, "dp", reduce, bucket, classes), last))
+                        buckets += sync(reduce, bucket, gradients, last)
                 if final and dp_buckets and not par.overlap_grad_reduce:  # reduced once the backward is done
-                    for bucket in work.bucket_bytes[stage]:
-                        buckets += list(program.place(_comm_block(ctx, "dp", reduce, bucket, classes), last))
+                    for bucket in work.bucket_params[stage]:
+                        buckets += sync(reduce, bucket, gradients, last)
                 done = last
                 if final:
                     last = tuple(program.place(compute_block(optimizer_s, OPTIMIZER), last + tuple(buckets)))
                     if dp_buckets and par.zero >= 1:
-                        params = sum(work.bucket_bytes[stage]) / grad_bytes(ctx.par) * weight_bytes(ctx.hw, ctx.par)
-                        program.place(_comm_block(ctx, "dp", "all_gather", params, classes), last)
+                        sync("all_gather", stage_param_parts(ctx.model, par)[stage], weight_bytes(ctx.hw, par), last)
             target = stage + 1 if forward else stage - 1
             if 0 <= target < par.pp:
                 program.p2p(SEND, (target - stage) * stride, message_bytes, tag, done, p2p_label)
@@ -250,7 +267,7 @@ def _edges(ctx, tokens) -> tuple:
 
 
 def _gradient_buckets(ctx, pieces: int) -> list:
-    return [[params * grad_bytes(ctx.par) / pieces] * pieces for params in stage_params(ctx.model, ctx.par)]
+    return [[(dense / pieces, expert / pieces)] * pieces for dense, expert in stage_param_parts(ctx.model, ctx.par)]
 
 
 @dataclass(frozen=True)
@@ -283,8 +300,9 @@ def train_replay(model, hw, par, work, gpus) -> TrainReplay:
 
 
 def _check_replayable(model, par) -> None:
-    """The replays stamp one stage's program onto every stage and know the tp, cp, ep, dp
-    and pp communicators only: uneven stages and a separate expert-TP group are analytical."""
+    """The replays stamp one stage's program onto every stage and know the tp, cp, ep, dp,
+    expert data-parallel and pp communicators only: uneven stages and a separate expert-TP
+    group are analytical."""
     if len(set(stage_layers(model.layers, par))) > 1:
         raise SpecError("", "pipeline", stage_layers(model.layers, par),
                         "uneven pipeline stages are modelled by the analytical backend only")

@@ -48,11 +48,18 @@ def astra_network(hw: HardwareSpec, gpus: int) -> Network:
 class RankGroups:
     """Every communicator of a layout: `members[g]` lists group g's ranks; `of[axis][r]` is
     the group rank r uses for that axis (tp, cp, ep, dp = data-parallel gradients over dp*cp,
-    pp = the ranks of one pipeline)."""
+    pp = the ranks of one pipeline, edp = the expert data-parallel ranks, which hold the same
+    experts and reduce their gradients: dp*cp over ep, expert tensor parallelism being tp)."""
     members: tuple
     of: dict
     coords: dict  # axis -> np.ndarray of each rank's index along it
     strides: dict  # axis -> rank distance between neighbours along it
+
+
+# For each communicator, the rank coordinates its members share. Expert parallelism takes the
+# innermost `ep` ranks of the data-parallel axis: ep = dp mod ep, edp = dp div ep.
+_SHARED_COORDS = {"tp": ("cp", "dp", "pp"), "cp": ("tp", "dp", "pp"), "ep": ("tp", "cp", "pp", "edp"),
+                  "dp": ("tp", "pp"), "pp": ("tp", "cp", "dp"), "edp": ("tp", "pp", "ep")}
 
 
 def rank_groups(par: Parallelism) -> RankGroups:
@@ -63,17 +70,15 @@ def rank_groups(par: Parallelism) -> RankGroups:
         coords[axis] = (ranks // stride) % degrees[axis]
         strides[axis] = stride
         stride *= degrees[axis]
-    coords["ep"] = coords["dp"] % par.ep
-    varying = {"tp": ("tp",), "cp": ("cp",), "ep": ("ep",), "dp": ("dp", "cp"), "pp": ("pp",)}
+    coords["ep"], coords["edp"] = coords["dp"] % par.ep, coords["dp"] // par.ep
     members, of = [], {}
-    for axis, moving in varying.items():
+    for axis, shared in _SHARED_COORDS.items():
+        if axis == "edp" and par.ep == 1:
+            of[axis] = of["dp"]  # every rank holds every expert: the data-parallel group itself
+            continue
         key = np.zeros(par.gpus, dtype=np.int64)
-        for other in ("tp", "cp", "dp", "pp", "ep"):
-            if other in moving or {axis, other} == {"ep", "dp"}:
-                continue
+        for other in shared:
             key = key * 1024 + coords[other]
-        if axis == "ep":
-            key = key * 1024 + coords["dp"] // par.ep
         _, group_index = np.unique(key, return_inverse=True)
         of[axis] = group_index + len(members)
         for g in range(group_index.max() + 1):
