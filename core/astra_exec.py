@@ -18,8 +18,8 @@ from .replay import RECV, SEND, Block, CommClasses, Program, assemble, compute_b
 from .training import edge_ops, model_flops, optimizer_step_s
 from .errors import SpecError
 
-STAGE_FWD, STAGE_BWD, WAIT, OPTIMIZER = -2, -3, -4, -5
-DP_BUCKETS = 4  # gradient buckets the last backward pass is cut into
+STAGE_FWD, STAGE_BWD, WAIT, OPTIMIZER, EDGE = -2, -3, -4, -5, -6
+DP_BUCKETS = 4  # gradient buckets a model chunk's last backward pass is cut into
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,6 @@ class Context:
 
 
 def _context(model, hw, par, gpus) -> Context:
-    if par.schedule == "interleaved":
-        raise SpecError("", "schedule", "interleaved", "the astra backends replay gpipe and 1f1b schedules")
     dims = hw.dims_for(gpus)
     spans = group_spans(par, dims)
     spans["dp"] = merge_spans(spans.get("dp", ()), spans.get("cp", ()))  # gradients reduce over dp*cp
@@ -77,7 +75,8 @@ def _attribute(ctx, classes, result, node_rank, label, stage_split=None) -> tupl
     critical = int(np.argmax(result.rank_finish_s))
     order, increments = frontier_increments(node_rank, result.node_end_s, critical)
     labels = label[order]
-    out = {"compute_s": float(increments[labels == 0].sum()), "bubble_s": float(increments[labels == WAIT].sum())}
+    out = {"compute_s": float(increments[(labels == 0) | (labels == EDGE)].sum()),
+           "bubble_s": float(increments[labels == WAIT].sum())}
     optimizer = float(increments[labels == OPTIMIZER].sum())
     if optimizer:
         out["optimizer_s"] = optimizer
@@ -156,22 +155,55 @@ def _replay_layer(ctx: Context, ops_list) -> dict:
 
 
 def _schedule(par, stage: int, micro: int) -> list:
-    """(pass, micro-batch) in the order one stage runs them."""
+    """(pass, model chunk, micro-batch) in the order one stage runs them: GPipe; 1F1B; or
+    Megatron-Core's interleaved 1F1B, which takes micro-batches in groups of pp, each group
+    forward through the chunks in order and backward in reverse, after (pp - stage - 1) * 2
+    + (v - 1) * pp warm-up forwards (all of them when there are only pp micro-batches)."""
     if par.schedule == "gpipe":
-        return [("F", m) for m in range(micro)] + [("B", m) for m in range(micro)]
-    warmup = min(par.pp - stage - 1, micro)
-    order = [("F", m) for m in range(warmup)]
-    for i in range(micro - warmup):
-        order += [("F", warmup + i), ("B", i)]
-    return order + [("B", m) for m in range(micro - warmup, micro)]
+        return [("F", 0, m) for m in range(micro)] + [("B", 0, m) for m in range(micro)]
+    v, pp = _chunks(par), par.pp
+    table = [(c, m) for first in range(0, micro, pp) for c in range(v) for m in range(first, min(first + pp, micro))]
+    total = len(table)
+    if v == 1:
+        warmup = min(pp - stage - 1, micro)
+    elif micro == pp:
+        warmup = total
+    else:
+        warmup = min((pp - stage - 1) * 2 + (v - 1) * pp, total)
+    forward = [("F", c, m) for c, m in table]
+    backward = [("B", v - 1 - c, m) for c, m in table]
+    order = forward[:warmup]
+    for i in range(total - warmup):
+        order += [forward[warmup + i], backward[i]]
+    return order + backward[total - warmup:]
+
+
+def _chunks(par) -> int:
+    """Model chunks per stage: the virtual stages under the interleaved schedule, else one."""
+    return par.virtual_stages if par.schedule == "interleaved" else 1
+
+
+def _downstream(stage: int, chunk: int, pp: int, chunks: int):
+    """(stage, chunk) a model chunk's forward output goes to: the next stage, or from the
+    last stage round to the first stage's next chunk; None after the model's last layer."""
+    if stage < pp - 1:
+        return stage + 1, chunk
+    return (0, chunk + 1) if chunk < chunks - 1 else None
+
+
+def _upstream(stage: int, chunk: int, pp: int, chunks: int):
+    """(stage, chunk) a model chunk's forward input comes from; None before the first layer."""
+    if stage > 0:
+        return stage - 1, chunk
+    return (pp - 1, chunk - 1) if chunk > 0 else None
 
 
 @dataclass(frozen=True)
 class StageWork:
     """Per-stage blocks for each pass, and how to split a pass's time for the breakdown."""
-    forward: list
-    backward: list  # per stage: list of sub-blocks; gradient buckets follow each on the last pass
-    bucket_params: list  # per stage: (dense, expert) parameters whose gradients follow each backward sub-block
+    forward: list  # per stage, per model chunk: one block
+    backward: list  # per stage, per model chunk: sub-blocks; gradient buckets follow each on the last pass
+    bucket_params: list  # per stage, per chunk: (dense, expert) parameters whose gradients follow each sub-block
     split: dict
 
 
@@ -188,11 +220,12 @@ def _pipeline(ctx: Context, work: StageWork, micro: int, message_bytes: float, c
 def pipeline_trace(ctx: Context, work: StageWork, micro: int, message_bytes: float, classes: CommClasses) -> tuple:
     """(trace, node ranks, node labels) of the whole pipeline schedule."""
     par = ctx.par
-    stride = ctx.groups.strides["pp"]
+    pp, chunks, stride = par.pp, _chunks(par), ctx.groups.strides["pp"]
     p2p_label = classes.label("pp", "send_recv", message_bytes)
     dp_buckets = par.zero <= 2
     optimizer_s = optimizer_step_s(ctx.model, ctx.hw, ctx.par)
     reduce = "all_reduce" if par.zero == 0 else "reduce_scatter"
+    gradients = grad_bytes(par)
 
     def sync(collective, parts, bytes_per_param, after):
         """The bucket's collectives, dense then expert, one after the other on the DP stream."""
@@ -200,38 +233,37 @@ def pipeline_trace(ctx: Context, work: StageWork, micro: int, message_bytes: flo
             after = tuple(program.place(_comm_block(ctx, axis, collective, params * bytes_per_param, classes),
                                         after))
         return list(after)
+
+    def tag(chunk, m, backward):  # one per transfer between two ranks, named by the receiving chunk
+        return 2 * (m * chunks + chunk) + backward
+
     programs = []
-    for stage in range(par.pp):
+    for stage in range(pp):
         program = Program()
-        schedule = _schedule(par, stage, micro)
-        last = ()
-        for kind, m in schedule:
+        last, synced = (), []
+        for kind, chunk, m in _schedule(par, stage, micro):
             forward = kind == "F"
-            tag = 2 * m + (0 if forward else 1)
-            source = stage - 1 if forward else stage + 1
-            if 0 <= source < par.pp:
-                last = (program.p2p(RECV, (source - stage) * stride, message_bytes, tag, last, WAIT),)
+            source = (_upstream if forward else _downstream)(stage, chunk, pp, chunks)
+            if source is not None:
+                last = (program.p2p(RECV, (source[0] - stage) * stride, message_bytes, tag(chunk, m, not forward),
+                                    last, WAIT),)
             if forward:
-                last = done = tuple(program.place(work.forward[stage], last))
+                last = tuple(program.place(work.forward[stage][chunk], last))
             else:
-                final = m == schedule[-1][1]
-                buckets = []
-                gradients = grad_bytes(par)
-                for piece, bucket in zip(work.backward[stage], work.bucket_params[stage]):
+                for piece, bucket in zip(work.backward[stage][chunk], work.bucket_params[stage][chunk]):
                     last = tuple(program.place(piece, last))
-                    if final and dp_buckets and par.overlap_grad_reduce:
-                        buckets += sync(reduce, bucket, gradients, last)
-                if final and dp_buckets and not par.overlap_grad_reduce:  # reduced once the backward is done
-                    for bucket in work.bucket_params[stage]:
-                        buckets += sync(reduce, bucket, gradients, last)
-                done = last
-                if final:
-                    last = tuple(program.place(compute_block(optimizer_s, OPTIMIZER), last + tuple(buckets)))
-                    if dp_buckets and par.zero >= 1:
-                        sync("all_gather", stage_param_parts(ctx.model, par)[stage], weight_bytes(ctx.hw, par), last)
-            target = stage + 1 if forward else stage - 1
-            if 0 <= target < par.pp:
-                program.p2p(SEND, (target - stage) * stride, message_bytes, tag, done, p2p_label)
+                    if m == micro - 1 and dp_buckets and par.overlap_grad_reduce:
+                        synced += sync(reduce, bucket, gradients, last)
+            target = (_downstream if forward else _upstream)(stage, chunk, pp, chunks)
+            if target is not None:
+                program.p2p(SEND, (target[0] - stage) * stride, message_bytes, tag(target[1], m, not forward),
+                            last, p2p_label)
+        if dp_buckets and not par.overlap_grad_reduce:  # reduced once the backward is done
+            for bucket in (b for chunk_buckets in work.bucket_params[stage] for b in chunk_buckets):
+                synced += sync(reduce, bucket, gradients, last)
+        last = tuple(program.place(compute_block(optimizer_s, OPTIMIZER), last + tuple(synced)))
+        if dp_buckets and par.zero >= 1:
+            sync("all_gather", stage_param_parts(ctx.model, par)[stage], weight_bytes(ctx.hw, par), last)
         programs.append((_stage_ranks(ctx, stage), program.block()))
     trace, node_rank, label, _ = assemble(ctx.groups, programs)
     return trace, node_rank, label
@@ -255,19 +287,36 @@ def _ops_block(ctx, ops_list, classes):
     return ops_block(expanded, ctx.algorithm, classes)
 
 
-def _edges(ctx, tokens) -> tuple:
-    """Per stage: extra (forward, backward) compute for embedding and LM head."""
-    embed_f, embed_b, last_f, last_b = edge_ops(ctx.model, ctx.hw, tokens, ctx.par.tp)
-    extra = [[0.0, 0.0] for _ in range(ctx.par.pp)]
-    extra[0][0] += embed_f
-    extra[0][1] += embed_b
-    extra[-1][0] += last_f
-    extra[-1][1] += last_b
-    return extra
-
-
 def _gradient_buckets(ctx, pieces: int) -> list:
-    return [[(dense / pieces, expert / pieces)] * pieces for dense, expert in stage_param_parts(ctx.model, ctx.par)]
+    """Per stage, per model chunk: the (dense, expert) parameters of each gradient bucket."""
+    chunks = _chunks(ctx.par)
+    return [[[(dense / chunks / pieces, expert / chunks / pieces)] * pieces for _ in range(chunks)]
+            for dense, expert in stage_param_parts(ctx.model, ctx.par)]
+
+
+def _edge_block(seconds: float) -> list:
+    return [compute_block(seconds, EDGE)] if seconds > 0 else []
+
+
+def _stage_passes(step, stage: int, forward_stack, backward_pieces) -> tuple:
+    """(forward block, backward sub-blocks) of each model chunk of one stage, the input
+    embedding before the first chunk's layers on the first stage (its gradient after them),
+    the LM head and loss after the last chunk's layers on the last stage (their gradient
+    before them)."""
+    embed_f, embed_b, head_f, head_b = step.edges
+    chunks, last_stage = _chunks(step.ctx.par), step.ctx.par.pp - 1
+    forward, backward = [], []
+    for chunk in range(chunks):
+        first, last = stage == 0 and chunk == 0, stage == last_stage and chunk == chunks - 1
+        forward.append(concat(_edge_block(embed_f if first else 0.0) + [forward_stack]
+                              + _edge_block(head_f if last else 0.0)))
+        pieces = list(backward_pieces)
+        if last:
+            pieces[0] = concat(_edge_block(head_b) + [pieces[0]])
+        if first:
+            pieces[-1] = concat([pieces[-1]] + _edge_block(embed_b))
+        backward.append(pieces)
+    return forward, backward
 
 
 @dataclass(frozen=True)
@@ -277,14 +326,14 @@ class TrainReplay:
     ctx: Context
     forward_ops: list
     backward_ops: list
-    edges: list  # per stage: [extra forward s, extra backward s]
-    layers: int  # per stage
+    edges: tuple  # seconds of the input embedding (forward, backward), then of the LM head and loss
+    layers: int  # per model chunk of a stage
     micro: int
     message_bytes: float
 
     @property
     def pieces(self) -> int:
-        """Backward sub-blocks per stage pass (the gradient buckets)."""
+        """Backward sub-blocks per model chunk's pass (the gradient buckets)."""
         return min(DP_BUCKETS, self.layers)
 
 
@@ -294,8 +343,8 @@ def train_replay(model, hw, par, work, gpus) -> TrainReplay:
     shape = train_shape(par, work)
     tokens = shape.tokens
     forward_ops, backward_ops = _layer_ops(ctx, shape)
-    return TrainReplay(ctx, forward_ops, backward_ops, _edges(ctx, tokens), model.layers // par.pp,
-                       work.global_batch // (par.dp * par.micro_batch),
+    return TrainReplay(ctx, forward_ops, backward_ops, edge_ops(model, hw, tokens, par.tp),
+                       model.layers // (par.pp * _chunks(par)), work.global_batch // (par.dp * par.micro_batch),
                        tokens * model.hidden * hw.act_bytes / par.tp)
 
 
@@ -306,6 +355,10 @@ def _check_replayable(model, par) -> None:
     if len(set(stage_layers(model.layers, par))) > 1:
         raise SpecError("", "pipeline", stage_layers(model.layers, par),
                         "uneven pipeline stages are modelled by the analytical backend only")
+    if model.layers % (par.pp * _chunks(par)):
+        raise SpecError("", "virtual_stages", par.virtual_stages,
+                        f"a divisor of the {model.layers // par.pp} layers of a stage: uneven model chunks are "
+                        "modelled by the analytical backend only")
     if par.expert_tp != par.tp:
         raise SpecError("", "etp", par.etp, "expert tensor parallelism other than tp is modelled by the "
                         "analytical backend only")
@@ -331,38 +384,34 @@ def hierarchical_work(step: TrainReplay, fwd: list, bwd: list) -> StageWork:
     forward, backward, split = [], [], {STAGE_FWD: [], STAGE_BWD: []}
     layers, pieces = step.layers, step.pieces
     for stage in range(step.ctx.par.pp):
-        f_s = layers * fwd[stage]["time_s"] + step.edges[stage][0]
-        b_s = layers * bwd[stage]["time_s"] + step.edges[stage][1]
-        forward.append(compute_block(f_s, STAGE_FWD))
-        backward.append([compute_block(b_s / pieces, STAGE_BWD)] * pieces)
-        split[STAGE_FWD].append(_shares(fwd[stage], layers, f_s))
-        split[STAGE_BWD].append(_shares(bwd[stage], layers, b_s))
+        f_s, b_s = layers * fwd[stage]["time_s"], layers * bwd[stage]["time_s"]
+        chunk_f, chunk_b = _stage_passes(step, stage, compute_block(f_s, STAGE_FWD),
+                                         [compute_block(b_s / pieces, STAGE_BWD)] * pieces)
+        forward.append(chunk_f)
+        backward.append(chunk_b)
+        split[STAGE_FWD].append(_shares(fwd[stage]))
+        split[STAGE_BWD].append(_shares(bwd[stage]))
     return StageWork(forward, backward, _gradient_buckets(step.ctx, pieces), split)
 
 
-def _shares(layer: dict, layers: int, total_s: float) -> dict:
-    """How a stage pass's time divides into compute and each dimension's exposed comm."""
-    shares = {key.removeprefix("comm_").removesuffix("_s"): layers * v / total_s
+def _shares(layer: dict) -> dict:
+    """How a layer pass's time divides into compute and each dimension's exposed comm."""
+    shares = {key.removeprefix("comm_").removesuffix("_s"): v / layer["time_s"]
               for key, v in layer.items() if key.startswith("comm_")}
     shares["compute_s"] = 1.0 - sum(shares.values())
     return shares
 
 
 def flattened_work(step: TrainReplay, classes: CommClasses) -> StageWork:
-    ctx, edges, layers, pieces = step.ctx, step.edges, step.layers, step.pieces
-    fwd_layer = _ops_block(ctx, step.forward_ops, classes)
+    ctx, layers, pieces = step.ctx, step.layers, step.pieces
+    fwd_stack = _ops_block(ctx, step.forward_ops, classes).repeated(layers)
     bwd_layer = _ops_block(ctx, step.backward_ops, classes)
-    fwd_stack = fwd_layer.repeated(layers)
-    bucket_layers = [len(chunk) for chunk in np.array_split(np.arange(layers), pieces)]
-    bwd_chunks = [bwd_layer.repeated(count) for count in bucket_layers]
+    bwd_pieces = [bwd_layer.repeated(len(chunk)) for chunk in np.array_split(np.arange(layers), pieces)]
     forward, backward = [], []
     for stage in range(ctx.par.pp):
-        head, tail = edges[stage]
-        forward.append(concat([fwd_stack, compute_block(head)]) if head else fwd_stack)
-        chunks = list(bwd_chunks)
-        if tail:
-            chunks[-1] = concat([chunks[-1], compute_block(tail)])
-        backward.append(chunks)
+        chunk_f, chunk_b = _stage_passes(step, stage, fwd_stack, bwd_pieces)
+        forward.append(chunk_f)
+        backward.append(chunk_b)
     return StageWork(forward, backward, _gradient_buckets(ctx, pieces), None)
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 from astra_backend import NODE_KINDS, HardFault, NoRouteError, SoftFault, Trace
 
-from .astra_exec import (OPTIMIZER, STAGE_BWD, STAGE_FWD, flattened_work, hierarchical_work, layer_trace,
+from .astra_exec import (EDGE, OPTIMIZER, STAGE_BWD, STAGE_FWD, flattened_work, hierarchical_work, layer_trace,
                          pipeline_trace, train_replay)
 from .errors import SpecError
 from .replay import COMPUTE, RECV, SEND, CommClasses
@@ -99,8 +99,7 @@ class FaultReplay:
         stage = step.ctx.groups.coords["pp"][node_rank]
         # pipeline compute nodes rebuilt per sample: (nodes, their stage, their rank) per kind
         self.passes = {code: (nodes, stage[nodes], node_rank[nodes])
-                       for code in (STAGE_FWD, STAGE_BWD, OPTIMIZER) for nodes in [np.flatnonzero(label == code)]}
-        self.edges = np.array(step.edges, np.float64).reshape(-1, 2)
+                       for code in (STAGE_FWD, STAGE_BWD, OPTIMIZER, EDGE) for nodes in [np.flatnonzero(label == code)]}
         self.slices = _independent_slices(network, trace, node_rank, base, pairs, self.pipeline.time_s)
         self.classes = _alike(self.slices, (label, stage, self.pipeline.duration_s)) if not any(base) else None
         self.loaded = frozenset().union(self.pipeline.loaded, *(p.loaded for pair in self.layers for p in pair))
@@ -149,17 +148,19 @@ class FaultReplay:
         return max(times)
 
     def _pipeline_durations(self, changed: dict, speed: np.ndarray) -> np.ndarray:
-        """Stage passes from the (re-)replayed layer times, edge compute and the optimizer step
-        slowed on straggling ranks."""
+        """Stage passes scaled to the (re-)replayed layer times; edge compute (embedding, LM
+        head) and the optimizer step slowed on straggling ranks."""
         times = self.pass_s.copy()
         for stage, pass_s in changed.items():
             times[stage] = pass_s
+        ratio = np.divide(times, self.pass_s, out=np.ones_like(times), where=self.pass_s > 0)
         out = self.pipeline.duration_s.copy()
-        for column, code, divide in ((0, STAGE_FWD, 1), (1, STAGE_BWD, self.step.pieces)):
-            nodes, stage, rank = self.passes[code]
-            out[nodes] = (self.step.layers * times[stage, column] + self.edges[stage, column] / speed[rank]) / divide
-        nodes, _, rank = self.passes[OPTIMIZER]
-        out[nodes] /= speed[rank]
+        for column, code in ((0, STAGE_FWD), (1, STAGE_BWD)):
+            nodes, stage, _ = self.passes[code]
+            out[nodes] *= ratio[stage, column]
+        for code in (EDGE, OPTIMIZER):
+            nodes, _, rank = self.passes[code]
+            out[nodes] /= speed[rank]
         return out
 
 

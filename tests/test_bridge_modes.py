@@ -107,9 +107,22 @@ def test_inference_requests_replay_prefill_and_every_decode_step(a100, backend):
     assert replayed["ttft_s"] < replayed["step_time_s"]
 
 
-def test_the_interleaved_schedule_is_refused_by_the_replay(a100):
-    par = core.Parallelism(tp=8, pp=2, sp=True, schedule="interleaved", virtual_stages=2)
-    with pytest.raises(core.SpecError, match="gpipe and 1f1b"):
+@pytest.mark.parametrize("global_batch", [16, 12])  # 12: a last group of micro-batches smaller than pp
+def test_the_interleaved_schedule_replays_with_the_bubble_the_closed_form_gives(a100, global_batch):
+    # 40 layers on pp 4: 1F1B, then two chunks of 5 layers per stage (Megatron-Core's order)
+    work = core.TrainWorkload(global_batch, 4096)
+    plain = core.Parallelism(tp=4, pp=4, sp=True, recompute="selective")
+    interleaved = core.Parallelism(tp=4, pp=4, sp=True, recompute="selective", schedule="interleaved",
+                                   virtual_stages=2)
+    for backend in (HIER, FLAT):
+        replayed = step("llama2-13b", a100, interleaved, work, backend)
+        assert replayed == pytest.approx(step("llama2-13b", a100, interleaved, work), rel=0.01)
+        assert replayed < step("llama2-13b", a100, plain, work, backend)
+
+
+def test_model_chunks_that_do_not_divide_a_stage_are_left_to_the_analytical_backend(a100):
+    par = core.Parallelism(tp=4, pp=4, sp=True, schedule="interleaved", virtual_stages=4)  # 10 layers a stage
+    with pytest.raises(core.SpecError, match="virtual_stages"):
         step("llama2-13b", a100, par, core.TrainWorkload(16, 2048), HIER)
 
 
