@@ -287,11 +287,41 @@ def _ops_block(ctx, ops_list, classes):
     return ops_block(expanded, ctx.algorithm, classes)
 
 
-def _gradient_buckets(ctx, pieces: int) -> list:
-    """Per stage, per model chunk: the (dense, expert) parameters of each gradient bucket."""
-    chunks = _chunks(ctx.par)
-    return [[[(dense / chunks / pieces, expert / chunks / pieces)] * pieces for _ in range(chunks)]
-            for dense, expert in stage_param_parts(ctx.model, ctx.par)]
+def _gradient_buckets(ctx, chunk_layers: list) -> list:
+    """Per stage, per model chunk: the (dense, expert) parameters of each gradient bucket, a
+    chunk holding its share of the stage's layers."""
+    out = []
+    for (dense, expert), layers in zip(stage_param_parts(ctx.model, ctx.par), chunk_layers):
+        total = sum(layers)
+        out.append([[(dense * n / total / pieces, expert * n / total / pieces)] * pieces
+                     for n in layers for pieces in [_pieces(n)]])
+    return out
+
+
+def _pieces(layers: int) -> int:
+    """Backward sub-blocks of a model chunk's pass (its gradient buckets)."""
+    return max(1, min(DP_BUCKETS, layers))
+
+
+def chunk_layers(model, par) -> list:
+    """Per stage, the transformer layers of each model chunk: Megatron-Core's split (stage_layers),
+    a stage's layers shared evenly by its chunks; under the interleaved schedule with the
+    embedding and the loss counted as layers, the first chunk and the last one hold one fewer."""
+    split, chunks = stage_layers(model.layers, par), _chunks(par)
+    if chunks == 1:
+        return [[n] for n in split]
+    if model.layers % (par.pp * chunks) == 0:
+        return [[n // chunks] * chunks for n in split]
+    if (model.layers + 2) % (par.pp * chunks) == 0 and par.pp > 1:
+        per_chunk = (model.layers + 2) // (par.pp * chunks)
+        out = [[per_chunk] * chunks for _ in split]
+        out[0][0] -= 1
+        out[-1][-1] -= 1
+        return out
+    raise SpecError("", "virtual_stages", par.virtual_stages,
+                    f"a split of {model.layers} layers into pp x virtual stages that Megatron-Core makes evenly "
+                    "(or with one layer fewer in the first and last chunk); other uneven model chunks are "
+                    "modelled by the analytical backend only")
 
 
 def _edge_block(seconds: float) -> list:
@@ -299,18 +329,18 @@ def _edge_block(seconds: float) -> list:
 
 
 def _stage_passes(step, stage: int, forward_stack, backward_pieces) -> tuple:
-    """(forward block, backward sub-blocks) of each model chunk of one stage, the input
-    embedding before the first chunk's layers on the first stage (its gradient after them),
-    the LM head and loss after the last chunk's layers on the last stage (their gradient
-    before them)."""
+    """(forward block, backward sub-blocks) of each model chunk of one stage, from
+    `forward_stack(layers)` and `backward_pieces(layers)`: the input embedding before the
+    first chunk's layers on the first stage (its gradient after them), the LM head and loss
+    after the last chunk's layers on the last stage (their gradient before them)."""
     embed_f, embed_b, head_f, head_b = step.edges
     chunks, last_stage = _chunks(step.ctx.par), step.ctx.par.pp - 1
     forward, backward = [], []
-    for chunk in range(chunks):
+    for chunk, layers in enumerate(step.layers[stage]):
         first, last = stage == 0 and chunk == 0, stage == last_stage and chunk == chunks - 1
-        forward.append(concat(_edge_block(embed_f if first else 0.0) + [forward_stack]
+        forward.append(concat(_edge_block(embed_f if first else 0.0) + [forward_stack(layers)]
                               + _edge_block(head_f if last else 0.0)))
-        pieces = list(backward_pieces)
+        pieces = list(backward_pieces(layers))
         if last:
             pieces[0] = concat(_edge_block(head_b) + [pieces[0]])
         if first:
@@ -327,14 +357,9 @@ class TrainReplay:
     forward_ops: list
     backward_ops: list
     edges: tuple  # seconds of the input embedding (forward, backward), then of the LM head and loss
-    layers: int  # per model chunk of a stage
+    layers: list  # per stage, per model chunk (chunk_layers)
     micro: int
     message_bytes: float
-
-    @property
-    def pieces(self) -> int:
-        """Backward sub-blocks per model chunk's pass (the gradient buckets)."""
-        return min(DP_BUCKETS, self.layers)
 
 
 def train_replay(model, hw, par, work, gpus) -> TrainReplay:
@@ -344,21 +369,14 @@ def train_replay(model, hw, par, work, gpus) -> TrainReplay:
     tokens = shape.tokens
     forward_ops, backward_ops = _layer_ops(ctx, shape)
     return TrainReplay(ctx, forward_ops, backward_ops, edge_ops(model, hw, tokens, par.tp),
-                       model.layers // (par.pp * _chunks(par)), work.global_batch // (par.dp * par.micro_batch),
+                       chunk_layers(model, par), work.global_batch // (par.dp * par.micro_batch),
                        tokens * model.hidden * hw.act_bytes / par.tp)
 
 
 def _check_replayable(model, par) -> None:
-    """The replays stamp one stage's program onto every stage and know the tp, cp, ep, dp,
-    expert data-parallel and pp communicators only: uneven stages and a separate expert-TP
-    group are analytical."""
-    if len(set(stage_layers(model.layers, par))) > 1:
-        raise SpecError("", "pipeline", stage_layers(model.layers, par),
-                        "uneven pipeline stages are modelled by the analytical backend only")
-    if model.layers % (par.pp * _chunks(par)):
-        raise SpecError("", "virtual_stages", par.virtual_stages,
-                        f"a divisor of the {model.layers // par.pp} layers of a stage: uneven model chunks are "
-                        "modelled by the analytical backend only")
+    """The replays know the tp, cp, ep, dp, expert data-parallel and pp communicators only: a
+    separate expert-TP group is analytical (and so are model chunks chunk_layers cannot split)."""
+    chunk_layers(model, par)
     if par.expert_tp != par.tp:
         raise SpecError("", "etp", par.etp, "expert tensor parallelism other than tp is modelled by the "
                         "analytical backend only")
@@ -382,16 +400,16 @@ def train_step_astra(model, hw, par, work, gpus, backend: str, emit=None):
 def hierarchical_work(step: TrainReplay, fwd: list, bwd: list) -> StageWork:
     """Stage work from each stage's replayed layer passes (`fwd[stage]["time_s"]`, ...)."""
     forward, backward, split = [], [], {STAGE_FWD: [], STAGE_BWD: []}
-    layers, pieces = step.layers, step.pieces
     for stage in range(step.ctx.par.pp):
-        f_s, b_s = layers * fwd[stage]["time_s"], layers * bwd[stage]["time_s"]
-        chunk_f, chunk_b = _stage_passes(step, stage, compute_block(f_s, STAGE_FWD),
-                                         [compute_block(b_s / pieces, STAGE_BWD)] * pieces)
+        f_s, b_s = fwd[stage]["time_s"], bwd[stage]["time_s"]
+        chunk_f, chunk_b = _stage_passes(
+            step, stage, lambda layers: compute_block(layers * f_s, STAGE_FWD),
+            lambda layers: [compute_block(layers * b_s / _pieces(layers), STAGE_BWD)] * _pieces(layers))
         forward.append(chunk_f)
         backward.append(chunk_b)
         split[STAGE_FWD].append(_shares(fwd[stage]))
         split[STAGE_BWD].append(_shares(bwd[stage]))
-    return StageWork(forward, backward, _gradient_buckets(step.ctx, pieces), split)
+    return StageWork(forward, backward, _gradient_buckets(step.ctx, step.layers), split)
 
 
 def _shares(layer: dict) -> dict:
@@ -403,16 +421,23 @@ def _shares(layer: dict) -> dict:
 
 
 def flattened_work(step: TrainReplay, classes: CommClasses) -> StageWork:
-    ctx, layers, pieces = step.ctx, step.layers, step.pieces
-    fwd_stack = _ops_block(ctx, step.forward_ops, classes).repeated(layers)
+    ctx = step.ctx
+    fwd_layer = _ops_block(ctx, step.forward_ops, classes)
     bwd_layer = _ops_block(ctx, step.backward_ops, classes)
-    bwd_pieces = [bwd_layer.repeated(len(chunk)) for chunk in np.array_split(np.arange(layers), pieces)]
+
+    def forward_stack(layers):
+        return fwd_layer.repeated(layers) if layers else compute_block(0.0)
+
+    def backward_pieces(layers):
+        if not layers:
+            return [compute_block(0.0)]
+        return [bwd_layer.repeated(len(part)) for part in np.array_split(np.arange(layers), _pieces(layers))]
     forward, backward = [], []
     for stage in range(ctx.par.pp):
-        chunk_f, chunk_b = _stage_passes(step, stage, fwd_stack, bwd_pieces)
+        chunk_f, chunk_b = _stage_passes(step, stage, forward_stack, backward_pieces)
         forward.append(chunk_f)
         backward.append(chunk_b)
-    return StageWork(forward, backward, _gradient_buckets(ctx, pieces), None)
+    return StageWork(forward, backward, _gradient_buckets(ctx, step.layers), None)
 
 
 def infer_request_astra(model, hw, par, work, gpus, backend: str, emit=None):

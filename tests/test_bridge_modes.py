@@ -1,8 +1,11 @@
 """The astra backends: core's graphs replayed on the compiled network simulator."""
+import dataclasses
+
 import pytest
 import yaml
 
 import core
+from core.astra_exec import chunk_layers
 from core.network import rank_groups
 
 HIER, FLAT = "astra-hierarchical", "astra-flattened"
@@ -120,10 +123,23 @@ def test_the_interleaved_schedule_replays_with_the_bubble_the_closed_form_gives(
         assert replayed < step("llama2-13b", a100, plain, work, backend)
 
 
-def test_model_chunks_that_do_not_divide_a_stage_are_left_to_the_analytical_backend(a100):
-    par = core.Parallelism(tp=4, pp=4, sp=True, schedule="interleaved", virtual_stages=4)  # 10 layers a stage
+def test_uneven_stages_and_chunks_replay_as_megatron_splits_them(a100):
+    # 30 layers on pp 4: stages (7, 8, 8, 7); interleaved over 2 chunks, the embedding and the loss
+    # count as layers, so the first and last chunks hold one layer fewer
+    model = dataclasses.replace(core.load_model("llama2-7b"), layers=30)
+    interleaved = core.Parallelism(pp=4, recompute="full", schedule="interleaved", virtual_stages=2)
+    assert chunk_layers(model, interleaved) == [[3, 4], [4, 4], [4, 4], [4, 3]]
+    work = core.TrainWorkload(16, 2048)
+    for par in (core.Parallelism(pp=4, recompute="full"), interleaved):
+        closed = core.evaluate(model, a100, par, work, 4)["step_time_s"]
+        for backend in (HIER, FLAT):
+            assert core.evaluate(model, a100, par, work, 4, backend=backend)["step_time_s"] == pytest.approx(closed, rel=0.03)
+
+
+def test_model_chunks_megatron_would_not_split_are_left_to_the_analytical_backend():
+    model = dataclasses.replace(core.load_model("llama2-7b"), layers=28)  # 7 a stage, 3 chunks
     with pytest.raises(core.SpecError, match="virtual_stages"):
-        step("llama2-13b", a100, par, core.TrainWorkload(16, 2048), HIER)
+        chunk_layers(model, core.Parallelism(pp=4, schedule="interleaved", virtual_stages=3))
 
 
 def test_hierarchical_mode_says_when_a_layout_breaks_its_assumptions(a100):
