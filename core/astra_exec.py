@@ -363,7 +363,6 @@ class TrainReplay:
 
 
 def train_replay(model, hw, par, work, gpus) -> TrainReplay:
-    _check_replayable(model, par)
     ctx = _context(model, hw, par, gpus)
     shape = train_shape(par, work)
     tokens = shape.tokens
@@ -371,15 +370,6 @@ def train_replay(model, hw, par, work, gpus) -> TrainReplay:
     return TrainReplay(ctx, forward_ops, backward_ops, edge_ops(model, hw, tokens, par.tp),
                        chunk_layers(model, par), work.global_batch // (par.dp * par.micro_batch),
                        tokens * model.hidden * hw.act_bytes / par.tp)
-
-
-def _check_replayable(model, par) -> None:
-    """The replays know the tp, cp, ep, dp, expert data-parallel and pp communicators only: a
-    separate expert-TP group is analytical (and so are model chunks chunk_layers cannot split)."""
-    chunk_layers(model, par)
-    if par.expert_tp != par.tp:
-        raise SpecError("", "etp", par.etp, "expert tensor parallelism other than tp is modelled by the "
-                        "analytical backend only")
 
 
 def train_step_astra(model, hw, par, work, gpus, backend: str, emit=None):
@@ -443,23 +433,25 @@ def flattened_work(step: TrainReplay, classes: CommClasses) -> StageWork:
 def infer_request_astra(model, hw, par, work, gpus, backend: str, emit=None):
     """(request seconds, TTFT, time per output token, breakdown, FLOPs, busiest links)
     from a replay of one replica: prefill, then every decode step, stage after stage."""
-    _check_replayable(model, par)
     ctx = _context(model, hw, par, gpus)
     b, prompt, steps = work.batch, work.prompt, decode_steps(work.decode)
-    layers = model.layers // par.pp
+    split = stage_layers(model.layers, par)
     head_s = lm_head_s(model, hw, b, par.tp)
     classes = CommClasses()
     prefill_ops = build_layer(model, hw, LayerShape(b, prompt, prompt, par.tp, par.sp, 1, 1)).forward
     contexts = (prompt + 1, prompt + max(1, steps))
     decode_ops = [build_decode_layer(model, hw, b, c, par.tp, work.kv_bytes(hw)) for c in contexts]
+    passes = {}  # stage layers -> (prefill block, decode step blocks)
     if backend == "astra-hierarchical":
-        prefill = compute_block(layers * _replay_layer(ctx, prefill_ops)["time_s"])
-        step_blocks = [compute_block(layers * (_replay_layer(ctx, decode_ops[0])["time_s"]
-                                               + _replay_layer(ctx, decode_ops[1])["time_s"]) / 2)]
+        prefill_s = _replay_layer(ctx, prefill_ops)["time_s"]
+        step_s = (_replay_layer(ctx, decode_ops[0])["time_s"] + _replay_layer(ctx, decode_ops[1])["time_s"]) / 2
+        for n in set(split):
+            passes[n] = compute_block(n * prefill_s), [compute_block(n * step_s)]
     else:
-        prefill = _ops_block(ctx, prefill_ops, classes).repeated(layers)
+        prefill_layer = _ops_block(ctx, prefill_ops, classes)
         first, last = (_ops_block(ctx, o, classes) for o in decode_ops)
-        step_blocks = [_decode_stack(first, last, layers, k, steps) for k in range(steps)]
+        for n in set(split):
+            passes[n] = prefill_layer.repeated(n), [_decode_stack(first, last, n, k, steps) for k in range(steps)]
     el = hw.act_bytes
     stride = ctx.groups.strides["pp"]
     tokens = b * 4  # each decode step starts from the tokens the last stage sampled
@@ -467,6 +459,7 @@ def infer_request_astra(model, hw, par, work, gpus, backend: str, emit=None):
     for stage in range(par.pp):
         program = Program()
         last = ()
+        prefill, step_blocks = passes[split[stage]]
         for step in range(steps + 1):
             message = b * (prompt if step == 0 else 1) * model.hidden * el
             label = classes.label("pp", "send_recv", message)

@@ -49,38 +49,56 @@ class RankGroups:
     """Every communicator of a layout: `members[g]` lists group g's ranks; `of[axis][r]` is
     the group rank r uses for that axis (tp, cp, ep, dp = data-parallel gradients over dp*cp,
     pp = the ranks of one pipeline, edp = the expert data-parallel ranks, which hold the same
-    experts and reduce their gradients: dp*cp over ep, expert tensor parallelism being tp)."""
+    experts and reduce their gradients, etp = expert tensor parallelism)."""
     members: tuple
     of: dict
     coords: dict  # axis -> np.ndarray of each rank's index along it
     strides: dict  # axis -> rank distance between neighbours along it
 
 
-# For each communicator, the rank coordinates its members share. Expert parallelism takes the
-# innermost `ep` ranks of the data-parallel axis: ep = dp mod ep, edp = dp div ep.
+# For each communicator, the rank coordinates its members share. With expert tensor
+# parallelism equal to tp, expert parallelism takes the innermost `ep` ranks of the
+# data-parallel axis (ep = dp mod ep, edp = dp div ep); folded (MoE parallel folding, etp
+# apart from tp), a stage's ranks are laid out afresh for the experts, etp fastest, then ep,
+# then edp, as core.layout.group_spans counts them.
 _SHARED_COORDS = {"tp": ("cp", "dp", "pp"), "cp": ("tp", "dp", "pp"), "ep": ("tp", "cp", "pp", "edp"),
                   "dp": ("tp", "pp"), "pp": ("tp", "cp", "dp"), "edp": ("tp", "pp", "ep")}
+_FOLDED_COORDS = {"ep": ("pp", "etp", "edp"), "edp": ("pp", "etp", "ep"), "etp": ("pp", "ep", "edp")}
 
 
 def rank_groups(par: Parallelism) -> RankGroups:
     degrees = {"tp": par.tp, "cp": par.cp, "dp": par.dp, "pp": par.pp}
     ranks = np.arange(par.gpus)
     coords, strides, stride = {}, {}, 1
+    in_stage, stage_stride = np.zeros(par.gpus, dtype=np.int64), 1  # a rank's index among its stage's
     for axis in par.placement:
         coords[axis] = (ranks // stride) % degrees[axis]
         strides[axis] = stride
         stride *= degrees[axis]
-    coords["ep"], coords["edp"] = coords["dp"] % par.ep, coords["dp"] // par.ep
+        if axis != "pp":
+            in_stage += coords[axis] * stage_stride
+            stage_stride *= degrees[axis]
+    folded = par.expert_tp != par.tp
+    shared = dict(_SHARED_COORDS)
+    if folded:
+        coords["etp"] = in_stage % par.expert_tp
+        coords["ep"] = (in_stage // par.expert_tp) % par.ep
+        coords["edp"] = in_stage // (par.expert_tp * par.ep)
+        shared.update(_FOLDED_COORDS)
+    else:
+        coords["ep"], coords["edp"] = coords["dp"] % par.ep, coords["dp"] // par.ep
     members, of = [], {}
-    for axis, shared in _SHARED_COORDS.items():
-        if axis == "edp" and par.ep == 1:
+    for axis, fixed in shared.items():
+        if axis == "edp" and par.ep == 1 and not folded:
             of[axis] = of["dp"]  # every rank holds every expert: the data-parallel group itself
             continue
         key = np.zeros(par.gpus, dtype=np.int64)
-        for other in shared:
+        for other in fixed:
             key = key * 1024 + coords[other]
         _, group_index = np.unique(key, return_inverse=True)
         of[axis] = group_index + len(members)
         for g in range(group_index.max() + 1):
             members.append(tuple(ranks[group_index == g].tolist()))
+    if not folded:
+        of["etp"] = of["tp"]  # experts split like the dense layers
     return RankGroups(tuple(members), of, coords, strides)

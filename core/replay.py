@@ -8,7 +8,7 @@ from astra_backend import ALGORITHMS, NODE_KINDS, Trace
 
 from .network import RankGroups
 
-AXES = ("tp", "cp", "ep", "dp", "pp", "edp")
+AXES = ("tp", "cp", "ep", "dp", "pp", "edp", "etp")
 COMPUTE, SEND, RECV = NODE_KINDS["compute"], NODE_KINDS["send"], NODE_KINDS["recv"]
 
 

@@ -11,8 +11,12 @@ from core.network import rank_groups
 HIER, FLAT = "astra-hierarchical", "astra-flattened"
 
 
-def step(model, hw, par, work, backend="analytical"):
-    return core.evaluate(core.load_model(model), hw, par, work, par.gpus, backend=backend)["step_time_s"]
+def step_of(model, hw, par, work, backend="analytical"):
+    return core.evaluate(model, hw, par, work, par.gpus, backend=backend)["step_time_s"]
+
+
+def step(model_name, hw, par, work, backend="analytical"):
+    return step_of(core.load_model(model_name), hw, par, work, backend)
 
 
 def test_flattened_and_hierarchical_agree_on_four_gpu_data_parallel_training(a100):
@@ -45,6 +49,24 @@ def test_expert_gradients_reduce_over_the_ranks_holding_the_same_experts():
     assert communicators(par, "edp") == [(0, 2), (1, 3)]
     assert communicators(par, "dp") == [(0, 1, 2, 3)]
     assert communicators(core.Parallelism(dp=4), "edp") == [(0, 1, 2, 3)]  # no expert parallelism
+
+
+def test_folded_experts_are_laid_out_afresh_over_a_stage():
+    # MoE parallel folding: tp 2 for attention, experts on etp 1 x ep 4 over the same 8 ranks
+    par = core.Parallelism(tp=2, dp=4, ep=4, etp=1)
+    assert communicators(par, "tp") == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    assert communicators(par, "ep") == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert communicators(par, "edp") == [(0, 4), (1, 5), (2, 6), (3, 7)]
+    assert communicators(par, "etp") == [(r,) for r in range(8)]
+
+
+def test_a_folded_moe_replay_matches_the_closed_forms():
+    h100 = core.load_hardware("h100-sxm5-80gb")
+    model, work = core.load_model("mixtral-8x7b"), core.TrainWorkload(16, 4096)
+    par = core.Parallelism(tp=2, dp=8, ep=8, etp=1, sp=True, zero=1, recompute="full")
+    replay, closed = (core.evaluate(model, h100, par, work, 16, backend=backend, time_infeasible=True)["step_time_s"]
+                      for backend in (HIER, "analytical"))
+    assert replay == pytest.approx(closed, rel=0.01)
 
 
 def test_an_moe_replay_matches_the_closed_forms_with_expert_gradients_across_nodes(a100):
@@ -97,6 +119,13 @@ def test_astra_records_name_the_busiest_links(a100):
     assert top["dim"] == "nvlink" and 0 < top["utilisation"] <= 1
     parts = sum(v for k, v in record["breakdown"].items())
     assert parts == pytest.approx(record["step_time_s"], rel=1e-9)
+
+
+def test_an_inference_pipeline_with_uneven_stages_runs_every_layer(a100):
+    model = dataclasses.replace(core.load_model("llama2-7b"), layers=30)  # stages of 7, 8, 8, 7
+    work = core.InferWorkload(batch=2, prompt=256, decode=8)
+    closed = core.evaluate(model, a100, core.Parallelism(pp=4), work, 4)["step_time_s"]
+    assert step_of(model, a100, core.Parallelism(pp=4), work, FLAT) == pytest.approx(closed, rel=0.01)
 
 
 @pytest.mark.parametrize("backend", [HIER, FLAT])
