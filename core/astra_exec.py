@@ -112,14 +112,15 @@ def _layer_ops(ctx: Context, shape: LayerShape) -> tuple:
     elif recompute == "selective":
         backward = [op for op in forward if op.attention_core] + backward
     if ctx.par.zero >= 3:  # parameters gathered ahead of use, gradients scattered after
-        layers = ctx.model.layers // ctx.par.pp
+        parts, split = stage_param_parts(ctx.model, ctx.par), stage_layers(ctx.model.layers, ctx.par)
+        heaviest = max(range(ctx.par.pp), key=lambda stage: sum(parts[stage]))  # as core.training does
         weights, grads = weight_bytes(ctx.hw, ctx.par), grad_bytes(ctx.par)
 
         def hidden(collective, bytes_per_param, ops_list):
             cover = sum(op.time_s for op in ops_list)
             return [Op(f"zero3.{collective}", "comm", collective=collective, axis=axis,
-                       bytes_=params / layers * bytes_per_param, cover_s=cover)
-                    for axis, params in _synced_parts(ctx, stage_param_parts(ctx.model, ctx.par)[0])]
+                       bytes_=params / split[heaviest] * bytes_per_param, cover_s=cover)
+                    for axis, params in _synced_parts(ctx, parts[heaviest])]
         # Each pass gathers its parameters ahead of use; the backward also scatters the
         # previous layer's gradients while it computes.
         forward = hidden("all_gather", weights, forward) + forward
@@ -156,20 +157,16 @@ def _replay_layer(ctx: Context, ops_list) -> dict:
 
 def _schedule(par, stage: int, micro: int) -> list:
     """(pass, model chunk, micro-batch) in the order one stage runs them: GPipe; 1F1B; or
-    Megatron-Core's interleaved 1F1B, which takes micro-batches in groups of pp, each group
-    forward through the chunks in order and backward in reverse, after (pp - stage - 1) * 2
-    + (v - 1) * pp warm-up forwards (all of them when there are only pp micro-batches)."""
+    Megatron-Core's interleaved 1F1B (get_schedule_table, get_pp_rank_microbatches), which
+    takes micro-batches in groups of pp (check_layout has them divide), each group forward
+    through the chunks in order and backward in reverse, after (pp - stage - 1) * 2 +
+    (v - 1) * pp warm-up forwards, the count core.memory's interleaved warm-up uses too."""
     if par.schedule == "gpipe":
         return [("F", 0, m) for m in range(micro)] + [("B", 0, m) for m in range(micro)]
     v, pp = _chunks(par), par.pp
     table = [(c, m) for first in range(0, micro, pp) for c in range(v) for m in range(first, min(first + pp, micro))]
     total = len(table)
-    if v == 1:
-        warmup = min(pp - stage - 1, micro)
-    elif micro == pp:
-        warmup = total
-    else:
-        warmup = min((pp - stage - 1) * 2 + (v - 1) * pp, total)
+    warmup = min(pp - stage - 1, micro) if v == 1 else min((pp - stage - 1) * 2 + (v - 1) * pp, total)
     forward = [("F", c, m) for c, m in table]
     backward = [("B", v - 1 - c, m) for c, m in table]
     order = forward[:warmup]
@@ -308,12 +305,11 @@ def chunk_layers(model, par) -> list:
     a stage's layers shared evenly by its chunks; under the interleaved schedule with the
     embedding and the loss counted as layers, the first chunk and the last one hold one fewer."""
     split, chunks = stage_layers(model.layers, par), _chunks(par)
-    if chunks == 1:
-        return [[n] for n in split]
-    if model.layers % (par.pp * chunks) == 0:
+    if all(n % chunks == 0 for n in split):
         return [[n // chunks] * chunks for n in split]
-    if (model.layers + 2) % (par.pp * chunks) == 0 and par.pp > 1:
-        per_chunk = (model.layers + 2) // (par.pp * chunks)
+    per_chunk = (model.layers + 2) // (par.pp * chunks)
+    accounted = (per_chunk * chunks - 1, *[per_chunk * chunks] * (par.pp - 2), per_chunk * chunks - 1)
+    if (model.layers + 2) % (par.pp * chunks) == 0 and tuple(split) == accounted:
         out = [[per_chunk] * chunks for _ in split]
         out[0][0] -= 1
         out[-1][-1] -= 1

@@ -18,12 +18,12 @@ def group_spans(par: Parallelism, dims: tuple) -> dict:
     Ranks are numbered with the first axis of `par.placement` fastest, and NPUs with
     network dimension 0 fastest, so an axis with stride S and degree D covers NPU
     strides [S, S*D) and splits across the dimensions whose strides overlap that range.
-    Expert parallelism takes the innermost `ep` ranks of the data-parallel axis; with a
-    separate expert tensor parallelism (MoE parallel folding) the expert groups are laid
-    out afresh from the innermost NPU: `etp` ranks, then `ep` of those groups. The expert
-    data-parallel group ("edp", the ranks holding the same expert shard, whose gradients
-    Megatron-Core reduces apart from the dense ones) is what remains of the tp*cp*dp ranks
-    once the expert tensor and expert parallel groups are taken out, dimension by dimension.
+    The expert groups follow Megatron-Core's expert grid (expert_grid): `etp` ranks, then
+    `ep` of those groups, over the ranks the dense layers spread tp, cp and dp over (MoE
+    parallel folding when etp differs from tp). The expert data-parallel group ("edp", the
+    ranks holding the same expert shard, whose gradients Megatron-Core reduces apart from the
+    dense ones) is what remains of the tp*cp*dp ranks once the expert tensor and expert
+    parallel groups are taken out, dimension by dimension.
     A fresh dict each call (callers extend it); the spans themselves are memoized."""
     return dict(_group_spans(par, dims))
 
@@ -34,16 +34,34 @@ def _group_spans(par: Parallelism, dims: tuple) -> tuple:
     spans, stride = {}, 1
     for axis in par.placement:
         spans[axis] = _split(stride, degrees[axis], dims)
-        if axis == "dp":
-            spans["ep"] = _split(stride, par.ep, dims)
         stride *= degrees[axis]
-    expert_tp = spans["tp"]
+    expert = _expert_spans(par, dims)
     if par.expert_tp != par.tp:
-        spans["etp"] = expert_tp = _split(1, par.expert_tp, dims)
-        spans["ep"] = _split(par.expert_tp, par.ep, dims)
+        spans["etp"] = expert["tp"]
+    spans["ep"] = expert["ep"]
     block = merge_spans(spans["tp"], spans["cp"], spans["dp"])
-    spans["edp"] = _quotient(block, spans["ep"], expert_tp)
+    spans["edp"] = _quotient(block, spans["ep"], expert["tp"])
     return tuple(spans.items())
+
+
+def expert_grid(par: Parallelism) -> tuple:
+    """Megatron-Core's grid of expert ranks (core_v0.10+ initialize_model_parallel, its expert
+    RankGenerator), as (axis, degree) from the fastest: the layout's order without cp, expert
+    tensor parallelism in tp's place, and expert parallelism just inside the expert data
+    parallelism in dp's, so ep spans the context-parallel ranks before the data-parallel ones."""
+    degrees = {"tp": par.expert_tp, "ep": par.ep, "pp": par.pp,
+               "dp": par.tp * par.cp * par.dp // (par.expert_tp * par.ep)}
+    order = [axis for placed in par.placement if placed != "cp"
+             for axis in (("ep", "dp") if placed == "dp" else (placed,))]
+    return tuple((axis, degrees[axis]) for axis in order)
+
+
+def _expert_spans(par: Parallelism, dims: tuple) -> dict:
+    spans, stride = {}, 1
+    for axis, degree in expert_grid(par):
+        spans[axis] = _split(stride, degree, dims)
+        stride *= degree
+    return spans
 
 
 def _split(stride: int, degree: int, dims: tuple) -> Span:
@@ -149,6 +167,8 @@ def check_layout(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpu
         return "sequence parallelism needs tp > 1"
     if par.schedule == "interleaved" and par.virtual_stages < 2:
         return "the interleaved schedule needs virtual_stages >= 2"
+    if par.schedule == "interleaved" and par.pp < 2:
+        return "the interleaved schedule needs pp >= 2 (its model chunks take turns across pipeline stages)"
     if par.schedule != "interleaved" and par.virtual_stages != 1:
         return f"virtual_stages = {par.virtual_stages} needs schedule interleaved"
     if isinstance(work, TrainWorkload):

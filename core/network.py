@@ -9,6 +9,7 @@ from astra_backend import Dimension, HardFault, Network, SoftFault
 from astra_backend.errors import AstraError
 
 from .errors import SpecError
+from .layout import expert_grid
 from .specs import HardwareSpec, Parallelism
 
 _TOPOLOGY = {"switch": "switch", "ring": "ring", "ring-uni": "ring_uni", "fully-connected": "fully_connected",
@@ -56,42 +57,34 @@ class RankGroups:
     strides: dict  # axis -> rank distance between neighbours along it
 
 
-# For each communicator, the rank coordinates its members share. With expert tensor
-# parallelism equal to tp, expert parallelism takes the innermost `ep` ranks of the
-# data-parallel axis (ep = dp mod ep, edp = dp div ep); folded (MoE parallel folding, etp
-# apart from tp), a stage's ranks are laid out afresh for the experts, etp fastest, then ep,
-# then edp, as core.layout.group_spans counts them.
-_SHARED_COORDS = {"tp": ("cp", "dp", "pp"), "cp": ("tp", "dp", "pp"), "ep": ("tp", "cp", "pp", "edp"),
-                  "dp": ("tp", "pp"), "pp": ("tp", "cp", "dp"), "edp": ("tp", "pp", "ep")}
-_FOLDED_COORDS = {"ep": ("pp", "etp", "edp"), "edp": ("pp", "etp", "ep"), "etp": ("pp", "ep", "edp")}
+# For each communicator, the rank coordinates its members share. The expert communicators
+# (ep, edp and, folded, etp) take theirs from Megatron-Core's expert grid
+# (core.layout.expert_grid); without experts each rank is its own ep group.
+_SHARED_COORDS = {"tp": ("cp", "dp", "pp"), "cp": ("tp", "dp", "pp"), "ep": ("tp", "cp", "pp", "dp"),
+                  "dp": ("tp", "pp"), "pp": ("tp", "cp", "dp")}
+_EXPERT_COORDS = {"ep": ("pp", "etp", "edp"), "edp": ("pp", "etp", "ep"), "etp": ("pp", "ep", "edp")}
+_EXPERT_AXES = {"tp": "etp", "ep": "ep", "dp": "edp"}
 
 
 def rank_groups(par: Parallelism) -> RankGroups:
     degrees = {"tp": par.tp, "cp": par.cp, "dp": par.dp, "pp": par.pp}
     ranks = np.arange(par.gpus)
     coords, strides, stride = {}, {}, 1
-    in_stage, stage_stride = np.zeros(par.gpus, dtype=np.int64), 1  # a rank's index among its stage's
     for axis in par.placement:
         coords[axis] = (ranks // stride) % degrees[axis]
         strides[axis] = stride
         stride *= degrees[axis]
-        if axis != "pp":
-            in_stage += coords[axis] * stage_stride
-            stage_stride *= degrees[axis]
-    folded = par.expert_tp != par.tp
     shared = dict(_SHARED_COORDS)
-    if folded:
-        coords["etp"] = in_stage % par.expert_tp
-        coords["ep"] = (in_stage // par.expert_tp) % par.ep
-        coords["edp"] = in_stage // (par.expert_tp * par.ep)
-        shared.update(_FOLDED_COORDS)
-    else:
-        coords["ep"], coords["edp"] = coords["dp"] % par.ep, coords["dp"] // par.ep
+    folded = par.expert_tp != par.tp
+    if par.ep > 1 or folded:
+        stride = 1
+        for axis, degree in expert_grid(par):
+            if axis in _EXPERT_AXES:
+                coords[_EXPERT_AXES[axis]] = (ranks // stride) % degree
+            stride *= degree
+        shared.update({axis: fixed for axis, fixed in _EXPERT_COORDS.items() if axis != "etp" or folded})
     members, of = [], {}
     for axis, fixed in shared.items():
-        if axis == "edp" and par.ep == 1 and not folded:
-            of[axis] = of["dp"]  # every rank holds every expert: the data-parallel group itself
-            continue
         key = np.zeros(par.gpus, dtype=np.int64)
         for other in fixed:
             key = key * 1024 + coords[other]
@@ -99,6 +92,6 @@ def rank_groups(par: Parallelism) -> RankGroups:
         of[axis] = group_index + len(members)
         for g in range(group_index.max() + 1):
             members.append(tuple(ranks[group_index == g].tolist()))
-    if not folded:
-        of["etp"] = of["tp"]  # experts split like the dense layers
+    of.setdefault("edp", of["dp"])  # every rank holds every expert: the data-parallel group itself
+    of.setdefault("etp", of["tp"])  # experts split like the dense layers
     return RankGroups(tuple(members), of, coords, strides)

@@ -49,6 +49,10 @@ def test_expert_gradients_reduce_over_the_ranks_holding_the_same_experts():
     assert communicators(par, "edp") == [(0, 2), (1, 3)]
     assert communicators(par, "dp") == [(0, 1, 2, 3)]
     assert communicators(core.Parallelism(dp=4), "edp") == [(0, 1, 2, 3)]  # no expert parallelism
+    # Megatron-Core's expert grid: ep takes the context-parallel ranks first
+    assert communicators(core.Parallelism(cp=2, dp=2, ep=4), "ep") == [(0, 1, 2, 3)]
+    assert communicators(core.Parallelism(tp=2, cp=4, dp=2, ep=4), "ep") == [(0, 2, 4, 6), (1, 3, 5, 7),
+                                                                             (8, 10, 12, 14), (9, 11, 13, 15)]
 
 
 def test_folded_experts_are_laid_out_afresh_over_a_stage():
@@ -139,7 +143,7 @@ def test_inference_requests_replay_prefill_and_every_decode_step(a100, backend):
     assert replayed["ttft_s"] < replayed["step_time_s"]
 
 
-@pytest.mark.parametrize("global_batch", [16, 12])  # 12: a last group of micro-batches smaller than pp
+@pytest.mark.parametrize("global_batch", [16, 12])  # four and three groups of pp micro-batches
 def test_the_interleaved_schedule_replays_with_the_bubble_the_closed_form_gives(a100, global_batch):
     # 40 layers on pp 4: 1F1B, then two chunks of 5 layers per stage (Megatron-Core's order)
     work = core.TrainWorkload(global_batch, 4096)
@@ -169,6 +173,13 @@ def test_model_chunks_megatron_would_not_split_are_left_to_the_analytical_backen
     model = dataclasses.replace(core.load_model("llama2-7b"), layers=28)  # 7 a stage, 3 chunks
     with pytest.raises(core.SpecError, match="virtual_stages"):
         chunk_layers(model, core.Parallelism(pp=4, schedule="interleaved", virtual_stages=3))
+    # explicit first / last stages: each stage's layers shared by its chunks, or refused
+    model = dataclasses.replace(model, layers=32)
+    assert chunk_layers(model, core.Parallelism(pp=4, schedule="interleaved", virtual_stages=2,
+                                                first_stage_layers=6, last_stage_layers=6)) == [[3, 3], [5, 5], [5, 5], [3, 3]]
+    with pytest.raises(core.SpecError, match="virtual_stages"):  # (7, 9, 9, 7): 7 layers in 2 chunks
+        chunk_layers(model, core.Parallelism(pp=4, schedule="interleaved", virtual_stages=2,
+                                             first_stage_layers=7, last_stage_layers=7))
 
 
 def test_hierarchical_mode_says_when_a_layout_breaks_its_assumptions(a100):

@@ -16,13 +16,18 @@ from core.validation import SUITES, summary
 # counted: all four within 10 % (max 10.8 before), each 4-5 GB under.
 # training stays at 4.96 / 2.8 with compute_efficiency fitted on Korthikanti's, FlashAttention's
 # and llm-foundry's rows together (memory_efficiency no longer fitted beside it).
+# moe's mean rose from 3.4 to 3.7 when expert parallelism followed Megatron-Core's expert grid
+# (core.layout.expert_grid: ep spans the context-parallel ranks before the data-parallel
+# ones): the paper's MCore long-context rows (tp2 cp4 dp2 ep4 ...) had their all-to-all
+# across nodes, -8 % to +3 %, and now inside the NVLink node, +4 % to +9 %, beside the
+# folded rows of the same table (+1 % to +9 %).
 REACHED = {
     "training": (5.0, 2.8, 0),
     "a100_training": (13.7, 6.5, 0),
     "inference": (3.2, 2.1, 0),
     "memory": (9.0, 2.7, 0),
     "h100_dense": (14.4, 4.8, 0),
-    "moe": (10.0, 3.5, 0),
+    "moe": (10.0, 3.7, 0),
     "memory_h100": (9.8, 9.1, 1),
 }
 

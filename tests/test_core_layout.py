@@ -25,6 +25,17 @@ def test_layout_reasons(a100):
     assert "global_batch (64)" in reason(tp=1, dp=64, micro_batch=2)
     assert "no experts" in reason(tp=8, dp=8, ep=2)
     assert "tp > 1" in reason(dp=64, sp=True)
+    assert "pp >= 2" in reason(tp=8, dp=8, schedule="interleaved", virtual_stages=2)
+
+
+def test_expert_parallelism_spans_context_parallel_ranks_before_data_parallel_ones(a100):
+    # Megatron-Core's expert grid drops cp: tp 2, cp 4, dp 2 with ep 4 puts each expert group on
+    # the 4 context-parallel ranks of one node, and expert data parallelism across the 2 nodes
+    spans = group_spans(core.Parallelism(tp=2, cp=4, dp=2, ep=4), a100.dims_for(16))
+    assert spans["ep"] == ((0, 4.0),)
+    assert spans["edp"] == ((1, 2.0),)
+    # without context parallelism ep is the innermost ep data-parallel ranks, as before
+    assert group_spans(core.Parallelism(tp=2, dp=8, ep=4), a100.dims_for(16))["ep"] == ((0, 4.0),)
 
 
 def test_placing_data_parallel_innermost_pushes_tensor_parallel_onto_infiniband(a100):
