@@ -167,6 +167,10 @@ def test_uneven_stages_and_chunks_replay_as_megatron_splits_them(a100):
         closed = core.evaluate(model, a100, par, work, 4)["step_time_s"]
         for backend in (HIER, FLAT):
             assert core.evaluate(model, a100, par, work, 4, backend=backend)["step_time_s"] == pytest.approx(closed, rel=0.03)
+    # a heavy first stage (14, 6, 6, 6): the closed form's 1F1B waits only for the first gradient too
+    heavy_first = core.Parallelism(pp=4, recompute="full", first_stage_layers=14, last_stage_layers=6)
+    assert step_of(dataclasses.replace(model, layers=32), a100, heavy_first, work, HIER) == pytest.approx(
+        step_of(dataclasses.replace(model, layers=32), a100, heavy_first, work), rel=0.002)
 
 
 def test_model_chunks_megatron_would_not_split_are_left_to_the_analytical_backend():

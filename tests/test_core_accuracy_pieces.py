@@ -11,7 +11,7 @@ from core.layout import check_layout, stage_layers
 from core.loader import load_hardware, load_model, with_dtype
 from core.memory import FRAGMENTATION, GiB, RUNTIME_RESERVE_BYTES, MemoryEstimate, stage_params
 from core.specs import ModelSpec, MoESpec, Parallelism, TrainWorkload
-from core.training import _exposed_overlapped, ddp_bucket_params, optimizer_step_s
+from core.training import _exposed_overlapped, ddp_bucket_params, one_f_one_b_s, optimizer_step_s
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +45,14 @@ def test_uneven_stages_split_as_megatron_does():
     assert stage_layers(30, Parallelism(pp=4)) == (7, 8, 8, 7)
     assert stage_layers(80, Parallelism(pp=4, first_stage_layers=17, last_stage_layers=17)) == (17, 23, 23, 17)
     assert stage_layers(80, Parallelism(pp=4, first_stage_layers=17, last_stage_layers=16)) == ()
+
+
+def test_a_1f1b_pipeline_slowed_by_its_first_stage_waits_only_for_the_first_gradient():
+    # stage 0: forward 2, backward 4; stage 1: 1 and 2; 4 micro-batches. Stage 0 runs F0 F1,
+    # waits until 5 for the gradient of micro-batch 0 (2 + 1 + 2), then never again: 4 * 6 + 1
+    assert one_f_one_b_s([2.0, 1.0], [6.0, 3.0], 4) == 25.0
+    # the last stage slowest: the closed form, (micro - 1) * its pass + every stage's pass
+    assert one_f_one_b_s([1.0, 2.0], [3.0, 6.0], 4) == 3 * 6.0 + 9.0
 
 
 def test_llama3_405b_on_16384_gpus_with_126_layers_on_16_stages_is_legal(h100):
