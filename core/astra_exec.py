@@ -59,13 +59,15 @@ def _context(model, hw, par, gpus) -> Context:
 
 
 def _dim_shares(ctx: Context, classes: CommClasses) -> list:
-    """For each communication class, the fraction of its time spent in each network dimension."""
+    """For each communication class, the fraction of its time spent in each network dimension
+    and, for point-to-point transfers, their uncontended seconds (else None)."""
     shares = []
     for axis, collective, bytes_ in classes.keys:
         span = ctx.spans["pp"][:1] if axis == "pp" else ctx.spans.get(axis, ())
         times = collective_time(ctx.hw, ctx.dims, collective, bytes_, span)
         total = sum(times.values())
-        shares.append({name: t / total for name, t in times.items()} if total else {})
+        shares.append(({name: t / total for name, t in times.items()} if total else {},
+                       total if collective == "send_recv" else None))
     return shares
 
 
@@ -81,8 +83,12 @@ def _attribute(ctx, classes, result, node_rank, label, stage_split=None) -> tupl
     if optimizer:
         out["optimizer_s"] = optimizer
     comm = {}
-    for index, shares in enumerate(_dim_shares(ctx, classes)):
-        spent = float(increments[labels == index + 1].sum())
+    for index, (shares, transfer_s) in enumerate(_dim_shares(ctx, classes)):
+        pushed = increments[labels == index + 1]
+        if transfer_s is not None:  # a send that ends late because its peer is busy: waiting, not traffic
+            out["bubble_s"] += float(np.maximum(pushed - transfer_s, 0.0).sum())
+            pushed = np.minimum(pushed, transfer_s)
+        spent = float(pushed.sum())
         for name, share in shares.items():
             comm[name] = comm.get(name, 0.0) + spent * share
     if stage_split is not None:

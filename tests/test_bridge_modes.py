@@ -173,6 +173,16 @@ def test_uneven_stages_and_chunks_replay_as_megatron_splits_them(a100):
         step_of(dataclasses.replace(model, layers=32), a100, heavy_first, work), rel=0.002)
 
 
+def test_a_send_held_up_by_a_busy_peer_is_pipeline_bubble_not_traffic(a100):
+    # two stages: stage 0's sends finish only when stage 1 can take them; what they wait is
+    # the bubble the closed form counts, and only the transfer itself is communication
+    model, par, work = core.load_model("llama2-7b"), core.Parallelism(pp=2, dp=4, recompute="full"), core.TrainWorkload(8, 2048)
+    closed, replayed = (core.evaluate(model, a100, par, work, 8, backend=backend)["breakdown"]
+                        for backend in ("analytical", HIER))
+    assert replayed["bubble_s"] == pytest.approx(closed["bubble_s"], rel=0.1)
+    assert replayed["comm_nvlink_s"] == pytest.approx(closed["comm_nvlink_s"], rel=0.05)
+
+
 def test_model_chunks_megatron_would_not_split_are_left_to_the_analytical_backend():
     model = dataclasses.replace(core.load_model("llama2-7b"), layers=28)  # 7 a stage, 3 chunks
     with pytest.raises(core.SpecError, match="virtual_stages"):
