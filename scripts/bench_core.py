@@ -1,8 +1,9 @@
 """Speed of the core model, printed (asserts nothing):
 1. warm-memo throughput over legal training layouts of Llama3.1-70B on 64 A100s;
 2. the GPT-1T 512-GPU validation case from a cold process: wall time and peak RSS;
-3. Llama3.1-70B training on 64 A100s (tp8 pp4 dp2) replayed on the network simulator,
-   astra-hierarchical and astra-flattened, per configuration on one core."""
+3. Llama3.1-70B training on 64 A100s (tp8 pp4 dp2, 1F1B and interleaved over 5 chunks)
+   replayed on the network simulator, astra-hierarchical and astra-flattened, per
+   configuration on one core."""
 import itertools
 import json
 import statistics
@@ -66,16 +67,19 @@ def main() -> None:
     print(f"  warm memo:              {len(layouts) / best:,.0f} configs/s best of {len(rounds)} passes "
           f"({1e3 * best / len(layouts):.3f} ms each), {len(layouts) / median:,.0f} median "
           "(a shared machine's other load only ever slows a pass)")
-    replay_layout = core.Parallelism(tp=8, pp=4, dp=2, sp=True, recompute="selective")
-    for backend in ("astra-hierarchical", "astra-flattened"):
-        core.evaluate(model, hw, replay_layout, work, 64, backend=backend)
-        times = []
-        for _ in range(3):
-            start = time.perf_counter()
-            record = core.evaluate(model, hw, replay_layout, work, 64, backend=backend)
-            times.append(time.perf_counter() - start)
-        print(f"llama3.1-70b tp8 pp4 dp2 on 64 GPUs, {backend}: {1e3 * min(times):.0f} ms per configuration "
-              f"(best of 3; step {record['step_time_s']:.3f} s)")
+    plain = core.Parallelism(tp=8, pp=4, dp=2, sp=True, recompute="selective")
+    interleaved = core.Parallelism(tp=8, pp=4, dp=2, sp=True, recompute="selective", schedule="interleaved",
+                                   virtual_stages=5)
+    for name, replay_layout in (("tp8 pp4 dp2", plain), ("tp8 pp4 vp5 dp2", interleaved)):
+        for backend in ("astra-hierarchical", "astra-flattened"):
+            core.evaluate(model, hw, replay_layout, work, 64, backend=backend)
+            times = []
+            for _ in range(3):
+                start = time.perf_counter()
+                record = core.evaluate(model, hw, replay_layout, work, 64, backend=backend)
+                times.append(time.perf_counter() - start)
+            print(f"llama3.1-70b {name} on 64 GPUs, {backend}: {1e3 * min(times):.0f} ms per configuration "
+                  f"(best of 3; step {record['step_time_s']:.3f} s)")
 
 
 if __name__ == "__main__":
