@@ -60,14 +60,18 @@ def _context(model, hw, par, gpus) -> Context:
 
 def _dim_shares(ctx: Context, classes: CommClasses) -> list:
     """For each communication class, the fraction of its time spent in each network dimension
-    and, for point-to-point transfers, their uncontended seconds (else None)."""
+    and, for point-to-point transfers, their uncontended seconds over the slowest dimension a
+    pipeline crosses (else None)."""
     shares = []
     for axis, collective, bytes_ in classes.keys:
         span = ctx.spans["pp"][:1] if axis == "pp" else ctx.spans.get(axis, ())
         times = collective_time(ctx.hw, ctx.dims, collective, bytes_, span)
         total = sum(times.values())
-        shares.append(({name: t / total for name, t in times.items()} if total else {},
-                       total if collective == "send_recv" else None))
+        transfer_s = None
+        if collective == "send_recv":
+            transfer_s = max([total] + [sum(collective_time(ctx.hw, ctx.dims, collective, bytes_, (part,)).values())
+                                        for part in ctx.spans.get(axis, ())])
+        shares.append(({name: t / total for name, t in times.items()} if total else {}, transfer_s))
     return shares
 
 
@@ -484,7 +488,13 @@ def infer_request_astra(model, hw, par, work, gpus, backend: str, emit=None):
     if emit is not None:
         emit(trace, ctx)
     result = ctx.network.replay(trace)
-    breakdown, links = _attribute(ctx, classes, result, node_rank, label)  # bubble_s: waits for sampled tokens
+    breakdown, links = _attribute(ctx, classes, result, node_rank, label)
+    # What the critical rank waits is the other stages' passes, alike in make-up (even stages):
+    # shared out over its own compute and communication, as the closed form counts them.
+    waited = breakdown.pop("bubble_s", 0.0)
+    own = {key: value for key, value in breakdown.items() if key == "compute_s" or key.startswith("comm_")}
+    for key, value in own.items():
+        breakdown[key] = value * (1.0 + waited / sum(own.values()))
     request_s = float(result.time_s)
     ttft_s = float(result.node_end_s[(starts[-1][:, None] + np.array(first_token)[None, :]).ravel()].max())
     breakdown.update({"prefill_s": ttft_s, "decode_s": request_s - ttft_s})

@@ -35,24 +35,32 @@ def _group_spans(par: Parallelism, dims: tuple) -> tuple:
     for axis in par.placement:
         spans[axis] = _split(stride, degrees[axis], dims)
         stride *= degrees[axis]
-    expert = _expert_spans(par, dims)
-    if par.expert_tp != par.tp:
-        spans["etp"] = expert["tp"]
-    spans["ep"] = expert["ep"]
+    expert_tp, spans["ep"] = spans["tp"], ()
+    if uses_experts(par):
+        expert = _expert_spans(par, dims)
+        expert_tp, spans["ep"] = expert["tp"], expert["ep"]
+        if par.expert_tp != par.tp:
+            spans["etp"] = expert_tp
     block = merge_spans(spans["tp"], spans["cp"], spans["dp"])
-    spans["edp"] = _quotient(block, spans["ep"], expert["tp"])
+    spans["edp"] = _quotient(block, spans["ep"], expert_tp)
     return tuple(spans.items())
+
+
+def uses_experts(par: Parallelism) -> bool:
+    """Whether experts are laid out apart from the dense layers (expert or expert-tensor parallelism)."""
+    return par.ep > 1 or par.expert_tp != par.tp
 
 
 def expert_grid(par: Parallelism) -> tuple:
     """Megatron-Core's grid of expert ranks (core_v0.10+ initialize_model_parallel, its expert
-    RankGenerator), as (axis, degree) from the fastest: the layout's order without cp, expert
-    tensor parallelism in tp's place, and expert parallelism just inside the expert data
-    parallelism in dp's, so ep spans the context-parallel ranks before the data-parallel ones."""
+    RankGenerator), as (axis, degree) from the fastest. Its orders (tp-cp-ep-dp-pp, or
+    tp-cp-ep-pp-dp) without cp: expert tensor parallelism in tp's place, then expert
+    parallelism, so ep spans the context-parallel ranks before the data-parallel ones, then
+    the rest of the layout's order, dp standing for the expert data parallelism.
+    check_layout holds layouts with experts to placements that start tp, cp."""
     degrees = {"tp": par.expert_tp, "ep": par.ep, "pp": par.pp,
                "dp": par.tp * par.cp * par.dp // (par.expert_tp * par.ep)}
-    order = [axis for placed in par.placement if placed != "cp"
-             for axis in (("ep", "dp") if placed == "dp" else (placed,))]
+    order = ("tp", "ep", *par.placement[2:])
     return tuple((axis, degrees[axis]) for axis in order)
 
 
@@ -159,6 +167,13 @@ def check_layout(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpu
         if (par.dp * par.cp * par.tp) % expert_ranks:
             return (f"ep*etp ({par.ep}*{par.expert_tp}) must divide dp*cp*tp "
                     f"({par.dp}*{par.cp}*{par.tp}), the ranks experts are folded over")
+    if uses_experts(par):
+        if tuple(par.placement[:2]) != ("tp", "cp"):
+            return (f"placement {','.join(par.placement)} with experts: Megatron-Core's orders start "
+                    "tp, cp (tp-cp-ep-dp-pp or tp-cp-ep-pp-dp)")
+        if par.pp > 1 and par.placement[-1] != "pp" and par.ep * par.expert_tp != par.tp * par.cp:
+            return (f"placement {','.join(par.placement)} with pp not outermost needs ep*etp = tp*cp, so that the "
+                    "expert grid's pipelines are the dense ones (Megatron-Core)")
     if model.moe is not None and model.moe.expert_ffn_hidden % par.expert_tp:
         return f"expert_ffn_hidden ({model.moe.expert_ffn_hidden}) not divisible by etp ({par.expert_tp})"
     if par.etp < 0 or (par.etp and par.etp > par.tp * par.cp * par.dp):

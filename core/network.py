@@ -9,7 +9,7 @@ from astra_backend import Dimension, HardFault, Network, SoftFault
 from astra_backend.errors import AstraError
 
 from .errors import SpecError
-from .layout import expert_grid
+from .layout import expert_grid, uses_experts
 from .specs import HardwareSpec, Parallelism
 
 _TOPOLOGY = {"switch": "switch", "ring": "ring", "ring-uni": "ring_uni", "fully-connected": "fully_connected",
@@ -76,7 +76,7 @@ def rank_groups(par: Parallelism) -> RankGroups:
         stride *= degrees[axis]
     shared = dict(_SHARED_COORDS)
     folded = par.expert_tp != par.tp
-    if par.ep > 1 or folded:
+    if uses_experts(par):
         stride = 1
         for axis, degree in expert_grid(par):
             if axis in _EXPERT_AXES:

@@ -183,6 +183,15 @@ def test_a_send_held_up_by_a_busy_peer_is_pipeline_bubble_not_traffic(a100):
     assert replayed["comm_nvlink_s"] == pytest.approx(closed["comm_nvlink_s"], rel=0.05)
 
 
+def test_an_inference_pipelines_waits_are_the_other_stages_passes(a100):
+    # two stages serve one request: what the last stage waits for is the first stage's passes
+    model, par, work = core.load_model("llama2-7b"), core.Parallelism(pp=2), core.InferWorkload(8, 512, 16)
+    closed, replayed = (core.evaluate(model, a100, par, work, 2, backend=backend)["breakdown"]
+                        for backend in ("analytical", FLAT))
+    assert "bubble_s" not in replayed
+    assert replayed["compute_s"] == pytest.approx(closed["compute_s"], rel=0.01)
+
+
 def test_model_chunks_megatron_would_not_split_are_left_to_the_analytical_backend():
     model = dataclasses.replace(core.load_model("llama2-7b"), layers=28)  # 7 a stage, 3 chunks
     with pytest.raises(core.SpecError, match="virtual_stages"):

@@ -36,6 +36,21 @@ def test_expert_parallelism_spans_context_parallel_ranks_before_data_parallel_on
     assert spans["edp"] == ((1, 2.0),)
     # without context parallelism ep is the innermost ep data-parallel ranks, as before
     assert group_spans(core.Parallelism(tp=2, dp=8, ep=4), a100.dims_for(16))["ep"] == ((0, 4.0),)
+    # no experts laid out apart: the data-parallel ranks over tp, whatever the placement
+    cp_first = core.Parallelism(tp=4, cp=4, placement=("cp", "tp", "dp", "pp"))
+    assert group_spans(cp_first, a100.dims_for(16))["edp"] == ((0, 4.0),)
+
+
+def test_layouts_with_experts_take_megatron_cores_orders(a100):
+    model, work = core.load_model("mixtral-8x7b"), core.TrainWorkload(global_batch=16, seq=4096)
+
+    def reason(**kw):
+        return core.check_layout(model, a100, core.Parallelism(**kw), work, 16)
+
+    assert reason(tp=2, cp=2, dp=4, ep=4) is None
+    assert "start tp, cp" in reason(tp=2, cp=2, dp=4, ep=4, placement=("tp", "dp", "cp", "pp"))
+    assert reason(tp=2, cp=2, dp=2, pp=2, ep=2, placement=("tp", "cp", "pp", "dp")) is None  # ep*etp = 2*2 = tp*cp
+    assert "ep*etp = tp*cp" in reason(tp=2, cp=2, dp=2, pp=2, ep=4, placement=("tp", "cp", "pp", "dp"))
 
 
 def test_placing_data_parallel_innermost_pushes_tensor_parallel_onto_infiniband(a100):
