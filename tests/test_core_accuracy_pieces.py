@@ -50,9 +50,9 @@ def test_uneven_stages_split_as_megatron_does():
 def test_a_1f1b_pipeline_slowed_by_its_first_stage_waits_only_for_the_first_gradient():
     # stage 0: forward 2, backward 4; stage 1: 1 and 2; 4 micro-batches. Stage 0 runs F0 F1,
     # waits until 5 for the gradient of micro-batch 0 (2 + 1 + 2), then never again: 4 * 6 + 1
-    assert one_f_one_b_s([2.0, 1.0], [6.0, 3.0], 4) == 25.0
+    assert one_f_one_b_s((2.0, 1.0), (6.0, 3.0), 4) == 25.0
     # the last stage slowest: the closed form, (micro - 1) * its pass + every stage's pass
-    assert one_f_one_b_s([1.0, 2.0], [3.0, 6.0], 4) == 3 * 6.0 + 9.0
+    assert one_f_one_b_s((1.0, 2.0), (3.0, 6.0), 4) == 3 * 6.0 + 9.0
 
 
 def test_llama3_405b_on_16384_gpus_with_126_layers_on_16_stages_is_legal(h100):
