@@ -11,7 +11,7 @@ import numpy as np
 from .collectives import collective_time, protocol_startup_s
 from .graph import LayerShape, Op, build_decode_layer, build_layer, train_shape
 from .inference import decode_steps, lm_head_s, request_flops
-from .layout import group_spans, merge_spans, stage_layers
+from .layout import chunk_layers, group_spans, merge_spans, pipeline_order, stage_layers
 from .memory import grad_bytes, stage_param_parts, weight_bytes
 from .network import astra_network, rank_groups
 from .replay import RECV, SEND, Block, CommClasses, Program, assemble, compute_block, concat, frontier_increments, ops_block
@@ -165,31 +165,6 @@ def _replay_layer(ctx: Context, ops_list) -> dict:
     return parts
 
 
-def _schedule(par, stage: int, micro: int) -> list:
-    """(pass, model chunk, micro-batch) in the order one stage runs them: GPipe; 1F1B; or
-    Megatron-Core's interleaved 1F1B (get_schedule_table, get_pp_rank_microbatches), which
-    takes micro-batches in groups of pp (check_layout has them divide), each group forward
-    through the chunks in order and backward in reverse, after (pp - stage - 1) * 2 +
-    (v - 1) * pp warm-up forwards, the count core.memory's interleaved warm-up uses too."""
-    if par.schedule == "gpipe":
-        return [("F", 0, m) for m in range(micro)] + [("B", 0, m) for m in range(micro)]
-    v, pp = _chunks(par), par.pp
-    table = [(c, m) for first in range(0, micro, pp) for c in range(v) for m in range(first, min(first + pp, micro))]
-    total = len(table)
-    warmup = min(pp - stage - 1, micro) if v == 1 else min((pp - stage - 1) * 2 + (v - 1) * pp, total)
-    forward = [("F", c, m) for c, m in table]
-    backward = [("B", v - 1 - c, m) for c, m in table]
-    order = forward[:warmup]
-    for i in range(total - warmup):
-        order += [forward[warmup + i], backward[i]]
-    return order + backward[total - warmup:]
-
-
-def _chunks(par) -> int:
-    """Model chunks per stage: the virtual stages under the interleaved schedule, else one."""
-    return par.virtual_stages if par.schedule == "interleaved" else 1
-
-
 def _downstream(stage: int, chunk: int, pp: int, chunks: int):
     """(stage, chunk) a model chunk's forward output goes to: the next stage, or from the
     last stage round to the first stage's next chunk; None after the model's last layer."""
@@ -227,7 +202,7 @@ def _pipeline(ctx: Context, work: StageWork, micro: int, message_bytes: float, c
 def pipeline_trace(ctx: Context, work: StageWork, micro: int, message_bytes: float, classes: CommClasses) -> tuple:
     """(trace, node ranks, node labels) of the whole pipeline schedule."""
     par = ctx.par
-    pp, chunks, stride = par.pp, _chunks(par), ctx.groups.strides["pp"]
+    pp, chunks, stride = par.pp, par.virtual_stages, ctx.groups.strides["pp"]
     p2p_label = classes.label("pp", "send_recv", message_bytes)
     dp_buckets = par.zero <= 2
     optimizer_s = optimizer_step_s(ctx.model, ctx.hw, ctx.par)
@@ -248,7 +223,7 @@ def pipeline_trace(ctx: Context, work: StageWork, micro: int, message_bytes: flo
     for stage in range(pp):
         program = Program()
         last, synced = (), []
-        for kind, chunk, m in _schedule(par, stage, micro):
+        for kind, chunk, m in pipeline_order(par.schedule, pp, chunks, stage, micro):
             forward = kind == "F"
             source = (_upstream if forward else _downstream)(stage, chunk, pp, chunks)
             if source is not None:
@@ -310,26 +285,6 @@ def _pieces(layers: int) -> int:
     return max(1, min(DP_BUCKETS, layers))
 
 
-def chunk_layers(model, par) -> list:
-    """Per stage, the transformer layers of each model chunk: Megatron-Core's split (stage_layers),
-    a stage's layers shared evenly by its chunks; under the interleaved schedule with the
-    embedding and the loss counted as layers, the first chunk and the last one hold one fewer."""
-    split, chunks = stage_layers(model.layers, par), _chunks(par)
-    if all(n % chunks == 0 for n in split):
-        return [[n // chunks] * chunks for n in split]
-    per_chunk = (model.layers + 2) // (par.pp * chunks)
-    accounted = (per_chunk * chunks - 1, *[per_chunk * chunks] * (par.pp - 2), per_chunk * chunks - 1)
-    if (model.layers + 2) % (par.pp * chunks) == 0 and tuple(split) == accounted:
-        out = [[per_chunk] * chunks for _ in split]
-        out[0][0] -= 1
-        out[-1][-1] -= 1
-        return out
-    raise SpecError("", "virtual_stages", par.virtual_stages,
-                    f"a split of {model.layers} layers into pp x virtual stages that Megatron-Core makes evenly "
-                    "(or with one layer fewer in the first and last chunk); other uneven model chunks are "
-                    "modelled by the analytical backend only")
-
-
 def _edge_block(seconds: float) -> list:
     return [compute_block(seconds, EDGE)] if seconds > 0 else []
 
@@ -340,7 +295,7 @@ def _stage_passes(step, stage: int, forward_stack, backward_pieces) -> tuple:
     first chunk's layers on the first stage (its gradient after them), the LM head and loss
     after the last chunk's layers on the last stage (their gradient before them)."""
     embed_f, embed_b, head_f, head_b = step.edges
-    chunks, last_stage = _chunks(step.ctx.par), step.ctx.par.pp - 1
+    chunks, last_stage = step.ctx.par.virtual_stages, step.ctx.par.pp - 1
     forward, backward = [], []
     for chunk, layers in enumerate(step.layers[stage]):
         first, last = stage == 0 and chunk == 0, stage == last_stage and chunk == chunks - 1
@@ -363,9 +318,20 @@ class TrainReplay:
     forward_ops: list
     backward_ops: list
     edges: tuple  # seconds of the input embedding (forward, backward), then of the LM head and loss
-    layers: list  # per stage, per model chunk (chunk_layers)
+    layers: tuple  # per stage, per model chunk (core.layout.chunk_layers)
     micro: int
     message_bytes: float
+
+
+def _chunk_layers(model, par) -> tuple:
+    """core.layout.chunk_layers, or the reason the replay cannot lay the chunks out."""
+    layers = chunk_layers(model.layers, par)
+    if not layers:
+        raise SpecError("", "virtual_stages", par.virtual_stages,
+                        f"a split of {model.layers} layers into pp x virtual stages that Megatron-Core makes evenly "
+                        "(or with one layer fewer in the first and last chunk); other uneven model chunks are "
+                        "modelled by the analytical backend only")
+    return layers
 
 
 def train_replay(model, hw, par, work, gpus) -> TrainReplay:
@@ -374,7 +340,7 @@ def train_replay(model, hw, par, work, gpus) -> TrainReplay:
     tokens = shape.tokens
     forward_ops, backward_ops = _layer_ops(ctx, shape)
     return TrainReplay(ctx, forward_ops, backward_ops, edge_ops(model, hw, tokens, par.tp),
-                       chunk_layers(model, par), work.global_batch // (par.dp * par.micro_batch),
+                       _chunk_layers(model, par), work.global_batch // (par.dp * par.micro_batch),
                        tokens * model.hidden * hw.act_bytes / par.tp)
 
 

@@ -142,6 +142,49 @@ def _split_layers(layers: int, pp: int, virtual: int, first: int, last: int) -> 
     return (rest // 2, *([per_stage] * (pp - 2)), rest - rest // 2)
 
 
+def chunk_layers(layers: int, par: Parallelism) -> tuple:
+    """Per stage, the transformer layers of each model chunk (virtual stage): a stage's layers
+    shared evenly by its chunks; when Megatron-Core counts the embedding and the loss as
+    layers (stage_layers), the first chunk and the last one hold one fewer. () for a split
+    Megatron-Core would not make (chunks of a stage that differ otherwise)."""
+    split, chunks = stage_layers(layers, par), par.virtual_stages
+    if split and all(n % chunks == 0 for n in split):
+        return tuple((n // chunks,) * chunks for n in split)
+    if par.pp > 1 and not (par.first_stage_layers or par.last_stage_layers) and (layers + 2) % (par.pp * chunks) == 0:
+        per_chunk = (layers + 2) // (par.pp * chunks)
+        middle = ((per_chunk,) * chunks,) * (par.pp - 2)
+        return ((per_chunk - 1,) + (per_chunk,) * (chunks - 1), *middle, (per_chunk,) * (chunks - 1) + (per_chunk - 1,))
+    return ()
+
+
+def warmup_forwards(schedule: str, pp: int, chunks: int, stage: int, micro: int) -> int:
+    """Forward passes (of one model chunk each) a stage runs before its first backward: all
+    of them under GPipe; pp - stage - 1 under 1F1B; 2 (pp - stage - 1) + (chunks - 1) pp under
+    Megatron-Core's interleaved 1F1B (get_pp_rank_microbatches); never more than there are."""
+    if schedule == "gpipe":
+        return micro * chunks
+    if schedule == "interleaved":
+        return min(2 * (pp - stage - 1) + (chunks - 1) * pp, micro * chunks)
+    return min(pp - stage - 1, micro)
+
+
+def pipeline_order(schedule: str, pp: int, chunks: int, stage: int, micro: int) -> list:
+    """(pass "F" or "B", model chunk, micro-batch) in the order one stage runs them: its
+    warm-up forwards, then one forward and one backward by turns, then the remaining
+    backwards. Interleaved (Megatron-Core's get_schedule_table), micro-batches go in groups
+    of pp (check_layout has them divide), each group forward through the chunks in order and
+    backward through them in reverse."""
+    table = [(c, m) for first in range(0, micro, pp) for c in range(chunks)
+             for m in range(first, min(first + pp, micro))]
+    forward = [("F", c, m) for c, m in table]
+    backward = [("B", chunks - 1 - c, m) for c, m in table]
+    warmup = warmup_forwards(schedule, pp, chunks, stage, micro)
+    order = forward[:warmup]
+    for i in range(len(table) - warmup):
+        order += [forward[warmup + i], backward[i]]
+    return order + backward[len(table) - warmup:]
+
+
 def check_layout(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: int) -> str | None:
     """None if the layout can run at all, else the reason it cannot (memory aside)."""
     if sorted(par.placement) != sorted(PLACEMENT):

@@ -6,7 +6,7 @@ from functools import lru_cache, partial
 from math import ceil
 
 from .graph import LayerGraph
-from .layout import stage_layers
+from .layout import stage_layers, warmup_forwards
 from .specs import DTYPE_BYTES, HardwareSpec, ModelSpec, Parallelism
 
 GiB = 2**30
@@ -166,24 +166,14 @@ def _saved_bytes(graph: LayerGraph, selective: bool) -> float:
 
 
 def in_flight(par: Parallelism, microbatches: int, stage: int) -> float:
-    """Micro-batches' worth of a stage's activations alive at its peak."""
-    p = par.pp
-    if par.schedule == "gpipe":
-        return microbatches
-    if par.schedule == "interleaved":
-        return interleaved_chunks_in_flight(p, par.virtual_stages, microbatches, stage) / par.virtual_stages
-    return min(microbatches, p - stage)
-
-
-def interleaved_chunks_in_flight(p: int, v: int, microbatches: int, stage: int) -> int:
-    """Model chunks (1/v of a stage's layers, one micro-batch each) whose activations a stage
-    holds when its first backward starts under Megatron's interleaved 1F1B: its warm-up
-    forwards, 2 (p - stage - 1) + (v - 1) p (Megatron-Core's get_pp_rank_microbatches), plus
-    the one forward before that backward. The first stage's count, p v + p - 1, is Korthikanti
-    et al.'s p (1 + (p-1)/(p v)) micro-batches; the last stage's, (v - 1) p + 1, is
-    p - (p-1)/v micro-batches, not the one of plain 1F1B."""
-    warmup = 2 * (p - stage - 1) + (v - 1) * p
-    return min(microbatches * v, warmup + 1)
+    """Micro-batches' worth of a stage's activations alive at its peak: the model chunks it
+    holds when its first backward starts, its warm-up forwards and the one before that
+    backward (layout.warmup_forwards). Interleaved, the first stage's p v + p - 1 chunks are
+    Korthikanti et al.'s p (1 + (p-1)/(p v)) micro-batches, and the last stage's
+    (v - 1) p + 1 are p - (p-1)/v micro-batches, not the one of plain 1F1B."""
+    v = par.virtual_stages
+    chunks = min(microbatches * v, warmup_forwards(par.schedule, par.pp, v, stage, microbatches) + 1)
+    return chunks / v
 
 
 def training_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, graph: LayerGraph,

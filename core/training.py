@@ -8,7 +8,7 @@ from functools import lru_cache
 from . import ops
 from .collectives import collective_time
 from .graph import LayerGraph, LayerShape, build_layer, train_shape
-from .layout import group_spans, merge_spans, stage_layers
+from .layout import group_spans, merge_spans, pipeline_order, stage_layers
 from . import memory
 from .memory import expert_data_parallel, stage_param_parts
 from .specs import HardwareSpec, ModelSpec, Parallelism, TrainWorkload
@@ -158,35 +158,28 @@ def train_step(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Train
 @lru_cache(maxsize=4096)
 def one_f_one_b_s(forward: tuple, passes: tuple, micro: int) -> float:
     """Seconds of a 1F1B pipeline whose stages take `passes` seconds per micro-batch, `forward`
-    of them forward: each stage runs its warm-up forwards, then one forward and one backward
-    by turns, then the remaining backwards; a forward starts once the previous stage's
-    forward of that micro-batch is done, a backward once the next stage's backward is.
-    Used where a stage before the last is the slowest, where the closed form
-    (micro - 1) * slowest + every stage runs up to 18 % long; within 0.15 % of the replayed
-    schedule (which adds the transfers between stages), about 1 ms at 8 stages and 64
-    micro-batches."""
+    of them forward, stepped through in each stage's order (layout.pipeline_order): a forward
+    starts once the previous stage's forward of that micro-batch is done, a backward once the
+    next stage's backward is. Used where a stage before the last is the slowest, where the
+    closed form (micro - 1) * slowest + every stage runs up to 18 % long; within 0.15 % of the
+    replayed schedule (which adds the transfers between stages), about 1 ms at 8 stages and
+    64 micro-batches."""
     stages = len(passes)
-    backward = [p - f for p, f in zip(passes, forward)]
-    orders = []
-    for stage in range(stages):
-        warmup = min(stages - stage - 1, micro)
-        order = [(0, m) for m in range(warmup)]
-        for m in range(micro - warmup):
-            order += [(0, warmup + m), (1, m)]
-        orders.append(order + [(1, m) for m in range(micro - warmup, micro)])
-    done = [[[None] * micro for _ in range(2)] for _ in range(stages)]  # [stage][pass][micro-batch] end
+    seconds = {"F": forward, "B": [p - f for p, f in zip(passes, forward)]}
+    orders = [pipeline_order("1f1b", stages, 1, stage, micro) for stage in range(stages)]
+    done = {}  # (stage, pass, micro-batch) -> end
     clock, position = [0.0] * stages, [0] * stages
     remaining = stages * 2 * micro
     while remaining:
         for stage in range(stages):
             while position[stage] < len(orders[stage]):
-                kind, m = orders[stage][position[stage]]
-                source = stage - 1 if kind == 0 else stage + 1
-                ready = done[source][kind][m] if 0 <= source < stages else 0.0
+                kind, _, m = orders[stage][position[stage]]
+                source = stage - 1 if kind == "F" else stage + 1
+                ready = done.get((source, kind, m)) if 0 <= source < stages else 0.0
                 if ready is None:
                     break
-                clock[stage] = max(clock[stage], ready) + (forward if kind == 0 else backward)[stage]
-                done[stage][kind][m] = clock[stage]
+                clock[stage] = max(clock[stage], ready) + seconds[kind][stage]
+                done[(stage, kind, m)] = clock[stage]
                 position[stage] += 1
                 remaining -= 1
     return max(clock)

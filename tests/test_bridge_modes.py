@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 import core
-from core.astra_exec import chunk_layers
+from core.layout import chunk_layers
 from core.network import rank_groups
 
 HIER, FLAT = "astra-hierarchical", "astra-flattened"
@@ -161,12 +161,12 @@ def test_uneven_stages_and_chunks_replay_as_megatron_splits_them(a100):
     # count as layers, so the first and last chunks hold one layer fewer
     model = dataclasses.replace(core.load_model("llama2-7b"), layers=30)
     interleaved = core.Parallelism(pp=4, recompute="full", schedule="interleaved", virtual_stages=2)
-    assert chunk_layers(model, interleaved) == [[3, 4], [4, 4], [4, 4], [4, 3]]
+    assert chunk_layers(30, interleaved) == ((3, 4), (4, 4), (4, 4), (4, 3))
     work = core.TrainWorkload(16, 2048)
     for par in (core.Parallelism(pp=4, recompute="full"), interleaved):
         closed = core.evaluate(model, a100, par, work, 4)["step_time_s"]
         for backend in (HIER, FLAT):
-            assert core.evaluate(model, a100, par, work, 4, backend=backend)["step_time_s"] == pytest.approx(closed, rel=0.03)
+            assert step_of(model, a100, par, work, backend) == pytest.approx(closed, rel=0.03)
     # a heavy first stage (14, 6, 6, 6): the closed form's 1F1B waits only for the first gradient too
     heavy_first = core.Parallelism(pp=4, recompute="full", first_stage_layers=14, last_stage_layers=6)
     assert step_of(dataclasses.replace(model, layers=32), a100, heavy_first, work, HIER) == pytest.approx(
@@ -176,7 +176,8 @@ def test_uneven_stages_and_chunks_replay_as_megatron_splits_them(a100):
 def test_a_send_held_up_by_a_busy_peer_is_pipeline_bubble_not_traffic(a100):
     # two stages: stage 0's sends finish only when stage 1 can take them; what they wait is
     # the bubble the closed form counts, and only the transfer itself is communication
-    model, par, work = core.load_model("llama2-7b"), core.Parallelism(pp=2, dp=4, recompute="full"), core.TrainWorkload(8, 2048)
+    model, work = core.load_model("llama2-7b"), core.TrainWorkload(8, 2048)
+    par = core.Parallelism(pp=2, dp=4, recompute="full")
     closed, replayed = (core.evaluate(model, a100, par, work, 8, backend=backend)["breakdown"]
                         for backend in ("analytical", HIER))
     assert replayed["bubble_s"] == pytest.approx(closed["bubble_s"], rel=0.1)
@@ -192,17 +193,17 @@ def test_an_inference_pipelines_waits_are_the_other_stages_passes(a100):
     assert replayed["compute_s"] == pytest.approx(closed["compute_s"], rel=0.01)
 
 
-def test_model_chunks_megatron_would_not_split_are_left_to_the_analytical_backend():
+def test_model_chunks_megatron_would_not_split_are_left_to_the_analytical_backend(a100):
     model = dataclasses.replace(core.load_model("llama2-7b"), layers=28)  # 7 a stage, 3 chunks
+    par = core.Parallelism(pp=4, recompute="full", schedule="interleaved", virtual_stages=3)
+    assert chunk_layers(28, par) == ()
     with pytest.raises(core.SpecError, match="virtual_stages"):
-        chunk_layers(model, core.Parallelism(pp=4, schedule="interleaved", virtual_stages=3))
-    # explicit first / last stages: each stage's layers shared by its chunks, or refused
-    model = dataclasses.replace(model, layers=32)
-    assert chunk_layers(model, core.Parallelism(pp=4, schedule="interleaved", virtual_stages=2,
-                                                first_stage_layers=6, last_stage_layers=6)) == [[3, 3], [5, 5], [5, 5], [3, 3]]
-    with pytest.raises(core.SpecError, match="virtual_stages"):  # (7, 9, 9, 7): 7 layers in 2 chunks
-        chunk_layers(model, core.Parallelism(pp=4, schedule="interleaved", virtual_stages=2,
-                                             first_stage_layers=7, last_stage_layers=7))
+        step_of(model, a100, par, core.TrainWorkload(16, 2048), HIER)
+    # explicit first / last stages: each stage's layers shared by its chunks, or none
+    assert chunk_layers(32, core.Parallelism(pp=4, schedule="interleaved", virtual_stages=2, first_stage_layers=6,
+                                             last_stage_layers=6)) == ((3, 3), (5, 5), (5, 5), (3, 3))
+    assert chunk_layers(32, core.Parallelism(pp=4, schedule="interleaved", virtual_stages=2, first_stage_layers=7,
+                                             last_stage_layers=7)) == ()  # (7, 9, 9, 7): 7 layers in 2 chunks
 
 
 def test_hierarchical_mode_says_when_a_layout_breaks_its_assumptions(a100):
