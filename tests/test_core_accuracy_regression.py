@@ -21,14 +21,22 @@ from core.validation import SUITES, summary
 # ones): the paper's MCore long-context rows (tp2 cp4 dp2 ep4 ...) had their all-to-all
 # across nodes, -8 % to +3 %, and now inside the NVLink node, +4 % to +9 %, beside the
 # folded rows of the same table (+1 % to +9 %).
+# h100_dense and moe rose (14.29 -> 14.45, 9.8 -> 10.8) when H100's kernel_overhead stopped
+# being a hand-kept 4.75 us, a value chosen with the held-out moe suite in view, and became
+# A100's fitted 4 us (H100's own rows do not pin it; scripts/calibrate.py, Family.inherited),
+# the H100 inference factors refitted beside it (stream_efficiency 0.963 -> 0.925).
+# trtllm and collectives are bounded over all their rows (collectives' worst is the 32-byte
+# all-reduce, whose latency the closed form misses; above 1 MiB, see test_core_inference_accuracy).
 REACHED = {
     "training": (5.0, 2.8, 0),
     "a100_training": (13.7, 6.5, 0),
     "inference": (3.2, 2.1, 0),
     "memory": (9.0, 2.7, 0),
-    "h100_dense": (14.4, 4.8, 0),
-    "moe": (10.0, 3.7, 0),
+    "h100_dense": (14.5, 4.7, 0),
+    "moe": (10.8, 3.6, 0),
     "memory_h100": (9.8, 9.1, 1),
+    "trtllm": (13.7, 7.1, 0),
+    "collectives": (78.0, 9.8, 0),
 }
 
 

@@ -58,5 +58,5 @@ def test_trtllm_errors_and_every_memory_verdict_as_reached():
     # stream_efficiency: prefill-heavy rows are predicted slow on both GPUs (their GEMMs run at the
     # training-fitted compute factors), decode-heavy ones fast.
     assert _max_error(cases) < 13.8
-    assert sum(abs(c.error_pct) for c in cases) / len(cases) < 7.5  # reached 7.45
+    assert sum(abs(c.error_pct) for c in cases) / len(cases) < 7.1  # reached 7.02
     assert all(v.expected_feasible == v.predicted_feasible for v in verdicts)
