@@ -9,6 +9,10 @@ from .units import parse_bandwidth, parse_time
 _ASTRA_GIB = 2**30 / 1e9  # ASTRA-sim bandwidth unit (GiB/s) in our GB/s
 _OUR_KEYS = {"name", "topology", "size", "link_bandwidth", "latency", "shape", "npus_per_leaf", "spines",
              "oversubscription", "parallelism", "axes", "efficiency"}
+# Keys of the hardware presets that describe NCCL's algorithms rather than links: in-switch
+# reduction (NVLS) and the LL protocol's bandwidth cap. core's closed forms cost them; the
+# link-level simulator moves bytes over links and has neither, so it reads past them.
+_ALGORITHM_KEYS = {"switch_reduction", "ll_bandwidth"}
 
 
 def load_network_file(path, npus=None):
@@ -43,9 +47,9 @@ def _ours(dims, source, npus):
         field = f"{source}: network[{d}]"
         if not isinstance(entry, dict):
             raise NetworkSpecError(f"{field}: {entry!r} must be a mapping with topology, size, link_bandwidth, latency")
-        unknown = set(entry) - _OUR_KEYS
+        unknown = set(entry) - _OUR_KEYS - _ALGORITHM_KEYS
         if unknown:
-            raise NetworkSpecError(f"{field}: unknown keys {sorted(unknown)}; allowed: {sorted(_OUR_KEYS)}")
+            raise NetworkSpecError(f"{field}: unknown keys {sorted(unknown)}; allowed: {sorted(_OUR_KEYS | _ALGORITHM_KEYS)}")
         for key in ("topology", "size", "link_bandwidth"):
             if key not in entry:
                 raise NetworkSpecError(f"{field}.{key}: missing")
