@@ -185,6 +185,20 @@ def pipeline_order(schedule: str, pp: int, chunks: int, stage: int, micro: int) 
     return order + backward[len(table) - warmup:]
 
 
+# Parallelism fields the inference model does not read (it runs experts unsplit, one
+# micro-batch of requests, no optimizer): set away from their defaults in inference, they are
+# refused rather than ignored, so a study does not write identical rows under different knobs.
+TRAINING_ONLY = ("ep", "etp", "micro_batch", "recompute", "schedule", "virtual_stages", "overlap_grad_reduce",
+                 "overlap_param_gather", "overlap_tp_comm", "overlap_p2p_comm", "grad_dtype",
+                 "grad_accumulation_fusion", "fused_cross_entropy", "fp8_params", "master_weights",
+                 "optimizer_dtype")
+_TRAINING_DEFAULTS = {name: Parallelism.__dataclass_fields__[name].default for name in TRAINING_ONLY}
+
+
+def _knob_text(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def check_layout(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: int) -> str | None:
     """None if the layout can run at all, else the reason it cannot (memory aside)."""
     if sorted(par.placement) != sorted(PLACEMENT):
@@ -197,10 +211,17 @@ def check_layout(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpu
         return f"kv_heads ({model.kv_heads}) and tp ({par.tp}) do not divide one another"
     if model.ffn_hidden % par.tp:
         return f"ffn_hidden ({model.ffn_hidden}) not divisible by tp ({par.tp})"
+    if (par.first_stage_layers or par.last_stage_layers) and par.pp == 1:
+        return "first/last stage layers need pp > 1 (with one stage every layer is on it)"
+    if bool(par.first_stage_layers) != bool(par.last_stage_layers):
+        return (f"first/last stage layers {par.first_stage_layers}/{par.last_stage_layers}: give both, "
+                "the other layers then split evenly over the middle stages")
     split = stage_layers(model.layers, par)
     if not split or min(split) < par.virtual_stages:
+        override = (f" with first/last stage layers {par.first_stage_layers}/{par.last_stage_layers}"
+                    if par.first_stage_layers else "")
         return (f"layers ({model.layers}) cannot be split over pp={par.pp} stages of {par.virtual_stages} "
-                f"virtual chunks with first/last stage layers {par.first_stage_layers}/{par.last_stage_layers}")
+                f"virtual chunks{override} (each stage needs at least one layer per chunk)")
     if par.ep > 1:
         if model.moe is None:
             return f"ep = {par.ep} but the model has no experts"
@@ -217,6 +238,16 @@ def check_layout(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpu
         if par.pp > 1 and par.placement[-1] != "pp" and par.ep * par.expert_tp != par.tp * par.cp:
             return (f"placement {','.join(par.placement)} with pp not outermost needs ep*etp = tp*cp, so that the "
                     "expert grid's pipelines are the dense ones (Megatron-Core)")
+    if par.etp and model.moe is None:
+        return f"etp = {par.etp} but the model has no experts"
+    if par.fp8_params and hw.dtype != "fp8":
+        return f"fp8_params keeps the weights its FP8 GEMMs read: it needs dtype fp8, not {hw.dtype}"
+    if par.overlap_param_gather and par.zero == 0:
+        return "overlap_param_gather gathers the distributed optimizer's parameter shards: it needs zero >= 1"
+    if par.overlap_p2p_comm and par.schedule != "interleaved":
+        return "overlap_p2p_comm hides a chunk's send behind the next chunk: it needs schedule interleaved"
+    if par.overlap_tp_comm and not par.sp:
+        return "overlap_tp_comm pipelines the sequence-parallel collectives with their GEMMs: it needs sp"
     if model.moe is not None and model.moe.expert_ffn_hidden % par.expert_tp:
         return f"expert_ffn_hidden ({model.moe.expert_ffn_hidden}) not divisible by etp ({par.expert_tp})"
     if par.etp < 0 or (par.etp and par.etp > par.tp * par.cp * par.dp):
@@ -245,6 +276,10 @@ def check_layout(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpu
             return "context parallelism is modelled for training only"
         if par.zero:
             return "ZeRO applies to training only"
+        unused = [f"{name} = {_knob_text(getattr(par, name))}" for name in TRAINING_ONLY
+                  if getattr(par, name) != _TRAINING_DEFAULTS[name]]
+        if unused:
+            return f"{', '.join(unused)}: training knobs, which inference does not read"
     hw_gpus = prod(d.size for d in hw.network if d.size)
     if all(d.size for d in hw.network) and gpus > hw_gpus:
         return f"gpus ({gpus}) exceeds the {hw_gpus} NPUs of the hardware's network"

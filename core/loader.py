@@ -341,7 +341,8 @@ def hardware_from_mapping(data: dict, source: str) -> HardwareSpec:
     )
     f.done()
     if spec.dtype not in dict(spec.gpu.peak_flops):
-        raise SpecError(source, "dtype", spec.dtype, "gpu.peak_flops has no entry for this dtype")
+        raise SpecError(source, "dtype", spec.dtype,
+                        f"expected a dtype gpu.peak_flops rates: {', '.join(d for d in dict(spec.gpu.peak_flops) if d in DTYPES)}")
     return spec
 
 

@@ -126,9 +126,9 @@ def layout_for(case, training: bool) -> Parallelism:
                        fused_cross_entropy=training and case.source.startswith(FUSED_CROSS_ENTROPY_SOURCES),
                        master_weights=lay.get("master_weights") or "fp32",
                        optimizer_dtype=lay.get("optimizer_dtype") or "fp32",
-                       fp8_params=bool(case.precision.get("fp8_params")) or (
-                           training and case.source.startswith(FP8_PARAM_SOURCES)
-                           and case.precision.get("compute") == "fp8"))
+                       # an FP8 inference engine stores FP8 weights by its dtype alone
+                       fp8_params=training and (bool(case.precision.get("fp8_params")) or (
+                           case.source.startswith(FP8_PARAM_SOURCES) and case.precision.get("compute") == "fp8")))
 
 
 def predict(case, hw=None) -> tuple:

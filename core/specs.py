@@ -19,6 +19,8 @@ PARALLEL_AXES = ("tp", "cp", "ep", "dp", "pp")
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 COMPUTE_DTYPES = ("bf16", "fp16", "fp8")
+# Storage formats an inference KV cache can take (tf32 is a tensor-core input mode, not one).
+KV_DTYPES = ("fp32", "bf16", "fp16", "fp8")
 GRAD_DTYPES = ("fp32", "bf16")
 OPTIMIZER_DTYPES = ("fp32", "bf16")  # Adam's first and second moments
 # What the optimizer keeps to update the weights in full precision: "fp32" master weights

@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from core import BACKENDS, InferWorkload, Parallelism, SpecError, TrainWorkload, estimate_memory, evaluate, list_presets
-from core.specs import COMPUTE_DTYPES, DTYPES, GRAD_DTYPES, MASTER_WEIGHTS, OPTIMIZER_DTYPES, RECOMPUTE, SCHEDULES
+from core.specs import COMPUTE_DTYPES, GRAD_DTYPES, KV_DTYPES, MASTER_WEIGHTS, OPTIMIZER_DTYPES, RECOMPUTE, SCHEDULES
 from core.loader import load_hardware, load_model, with_dtype
 
 from .args import POSITIVE
@@ -52,7 +52,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--dtype", default=None, choices=COMPUTE_DTYPES,
                         help="compute dtype (default: the hardware file's); fp8 runs GEMMs in FP8 only")
     parser.add_argument("--fp8-params", action="store_true", help="keep weights in FP8 (no BF16 copy)")
-    parser.add_argument("--kv-dtype", default="", choices=("",) + DTYPES,
+    parser.add_argument("--kv-dtype", default=None, choices=KV_DTYPES,
                         help="inference KV-cache dtype (default: the activation dtype)")
     parser.add_argument("--recompute", default="none", choices=RECOMPUTE)
     parser.add_argument("--schedule", default="1f1b", choices=SCHEDULES)
@@ -62,10 +62,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--mode", default="train", choices=("train", "infer"))
     parser.add_argument("--global-batch", type=POSITIVE, default=None, help="sequences per training iteration")
     parser.add_argument("--micro-batch", type=POSITIVE, default=1)
-    parser.add_argument("--seq", type=POSITIVE, default=2048, help="training sequence length")
-    parser.add_argument("--batch", type=POSITIVE, default=1, help="inference batch size")
-    parser.add_argument("--prompt", type=POSITIVE, default=512, help="inference prompt tokens")
-    parser.add_argument("--decode", type=POSITIVE, default=128, help="inference output tokens")
+    parser.add_argument("--seq", type=POSITIVE, default=None, help=f"training sequence length (default {DEFAULT_SEQ})")
+    parser.add_argument("--batch", type=POSITIVE, default=None, help="inference batch size (default 1)")
+    parser.add_argument("--prompt", type=POSITIVE, default=None, help="inference prompt tokens (default 512)")
+    parser.add_argument("--decode", type=POSITIVE, default=None, help="inference output tokens (default 128)")
     parser.add_argument("--backend", default="analytical", choices=BACKENDS,
                         help="closed forms, or a replay on the compiled network simulator")
     parser.add_argument("--emit-traces", metavar="DIR",
@@ -93,6 +93,21 @@ def _at_least_zero(name: str, value: int) -> int:
     return value
 
 
+DEFAULT_SEQ = 2048
+INFERENCE_DEFAULTS = {"batch": 1, "prompt": 512, "decode": 128}
+MODE_ONLY = {"train": ("global_batch", "seq"), "infer": ("batch", "prompt", "decode", "kv_dtype")}
+
+
+def _check_mode_flags(args) -> None:
+    """A flag of the other mode is refused, not ignored."""
+    for mode, names in MODE_ONLY.items():
+        given = [name for name in names if getattr(args, name) is not None]
+        if mode != args.mode and given:
+            flag = "--" + given[0].replace("_", "-")
+            raise SpecError("command line", flag, getattr(args, given[0]),
+                            f"applies to --mode {mode}; this run is --mode {args.mode}")
+
+
 def parse_config(args):
     """(model, hardware, parallelism, workload, gpus) from parsed `rapid run` arguments."""
     if not args.model:
@@ -116,6 +131,7 @@ def parse_config(args):
         except ValueError:
             raise SpecError("command line", "--dp", args.dp, "expected a positive integer or auto") from None
         gpus = _positive("--gpus", args.gpus if args.gpus is not None else dp * inner)
+    _check_mode_flags(args)
     train = args.mode == "train"
     sp = args.sp if args.sp is not None else (train and tp > 1)
     par = Parallelism(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, sp=sp, zero=args.zero,
@@ -133,10 +149,11 @@ def parse_config(args):
     if train:
         global_batch = args.global_batch if args.global_batch is not None else dp * par.micro_batch
         work = TrainWorkload(global_batch=_positive("--global-batch", global_batch),
-                             seq=_positive("--seq", args.seq))
+                             seq=_positive("--seq", args.seq or DEFAULT_SEQ))
     else:
-        work = InferWorkload(batch=_positive("--batch", args.batch), prompt=_positive("--prompt", args.prompt),
-                             decode=_positive("--decode", args.decode), kv_dtype=args.kv_dtype)
+        sizes = {name: getattr(args, name) or default for name, default in INFERENCE_DEFAULTS.items()}
+        work = InferWorkload(**{name: _positive(f"--{name}", value) for name, value in sizes.items()},
+                             kv_dtype=args.kv_dtype or "")
     return model, hw, par, work, gpus
 
 

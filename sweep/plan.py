@@ -104,8 +104,12 @@ def plan_study(study: Study) -> Plan:
             points[point.point_id] = point
     if not points:
         common = illegal.most_common(1)[0][0] if illegal else "empty space"
-        raise SpecError(study.path, "gpus", study.gpus,
-                        f"no legal layout in the space ({total} combinations; most common reason: {examples.get(common, common)})")
+        reason = examples.get(common, common)
+        if reason.startswith("gpus ("):  # the GPU count fits no combination of the knobs
+            raise SpecError(study.path, "gpus", study.gpus,
+                            f"no legal layout in the space ({total} combinations; most common reason: {reason})")
+        raise SpecError(study.path, "space", f"{total} combination{'s' if total != 1 else ''}",
+                        f"no legal layout on gpus = {study.gpus}; most common reason: {reason}")
     models, hardware = planner.specs()
     return Plan(tuple(points[k] for k in sorted(points)), models, hardware, illegal, examples, total)
 

@@ -219,6 +219,13 @@ def parse_space(data, source: str, mode: str, gpus: int, variants: tuple = ()) -
             given[name] = Knob(name, values)
         else:
             given[name] = Knob(name, _spec_values(raw, source, field))
+    paths = {}
+    for name in given:
+        path = SPEC_KNOB_ALIASES.get(name, name)
+        if path in paths:
+            raise SpecError(source, f"space.{name}", data[name],
+                            f"space.{paths[path]} sets {path} already; set it in one place")
+        paths[path] = name
     knobs = [given.get(name, Knob(name, (default,))) for name, (default, _) in PARALLEL_KNOBS.items()]
     knobs += [knob for name, knob in given.items() if name not in PARALLEL_KNOBS]
     for variant in variants:

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core import BACKENDS, InferWorkload, SpecError, TrainWorkload, load_hardware, load_model
+from core.specs import KV_DTYPES
 from core.textfile import parse_mapping, read_text
 
-from .space import Space, Variant, parse_space
+from .space import SPEC_KNOB_ALIASES, Space, Variant, parse_space
 
 if TYPE_CHECKING:
     from .search_spec import SearchSpec
@@ -20,6 +21,7 @@ STUDY_KEYS = ("name", "description", "model", "hardware", "overrides", "gpus", "
               "backend", "output", "seed", "variants", "baseline", "search", "faults")
 REQUIRED_KEYS = ("name", "model", "hardware", "gpus", "workload", "space")
 WORKLOAD_KEYS = {"train": ("global_batch", "seq"), "infer": ("batch", "prompt", "decode")}
+OPTIONAL_WORKLOAD_KEYS = {"train": (), "infer": ("kv_dtype",)}  # the KV cache's dtype; default: the activations'
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 SPEC_PREFIXES = ("model.", "hardware.")
 
@@ -179,7 +181,7 @@ def _workload(data, source: str):
     if mode not in WORKLOAD_KEYS:
         raise SpecError(source, "workload.mode", mode if mode is not None else "<missing>",
                         f"expected one of {', '.join(WORKLOAD_KEYS)}")
-    allowed = ("mode",) + WORKLOAD_KEYS[mode]
+    allowed = ("mode",) + WORKLOAD_KEYS[mode] + OPTIONAL_WORKLOAD_KEYS[mode]
     for key in data:
         if key not in allowed:
             raise SpecError(source, f"workload.{key}", data[key], f"unknown field for mode {mode} (allowed: {', '.join(allowed)})")
@@ -189,7 +191,12 @@ def _workload(data, source: str):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise SpecError(source, f"workload.{key}", value if key in data else "<missing>", "expected a positive integer")
         sizes[key] = value
-    return TrainWorkload(**sizes) if mode == "train" else InferWorkload(**sizes)
+    if mode == "train":
+        return TrainWorkload(**sizes)
+    kv_dtype = data.get("kv_dtype", "")
+    if kv_dtype != "" and kv_dtype not in KV_DTYPES:
+        raise SpecError(source, "workload.kv_dtype", kv_dtype, f"expected one of {', '.join(KV_DTYPES)}")
+    return InferWorkload(**sizes, kv_dtype=kv_dtype)
 
 
 def _check_specs(study: Study) -> None:
@@ -227,6 +234,7 @@ def _rehome(err: SpecError, study: Study, kind: str, ref) -> SpecError:
     if err.field in dict(overrides):
         return SpecError(study.path, f"overrides.{kind}.{err.field}", err.value, err.allowed)
     space_field = f"{kind}.{err.field}"
-    if space_field in study.space.names:
-        return SpecError(study.path, f"space.{space_field}", err.value, err.allowed)
+    for name in study.space.names:
+        if SPEC_KNOB_ALIASES.get(name, name) == space_field:
+            return SpecError(study.path, f"space.{name}", err.value, err.allowed)
     return SpecError(study.path, f"{kind} ({err.source}): {err.field}", err.value, err.allowed)

@@ -28,6 +28,27 @@ def test_layout_reasons(a100):
     assert "pp >= 2" in reason(tp=8, dp=8, schedule="interleaved", virtual_stages=2)
 
 
+def test_knobs_that_would_change_nothing_are_refused_not_ignored(a100):
+    """A sweep over such knobs would write identical rows under different settings."""
+    dense, work = core.load_model("llama3.1-8b"), core.TrainWorkload(global_batch=16, seq=4096)
+    request = core.InferWorkload(batch=4, prompt=128, decode=16)
+
+    def reason(workload=work, **kw):
+        return core.check_layout(dense, a100, core.Parallelism(**kw), workload, 16)
+
+    assert "needs dtype fp8, not bf16" in reason(dp=16, fp8_params=True)
+    assert "needs zero >= 1" in reason(dp=16, overlap_param_gather=True)
+    assert reason(dp=16, zero=1, overlap_param_gather=True) is None
+    assert "needs schedule interleaved" in reason(dp=16, overlap_p2p_comm=True)
+    assert "needs sp" in reason(tp=2, dp=8, overlap_tp_comm=True)
+    assert "no experts" in reason(tp=2, dp=8, sp=True, etp=1)
+    assert "need pp > 1" in reason(dp=16, first_stage_layers=4, last_stage_layers=4)
+    assert "give both" in reason(dp=4, pp=4, first_stage_layers=4)
+    assert reason(request, dp=16) is None
+    assert reason(request, dp=16, recompute="full", micro_batch=2) == (
+        "micro_batch = 2, recompute = full: training knobs, which inference does not read")
+
+
 def test_expert_parallelism_spans_context_parallel_ranks_before_data_parallel_ones(a100):
     # Megatron-Core's expert grid drops cp: tp 2, cp 4, dp 2 with ep 4 puts each expert group on
     # the 4 context-parallel ranks of one node, and expert data parallelism across the 2 nodes
