@@ -19,6 +19,7 @@ from .training import edge_ops, model_flops, optimizer_step_s
 from .errors import SpecError
 
 STAGE_FWD, STAGE_BWD, WAIT, OPTIMIZER, EDGE = -2, -3, -4, -5, -6
+STAGE_PREFILL, STAGE_DECODE = -7, -8  # inference: a stage's replayed layers, as one block per pass
 DP_BUCKETS = 4  # gradient buckets a model chunk's last backward pass is cut into
 
 
@@ -95,9 +96,9 @@ def _attribute(ctx, classes, result, node_rank, label, stage_split=None) -> tupl
         spent = float(pushed.sum())
         for name, share in shares.items():
             comm[name] = comm.get(name, 0.0) + spent * share
-    if stage_split is not None:
+    if stage_split is not None:  # {label code: per stage, {breakdown key: share}}
         stage = int(ctx.groups.coords["pp"][critical])
-        for code in (STAGE_FWD, STAGE_BWD):
+        for code in stage_split:
             spent = float(increments[labels == code].sum())
             for key, share in stage_split[code][stage].items():
                 if key == "compute_s":
@@ -259,14 +260,22 @@ def _comm_block(ctx, axis, collective, bytes_, classes):
 def _ops_block(ctx, ops_list, classes):
     """ops_block with each exposed collective preceded by the start-up NCCL's protocol adds to
     the bare algorithm the simulator runs, so replay and closed forms agree without contention."""
-    expanded = []
+    expanded, startups = [], []
     for op in ops_list:
         if op.kind == "comm" and op.cover_s <= 0:
             startup = protocol_startup_s(ctx.hw, ctx.dims, op.collective, op.bytes_, ctx.spans.get(op.axis, ()))
             if startup > 0:
+                startups.append(len(expanded))
                 expanded.append(Op(f"{op.name}.startup", "compute", time_s=startup))
         expanded.append(op)
-    return ops_block(expanded, ctx.algorithm, classes)
+    block = ops_block(expanded, ctx.algorithm, classes)
+    if not startups:
+        return block
+    # The start-up is part of its collective's time (the closed form counts it so): a node per
+    # op, it takes the label of the collective it precedes, not compute's.
+    label = block.columns["label"].copy()
+    label[startups] = label[np.asarray(startups) + 1]
+    return Block({**block.columns, "label": label}, block.deps, block.entry, block.exits)
 
 
 def _gradient_buckets(ctx, chunk_layers: list) -> list:
@@ -413,12 +422,17 @@ def infer_request_astra(model, hw, par, work, gpus, backend: str, emit=None):
     prefill_ops = build_layer(model, hw, LayerShape(b, prompt, prompt, par.tp, par.sp, 1, 1)).forward
     contexts = (prompt + 1, prompt + max(1, steps))
     decode_ops = [build_decode_layer(model, hw, b, c, par.tp, work.kv_bytes(hw)) for c in contexts]
-    passes = {}  # stage layers -> (prefill block, decode step blocks)
+    passes, stage_split = {}, None  # stage layers -> (prefill block, decode step blocks)
     if backend == "astra-hierarchical":
-        prefill_s = _replay_layer(ctx, prefill_ops)["time_s"]
-        step_s = (_replay_layer(ctx, decode_ops[0])["time_s"] + _replay_layer(ctx, decode_ops[1])["time_s"]) / 2
+        # Stage blocks labelled as such and split like the replayed layers, so their exposed
+        # communication is not counted as compute.
+        prefill = _replay_layer(ctx, prefill_ops)
+        first, last = (_replay_layer(ctx, o) for o in decode_ops)
+        decode = {key: (first.get(key, 0.0) + last.get(key, 0.0)) / 2 for key in first.keys() | last.keys()}
         for n in set(split):
-            passes[n] = compute_block(n * prefill_s), [compute_block(n * step_s)]
+            passes[n] = (compute_block(n * prefill["time_s"], STAGE_PREFILL),
+                         [compute_block(n * decode["time_s"], STAGE_DECODE)])
+        stage_split = {STAGE_PREFILL: [_shares(prefill)] * par.pp, STAGE_DECODE: [_shares(decode)] * par.pp}
     else:
         prefill_layer = _ops_block(ctx, prefill_ops, classes)
         first, last = (_ops_block(ctx, o, classes) for o in decode_ops)
@@ -454,7 +468,7 @@ def infer_request_astra(model, hw, par, work, gpus, backend: str, emit=None):
     if emit is not None:
         emit(trace, ctx)
     result = ctx.network.replay(trace)
-    breakdown, links = _attribute(ctx, classes, result, node_rank, label)
+    breakdown, links = _attribute(ctx, classes, result, node_rank, label, stage_split)
     # What the critical rank waits is the other stages' passes, alike in make-up (even stages):
     # shared out over its own compute and communication, as the closed form counts them.
     waited = breakdown.pop("bubble_s", 0.0)
