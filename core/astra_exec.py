@@ -336,7 +336,10 @@ def _chunk_layers(model, par) -> tuple:
     """core.layout.chunk_layers, or the reason the replay cannot lay the chunks out."""
     layers = chunk_layers(model.layers, par)
     if not layers:
-        raise SpecError("", "virtual_stages", par.virtual_stages,
+        overridden = par.first_stage_layers or par.last_stage_layers
+        field, value = (("first/last stage layers", f"{par.first_stage_layers}/{par.last_stage_layers}") if overridden
+                        else ("virtual_stages", par.virtual_stages))
+        raise SpecError("", field, value,
                         f"a split of {model.layers} layers into pp x virtual stages that Megatron-Core makes evenly "
                         "(or with one layer fewer in the first and last chunk); other uneven model chunks are "
                         "modelled by the analytical backend only")
