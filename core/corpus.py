@@ -48,10 +48,11 @@ class PublishedCase:
     precision: dict  # compute, fp8_params, fp8_recipe, kv_cache
     metric: str  # what `measured` is, named with its unit
     measured: float | str  # SI units; "oom" / "fits" for memory verdicts
-    usable: bool  # False for rows that are not a case we model; `note` says why
+    usable: bool  # False for rows that are not a case we model; `excluded` says why
     note: str  # the row's own uncertainty and the readings taken here
     extra: dict  # other published numbers on the row, kept for reporting
     citation: str  # the row's source and locator cells, verbatim
+    excluded: str = ""  # why an unusable row is left out of its suite
 
 
 def published_cases(suite: str | None = None) -> tuple:
@@ -525,7 +526,7 @@ def _dense_case(row: _Row) -> PublishedCase:
         workload={"mode": "train", "global_batch": global_batch, "seq": seq, "fine_tuning": fine_tuning},
         precision=precision,
         metric=metric, measured=measured, usable=usable, note=_note(row, notes), extra=extra,
-        citation=row.citation())
+        citation=row.citation(), excluded=why)
 
 
 def step_time_from_tokens_per_gpu(global_batch: int, seq: int, tokens_per_s_per_gpu: float, gpus: int) -> float:
@@ -784,7 +785,7 @@ def _collective_case(row: _Row) -> PublishedCase:
         precision={"compute": "fp32" if row.text("dtype").startswith("float") else None, "fp8_params": False,
                    "fp8_recipe": None, "kv_cache": None},
         metric=metric, measured=measured, usable=usable, note=_note(row, notes), extra=extra,
-        citation=row.citation())
+        citation=row.citation(), excluded=why)
 
 
 # ---------------------------------------------------------------------------------------
@@ -822,7 +823,7 @@ def _memory_case(row: _Row) -> PublishedCase:
             case_id=row.case_id, suite="memory_h100", source=_source(row, _MEMORY_SOURCES),
             hardware=_hardware(row, "gpu"), gpus=row.integer("num_gpus", 0), model={}, layout={}, workload={},
             precision=_precision(row.text("dtype"), notes), metric=metric, measured=measured, usable=False,
-            note=_note(row, [why, *notes]), extra=extra, citation=row.citation())
+            note=_note(row, [why, *notes]), extra=extra, citation=row.citation(), excluded=why)
     key = _model_key(row)
     tp, pp, cp = row.integer("tp", 1), row.integer("pp", 1), row.integer("cp", 1)
     if row.case_id == "FIT-L3-405B-8K-noAC":

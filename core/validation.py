@@ -214,6 +214,14 @@ def published_cases(suite: str, hw: HardwareSpec | None = None) -> tuple:
     return cases, verdicts
 
 
+def excluded_rows(suites) -> list:
+    """(suite, case id, reason) of the published rows left out of their suite's figures."""
+    from . import corpus
+
+    return [(suite, row.case_id, row.excluded) for suite in suites if suite in PUBLISHED_SUITES
+            for row in corpus.published_cases(suite) if not row.usable]
+
+
 def _family(name: str) -> str:
     """GPU family of a preset or published GPU name: H200 rows share H100's factors."""
     name = name.lower()
@@ -245,4 +253,4 @@ def summary(cases: list) -> dict:
     return out
 
 
-__all__ = ["Case", "GiB", "Verdict", "run_all", "summary"]
+__all__ = ["Case", "GiB", "Verdict", "excluded_rows", "run_all", "summary"]

@@ -1,11 +1,12 @@
 """`rapid validate`: predictions against the published measurements, per suite."""
 import json
+from collections import Counter
 
 from rich.console import Console
 from rich.table import Table
 
 from core.units import format_quantity
-from core.validation import SUITES, run_all, summary
+from core.validation import SUITES, excluded_rows, run_all, summary
 
 
 def add_arguments(parser) -> None:
@@ -15,8 +16,10 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    cases, verdicts = run_all(tuple(args.suite or SUITES))
+    suites = tuple(args.suite or SUITES)
+    cases, verdicts = run_all(suites)
     stats = summary(cases)
+    excluded = excluded_rows(suites)
     if args.json:
         print(json.dumps({
             "cases": [{"suite": c.suite, "case": c.case, "measured": c.measured, "predicted": c.predicted,
@@ -25,6 +28,7 @@ def run(args) -> int:
             "verdicts": [{"case": v.case, "expected_feasible": v.expected_feasible,
                           "predicted_feasible": v.predicted_feasible, "detail": v.detail, "doubt": v.doubt}
                          for v in verdicts],
+            "not_counted": [{"suite": suite, "case": case, "reason": reason} for suite, case, reason in excluded],
         }, indent=1))
         return 0
     console = Console()
@@ -37,7 +41,15 @@ def run(args) -> int:
                           f"{c.error_pct:+.1f} %")
         console.print(table)
         console.print(f"  mean |error| {numbers['mean_abs_error_pct']:.1f} %   "
-                      f"max |error| {numbers['max_abs_error_pct']:.1f} %\n")
+                      f"max |error| {numbers['max_abs_error_pct']:.1f} %")
+        reasons = Counter(reason for name, _, reason in excluded if name == suite)
+        if reasons:
+            console.print(f"  not counted: {sum(reasons.values())} rows: "
+                          + "; ".join(f"{reason} ({count})" for reason, count in reasons.most_common()))
+        console.print()
+    console.print("Errors are in-sample on the rows each preset's factors were fitted on (the preset's "
+                  "`fitted_on` says which); `scripts/calibrate.py --cv` refits without each source and "
+                  "prints the errors left out.")
     counted = [v for v in verdicts if not v.doubt]
     wrong = [v for v in counted if v.disagrees]
     console.print(f"memory verdicts: {len(counted) - len(wrong)} of {len(counted)} agree with reality")

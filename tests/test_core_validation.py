@@ -1,4 +1,7 @@
-"""Acceptance: predictions against the published A100 measurements."""
+"""Acceptance: predictions against the published A100 measurements, and what `rapid validate`
+leaves out."""
+import json
+
 import pytest
 
 from core.validation import run_all, summary
@@ -27,3 +30,15 @@ def test_feasibility_verdicts_agree_with_reality(results):
     verdicts = results[1]
     assert len(verdicts) == 8 + 11 + 1 + 8
     assert [v.case for v in verdicts if v.expected_feasible != v.predicted_feasible] == []
+
+
+def test_rapid_validate_says_which_rows_it_leaves_out_and_why(capsys):
+    from sweep.cli import main
+
+    assert main(["validate", "--suite", "memory_h100", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    left_out = report["not_counted"]
+    assert len(left_out) == 20 and all(row["suite"] == "memory_h100" and row["reason"] for row in left_out)
+    assert "MEM-Moonlight16B-none" in {row["case"] for row in left_out}  # MLA: not expressible
+    assert main(["validate", "--suite", "memory_h100"]) == 0
+    assert "not counted: 20 rows" in capsys.readouterr().out
