@@ -24,12 +24,17 @@ def hardware_for(case):
     return with_dtype(load_hardware(name), case.precision.get("compute", "bf16"), case.case_id, "precision.compute")
 
 
-# NeMo 24.03.01 (the long-sequence table) shipped a Transformer Engine whose attention ran on
-# flash-attn 2 on Hopper: TE of that time picked FlashAttention ahead of its cuDNN backend, and
-# its context-parallel ring attention was implemented on FlashAttention first ("Context
-# parallelism is only implemented with Flash Attention!"). The table's rows read so: at 1M
-# tokens, where attention is 95 % of the work, they reach 274 executed TFLOP/s per GPU, what
-# FlashAttention-2 reaches on an H100, not the ~500 of the fused Hopper kernels.
+# NeMo 24.03.01 (the long-sequence table) ran attention at the rate of FlashAttention-2-class
+# kernels (mma.sync, the softmax not overlapped with the matmuls), not at the fused Hopper
+# kernels' (FlashAttention-3, later cuDNN): its 1M-token row, where attention is 95 % of the work,
+# reaches 274 executed TFLOP/s per GPU, FlashAttention-2's rate on an H100, not ~500. Which kernel
+# that was, the code does not settle: Transformer Engine from v1.2 (2023-12) picks its cuDNN
+# backend over flash-attn on sm90 when both can run (pytorch/attention.py, "Select
+# FusedAttention on sm90 and FlashAttention on others"), and from v1.3 runs context parallelism
+# on it too, so the container's cuDNN fused kernel of early 2024 is the likelier one, at that
+# class's rate. This reading is taken from these rows' own figures, not from the code (read with
+# the fused kernels' rate they come out 1 to 54 % fast), and is the one place a source's rows
+# choose a kernel.
 FLASH2_SOURCES = ("nemo-long-sequence",)
 # The share of the attention score matrix each source's FLOP formula counts. NeMo 24.03's
 # llama2 formula has `12 * seq / hs` with no causal term (the causal_self_attn half came to
