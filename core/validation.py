@@ -1,13 +1,14 @@
 """Predictions against the published measurements shipped in `validation_data/`
 (copied verbatim from the project's shared validation set)."""
 import csv
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from .evaluate import evaluate
-from .loader import load_hardware, load_model, with_dtype
+from .loader import load_hardware, load_model
 from .memory import GiB
 from .specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism, TrainWorkload
 
@@ -189,21 +190,22 @@ def memory_cases(hw: HardwareSpec | None = None) -> tuple:
 def published_cases(suite: str, hw: HardwareSpec | None = None) -> tuple:
     """One suite of the published corpus (core.corpus): a Case per usable row with a
     measured value, a Verdict per row that says whether the layout ran or ran out of memory.
-    `hw`, when given, replaces the preset for the rows of its GPU family."""
+    `hw`, when given, lends its calibration to the rows of its GPU family (each row keeps its
+    own GPU's preset: an H200 row its HBM, an H100 row its own)."""
     from . import corpus, published  # the corpus loads on first use only
 
     cases, verdicts = [], []
     for row in corpus.published_cases(suite):
         if not row.usable:
             continue
-        row_hw = hw if hw is not None and _family(hw.name) == _family(str(row.hardware)) else None
+        lent = hw is not None and _family(hw.name) == _family(str(row.hardware))
         if suite == "collectives":
             if row.hardware and "h100" in str(row.hardware).lower():
-                predicted = published.all_reduce_s(row, row_hw)
+                predicted = published.all_reduce_s(row, hw if lent else None)
                 cases.append(Case(suite, row.case_id, row.measured, predicted, "s", row.source))
             continue
-        value, feasible, record = published.predict(row, row_hw and with_dtype(
-            row_hw, row.precision.get("compute", "bf16"), row.case_id, "precision.compute"))
+        row_hw = dataclasses.replace(published.hardware_for(row), calibration=hw.calibration) if lent else None
+        value, feasible, record = published.predict(row, row_hw)
         # A row whose outcome starts with "OOM" did not fit; every other row ran.
         ran = not str(row.extra.get("outcome", "")).lower().startswith("oom")
         if row.metric != "memory_verdict" and row.measured is not None and not math.isnan(row.measured):

@@ -42,3 +42,15 @@ def test_rapid_validate_says_which_rows_it_leaves_out_and_why(capsys):
     assert "MEM-Moonlight16B-none" in {row["case"] for row in left_out}  # MLA: not expressible
     assert main(["validate", "--suite", "memory_h100"]) == 0
     assert "not counted: 20 rows" in capsys.readouterr().out
+
+
+def test_a_lent_preset_lends_its_calibration_not_its_gpu():
+    """scripts/calibrate.py passes one preset per family: H100 rows keep their own 80 GB even
+    when the H200 preset (the same factors, 141 GB) is the one lent."""
+    from core.loader import load_hardware
+    from core.validation import published_cases
+
+    own = published_cases("memory_h100")
+    lent = published_cases("memory_h100", load_hardware("h200-sxm-141gb"))
+    assert [c.predicted for c in lent[0]] == [c.predicted for c in own[0]]
+    assert [v.detail for v in lent[1]] == [v.detail for v in own[1]]
