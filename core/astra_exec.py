@@ -78,9 +78,13 @@ def _dim_shares(ctx: Context, classes: CommClasses) -> list:
 
 def _attribute(ctx, classes, result, node_rank, label, stage_split=None) -> tuple:
     """(breakdown of the critical rank's time, busiest links): each node is charged with how
-    far it pushed that rank's finish time."""
+    far it pushed that rank's finish time, time that compute runs through counting as
+    compute (communication only where it is exposed)."""
     critical = int(np.argmax(result.rank_finish_s))
-    order, increments = frontier_increments(node_rank, result.node_end_s, critical)
+    # Compute (and stage passes, edges, the optimizer) takes the time it runs; communication
+    # beside it is hidden, as in the closed forms.
+    computing = (label <= 0) & (label != WAIT)
+    order, increments = frontier_increments(node_rank, result.node_end_s, critical, result.node_start_s, computing)
     labels = label[order]
     out = {"compute_s": float(increments[(labels == 0) | (labels == EDGE)].sum()),
            "bubble_s": float(increments[labels == WAIT].sum())}

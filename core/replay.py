@@ -206,11 +206,36 @@ def assemble(groups: RankGroups, programs) -> tuple:
     return trace, node_rank, cat["label"], starts
 
 
-def frontier_increments(node_rank: np.ndarray, node_end: np.ndarray, rank: int) -> tuple:
-    """Indices of `rank`'s nodes and how much each pushed that rank's finish time out:
-    processed by end time, a node adds what it ends past every earlier node."""
+def frontier_increments(node_rank: np.ndarray, node_end: np.ndarray, rank: int, node_start: np.ndarray = None,
+                        compute: np.ndarray = None) -> tuple:
+    """Indices of `rank`'s nodes (by end time) and the seconds of that rank's time, from 0 to
+    its finish, charged to each: the frontier rule charges a node with what it ends past every
+    earlier node. Given each node's start and which nodes compute (`compute`, a mask), time
+    during which a compute node of the rank runs is charged to it instead, whatever ends
+    first beside it, so that communication counts only where nothing computes (exposed, as
+    the closed forms count it). The increments sum to the rank's finish either way."""
     mine = np.flatnonzero(node_rank == rank)
     order = mine[np.argsort(node_end[mine], kind="stable")]
     reach = np.maximum.accumulate(node_end[order])
     increments = np.diff(reach, prepend=0.0)
-    return order, increments
+    if compute is None or not compute[order].any():
+        return order, increments
+    busy = np.flatnonzero(compute[order])  # positions in `order`
+    begin, end = node_start[order[busy]], node_end[order[busy]]
+    by_start = np.argsort(begin, kind="stable")
+    begin, end, busy = begin[by_start], end[by_start], busy[by_start]
+    # Elementary spans between consecutive event times on [0, finish]; each one belongs to a
+    # compute node running through it if there is one, else to its frontier owner.
+    finish = reach[-1]
+    events = np.unique(np.clip(np.concatenate(([0.0], begin, end, reach)), 0.0, finish))
+    length = np.diff(events)
+    middle = events[:-1] + length / 2
+    owner = np.minimum(np.searchsorted(reach, middle, side="left"), reach.size - 1)
+    latest = np.searchsorted(begin, middle, side="right") - 1  # last compute node started
+    reach_c = np.maximum.accumulate(end)  # compute nodes may overlap: the one reaching furthest
+    holder = np.maximum.accumulate(np.where(end >= reach_c, np.arange(end.size), 0))
+    started = latest >= 0
+    pick = np.where(started, latest, 0)
+    covered = started & (reach_c[pick] > middle)
+    owner = np.where(covered, busy[holder[pick]], owner)
+    return order, np.bincount(owner, weights=length, minlength=order.size)
