@@ -185,9 +185,10 @@ def pipeline_order(schedule: str, pp: int, chunks: int, stage: int, micro: int) 
     return order + backward[len(table) - warmup:]
 
 
-# Parallelism fields the inference model does not read (it runs experts unsplit, one
-# micro-batch of requests, no optimizer): set away from their defaults in inference, they are
-# refused rather than ignored, so a study does not write identical rows under different knobs.
+# Parallelism fields the inference model does not take (one micro-batch of requests, no
+# optimizer; its timing runs experts unsplit, so ep and etp would shard their memory alone):
+# set away from their defaults in inference they are refused rather than ignored, so a study
+# does not write identical rows under different knobs.
 TRAINING_ONLY = ("ep", "etp", "micro_batch", "recompute", "schedule", "virtual_stages", "overlap_grad_reduce",
                  "overlap_param_gather", "overlap_tp_comm", "overlap_p2p_comm", "grad_dtype",
                  "grad_accumulation_fusion", "fused_cross_entropy", "fp8_params", "master_weights",
@@ -205,6 +206,15 @@ def check_layout(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpu
         return f"placement {','.join(par.placement)} is not an order of {', '.join(PLACEMENT)}"
     if par.gpus != gpus:
         return f"dp*tp*pp*cp = {par.dp}*{par.tp}*{par.pp}*{par.cp} = {par.gpus}, not gpus = {gpus}"
+    if isinstance(work, InferWorkload):  # first, so that no rule below suggests a training knob
+        if par.cp > 1:
+            return "context parallelism is modelled for training only"
+        if par.zero:
+            return "ZeRO applies to training only"
+        unused = [f"{name} = {_knob_text(getattr(par, name))}" for name in TRAINING_ONLY
+                  if getattr(par, name) != _TRAINING_DEFAULTS[name]]
+        if unused:
+            return f"{', '.join(unused)}: training knobs, which the inference model does not take"
     if model.heads % par.tp:
         return f"heads ({model.heads}) not divisible by tp ({par.tp})"
     if model.kv_heads % par.tp and par.tp % model.kv_heads:
@@ -271,15 +281,6 @@ def check_layout(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpu
             return f"seq/cp ({work.seq // par.cp}) not divisible by tp ({par.tp}) for sequence parallelism"
         if par.schedule == "interleaved" and (work.global_batch // per_step) % par.pp:
             return "the interleaved schedule needs micro-batches divisible by pp"
-    elif isinstance(work, InferWorkload):
-        if par.cp > 1:
-            return "context parallelism is modelled for training only"
-        if par.zero:
-            return "ZeRO applies to training only"
-        unused = [f"{name} = {_knob_text(getattr(par, name))}" for name in TRAINING_ONLY
-                  if getattr(par, name) != _TRAINING_DEFAULTS[name]]
-        if unused:
-            return f"{', '.join(unused)}: training knobs, which inference does not read"
     hw_gpus = prod(d.size for d in hw.network if d.size)
     if all(d.size for d in hw.network) and gpus > hw_gpus:
         return f"gpus ({gpus}) exceeds the {hw_gpus} NPUs of the hardware's network"

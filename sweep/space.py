@@ -231,9 +231,9 @@ def parse_space(data, source: str, mode: str, gpus: int, variants: tuple = ()) -
     for variant in variants:
         for kind, overrides in (("model", variant.model_overrides), ("hardware", variant.hardware_overrides)):
             for path, value in overrides:
-                if f"{kind}.{path}" in given:
+                if f"{kind}.{path}" in paths:
                     raise SpecError(source, f"variants.{variant.name}.{kind}.{path}", value,
-                                    f"space.{kind}.{path} sweeps this path already; set it in one place")
+                                    f"space.{paths[f'{kind}.{path}']} sweeps this path already; set it in one place")
     if variants:
         knobs.append(Knob(VARIANT_KNOB, tuple(v.name for v in variants)))
     columns = [k.column for k in knobs]

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core import BACKENDS, InferWorkload, SpecError, TrainWorkload, load_hardware, load_model
-from core.specs import KV_DTYPES
+from core.specs import COMPUTE_DTYPES, KV_DTYPES
 from core.textfile import parse_mapping, read_text
 
 from .space import SPEC_KNOB_ALIASES, Space, Variant, parse_space
@@ -236,5 +236,10 @@ def _rehome(err: SpecError, study: Study, kind: str, ref) -> SpecError:
     space_field = f"{kind}.{err.field}"
     for name in study.space.names:
         if SPEC_KNOB_ALIASES.get(name, name) == space_field:
-            return SpecError(study.path, f"space.{name}", err.value, err.allowed)
+            allowed = err.allowed
+            if name == "dtype":  # the short knob takes compute dtypes only
+                rated = dict(study.hardware_spec().gpu.peak_flops)
+                allowed = (f"expected one of {', '.join(d for d in COMPUTE_DTYPES if d in rated)}, "
+                           f"the compute dtypes {study.hardware} has a peak for")
+            return SpecError(study.path, f"space.{name}", err.value, allowed)
     return SpecError(study.path, f"{kind} ({err.source}): {err.field}", err.value, err.allowed)

@@ -46,7 +46,9 @@ def test_knobs_that_would_change_nothing_are_refused_not_ignored(a100):
     assert "give both" in reason(dp=4, pp=4, first_stage_layers=4)
     assert reason(request, dp=16) is None
     assert reason(request, dp=16, recompute="full", micro_batch=2) == (
-        "micro_batch = 2, recompute = full: training knobs, which inference does not read")
+        "micro_batch = 2, recompute = full: training knobs, which the inference model does not take")
+    # checked first: no rule for training knobs suggests another training knob
+    assert "training knobs" in reason(request, dp=16, overlap_param_gather=True)
 
 
 def test_expert_parallelism_spans_context_parallel_ranks_before_data_parallel_ones(a100):
