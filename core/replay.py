@@ -91,9 +91,12 @@ class CommClasses:
 def ops_block(ops_list, choose_algorithm, classes: CommClasses) -> Block:
     """One rank's run of core ops: a chain, except that a communication with compute to hide
     behind (cover_s > 0) runs beside the compute ops that follow until they add up to its
-    cover, and the op after those waits for it too."""
+    cover, and the op after those waits for it too. Two such communications on one group run
+    one after the other: a process group issues its collectives on one NCCL stream (ZeRO-3's
+    gather of the next layer and scatter of this one's gradients do not share the wire)."""
     rows = {"kind": [], "duration_s": [], "bytes_": [], "axis": [], "algorithm": [], "label": []}
     deps, entry, frontier, beside = [], [], [], []  # beside: [node, cover still to run]
+    running = {}  # axis -> the communication running beside the chain on that group
     for op in ops_list:
         i = len(rows["kind"])
         if op.kind == "compute":
@@ -109,6 +112,9 @@ def ops_block(ops_list, choose_algorithm, classes: CommClasses) -> Block:
         else:
             entry.append(i)
         if op.kind == "comm" and op.cover_s > 0:
+            if op.axis in running:
+                deps.append((i, running[op.axis]))
+            running[op.axis] = i
             beside.append([i, op.cover_s])
             continue
         joined = []
@@ -117,6 +123,7 @@ def ops_block(ops_list, choose_algorithm, classes: CommClasses) -> Block:
                 side[1] -= op.time_s
             joined = [node for node, cover in beside if cover <= 1e-15]
             beside = [side for side in beside if side[1] > 1e-15]
+        running = {axis: node for axis, node in running.items() if node not in joined and node not in frontier}
         frontier = [i] + joined
     exits = frontier + [node for node, _ in beside]
     return Block(_columns(rows), np.array(deps, np.int64).reshape(-1, 2), np.array(entry, np.int64),

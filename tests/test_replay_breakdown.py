@@ -169,3 +169,15 @@ def test_sweep_table_has_a_comm_column_for_tp_only_inference(write_study):
     assert table.num_rows > 0
     assert "breakdown_comm_nvlink_s" in table.column_names
     assert all(value > 0 for value in table.column("breakdown_comm_nvlink_s").to_pylist())
+
+
+@pytest.mark.parametrize("tp, dp", [(2, 8), (1, 16)])
+def test_zero3_gather_and_scatter_share_one_stream(model_hw, tp, dp):
+    """A layer's parameter gather and the gradient scatter beside it run one after the other,
+    as NCCL runs one process group's collectives (they once ran at once on different links,
+    and the replay came out 6-18 % faster than the closed form at small batches)."""
+    model, hw = model_hw
+    par, work = core.Parallelism(tp=tp, dp=dp, sp=tp > 1, zero=3), core.TrainWorkload(dp, 2048)
+    closed = core.evaluate(model, hw, par, work, 16)["step_time_s"]
+    for backend in REPLAYS:
+        assert core.evaluate(model, hw, par, work, 16, backend=backend)["step_time_s"] == pytest.approx(closed, rel=0.02)
