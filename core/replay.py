@@ -123,7 +123,8 @@ def ops_block(ops_list, choose_algorithm, classes: CommClasses) -> Block:
                 side[1] -= op.time_s
             joined = [node for node, cover in beside if cover <= 1e-15]
             beside = [side for side in beside if side[1] > 1e-15]
-        running = {axis: node for axis, node in running.items() if node not in joined and node not in frontier}
+        if joined:
+            running = {axis: node for axis, node in running.items() if node not in joined}
         frontier = [i] + joined
     exits = frontier + [node for node, _ in beside]
     return Block(_columns(rows), np.array(deps, np.int64).reshape(-1, 2), np.array(entry, np.int64),

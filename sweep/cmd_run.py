@@ -11,6 +11,7 @@ from core.specs import COMPUTE_DTYPES, GRAD_DTYPES, KV_DTYPES, MASTER_WEIGHTS, O
 from core.loader import load_hardware, load_model, with_dtype
 
 from .args import POSITIVE
+from .study import OPTIONAL_WORKLOAD_KEYS, WORKLOAD_KEYS
 
 
 def add_arguments(parser) -> None:
@@ -63,9 +64,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--global-batch", type=POSITIVE, default=None, help="sequences per training iteration")
     parser.add_argument("--micro-batch", type=POSITIVE, default=1)
     parser.add_argument("--seq", type=POSITIVE, default=None, help=f"training sequence length (default {DEFAULT_SEQ})")
-    parser.add_argument("--batch", type=POSITIVE, default=None, help="inference batch size (default 1)")
-    parser.add_argument("--prompt", type=POSITIVE, default=None, help="inference prompt tokens (default 512)")
-    parser.add_argument("--decode", type=POSITIVE, default=None, help="inference output tokens (default 128)")
+    for name, text in (("batch", "batch size"), ("prompt", "prompt tokens"), ("decode", "output tokens")):
+        parser.add_argument(f"--{name}", type=POSITIVE, default=None,
+                            help=f"inference {text} (default {INFERENCE_DEFAULTS[name]})")
     parser.add_argument("--backend", default="analytical", choices=BACKENDS,
                         help="closed forms, or a replay on the compiled network simulator")
     parser.add_argument("--emit-traces", metavar="DIR",
@@ -95,7 +96,8 @@ def _at_least_zero(name: str, value: int) -> int:
 
 DEFAULT_SEQ = 2048
 INFERENCE_DEFAULTS = {"batch": 1, "prompt": 512, "decode": 128}
-MODE_ONLY = {"train": ("global_batch", "seq"), "infer": ("batch", "prompt", "decode", "kv_dtype")}
+# the workload's fields, as a study names them, are the flags of one mode
+MODE_ONLY = {mode: keys + OPTIONAL_WORKLOAD_KEYS[mode] for mode, keys in WORKLOAD_KEYS.items()}
 
 
 def _check_mode_flags(args) -> None:
