@@ -44,7 +44,7 @@ class Planner:
         self.study = study
         self._models, self._hardware = {}, {}
         self._digests = {}
-        self.gpu_count_misfits = 0  # choices whose tp*pp*cp does not divide the study's GPU count
+        self.gpu_count_reasons = set()  # reasons given where tp*pp*cp does not divide the study's GPU count
 
     def specs(self) -> tuple[tuple, tuple]:
         return (tuple(spec for _, spec in self._models.values()),
@@ -54,7 +54,7 @@ class Planner:
         """The legal point `choice` describes, or the reason it is illegal."""
         resolved = self.study.space.resolve(choice)
         if resolved.reason:
-            self.gpu_count_misfits += 1
+            self.gpu_count_reasons.add(resolved.reason)
             return resolved.reason
         model_index, model = self._variant(self._models, resolved.model_knobs, self.study.model_spec)
         hardware_index, hw = self._variant(self._hardware, resolved.hardware_knobs, self.study.hardware_spec)
@@ -107,7 +107,7 @@ def plan_study(study: Study) -> Plan:
     if not points:
         common = illegal.most_common(1)[0][0] if illegal else "empty space"
         reason = examples.get(common, common)
-        if planner.gpu_count_misfits == total:  # the GPU count fits no combination of the knobs
+        if reason in planner.gpu_count_reasons:  # most combinations do not divide the GPU count
             raise SpecError(study.path, "gpus", study.gpus,
                             f"no legal layout in the space ({total} combinations; most common reason: {reason})")
         raise SpecError(study.path, "space", f"{total} combination{'s' if total != 1 else ''}",

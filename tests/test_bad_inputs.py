@@ -96,7 +96,7 @@ CASES = {
     "study unknown hardware": (SWEEP, {"study": study(hardware="b300")}, ["{study}", "hardware", "b300", "preset"]),
     "study no legal layout": (SWEEP, {"study": study(gpus=7)}, ["{study}", "gpus", "7", "no legal layout"]),
     "study no legal layout, not for the GPU count alone": (
-        SWEEP, {"study": study(gpus=12)}, ["{study}", "'space'", "no legal layout on gpus = 12", "global_batch (64)"]),
+        SWEEP, {"study": study(gpus=12, space_tp=[2, 4, 8])}, ["{study}", "'space'", "no legal layout on gpus = 12", "global_batch (64)"]),
     "study duplicate key": (SWEEP, {"study": "name: bad\nname: again\n"}, ["{study}", "<file>", "twice"]),
     "study not YAML": (SWEEP, {"study": "name: [unclosed\n"}, ["{study}", "<file>", "not valid YAML"]),
     "study empty": (SWEEP, {"study": ""}, ["{study}", "<file>", "mapping"]),
