@@ -24,14 +24,18 @@ def run(study, args) -> int:
     console.print(f"optuna: study {study.name!r} in {spec.storage}  (optuna.load_study(study_name=..., storage=...))")
     table = read_results(study.output)
     best = best_rows(study, table)
-    columns = [TRIAL_COLUMN] + summary_columns(best, knob_columns(study.output))
-    if study.faults is not None:  # a point's tail under faults, not its baseline sample
-        columns = [c for c in columns if c not in ("fault_sample", "slowdown")] + list(AGGREGATES)
-    objectives = ", ".join(f"{d} {c}" for c, d in spec.objectives)
-    title = (f"Pareto front ({best.num_rows} trials; {objectives})" if len(spec.objectives) > 1
-             else f"best {min(args.top, best.num_rows)} trials ({objectives})")
-    shown = best if len(spec.objectives) > 1 else best.slice(0, args.top)
-    render(shown.select([c for c in columns if c in shown.column_names]), "table", title=title, console=console)
+    if best.num_rows:
+        columns = [TRIAL_COLUMN] + summary_columns(best, knob_columns(study.output))
+        if study.faults is not None:  # a point's tail under faults, not its baseline sample
+            columns = [c for c in columns if c not in ("fault_sample", "slowdown")] + list(AGGREGATES)
+        objectives = ", ".join(f"{d} {c}" for c, d in spec.objectives)
+        title = (f"Pareto front ({best.num_rows} trials; {objectives})" if len(spec.objectives) > 1
+                 else f"best {min(args.top, best.num_rows)} trials ({objectives})")
+        shown = best if len(spec.objectives) > 1 else best.slice(0, args.top)
+        render(shown.select([c for c in columns if c in shown.column_names]), "table", title=title, console=console)
+    else:
+        bounds = f" within {', '.join(f'{c} {op} {b:g}' for c, op, b in spec.constraints)}" if spec.constraints else ""
+        console.print(f"no trial so far is feasible{bounds}, so there is no best one to show")
     if report.refine:
         refined = report.refine
         console.print(f"refinement with {refined.backend}: {refined.rows} best trials by {spec.objectives[0][0]} "

@@ -106,7 +106,7 @@ def first_per_point(table: pa.Table) -> pa.Table:
     seen = {}
     for i, point in enumerate(table.column("point_id").to_pylist()):
         seen.setdefault(point, i)
-    return table.take(sorted(seen.values()))
+    return table.take(pa.array(sorted(seen.values()), pa.int64()))  # typed: an empty list is no index
 
 
 def pareto_objectives(text: str) -> list:

@@ -219,6 +219,16 @@ def test_rapid_sweep_prints_the_pareto_front_of_a_two_objective_search(write_stu
     assert set(read_results(load_study(path).output).column("micro_batch").to_pylist()) <= {1, 2}
 
 
+def test_a_search_with_no_feasible_trial_says_so_and_a_pareto_query_over_no_rows_is_empty(write_study, capsys):
+    path = write_study(name="none", space=SPACE, search={**SEARCH, "sampler": "random", "trials": 4,
+                                                          "constraints": ["memory_peak_gib <= 1"]})
+    assert main(["sweep", str(path), "--local", "--workers", "1", "--quiet"]) == 0
+    assert "no trial so far is feasible within memory_peak_gib <= 1" in capsys.readouterr().out
+    output = str(load_study(path).output)
+    assert main(["query", output, "--pareto", "step_time_s,memory_peak_gib", "--where", "tp = 99", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
 @pytest.mark.parametrize("sampler", ["nsga2", "random", "qmc", "cmaes"])
 def test_every_installed_sampler_runs_a_short_search(sampler, write_study):
     study = search_study(write_study, sampler, sampler=sampler, trials=4)
