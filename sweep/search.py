@@ -122,9 +122,15 @@ class SearchLoop:
         return self.optuna.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
 
     def stale(self) -> list:
-        """Trials a killed driver asked but never told, rebuilt from their stored parameters."""
-        return [self._asked(optuna.trial.Trial(self.optuna, frozen._trial_id), frozen.params)
-                for frozen in self._running()]
+        """Trials a killed driver asked but never told, rebuilt from their stored parameters; one
+        stopped while Optuna was still drawing them draws the ones it lacks now."""
+        asked = []
+        for frozen in self._running():
+            trial = optuna.trial.Trial(self.optuna, frozen._trial_id)
+            missing = {name: _suggest(trial, name, distribution)
+                       for name, distribution in self.distributions.items() if name not in frozen.params}
+            asked.append(self._asked(trial, {**frozen.params, **missing}))
+        return asked
 
     def ask(self, n: int) -> list:
         asked = []
@@ -202,6 +208,15 @@ def _distribution(knob):
     if span.integer:
         return optuna.distributions.IntDistribution(int(span.low), int(span.high), log=span.log, step=int(span.step or 1))
     return optuna.distributions.FloatDistribution(span.low, span.high, log=span.log, step=span.step)
+
+
+def _suggest(trial, name: str, distribution):
+    """Draw one parameter of `trial` from `distribution` through Optuna's public suggest API."""
+    if isinstance(distribution, optuna.distributions.CategoricalDistribution):
+        return trial.suggest_categorical(name, distribution.choices)
+    if isinstance(distribution, optuna.distributions.IntDistribution):
+        return trial.suggest_int(name, distribution.low, distribution.high, step=distribution.step, log=distribution.log)
+    return trial.suggest_float(name, distribution.low, distribution.high, step=distribution.step, log=distribution.log)
 
 
 def open_storage(url: str):

@@ -113,6 +113,22 @@ def test_sigkill_midway_then_rerun_loses_and_duplicates_no_trial(write_study):
     assert sorted(read_results(study.output).column("trial_number").to_pylist()) == legal
 
 
+def test_a_trial_stopped_while_optuna_drew_its_parameters_is_finished_on_resume(write_study):
+    study = search_study(write_study, "half-asked", sampler="random", trials=2)
+    run_search(study, executor="inprocess", progress=False)
+    stored = optuna.load_study(study_name=study.name, storage=study.search.storage)
+    half = stored.ask()  # a Ctrl-C inside Study.ask: the trial exists, RUNNING, with one parameter of five
+    half.suggest_categorical("tp", [1, 2, 4, 8])
+
+    report = run_search(search_study(write_study, "half-asked", sampler="random", trials=4),
+                        executor="inprocess", progress=False)
+    assert report.resumed == 1 and report.trials == 4
+    trials = optuna.load_study(study_name=study.name, storage=study.search.storage).get_trials()
+    assert [t.number for t in trials] == [0, 1, 2, 3]
+    assert all(t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) for t in trials)
+    assert trials[2].params["tp"] == half.params["tp"] and trials[2].params.keys() == trials[0].params.keys()
+
+
 def test_a_run_stopped_between_writing_rows_and_telling_resumes_from_the_rows(write_study, monkeypatch):
     from sweep.search import SearchLoop
 
