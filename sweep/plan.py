@@ -9,7 +9,8 @@ from dataclasses import asdict, dataclass
 from core import MODEL_VERSION, SpecError, check_layout
 from core.network import astra_network
 
-from .space import Resolved
+from .space import PARALLEL_KNOBS, Resolved
+from .store import VARIANTS_KEY
 from .study import Study
 
 
@@ -147,10 +148,17 @@ def spec_digest(spec) -> str:
 
 
 def definition_digests(study: Study) -> dict:
-    """What a results folder's rows share beyond their knobs: a table never mixes rows of two."""
+    """What a results folder's rows share beyond their knob values: a table never mixes rows of
+    two. Besides the specs and workload: the knobs that set spec fields (rows written without
+    one would have no value in its column), what each variant name means (a name is all its
+    rows record), and the faults block but its sample count (samples are drawn per index, so
+    more of them extend a table)."""
+    faults = None if study.faults is None else digest({k: v for k, v in asdict(study.faults).items() if k != "samples"})
     return {"model": spec_digest(study.model_spec()), "hardware": spec_digest(study.hardware_spec()),
             "gpus": study.gpus, "workload": digest(asdict(study.workload)), "backend": study.backend,
-            "model_version": MODEL_VERSION}
+            "model_version": MODEL_VERSION, "faults": faults,
+            "spec_knobs": sorted(k.column for k in study.space.knobs if k.name not in PARALLEL_KNOBS),
+            VARIANTS_KEY: {v.name: digest([v.model_overrides, v.hardware_overrides]) for v in study.space.variants}}
 
 
 def digest(value) -> str:

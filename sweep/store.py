@@ -30,6 +30,7 @@ PART_PREFIX = "part-"
 TEMP_SUFFIX = ".tmp"
 LOCK_NAME = ".rapid.lock"
 DEFINITION_KEY = "definition"  # metadata entry: JSON {component: digest}; parts of another are refused
+VARIANTS_KEY = "variants"  # the component {variant name: digest}: names both define must agree
 _TEMP_WRITER = re.compile(r"\.(?P<host>[^.]+)\.(?P<pid>\d+)\.[0-9a-f]+" + re.escape(TEMP_SUFFIX) + "$")
 GROUP_PREFIXES = ("memory_", "breakdown_", "detail_")
 LEAD_COLUMNS = ("memory_peak_gib",)  # a metric, though it shares the memory_ prefix
@@ -79,11 +80,11 @@ class ResultStore:
         if self.definition is None:
             return
         for part in self.parts():
-            theirs = _part_metadata(part).get(DEFINITION_KEY)
-            if theirs != self.definition:
+            changed = _what_differs(_part_metadata(part).get(DEFINITION_KEY), self.definition)
+            if changed:
                 raise SpecError(str(self.directory), "output", str(part.name),
-                                f"holds rows of another study definition ({_what_differs(theirs, self.definition)} "
-                                f"changed); run with --fresh to discard them, or --output a new folder")
+                                f"holds rows of another study definition ({changed} changed); run with --fresh "
+                                f"to discard them, or --output a new folder")
 
     def done_keys(self, columns: tuple) -> set:
         """Tuples of `columns` (e.g. point_id, fault_sample) of every row of every finished part."""
@@ -173,13 +174,21 @@ def _read_part(part: Path, columns: list | None = None) -> pa.Table:
 
 
 def _what_differs(theirs: str | None, ours: str) -> str:
-    """The components (model, hardware, workload, ...) two definitions disagree on."""
+    """The components (model, hardware, workload, ...) two definitions disagree on; empty when
+    their rows may share a table. A variant name only one of them has adds points, one both
+    have must mean the same overrides."""
     try:
         old, new = json.loads(theirs), json.loads(ours)
     except (TypeError, ValueError):
-        return "the whole definition"
-    changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-    return ", ".join(changed) or "the definition"
+        return "" if theirs == ours else "the whole definition"
+    changed = []
+    for key in sorted(set(old) | set(new)):
+        mine, yours = old.get(key), new.get(key)
+        if key == VARIANTS_KEY and isinstance(mine, dict) and isinstance(yours, dict):
+            changed += [f"variant {name!r}" for name in sorted(set(mine) & set(yours)) if mine[name] != yours[name]]
+        elif mine != yours:
+            changed.append(key)
+    return ", ".join(changed)
 
 
 def _make_folder(directory: Path) -> None:

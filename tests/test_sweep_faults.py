@@ -11,6 +11,7 @@ import yaml
 import core
 from core.fault_replay import FaultReplay, Unroutable
 from core.network import astra_dims
+from core import SpecError
 from sweep.cli import main
 from sweep.engine import run_study
 from sweep.faults import fault_aggregates, fault_blocks, faults_summary
@@ -92,6 +93,23 @@ def test_a_hard_fault_with_no_detour_gives_a_row_with_a_reason(tmp_path):
         assert row["fault_factors"] == [0.0] and row["fault_links"] == ["0-1"]
         assert row["step_time_s"] is None and row["slowdown"] is None
         assert row["fault_reason"].startswith("no route")
+
+
+@pytest.mark.parametrize("change", [{"seed": 4}, {"factor": [0.01]}, {"count": 2}, {"links": ["outer"]}])
+def test_other_fault_settings_are_refused_on_a_table_of_the_old_ones(tmp_path, change):
+    run_study(load_study(fault_study(tmp_path, "same", faults={"samples": 1})), executor="inprocess", progress=False)
+    with pytest.raises(SpecError, match=r"another study definition \(faults changed\)"):
+        run_study(load_study(fault_study(tmp_path, "same", faults={"samples": 1, **change})),
+                  executor="inprocess", progress=False)
+
+
+def test_a_grid_study_and_a_faults_study_do_not_share_a_table(tmp_path):
+    run_study(load_study(fault_study(tmp_path, "shared", faults={"samples": 1})), executor="inprocess", progress=False)
+    grid = yaml.safe_load((tmp_path / "shared.yaml").read_text())
+    grid.pop("faults")
+    (tmp_path / "grid.yaml").write_text(yaml.safe_dump(grid))
+    with pytest.raises(SpecError, match=r"another study definition \(faults changed\)"):
+        run_study(load_study(tmp_path / "grid.yaml"), executor="inprocess", progress=False)
 
 
 def test_same_seed_same_table_and_more_samples_extend_it(tmp_path):

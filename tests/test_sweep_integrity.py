@@ -126,6 +126,35 @@ def test_editing_the_workload_is_refused(write_study, capsys):
         run_study(load_study(longer), executor="inprocess", progress=False)
 
 
+def without_bandwidth_knob(path: Path) -> Path:
+    """The study at `path` with no hardware.gpu.hbm.bandwidth knob (the preset's value)."""
+    data = yaml.safe_load(path.read_text())
+    data["space"].pop("hardware.gpu.hbm.bandwidth")
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_variant_redefined_under_its_name_is_refused_and_a_new_variant_resumes(write_study):
+    def run(**variants):
+        path = without_bandwidth_knob(write_study(name="variants", gpus=2, space=TINY, variants=variants))
+        return run_study(load_study(path), executor="inprocess", progress=False)
+
+    run(base={}, fast={"hardware.gpu.hbm.bandwidth": "4000 GB/s"})
+    with pytest.raises(SpecError, match=r"another study definition \(variant 'fast' changed\)"):
+        run(base={}, fast={"hardware.gpu.hbm.bandwidth": "1000 GB/s"})
+    grown = run(base={}, fast={"hardware.gpu.hbm.bandwidth": "4000 GB/s"}, slow={"hardware.gpu.hbm.bandwidth": "1000 GB/s"})
+    assert (grown.skipped, grown.evaluated) == (4, 2)
+
+
+def test_a_knob_that_sets_a_spec_field_cannot_join_a_table_written_without_it(write_study):
+    # the rows already there would have no value in its column, though one of its values is theirs
+    narrow = without_bandwidth_knob(write_study(name="knobs", gpus=2, space=TINY))
+    run_study(load_study(narrow), executor="inprocess", progress=False)
+    wide = write_study(name="knobs", gpus=2, space={**TINY, "hardware.gpu.hbm.bandwidth": ["2039 GB/s", "1555 GB/s"]})
+    with pytest.raises(SpecError, match=r"another study definition \(spec_knobs changed\)"):
+        run_study(load_study(wide), executor="inprocess", progress=False)
+
+
 def test_a_wider_space_resumes_into_the_same_table(write_study):
     run_study(load_study(write_study(name="grown", gpus=2, space=TINY)), executor="inprocess", progress=False)
     grown = run_study(load_study(write_study(name="grown", gpus=2, space={**TINY, "zero": [0, 1]})),
