@@ -21,6 +21,9 @@ DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 COMPUTE_DTYPES = ("bf16", "fp16", "fp8")
 # Storage formats an inference KV cache can take (tf32 is a tensor-core input mode, not one).
 KV_DTYPES = ("fp32", "bf16", "fp16", "fp8")
+# The largest batch, sequence or token count a workload may name: attention kernels index
+# tokens with int32 (FlashAttention's and cuDNN's cu_seqlens), so no run goes past it.
+MAX_WORKLOAD_SIZE = 2**31 - 1
 GRAD_DTYPES = ("fp32", "bf16")
 OPTIMIZER_DTYPES = ("fp32", "bf16")  # Adam's first and second moments
 # What the optimizer keeps to update the weights in full precision: "fp32" master weights

@@ -7,7 +7,8 @@ from rich.console import Console
 from rich.table import Table
 
 from core import BACKENDS, InferWorkload, Parallelism, SpecError, TrainWorkload, estimate_memory, evaluate, list_presets
-from core.specs import COMPUTE_DTYPES, GRAD_DTYPES, KV_DTYPES, MASTER_WEIGHTS, OPTIMIZER_DTYPES, RECOMPUTE, SCHEDULES
+from core.specs import (COMPUTE_DTYPES, GRAD_DTYPES, KV_DTYPES, MASTER_WEIGHTS, MAX_WORKLOAD_SIZE, OPTIMIZER_DTYPES,
+                        RECOMPUTE, SCHEDULES)
 from core.loader import load_hardware, load_model, with_dtype
 
 from .args import POSITIVE
@@ -88,6 +89,13 @@ def _positive(name: str, value: int) -> int:
     return value
 
 
+def _workload_size(name: str, value: int) -> int:
+    if not 1 <= value <= MAX_WORKLOAD_SIZE:
+        raise SpecError("command line", name, value,
+                        f"expected a positive integer up to {MAX_WORKLOAD_SIZE:,} (int32, as attention kernels count tokens)")
+    return value
+
+
 def _at_least_zero(name: str, value: int) -> int:
     if value < 0:
         raise SpecError("command line", name, value, "expected 0 (the default) or a positive integer")
@@ -150,11 +158,11 @@ def parse_config(args):
                       fused_cross_entropy=args.fused_cross_entropy)
     if train:
         global_batch = args.global_batch if args.global_batch is not None else dp * par.micro_batch
-        work = TrainWorkload(global_batch=_positive("--global-batch", global_batch),
-                             seq=_positive("--seq", args.seq or DEFAULT_SEQ))
+        work = TrainWorkload(global_batch=_workload_size("--global-batch", global_batch),
+                             seq=_workload_size("--seq", args.seq or DEFAULT_SEQ))
     else:
         sizes = {name: getattr(args, name) or default for name, default in INFERENCE_DEFAULTS.items()}
-        work = InferWorkload(**{name: _positive(f"--{name}", value) for name, value in sizes.items()},
+        work = InferWorkload(**{name: _workload_size(f"--{name}", value) for name, value in sizes.items()},
                              kv_dtype=args.kv_dtype or "")
     return model, hw, par, work, gpus
 

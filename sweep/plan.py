@@ -108,10 +108,11 @@ def plan_study(study: Study) -> Plan:
     if not points:
         common = illegal.most_common(1)[0][0] if illegal else "empty space"
         reason = examples.get(common, common)
+        combinations = f"{total} combination{'s' if total != 1 else ''}"
         if reason in planner.gpu_count_reasons:  # most combinations do not divide the GPU count
             raise SpecError(study.path, "gpus", study.gpus,
-                            f"no legal layout in the space ({total} combinations; most common reason: {reason})")
-        raise SpecError(study.path, "space", f"{total} combination{'s' if total != 1 else ''}",
+                            f"no legal layout in the space ({combinations}; most common reason: {reason})")
+        raise SpecError(study.path, "space", combinations,
                         f"no legal layout on gpus = {study.gpus}; most common reason: {reason}")
     models, hardware = planner.specs()
     return Plan(tuple(points[k] for k in sorted(points)), models, hardware, illegal, examples, total)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core import BACKENDS, InferWorkload, SpecError, TrainWorkload, load_hardware, load_model
-from core.specs import COMPUTE_DTYPES, KV_DTYPES
+from core.specs import COMPUTE_DTYPES, KV_DTYPES, MAX_WORKLOAD_SIZE
 from core.textfile import parse_mapping, read_text
 
 from .space import SPEC_KNOB_ALIASES, Space, Variant, parse_space
@@ -188,8 +188,9 @@ def _workload(data, source: str):
     sizes = {}
     for key in WORKLOAD_KEYS[mode]:
         value = data.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise SpecError(source, f"workload.{key}", value if key in data else "<missing>", "expected a positive integer")
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WORKLOAD_SIZE:
+            raise SpecError(source, f"workload.{key}", value if key in data else "<missing>",
+                            f"expected a positive integer up to {MAX_WORKLOAD_SIZE:,} (int32, as attention kernels count tokens)")
         sizes[key] = value
     if mode == "train":
         return TrainWorkload(**sizes)

@@ -68,6 +68,8 @@ CASES = {
     "study seed negative": (SWEEP, {"study": study(seed=-1)}, ["{study}", "seed", "-1", "non-negative"]),
     "study workload mode": (SWEEP, {"study": study(workload_mode="serve")}, ["{study}", "workload.mode", "serve", "train"]),
     "study workload seq zero": (SWEEP, {"study": study(workload_seq=0)}, ["{study}", "workload.seq", "0", "positive"]),
+    "study workload batch past int32": (SWEEP, {"study": study(workload_global_batch=2**63)},
+                                        ["{study}", "workload.global_batch", str(2**63), "up to 2,147,483,647"]),
     "study workload batch string": (SWEEP, {"study": study(workload_global_batch="64")}, ["{study}", "workload.global_batch", "64"]),
     "study workload unknown": (SWEEP, {"study": study(workload_steps=3)}, ["{study}", "workload.steps", "3", "allowed"]),
     "study missing workload": (SWEEP, {"study": study(workload=None)}, ["{study}", "workload", "<missing>", "required"]),
@@ -114,6 +116,8 @@ CASES = {
     "search storage unknown dialect": (SWEEP, {"study": study(search={"trials": 2, "storage": "foo://bar"})},
                                        ["{study}", "search.storage", "foo://bar", "Optuna storage URL"]),
     # model files
+    "run seq past int32": ([*RUN, "--seq", "99999999999"], {"model": model(), "hw": A100},
+                           ["command line", "--seq", "99999999999", "up to 2,147,483,647"]),
     "model layers zero": (RUN, {"model": model(layers=0), "hw": A100}, ["{model}", "layers", "0", "integer >= 1"]),
     "model layers float": (RUN, {"model": model(layers=1.5), "hw": A100}, ["{model}", "layers", "1.5", "integer"]),
     "model hidden string": (RUN, {"model": model(hidden="4096"), "hw": A100}, ["{model}", "hidden", "4096", "integer"]),
