@@ -4,7 +4,9 @@ cluster already running on this machine (the one `ray start` recorded) is joined
 is; otherwise an embedded single-node Ray starts on 127.0.0.1."""
 import logging
 import os
+import signal
 import socket
+import threading
 
 from core import SpecError
 
@@ -22,7 +24,19 @@ def preflight(address: str | None) -> None:
 
 
 def connect(ray, address: str | None, workers: int | None) -> str:
-    """Initialise Ray; returns one line saying which cluster this is, for the user."""
+    """Initialise Ray; returns one line saying which cluster this is, for the user. Ray puts in
+    a SIGTERM handler of its own (one that prints a native stack and exits 15, skipping the
+    driver's cleanup); the one in place before, the CLI's (unwind as Ctrl-C does, keeping
+    finished rows), is put back."""
+    on_sigterm = signal.getsignal(signal.SIGTERM)
+    try:
+        return _connect(ray, address, workers)
+    finally:
+        if on_sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def _connect(ray, address: str | None, workers: int | None) -> str:
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     explicit = address or os.environ.get("RAY_ADDRESS") or None
     if explicit and explicit != "auto":

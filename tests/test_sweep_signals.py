@@ -1,5 +1,6 @@
-"""Stopping a `--local` sweep: SIGTERM flushes finished rows and stops the workers, Ctrl-C
-prints one line and no worker tracebacks, and a SIGKILLed driver leaves no orphan."""
+"""Stopping a sweep: SIGTERM flushes finished rows and stops the workers (on Ray as with
+`--local`), Ctrl-C prints one line and no worker tracebacks, and a SIGKILLed driver leaves
+no orphan."""
 import os
 import signal
 import subprocess
@@ -48,10 +49,10 @@ def started():
             os.kill(pid, signal.SIGKILL)
 
 
-def start_sweep(write_study, name, started):
+def start_sweep(write_study, name, started, executor=("--local",)):
     study = load_study(write_study(name=name, gpus=64, space=BIG_SPACE,
                                    workload={"mode": "train", "global_batch": 128, "seq": 4096}))
-    command = [sys.executable, "-m", "sweep.cli", "sweep", study.path, "--local", "--workers", "2",
+    command = [sys.executable, "-m", "sweep.cli", "sweep", study.path, *executor, "--workers", "2",
                "--batch-points", "5", "--part-rows", "25", "--quiet"]
     process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                text=True)
@@ -79,6 +80,15 @@ def test_sigterm_flushes_rows_and_stops_workers(write_study, started):
     assert process.returncode == 130
     assert err.strip() == "rapid sweep: interrupted (finished results are kept)"
     assert wait_gone(workers) == []
+    ids = read_results(study.output).column("point_id").to_pylist()
+    assert len(ids) == len(set(ids)) > 0
+
+
+def test_sigterm_on_an_embedded_ray_stops_as_with_local_workers(write_study, started):
+    study, process, _ = start_sweep(write_study, "terminated-ray", started, executor=())
+    os.kill(process.pid, signal.SIGTERM)  # Ray's own handler would print a native stack and exit 15
+    _, err = process.communicate(timeout=60)
+    assert (process.returncode, err.strip()) == (130, "rapid sweep: interrupted (finished results are kept)")
     ids = read_results(study.output).column("point_id").to_pylist()
     assert len(ids) == len(set(ids)) > 0
 
