@@ -11,7 +11,10 @@ feeder reads them:
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from google.protobuf.message import DecodeError
+
 from .chakra_schema import COLLECTIVE_TYPES, NODE_TYPES, GlobalMetadata, Node
+from .errors import SpecError
 
 SCHEMA_VERSION = "0.0.4"
 COLLECTIVE_OF = {"all_reduce": "ALL_REDUCE", "all_gather": "ALL_GATHER", "reduce_scatter": "REDUCE_SCATTER",
@@ -19,6 +22,7 @@ COLLECTIVE_OF = {"all_reduce": "ALL_REDUCE", "all_gather": "ALL_GATHER", "reduce
 KIND_OF_TYPE = {"COMP_NODE": "compute", "COMM_COLL_NODE": "collective", "COMM_SEND_NODE": "send",
                 "COMM_RECV_NODE": "recv"}
 EXACT_DURATION_ATTR = "rapid_duration_s"
+NODE_COUNT_ATTR = "rapid_node_count"  # in our files' GlobalMetadata: a file cut between two nodes is caught
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,7 @@ def write_trace(path, nodes, metadata: dict | None = None) -> None:
     meta = GlobalMetadata(version=SCHEMA_VERSION)
     for key, value in (metadata or {}).items():
         meta.attr.add(name=str(key), string_val=str(value))
+    meta.attr.add(name=NODE_COUNT_ATTR, int64_val=len(nodes))
     chunks = [meta.SerializeToString()] + [to_proto(n).SerializeToString() for n in nodes]
     temp = path.with_name(path.name + ".tmp")
     with open(temp, "wb") as handle:
@@ -152,27 +157,54 @@ def write_trace(path, nodes, metadata: dict | None = None) -> None:
 
 
 def node_records(path) -> tuple:
-    """(GlobalMetadata bytes, [one bytes object per node]) of a length-prefixed `.et` file."""
-    data = Path(path).read_bytes()
-    records = []
-    pos = 0
+    """(GlobalMetadata bytes, [one bytes object per node]) of a length-prefixed `.et` file. An
+    empty file, one that ends inside a record, or one of ours holding fewer nodes than its
+    metadata counts (cut between two records) is a SpecError naming the file."""
+    path = Path(path)
+    data = path.read_bytes()
+    if not data:
+        raise SpecError(str(path), "<file>", "0 bytes", "a Chakra trace: a GlobalMetadata record, then the nodes")
+    records, pos = [], 0
     while pos < len(data):
-        size, pos = _read_varint(data, pos)
+        start = pos
+        try:
+            size, pos = _read_varint(data, pos)
+        except IndexError:  # the file ends inside the length prefix
+            size, pos = 1, len(data)
+        if pos + size > len(data):
+            raise SpecError(str(path), f"record {len(records)}", f"at byte {start}",
+                            f"a whole record; the file ends inside it after {len(data)} bytes (cut short?)")
         records.append(data[pos:pos + size])
         pos += size
-    return (records[0] if records else b""), records[1:]
+    counted = [a.int64_val for a in parse_record(path, GlobalMetadata, records[0], 0).attr if a.name == NODE_COUNT_ATTR]
+    if counted and counted[0] != len(records) - 1:
+        raise SpecError(str(path), f"GlobalMetadata {NODE_COUNT_ATTR}", counted[0],
+                        f"as many nodes as follow it, {len(records) - 1} (the file was cut short)")
+    return records[0], records[1:]
+
+
+def parse_record(path, message, record: bytes, index: int):
+    """One record of an `.et` file parsed as `message` (GlobalMetadata or Node), or a SpecError
+    naming the file and the record."""
+    try:
+        return message.FromString(record)
+    except DecodeError:
+        raise SpecError(str(path), f"record {index}", f"{len(record)} bytes",
+                        f"a Chakra {message.__name__} message (it does not parse)") from None
 
 
 def read_protos(path) -> tuple:
     """(GlobalMetadata, list of raw Node messages) from one `.et` file."""
     meta, records = node_records(path)
-    return GlobalMetadata.FromString(meta), [Node.FromString(record) for record in records]
+    return (parse_record(path, GlobalMetadata, meta, 0),
+            [parse_record(path, Node, record, i) for i, record in enumerate(records, 1)])
 
 
 def read_trace(path) -> tuple:
-    """(metadata dict, list of TraceNode) from one `.et` file."""
+    """(metadata dict of its text attributes, list of TraceNode) from one `.et` file."""
     meta, protos = read_protos(path)
-    return {a.name: a.string_val for a in meta.attr}, [from_proto(p) for p in protos]
+    return ({a.name: a.string_val for a in meta.attr if a.WhichOneof("value") == "string_val"},
+            [from_proto(p) for p in protos])
 
 
 def write_traces(directory, prefix: str, ranks: dict, metadata: dict | None = None) -> list:

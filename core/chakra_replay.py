@@ -10,7 +10,7 @@ import numpy as np
 from astra_backend import ALGORITHMS, NODE_KINDS, Trace
 
 from .astra_bundle import ASTRA_SIM_ALGORITHM, SYSTEM_KEYS
-from .chakra import UnsupportedNode, from_proto, read_protos
+from .chakra import UnsupportedNode, from_proto, parse_record, read_protos
 from .chakra_schema import Node
 from .chakra_wire import node_records, split_node
 from .errors import SpecError
@@ -119,11 +119,11 @@ def _rank_rows(path, rank, ranks, comm_groups, algorithms, group_index, group_me
     parses each distinct node content (all but id, name and dependencies) once per file."""
     _, records = node_records(path)
     rows, ids, seen = [], [], {}
-    for record in records:
+    for index, record in enumerate(records, 1):
         node_id, node_type, deps, rest = split_node(record)
         row = seen.get((node_type, rest))
         if row is None:
-            proto = Node.FromString(record)
+            proto = parse_record(path, Node, record, index)
             try:
                 node = from_proto(proto)
             except UnsupportedNode as exc:

@@ -51,3 +51,26 @@ def test_out_of_order_nodes_replay_like_ordered_ones(tmp_path):
     reordered = build_trace(trace_files(tmp_path / "reordered")).trace
     for name in ("rank", "kind", "duration_s", "bytes_", "group", "peer", "tag", "algorithm", "deps", "dep_offsets"):
         assert np.array_equal(getattr(ordered, name), getattr(reordered, name)), name
+
+
+def test_a_cut_or_garbled_trace_file_is_named_not_replayed(tmp_path):
+    import pytest
+
+    from core import SpecError
+    from core.chakra import read_trace
+
+    whole = write_traces(tmp_path, "t", {0: _rank(0)})[0].read_bytes()
+    meta_size, pos = whole[0], 1  # the metadata record is short: a one-byte length
+    second_node = pos + meta_size + 1 + whole[pos + meta_size]  # end of the first node
+    cases = {
+        b"": "0 bytes",
+        whole[:-3]: "the file ends inside it",  # cut inside the last node
+        whole[:second_node]: "= 6: as many nodes as follow it, 1 ",  # cut between two nodes: only our count tells
+        varint(3) + b"\xff\xff\xff": "does not parse",
+    }
+    path = tmp_path / "cut.0.et"
+    for data, why in cases.items():
+        path.write_bytes(data)
+        with pytest.raises(SpecError, match=why) as error:
+            read_trace(path)
+        assert str(path) in str(error.value)
