@@ -90,6 +90,8 @@ def _simulate(args):
         if group is None or len(group) != 2:
             raise AstraError(f"--group: send_recv needs exactly two NPUs, SRC DST; got {args.group!r}")
         return network, network.send_recv(group[0], group[1], size, chunks=chunks)
+    if group is not None and len(set(group)) < 2:
+        raise AstraError(f"--group: a collective needs two or more distinct NPUs; got {args.group!r}")
     result = network.collective(kind, size, args.algorithm.lower().replace("-", "_"), group,
                                 root=_integer(args.root, "--root"), chunks=chunks, hierarchical=not args.flat)
     return network, result

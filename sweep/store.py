@@ -17,6 +17,7 @@ import json
 import os
 import re
 import socket
+import sys
 import uuid
 from pathlib import Path
 
@@ -204,19 +205,23 @@ def _make_folder(directory: Path) -> None:
 
 
 def _lock_folder(directory: Path, wait: bool):
-    """An open lock file holding an exclusive flock; its text names the holder."""
+    """An open lock file holding an exclusive flock; its text names the holder. Waiting (`wait`)
+    says once on stderr whom it waits for."""
     handle = open(directory / LOCK_NAME, "a+")
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as err:
         if err.errno not in (errno.EAGAIN, errno.EACCES):
             raise
         handle.seek(0)
         holder = handle.read().strip() or "another process"
-        handle.close()
-        raise SpecError("", "output", str(directory),
-                        f"another rapid sweep is writing this folder ({holder}); wait for it to finish, "
-                        f"run with --wait to queue behind it, or --output another folder") from None
+        if not wait:
+            handle.close()
+            raise SpecError("", "output", str(directory),
+                            f"another rapid sweep is writing this folder ({holder}); wait for it to finish, "
+                            f"run with --wait to queue behind it, or --output another folder") from None
+        print(f"waiting for the rapid sweep writing {directory} ({holder}) to finish", file=sys.stderr, flush=True)
+        fcntl.flock(handle, fcntl.LOCK_EX)
     handle.seek(0)
     handle.truncate()
     handle.write(f"pid {os.getpid()} on host {socket.gethostname()}\n")

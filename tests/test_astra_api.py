@@ -173,6 +173,7 @@ def test_rapid_net_json_and_text(tmp_path, capsys):
     (["--collective", "all_reduce", "--size", "1MiB", "--fault", "0-2:0.5"], "no link between node 0 and node 2"),
     (["--collective", "all_reduce", "--size", "1MiB", "--fault", "0:0.5"], "SRC-DST:FACTOR"),
     (["--collective", "send_recv", "--size", "1MiB"], "exactly two NPUs"),
+    (["--collective", "all_reduce", "--size", "1MiB", "--group", "2"], "two or more distinct NPUs"),
 ])
 def test_rapid_net_errors_are_one_line(tmp_path, capsys, argv, message):
     config = tmp_path / "net.yaml"

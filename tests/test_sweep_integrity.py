@@ -42,11 +42,12 @@ def test_a_second_writer_is_refused_naming_the_holder(tiny, capsys):
     assert not part_files(study.output)
 
 
-def test_wait_queues_behind_the_writer(tiny):
+def test_wait_queues_behind_the_writer_saying_whom_it_waits_for(tiny, capsys):
     study = load_study(tiny)
     holder = ResultStore(study.output, study_metadata(study))
     threading.Timer(0.3, holder.close).start()
     assert run_study(study, executor="inprocess", progress=False, wait=True).evaluated == 2
+    assert capsys.readouterr().err == f"waiting for the rapid sweep writing {study.output} (pid {os.getpid()} on host {os.uname().nodename}) to finish\n"
 
 
 def test_temporaries_of_a_live_writer_stay_and_of_a_dead_one_go(tiny):
