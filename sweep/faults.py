@@ -2,7 +2,8 @@
 
 Every point of the grid becomes rows (point, sample): sample 0 is the fault-free baseline,
 samples 1..N each draw faulty links and slow GPUs from a random stream seeded by
-(seed, point_id, sample) alone, so adding samples extends a table and never reshuffles it.
+(seed, the point's layout, sample) alone, so adding samples extends a table and never
+reshuffles it, and points that differ only in model or hardware meet the same faults.
 Work goes to the runner as blocks of samples of one point; a worker builds the point's
 replay once (core.fault_replay) and answers a sample whose faulty links the baseline never
 loads, and that has no straggler, from the baseline without a replay."""
@@ -182,13 +183,15 @@ def _distribution(value, source, field) -> Distribution:
     raise SpecError(source, field, value, f"expected {allowed}")
 
 
-def sample_faults(spec: FaultSpec, point_id: str, index: int, candidates: tuple, gpus: int) -> Sample:
-    """Sample `index`'s faulty links (from `candidates`) and stragglers; a function of
-    (seed, point_id, index) alone. Sample 0 is the fault-free baseline."""
+def sample_faults(spec: FaultSpec, point, index: int, candidates: tuple, gpus: int) -> Sample:
+    """Sample `index`'s faulty links (from `candidates`) and stragglers; a function of (seed,
+    the point's parallelism, index) alone. Points that differ only in model or hardware (a knob,
+    a variant, a model version) draw the same faults: their comparison is paired, not two
+    independent draws. Sample 0 is the fault-free baseline."""
     if index == 0:
         return Sample((), (), (), ())
-    point_key = int.from_bytes(hashlib.sha256(point_id.encode()).digest()[:8], "little")
-    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([spec.seed, point_key, index])))
+    layout_key = int.from_bytes(hashlib.sha256(repr(point.parallelism).encode()).digest()[:8], "little")
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([spec.seed, layout_key, index])))
     count = min(spec.count.draw(rng), len(candidates))
     chosen = sorted(rng.choice(len(candidates), count, replace=False).tolist()) if count else []
     factors = spec.factor.draw(rng, count)
@@ -224,13 +227,16 @@ def memory_fits(context):
     return fits
 
 
-_REPLAYS = {}  # per worker process: point_id -> (baseline row table, FaultReplay); a few recent points
+_REPLAYS = {}  # per worker process: (point, its columns) -> (baseline row table, FaultReplay); a few recent
 _REPLAYS_KEPT = 4
 
 
 def _point_state(context, point):
-    """The point's grid row and its prepared replay, built once per worker and reused."""
-    if point.point_id not in _REPLAYS:
+    """The point's grid row and its prepared replay, built once per worker and reused. The key
+    holds the row's columns as well as the point: one process may serve two studies (the
+    in-process executor, the Python API) whose tables share a point under other knobs."""
+    key = (point.point_id, point.values, context.constants, context.knob_fields)
+    if key not in _REPLAYS:
         from core.fault_replay import FaultReplay  # loads the compiled simulator
 
         row = evaluate_batch(replace(context, faults=None), [point])
@@ -241,8 +247,8 @@ def _point_state(context, point):
                                  context.workload, context.gpus, context.backend)
         while len(_REPLAYS) >= _REPLAYS_KEPT:
             _REPLAYS.pop(next(iter(_REPLAYS)))
-        _REPLAYS[point.point_id] = (row, replay)
-    return _REPLAYS[point.point_id]
+        _REPLAYS[key] = (row, replay)
+    return _REPLAYS[key]
 
 
 def evaluate_blocks(context, blocks: list) -> pa.Table:
@@ -257,7 +263,7 @@ def evaluate_blocks(context, blocks: list) -> pa.Table:
         candidates = _candidates(context.faults, replay) if replay else ()
         for index in range(block.start, block.stop):
             start = time.perf_counter()
-            sample = sample_faults(context.faults, block.point.point_id, index, candidates, context.gpus)
+            sample = sample_faults(context.faults, block.point, index, candidates, context.gpus)
             replayed, reason, step = False, None, None
             if replay is not None:
                 pairs = {(link.a, link.b): f for link, f in zip(sample.links, sample.factors)}

@@ -112,6 +112,21 @@ def test_a_grid_study_and_a_faults_study_do_not_share_a_table(tmp_path):
         run_study(load_study(tmp_path / "grid.yaml"), executor="inprocess", progress=False)
 
 
+def test_points_that_differ_only_in_hardware_meet_the_same_faults(tmp_path):
+    study = load_study(fault_study(tmp_path, "paired", space={"tp": [2], "pp": [4],
+                                                              "hardware.gpu.hbm.bandwidth": ["2039 GB/s", "1000 GB/s"]}))
+    run_study(study, executor="inprocess", progress=False)
+    table = rows(study.output).to_pylist()
+    draws = {}
+    for row in table:
+        draws.setdefault(row["hardware_gpu_hbm_bandwidth"], []).append((row["fault_sample"], row["fault_links"], row["fault_factors"]))
+    # both columns filled: an earlier test's baseline row of the 2039 GB/s point (same point_id,
+    # no bandwidth column) must not be served from the worker's cache
+    assert set(draws) == {"2039 GB/s", "1000 GB/s"}
+    assert len({r["point_id"] for r in table}) == 2 and sorted(draws["2039 GB/s"]) == sorted(draws["1000 GB/s"])
+    assert sum(1 for _, links, _ in draws["1000 GB/s"] if links) == 4  # every sample but the baseline has a fault
+
+
 def test_same_seed_same_table_and_more_samples_extend_it(tmp_path):
     space = {"tp": [2], "pp": [2, 4]}
     stragglers = {"count": 1, "factor": {"uniform": [0.7, 0.9]}}

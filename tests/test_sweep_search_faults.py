@@ -54,8 +54,8 @@ def search_rows(folder) -> list:
 
 def test_trials_write_sample_rows_and_are_told_the_tail_of_their_point(tmp_path, monkeypatch):
     sampled, sample_faults = [], sweep.faults.sample_faults
-    monkeypatch.setattr(sweep.faults, "sample_faults", lambda spec, point_id, index, *rest:
-                        sampled.append((point_id, index)) or sample_faults(spec, point_id, index, *rest))
+    monkeypatch.setattr(sweep.faults, "sample_faults", lambda spec, point, index, *rest:
+                        sampled.append((point.point_id, index)) or sample_faults(spec, point, index, *rest))
     study = load_study(study_file(tmp_path, "tail"))
     report = run_search(study, executor="inprocess", progress=False)
     table = read_results(study.output)
@@ -91,8 +91,8 @@ def test_more_trials_answer_known_points_from_the_table_without_sampling(tmp_pat
     before = search_rows(study.output)
     points = {r["point_id"] for r in before}
     sampled, sample_faults = [], sweep.faults.sample_faults
-    monkeypatch.setattr(sweep.faults, "sample_faults", lambda spec, point_id, index, *rest:
-                        sampled.append(point_id) or sample_faults(spec, point_id, index, *rest))
+    monkeypatch.setattr(sweep.faults, "sample_faults", lambda spec, point, index, *rest:
+                        sampled.append(point.point_id) or sample_faults(spec, point, index, *rest))
     more = load_study(study_file(tmp_path, "again", search={**SEARCH, "trials": 24}))
     report = run_search(more, executor="inprocess", progress=False)
     assert report.before == 16 and report.trials == 24
