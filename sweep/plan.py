@@ -9,8 +9,7 @@ from dataclasses import asdict, dataclass
 from core import MODEL_VERSION, SpecError, check_layout
 from core.network import astra_network
 
-from .space import PARALLEL_KNOBS, Resolved
-from .store import VARIANTS_KEY
+from .space import PARALLEL_KNOBS, VARIANT_KNOB, Resolved
 from .study import Study
 
 
@@ -75,9 +74,10 @@ class Planner:
 
     @staticmethod
     def _variant(cache: dict, knobs: tuple, load):
-        if knobs not in cache:
-            cache[knobs] = (len(cache), load(knobs))
-        return cache[knobs]
+        key = json.dumps(knobs, sort_keys=True, default=str)  # a variant's value may be a list (a network)
+        if key not in cache:
+            cache[key] = (len(cache), load(knobs))
+        return cache[key]
 
 
 PARALLELISM_FIELDS = ("dp", "tp", "pp", "cp", "ep", "sp", "zero", "micro_batch", "recompute", "schedule",
@@ -148,18 +148,53 @@ def spec_digest(spec) -> str:
     return digest(fields)
 
 
+# How fault samples are drawn (2: from the point's layout, not its point_id): a table whose
+# samples were drawn otherwise is not extended.
+FAULT_DRAWS = 2
+VARIANTS_KEY = "variants"
+
+
 def definition_digests(study: Study) -> dict:
     """What a results folder's rows share beyond their knob values: a table never mixes rows of
     two. Besides the specs and workload: the knobs that set spec fields (rows written without
-    one would have no value in its column), what each variant name means (a name is all its
-    rows record), and the faults block but its sample count (samples are drawn per index, so
-    more of them extend a table)."""
-    faults = None if study.faults is None else digest({k: v for k, v in asdict(study.faults).items() if k != "samples"})
+    one would have no value in its column), what each variant name resolves to (a name is all
+    its rows record), and the faults block but its sample count (samples are drawn per index,
+    so more of them extend a table)."""
+    faults = None if study.faults is None else digest(
+        {"draws": FAULT_DRAWS, **{k: v for k, v in asdict(study.faults).items() if k != "samples"}})
+    variants = {v.name: digest([spec_digest(study.model_spec(v.model_overrides)),
+                                spec_digest(study.hardware_spec(v.hardware_overrides))]) for v in study.space.variants}
     return {"model": spec_digest(study.model_spec()), "hardware": spec_digest(study.hardware_spec()),
             "gpus": study.gpus, "workload": digest(asdict(study.workload)), "backend": study.backend,
-            "model_version": MODEL_VERSION, "faults": faults,
-            "spec_knobs": sorted(k.column for k in study.space.knobs if k.name not in PARALLEL_KNOBS),
-            VARIANTS_KEY: {v.name: digest([v.model_overrides, v.hardware_overrides]) for v in study.space.variants}}
+            "model_version": MODEL_VERSION, "faults": faults, "spec_knobs": _spec_knobs(study.space.columns),
+            VARIANTS_KEY: variants}
+
+
+def definition_changes(theirs: str | None, ours: str, their_knobs: str) -> str:
+    """The components two definitions (JSON, as stored) disagree on; empty when their rows may
+    share a table. Variants are added or dropped as a whole (the rows of one side would record
+    none); with both sides having them, a name only one has adds points and a name both have
+    must resolve alike. `their_knobs`, the part's knob columns, completes a definition written
+    before it held spec knobs and variants."""
+    try:
+        old, new = json.loads(theirs), json.loads(ours)
+    except (TypeError, ValueError):
+        return "" if theirs == ours else "the whole definition"
+    columns = [c for c in their_knobs.split(",") if c]
+    old = {"spec_knobs": _spec_knobs(columns), **({} if VARIANT_KNOB in columns else {VARIANTS_KEY: {}}), **old}
+    changed = []
+    for key in sorted(set(old) | set(new)):
+        mine, yours = old.get(key), new.get(key)
+        if key == VARIANTS_KEY and isinstance(mine, dict) and isinstance(yours, dict) and bool(mine) == bool(yours):
+            changed += [f"variant {name!r}" for name in sorted(set(mine) & set(yours)) if mine[name] != yours[name]]
+        elif mine != yours:
+            changed.append(key)
+    return ", ".join(changed)
+
+
+def _spec_knobs(columns) -> list:
+    """The knob columns that set model or hardware fields (not parallelism, not the variant)."""
+    return sorted(c for c in columns if c not in PARALLEL_KNOBS and c != VARIANT_KNOB)
 
 
 def digest(value) -> str:

@@ -27,11 +27,12 @@ import pyarrow.parquet as pq
 
 from core import SpecError
 
+from .plan import definition_changes
+
 PART_PREFIX = "part-"
 TEMP_SUFFIX = ".tmp"
 LOCK_NAME = ".rapid.lock"
 DEFINITION_KEY = "definition"  # metadata entry: JSON {component: digest}; parts of another are refused
-VARIANTS_KEY = "variants"  # the component {variant name: digest}: names both define must agree
 _TEMP_WRITER = re.compile(r"\.(?P<host>[^.]+)\.(?P<pid>\d+)\.[0-9a-f]+" + re.escape(TEMP_SUFFIX) + "$")
 GROUP_PREFIXES = ("memory_", "breakdown_", "detail_")
 LEAD_COLUMNS = ("memory_peak_gib",)  # a metric, though it shares the memory_ prefix
@@ -81,7 +82,8 @@ class ResultStore:
         if self.definition is None:
             return
         for part in self.parts():
-            changed = _what_differs(_part_metadata(part).get(DEFINITION_KEY), self.definition)
+            metadata = _part_metadata(part)
+            changed = definition_changes(metadata.get(DEFINITION_KEY), self.definition, metadata.get("knobs", ""))
             if changed:
                 raise SpecError(str(self.directory), "output", str(part.name),
                                 f"holds rows of another study definition ({changed} changed); run with --fresh "
@@ -172,24 +174,6 @@ def _read_part(part: Path, columns: list | None = None) -> pa.Table:
         return pq.read_table(part, columns=columns)
     except (OSError, pa.ArrowException) as err:
         raise _unreadable(part, f"not a readable Parquet part ({str(err).strip().splitlines()[0]})") from None
-
-
-def _what_differs(theirs: str | None, ours: str) -> str:
-    """The components (model, hardware, workload, ...) two definitions disagree on; empty when
-    their rows may share a table. A variant name only one of them has adds points, one both
-    have must mean the same overrides."""
-    try:
-        old, new = json.loads(theirs), json.loads(ours)
-    except (TypeError, ValueError):
-        return "" if theirs == ours else "the whole definition"
-    changed = []
-    for key in sorted(set(old) | set(new)):
-        mine, yours = old.get(key), new.get(key)
-        if key == VARIANTS_KEY and isinstance(mine, dict) and isinstance(yours, dict):
-            changed += [f"variant {name!r}" for name in sorted(set(mine) & set(yours)) if mine[name] != yours[name]]
-        elif mine != yours:
-            changed.append(key)
-    return ", ".join(changed)
 
 
 def _make_folder(directory: Path) -> None:

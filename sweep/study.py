@@ -3,13 +3,14 @@
 `load_study` validates the whole file up front (every model and hardware variant is
 loaded once) so that a bad study fails with one line naming the file, the field, the
 value and what is allowed, before anything is written."""
+import json
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core import BACKENDS, InferWorkload, SpecError, TrainWorkload, load_hardware, load_model
-from core.specs import COMPUTE_DTYPES, KV_DTYPES, MAX_WORKLOAD_SIZE
+from core.specs import COMPUTE_DTYPES, KV_DTYPES, MAX_WORKLOAD_SIZE, WORKLOAD_SIZE_ALLOWED
 from core.textfile import parse_mapping, read_text
 
 from .space import SPEC_KNOB_ALIASES, Space, Variant, parse_space
@@ -164,9 +165,10 @@ def _variants(data: dict, source: str) -> tuple[tuple, str]:
         if not isinstance(name, str) or not NAME_PATTERN.match(name):
             raise SpecError(source, f"variants.{name}", overrides, "expected a name of letters, digits, '.', '_' or '-'")
         model, hardware = _split_overrides({} if overrides is None else overrides, source, f"variants.{name}")
-        if (model, hardware) in seen:
-            raise SpecError(source, f"variants.{name}", overrides, f"the same overrides as variant {seen[(model, hardware)]}")
-        seen[(model, hardware)] = name
+        key = json.dumps([model, hardware], sort_keys=True, default=str)  # a value may be a list (a network)
+        if key in seen:
+            raise SpecError(source, f"variants.{name}", overrides, f"the same overrides as variant {seen[key]}")
+        seen[key] = name
         variants.append(Variant(name, model, hardware))
     baseline = data.get("baseline", variants[0].name)
     if baseline not in block:
@@ -189,8 +191,7 @@ def _workload(data, source: str):
     for key in WORKLOAD_KEYS[mode]:
         value = data.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WORKLOAD_SIZE:
-            raise SpecError(source, f"workload.{key}", value if key in data else "<missing>",
-                            f"expected a positive integer up to {MAX_WORKLOAD_SIZE:,} (int32, as attention kernels count tokens)")
+            raise SpecError(source, f"workload.{key}", value if key in data else "<missing>", WORKLOAD_SIZE_ALLOWED)
         sizes[key] = value
     if mode == "train":
         return TrainWorkload(**sizes)

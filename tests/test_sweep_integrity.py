@@ -8,6 +8,7 @@ import shutil
 import threading
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -154,6 +155,57 @@ def test_a_knob_that_sets_a_spec_field_cannot_join_a_table_written_without_it(wr
     wide = write_study(name="knobs", gpus=2, space={**TINY, "hardware.gpu.hbm.bandwidth": ["2039 GB/s", "1555 GB/s"]})
     with pytest.raises(SpecError, match=r"another study definition \(spec_knobs changed\)"):
         run_study(load_study(wide), executor="inprocess", progress=False)
+
+
+def test_variants_added_to_a_study_without_them_are_refused_and_one_spelled_otherwise_resumes(write_study):
+    def run(**variants):
+        path = without_bandwidth_knob(write_study(name="respelled", gpus=2, space=TINY, variants=variants))
+        data = yaml.safe_load(path.read_text())
+        if not variants:
+            data.pop("variants")
+        path.write_text(yaml.safe_dump(data))
+        return run_study(load_study(path), executor="inprocess", progress=False)
+
+    run()
+    with pytest.raises(SpecError, match=r"another study definition \(variants changed\)"):
+        run(base={}, fast={"hardware.gpu.hbm.bandwidth": "4000 GB/s"})
+    run_study(load_study(without_bandwidth_knob(write_study(name="spelled", gpus=2, space=TINY,
+                                                            variants={"fast": {"hardware.gpu.hbm.bandwidth": "4000 GB/s"}}))),
+              executor="inprocess", progress=False)
+    again = run_study(load_study(without_bandwidth_knob(write_study(name="spelled", gpus=2, space=TINY,
+                                                                    variants={"fast": {"hardware.gpu.hbm.bandwidth": "4 TB/s"}}))),
+                      executor="inprocess", progress=False)
+    assert (again.skipped, again.evaluated) == (2, 0)
+
+
+def test_a_table_written_before_the_definition_held_knobs_and_variants_resumes(write_study):
+    study = load_study(write_study(name="legacy", gpus=2, space=TINY))
+    run_study(study, executor="inprocess", progress=False)
+    part = part_files(study.output)[0]
+    table = pq.read_table(part)
+    metadata = dict(table.schema.metadata)
+    definition = json.loads(metadata[b"rapid.definition"])
+    for key in ("spec_knobs", "variants", "faults"):
+        definition.pop(key)
+    metadata[b"rapid.definition"] = json.dumps(definition, sort_keys=True).encode()
+    pq.write_table(table.replace_schema_metadata(metadata), part)
+    again = run_study(study, executor="inprocess", progress=False)
+    assert (again.skipped, again.evaluated) == (2, 0)
+
+
+def test_variants_may_override_a_list_valued_field_such_as_the_network(write_study):
+    def ring(bandwidth):
+        return [{"name": "nvlink", "topology": "switch", "size": 8, "link_bandwidth": bandwidth, "latency": "1 us"},
+                {"name": "ib", "topology": "switch", "size": "auto", "link_bandwidth": "200 Gb/s", "latency": "5 us"}]
+
+    path = without_bandwidth_knob(write_study(name="fabrics", gpus=2, space=TINY, model="qwen2.5-3b",
+                                              workload={"mode": "train", "global_batch": 8, "seq": 2048}, variants={
+        "slow": {"hardware.network": ring("100 GB/s")}, "fast": {"hardware.network": ring("600 GB/s")}}))
+    run_study(load_study(path), executor="inprocess", progress=False)
+    times = {}
+    for row in read_results(load_study(path).output).to_pylist():
+        times.setdefault(row["variant"], {})[row["tp"]] = row["step_time_s"]
+    assert all(times["fast"][tp] < times["slow"][tp] for tp in (1, 2))  # dp or tp traffic crosses NVLink
 
 
 def test_a_wider_space_resumes_into_the_same_table(write_study):
