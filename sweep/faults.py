@@ -8,6 +8,7 @@ Work goes to the runner as blocks of samples of one point; a worker builds the p
 replay once (core.fault_replay) and answers a sample whose faulty links the baseline never
 loads, and that has no straggler, from the baseline without a replay."""
 import hashlib
+import json
 import math
 import time
 from dataclasses import dataclass, replace
@@ -190,7 +191,7 @@ def sample_faults(spec: FaultSpec, point, index: int, candidates: tuple, gpus: i
     independent draws. Sample 0 is the fault-free baseline."""
     if index == 0:
         return Sample((), (), (), ())
-    layout_key = int.from_bytes(hashlib.sha256(repr(point.parallelism).encode()).digest()[:8], "little")
+    layout_key = int.from_bytes(hashlib.sha256(layout_text(point.parallelism).encode()).digest()[:8], "little")
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([spec.seed, layout_key, index])))
     count = min(spec.count.draw(rng), len(candidates))
     chosen = sorted(rng.choice(len(candidates), count, replace=False).tolist()) if count else []
@@ -201,6 +202,14 @@ def sample_faults(spec: FaultSpec, point, index: int, candidates: tuple, gpus: i
     ranks = sorted(rng.choice(gpus, stragglers, replace=False).tolist()) if stragglers else []
     return Sample(tuple(candidates[i] for i in chosen), tuple(factors), tuple(ranks),
                   tuple(spec.straggler_factor.draw(rng, stragglers)))
+
+
+def layout_text(parallelism: tuple) -> str:
+    """A layout as the fields it sets away from Parallelism's defaults, by name: a field added to
+    Parallelism later (at its default) leaves every layout's text, and so its draws, as they were."""
+    defaults = Parallelism()
+    changed = {name: value for name, value in zip(PARALLELISM_FIELDS, parallelism) if value != getattr(defaults, name)}
+    return json.dumps(changed, sort_keys=True)
 
 
 def fault_blocks(points, spec: FaultSpec, done: set, fits) -> list:

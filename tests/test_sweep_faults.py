@@ -127,6 +127,23 @@ def test_points_that_differ_only_in_hardware_meet_the_same_faults(tmp_path):
     assert sum(1 for _, links, _ in draws["1000 GB/s"] if links) == 4  # every sample but the baseline has a fault
 
 
+def test_faults_are_drawn_per_layout_by_the_fields_it_sets():
+    from sweep.faults import layout_text
+    from sweep.plan import PARALLELISM_FIELDS
+
+    layout = core.Parallelism(tp=2, pp=4, zero=1)
+    assert layout_text(tuple(getattr(layout, f) for f in PARALLELISM_FIELDS)) == '{"pp": 4, "tp": 2, "zero": 1}'
+
+
+def test_two_layouts_of_one_study_meet_different_faults(tmp_path):
+    study = load_study(fault_study(tmp_path, "apart", space={"tp": [2], "pp": [2, 4]}))
+    run_study(study, executor="inprocess", progress=False)
+    draws = {}
+    for row in rows(study.output).to_pylist():
+        draws.setdefault(row["pp"], []).append((row["fault_sample"], row["fault_links"], row["fault_factors"]))
+    assert sorted(draws[2]) != sorted(draws[4])
+
+
 def test_same_seed_same_table_and_more_samples_extend_it(tmp_path):
     space = {"tp": [2], "pp": [2, 4]}
     stragglers = {"count": 1, "factor": {"uniform": [0.7, 0.9]}}
