@@ -145,7 +145,8 @@ def write_trace(path, nodes, metadata: dict | None = None) -> None:
     path = Path(path)
     meta = GlobalMetadata(version=SCHEMA_VERSION)
     for key, value in (metadata or {}).items():
-        meta.attr.add(name=str(key), string_val=str(value))
+        if str(key) != NODE_COUNT_ATTR:  # that name is the count's
+            meta.attr.add(name=str(key), string_val=str(value))
     meta.attr.add(name=NODE_COUNT_ATTR, int64_val=len(nodes))
     chunks = [meta.SerializeToString()] + [to_proto(n).SerializeToString() for n in nodes]
     temp = path.with_name(path.name + ".tmp")
@@ -176,10 +177,11 @@ def node_records(path) -> tuple:
                             f"a whole record; the file ends inside it after {len(data)} bytes (cut short?)")
         records.append(data[pos:pos + size])
         pos += size
-    counted = [a.int64_val for a in parse_record(path, GlobalMetadata, records[0], 0).attr if a.name == NODE_COUNT_ATTR]
-    if counted and counted[0] != len(records) - 1:
+    counted = [a.int64_val for a in parse_record(path, GlobalMetadata, records[0], 0).attr
+               if a.name == NODE_COUNT_ATTR and a.WhichOneof("value") == "int64_val"]
+    if counted and counted[0] > len(records) - 1:
         raise SpecError(str(path), f"GlobalMetadata {NODE_COUNT_ATTR}", counted[0],
-                        f"as many nodes as follow it, {len(records) - 1} (the file was cut short)")
+                        f"at most the {len(records) - 1} nodes that follow it (the file was cut short)")
     return records[0], records[1:]
 
 

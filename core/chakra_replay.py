@@ -120,7 +120,11 @@ def _rank_rows(path, rank, ranks, comm_groups, algorithms, group_index, group_me
     _, records = node_records(path)
     rows, ids, seen = [], [], {}
     for index, record in enumerate(records, 1):
-        node_id, node_type, deps, rest = split_node(record)
+        try:
+            node_id, node_type, deps, rest = split_node(record)
+        except IndexError:  # a field runs past the record's end: protobuf names what is wrong
+            parse_record(path, Node, record, index)
+            raise
         row = seen.get((node_type, rest))
         if row is None:
             proto = parse_record(path, Node, record, index)

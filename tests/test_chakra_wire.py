@@ -65,7 +65,7 @@ def test_a_cut_or_garbled_trace_file_is_named_not_replayed(tmp_path):
     cases = {
         b"": "0 bytes",
         whole[:-3]: "the file ends inside it",  # cut inside the last node
-        whole[:second_node]: "= 6: as many nodes as follow it, 1 ",  # cut between two nodes: only our count tells
+        whole[:second_node]: "= 6: at most the 1 nodes that follow it",  # cut between two nodes: only our count tells
         varint(3) + b"\xff\xff\xff": "does not parse",
     }
     path = tmp_path / "cut.0.et"
@@ -74,3 +74,16 @@ def test_a_cut_or_garbled_trace_file_is_named_not_replayed(tmp_path):
         with pytest.raises(SpecError, match=why) as error:
             read_trace(path)
         assert str(path) in str(error.value)
+
+
+def test_a_node_record_cut_inside_a_field_is_named_on_replay(tmp_path):
+    import pytest
+
+    from core import SpecError
+
+    paths = write_traces(tmp_path, "g", {0: _rank(0), 1: _rank(1)})
+    meta, records = node_records(paths[0])
+    records[-1] = b"\x08\xff\xff"  # field 1 (id), a varint that never ends: the count still matches
+    paths[0].write_bytes(b"".join(varint(len(r)) + r for r in [meta, *records]))
+    with pytest.raises(SpecError, match=r"g\.0\.et: field 'record 6'.*does not parse"):
+        build_trace(trace_files(tmp_path / "g"))
