@@ -24,6 +24,7 @@ KV_DTYPES = ("fp32", "bf16", "fp16", "fp8")
 # The largest batch, sequence or token count a workload may name: attention kernels index
 # tokens with int32 (FlashAttention's and cuDNN's cu_seqlens), so no run goes past it.
 MAX_WORKLOAD_SIZE = 2**31 - 1
+WORKLOAD_SIZE_ALLOWED = f"expected a positive integer up to {MAX_WORKLOAD_SIZE:,} (int32, as attention kernels count tokens)"
 GRAD_DTYPES = ("fp32", "bf16")
 OPTIMIZER_DTYPES = ("fp32", "bf16")  # Adam's first and second moments
 # What the optimizer keeps to update the weights in full precision: "fp32" master weights

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from core import BACKENDS, InferWorkload, Parallelism, SpecError, TrainWorkload, estimate_memory, evaluate, list_presets
 from core.specs import (COMPUTE_DTYPES, GRAD_DTYPES, KV_DTYPES, MASTER_WEIGHTS, MAX_WORKLOAD_SIZE, OPTIMIZER_DTYPES,
-                        RECOMPUTE, SCHEDULES)
+                        RECOMPUTE, SCHEDULES, WORKLOAD_SIZE_ALLOWED)
 from core.loader import load_hardware, load_model, with_dtype
 
 from .args import POSITIVE
@@ -91,8 +91,7 @@ def _positive(name: str, value: int) -> int:
 
 def _workload_size(name: str, value: int) -> int:
     if not 1 <= value <= MAX_WORKLOAD_SIZE:
-        raise SpecError("command line", name, value,
-                        f"expected a positive integer up to {MAX_WORKLOAD_SIZE:,} (int32, as attention kernels count tokens)")
+        raise SpecError("command line", name, value, WORKLOAD_SIZE_ALLOWED)
     return value
 
 

@@ -3,7 +3,7 @@ import math
 
 from .faults import AGGREGATES
 from .query import knob_columns, render, summary_columns, wide_console
-from .search import TRIAL_COLUMN, best_rows, run_search
+from .search import TRIAL_COLUMN, best_rows, constraint_label, run_search
 from .store import read_results
 
 
@@ -34,9 +34,11 @@ def run(study, args) -> int:
         shown = best if len(spec.objectives) > 1 else best.slice(0, args.top)
         render(shown.select([c for c in columns if c in shown.column_names]), "table", title=title, console=console)
     else:
-        bounds = f" within {', '.join(f'{c} {op} {b:g}' for c, op, b in spec.constraints)}" if spec.constraints else ""
+        bounds = f" within {', '.join(constraint_label(*c) for c in spec.constraints)}" if spec.constraints else ""
         console.print(f"no trial so far is feasible{bounds}, so there is no best one to show")
-    if report.refine:
+    if report.refine and not report.refine.rows:
+        console.print(f"refinement with {report.refine.backend}: no feasible trial to re-evaluate")
+    elif report.refine:
         refined = report.refine
         console.print(f"refinement with {refined.backend}: {refined.rows} best trials by {spec.objectives[0][0]} "
                       f"({refined.evaluated} evaluated now); Kendall tau between the rankings = {refined.kendall_tau:.3f}")

@@ -179,8 +179,13 @@ def constraint_values(spec: SearchSpec, row: dict | None) -> dict:
     for column, op, bound in spec.constraints:
         value = None if row is None else row.get(column)
         excess = 0.0 if value is None or math.isnan(value) else (value - bound if op == "<=" else bound - value)
-        values[f"{column} {op} {bound:g}"] = excess
+        values[constraint_label(column, op, bound)] = excess
     return values
+
+
+def constraint_label(column: str, op: str, bound: float) -> str:
+    """A study constraint as written and as Optuna records it: `memory_peak_gib <= 60`."""
+    return f"{column} {op} {bound:g}"
 
 
 def make_sampler(spec: SearchSpec, seed: int):
