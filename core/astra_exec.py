@@ -4,7 +4,7 @@
 ranks of one pipeline stage, then a pipeline graph (stages x micro-batches, point-to-point
 transfers, bucketed data-parallel gradients) whose stage work takes the layer times.
 `astra-flattened` replays every op of every layer, micro-batch and rank in one graph."""
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -15,7 +15,7 @@ from .layout import chunk_layers, group_spans, merge_spans, pipeline_order, stag
 from .memory import grad_bytes, stage_param_parts, weight_bytes
 from .network import astra_network, rank_groups
 from .replay import RECV, SEND, Block, CommClasses, Program, assemble, compute_block, concat, frontier_increments, ops_block
-from .training import edge_ops, model_flops, optimizer_step_s
+from .training import edge_ops, model_flops, optimizer_step_s, zero3_unhidden_share
 from .errors import SpecError
 
 STAGE_FWD, STAGE_BWD, WAIT, OPTIMIZER, EDGE = -2, -3, -4, -5, -6
@@ -131,15 +131,18 @@ def _layer_ops(ctx: Context, shape: LayerShape) -> tuple:
         heaviest = max(range(ctx.par.pp), key=lambda stage: sum(parts[stage]))  # as core.training does
         weights, grads = weight_bytes(ctx.hw, ctx.par), grad_bytes(ctx.par)
 
-        def hidden(collective, bytes_per_param, ops_list):
+        def hidden(collective, bytes_per_param, ops_list, unhidden):
             cover = sum(op.time_s for op in ops_list)
             return [Op(f"zero3.{collective}", "comm", collective=collective, axis=axis,
-                       bytes_=params / split[heaviest] * bytes_per_param, cover_s=cover)
+                       bytes_=params / split[heaviest] * bytes_per_param, cover_s=cover, min_exposed=unhidden,
+                       exposed_runs_alone=True)
                     for axis, params in _synced_parts(ctx, parts[heaviest])]
         # Each pass gathers its parameters ahead of use; the backward also scatters the
-        # previous layer's gradients while it computes.
-        forward = hidden("all_gather", weights, forward) + forward
-        backward = hidden("all_gather", weights, backward) + hidden("reduce_scatter", grads, backward) + backward
+        # previous layer's gradients while it computes (the pass's last scatter, exposed, first).
+        unhidden = zero3_unhidden_share(split[heaviest])
+        forward = hidden("all_gather", weights, forward, unhidden) + forward
+        backward = (hidden("reduce_scatter", grads, backward, unhidden) + hidden("all_gather", weights, backward, 0.0)
+                    + backward)
     return forward, backward
 
 
@@ -263,10 +266,22 @@ def _comm_block(ctx, axis, collective, bytes_, classes):
 
 def _ops_block(ctx, ops_list, classes):
     """ops_block with each exposed collective preceded by the start-up NCCL's protocol adds to
-    the bare algorithm the simulator runs, so replay and closed forms agree without contention."""
+    the bare algorithm the simulator runs, so replay and closed forms agree without contention.
+    A hidden collective's share no overlap can hide (min_exposed), where it runs alone, runs
+    exposed in the chain ahead of the rest, with that share of the whole one's start-up."""
     expanded, startups = [], []
     for op in ops_list:
-        if op.kind == "comm" and op.cover_s <= 0:
+        if op.kind == "comm" and op.cover_s > 0 and op.min_exposed > 0 and op.exposed_runs_alone:
+            share = op.min_exposed
+            whole = op.bytes_
+            op = replace(op, bytes_=whole * (1 - share), min_exposed=0.0)
+            exposed = replace(op, bytes_=whole * share, cover_s=0.0)
+            startup = share * protocol_startup_s(ctx.hw, ctx.dims, op.collective, whole, ctx.spans.get(op.axis, ()))
+            if startup > 0:
+                startups.append(len(expanded))
+                expanded.append(Op(f"{op.name}.startup", "compute", time_s=startup))
+            expanded.append(exposed)
+        elif op.kind == "comm" and op.cover_s <= 0:
             startup = protocol_startup_s(ctx.hw, ctx.dims, op.collective, op.bytes_, ctx.spans.get(op.axis, ()))
             if startup > 0:
                 startups.append(len(expanded))

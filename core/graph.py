@@ -22,6 +22,10 @@ class Op:
     cover_s: float = 0.0  # compute this communication overlaps with
     attention_core: bool = False  # recomputed under selective recompute
     min_exposed: float = 0.0  # share of the communication no overlap can hide
+    # The replays run that share as a collective of its own where it is one (ZeRO-3's first
+    # gather and last scatter of a pass); a chunk of a pipelined exchange (userbuffers) stays
+    # inside its hidden collective there, the closed form's share standing for it.
+    exposed_runs_alone: bool = False
 
 
 @dataclass(frozen=True)

@@ -269,15 +269,16 @@ def data_parallel(model, hw, par, dims, spans, prof, split, micro) -> tuple:
         dense, expert = (count / split[stage] for count in parts[stage])
         gather = sync("all_gather", dense, expert, weight_bytes)
         scatter = sync("reduce_scatter", dense, expert, gradient_bytes)
-        backward = {}
-        add_times(backward, gather)
-        add_times(backward, scatter)
-        forward_total, backward_total = sum(gather.values()), sum(backward.values())
+        gather_s, scatter_s = sum(gather.values()), sum(scatter.values())
+        unhidden = zero3_unhidden_share(split[stage])
+        # beside the backward: the gather and what of the scatter can hide, one after the other
+        behind_backward = _uncovered(gather_s + (1 - unhidden) * scatter_s, backward_s)
         scale = micro * split[stage]  # every layer of every micro-batch gathers again
         exposed = {}
-        add_times(exposed, gather, scale * _uncovered(forward_total, prof.forward.total_s))
-        add_times(exposed, backward, scale * _uncovered(backward_total, backward_s))
-        return scale * (forward_total + backward_total), exposed
+        add_times(exposed, gather, scale * max(unhidden, _uncovered(gather_s, prof.forward.total_s)))
+        add_times(exposed, gather, scale * behind_backward)
+        add_times(exposed, scatter, scale * (unhidden + (1 - unhidden) * behind_backward))
+        return scale * (2 * gather_s + scatter_s), exposed
     bucket = ddp_bucket_params(par.dp * par.cp)
     worst, seen = None, set()
     for stage, ((dense, expert), layers) in enumerate(zip(parts, split)):
@@ -302,6 +303,14 @@ def data_parallel(model, hw, par, dims, spans, prof, split, micro) -> tuple:
         if total:
             add_times(exposed, times, seconds / total)
     return sum(reduce.values()) + sum(gather.values()), exposed
+
+
+def zero3_unhidden_share(layers: int) -> float:
+    """The share of each layer's ZeRO-3 parameter gather (forward) and gradient scatter
+    (backward) that no compute hides: a pass's first gather has no layer before it to run
+    behind, its last scatter none after it, so one layer's worth of each runs exposed per
+    micro-batch, spread here over the pass's layers."""
+    return 1.0 / layers
 
 
 def _uncovered(comm_s: float, cover_s: float) -> float:
