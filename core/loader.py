@@ -217,7 +217,9 @@ def _model_from_hf(data: dict, source: str) -> ModelSpec:
         name=str(data.get("_name_or_path") or Path(source).parent.name or "hf-model"),
         layers=need("num_hidden_layers"), hidden=hidden, heads=heads, kv_heads=kv_heads,
         ffn_hidden=need("intermediate_size"), vocab=need("vocab_size"),
-        activation="swiglu" if act in ("silu", "swish") else "gelu", norm="rmsnorm",
+        # every family here gates its MLP, act(gate) * up (three matrices); hidden_act only
+        # picks the function, which costs the same pointwise pass
+        activation="swiglu", norm="rmsnorm",
         tied_embeddings=tied, position_embedding="rotary", attention_kernel="flash", moe=moe,
         attention_head_dim=0 if head_dim * heads == hidden else head_dim,
     )

@@ -37,6 +37,8 @@ def test_huggingface_config_json(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     assert core.load_model(path).layer_params() == core.load_model("llama3.1-8b").layer_params()
+    path.write_text(json.dumps({**config, "hidden_act": "gelu"}))  # still act(gate) * up: three matrices
+    assert core.load_model(path).layer_params() == core.load_model("llama3.1-8b").layer_params()
 
 
 def test_model_yaml_defaults(tmp_path):
