@@ -210,9 +210,13 @@ def read_trace(path) -> tuple:
 
 
 def write_traces(directory, prefix: str, ranks: dict, metadata: dict | None = None) -> list:
-    """`<directory>/<prefix>.<rank>.et` for each rank's node list; returns the paths."""
+    """`<directory>/<prefix>.<rank>.et` for each rank's node list; returns the paths. Rank files
+    of the same prefix that an earlier run left are removed first, so the folder holds one set."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob(f"{prefix}.*.et"):
+        if stale.name[len(prefix) + 1:-3].isdigit():
+            stale.unlink()
     paths = []
     for rank, nodes in sorted(ranks.items()):
         path = directory / f"{prefix}.{rank}.et"

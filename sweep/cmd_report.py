@@ -3,6 +3,7 @@ from pathlib import Path
 
 from core import SpecError
 
+from .args import check_folder_path
 from .query import results_folder
 from .report import build_report, write_html
 
@@ -30,5 +31,7 @@ def _check_destinations(args) -> None:
     """Refuse an --out that is a folder and a --png that is a file before anything is drawn."""
     if args.out and Path(args.out).is_dir():
         raise SpecError("command line", "--out", args.out, "is a folder; expected the page's file path, e.g. report.html")
-    if args.png and Path(args.png).exists() and not Path(args.png).is_dir():
-        raise SpecError("command line", "--png", args.png, "exists and is not a folder")
+    if args.out:
+        check_folder_path("--out", args.out, Path(args.out).parent)
+    if args.png:
+        check_folder_path("--png", args.png)

@@ -11,7 +11,7 @@ from core.specs import (COMPUTE_DTYPES, GRAD_DTYPES, KV_DTYPES, MASTER_WEIGHTS, 
                         RECOMPUTE, SCHEDULES, WORKLOAD_SIZE_ALLOWED)
 from core.loader import load_hardware, load_model, with_dtype
 
-from .args import POSITIVE
+from .args import POSITIVE, check_folder_path
 from .study import OPTIONAL_WORKLOAD_KEYS, WORKLOAD_KEYS
 
 
@@ -175,8 +175,8 @@ def run(args) -> int:
     if args.emit_traces and args.backend == "analytical":
         raise SpecError("command line", "--emit-traces", args.emit_traces,
                         "traces come from a replay: add --backend astra-hierarchical or astra-flattened")
-    if args.emit_traces and Path(args.emit_traces).exists() and not Path(args.emit_traces).is_dir():
-        raise SpecError("command line", "--emit-traces", args.emit_traces, "exists and is not a folder")
+    if args.emit_traces:
+        check_folder_path("--emit-traces", args.emit_traces)
     record = evaluate(model, hw, par, work, gpus, backend=args.backend, time_infeasible=True,
                       emit_traces=args.emit_traces)
     if args.json:

@@ -87,3 +87,10 @@ def test_a_node_record_cut_inside_a_field_is_named_on_replay(tmp_path):
     paths[0].write_bytes(b"".join(varint(len(r)) + r for r in [meta, *records]))
     with pytest.raises(SpecError, match=r"g\.0\.et: field 'record 6'.*does not parse"):
         build_trace(trace_files(tmp_path / "g"))
+
+
+def test_a_smaller_run_into_the_same_folder_leaves_one_set_of_rank_files(tmp_path):
+    write_traces(tmp_path, "t", {rank: _rank(rank % 2) for rank in range(4)})
+    (tmp_path / "t.notes.et").write_text("not ours to remove")
+    write_traces(tmp_path, "t", {0: _rank(0), 1: _rank(1)})
+    assert sorted(p.name for p in tmp_path.glob("t.*.et")) == ["t.0.et", "t.1.et", "t.notes.et"]
