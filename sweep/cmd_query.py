@@ -34,13 +34,18 @@ def run(args) -> int:
         render(_faults_summary(whole, folder, args), args.format,
                title=f"{folder}: slowdown under faults per point, most fragile first")
         return 0
+    if args.sql:
+        given = [option for option, value in (("--where", args.where), ("--by", args.by), ("--top", args.top),
+                                              ("--columns", args.columns), ("--asc/--desc", args.descending),
+                                              ("--pareto", args.pareto)) if value is not None]
+        if given:
+            raise SpecError("command line", given[0], "with --sql",
+                            "the SELECT says which rows, columns and order; write them in it")
     columns = args.columns
     if columns is None and args.format == "table" and not args.sql:
         columns = summary_columns(whole, knob_columns(folder))
     table, by = whole, args.by
     if args.pareto:
-        if args.sql:
-            raise SpecError("command line", "--pareto", args.pareto, "cannot be combined with --sql (use --where)")
         objectives = pareto_objectives(args.pareto)
         aggregated = "fault_sample" in whole.column_names and any(c in AGGREGATES for c, _ in objectives)
         table = pareto_front(query(per_point(whole) if aggregated else whole, where=args.where), objectives)
@@ -63,6 +68,9 @@ def _faults_summary(whole, folder, args):
     rows = query(whole, where=args.where)
     if rows.num_rows == 0:
         raise SpecError("command line", "--where", args.where, "no row matches, so there is nothing to summarise")
+    if not any(sample >= 1 for sample in rows.column("fault_sample").to_pylist() if sample is not None):
+        raise SpecError("command line", "--where", args.where,
+                        "no fault sample (a row with fault_sample >= 1) matches, so there is nothing to summarise")
     summary = faults_summary(rows, knob_columns(folder))
     by, descending = (args.by, args.descending) if args.by else ("slowdown_p95", True)
     return query(summary, by=by, top=args.top, descending=descending, columns=args.columns)

@@ -28,6 +28,8 @@ SWEEP = ["sweep", "{study}", "--local", "--quiet"]
 
 
 TABLE = pa.table({"point_id": ["a"], "tp": [1], "feasible": [True], "step_time_s": [1.0]})
+FAULT_TABLE = pa.table({"point_id": ["a", "a"], "tp": [1, 1], "feasible": [True, True], "step_time_s": [1.0, 1.5],
+                        "fault_sample": [0, 1], "slowdown": [1.0, 1.5]})
 
 
 def study(**changes) -> str:
@@ -236,6 +238,11 @@ CASES = {
                        ["{study}", "workload.kv_dtype", "int4", "fp8"]),
     "cli query top": (["query", "{tmp}", "--top", "-1"], {}, ["--top", "-1", "integer >= 1"]),
     "cli query no table": (["query", "{tmp}"], {}, ["RESULTS", "{tmp}", "no results table"]),
+    "cli query sql with where": (["query", "{tmp}/t", "--sql", "select tp from results", "--where", "tp = 1"],
+                                 {"t/part-000000.parquet": TABLE}, ["--where", "with --sql", "SELECT says"]),
+    "cli query faults summary of baselines only": (
+        ["query", "{tmp}/t", "--faults-summary", "--where", "fault_sample = 0"], {"t/part-000000.parquet": FAULT_TABLE},
+        ["--where", "fault_sample = 0", "no fault sample"]),
     "cli report out is a folder": (["report", "{tmp}/t", "--out", "{tmp}/o"], {"t/part-000000.parquet": TABLE, "o/x": "x"},
                                    ["--out", "{tmp}/o", "folder"]),
     "cli report page under a file": (["report", "{tmp}/t", "--out", "{tmp}/p/r.html"], {"t/part-000000.parquet": TABLE, "p": "x"},
