@@ -4,6 +4,7 @@
 ranks of one pipeline stage, then a pipeline graph (stages x micro-batches, point-to-point
 transfers, bucketed data-parallel gradients) whose stage work takes the layer times.
 `astra-flattened` replays every op of every layer, micro-batch and rank in one graph."""
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -500,7 +501,7 @@ def infer_request_astra(model, hw, par, work, gpus, backend: str, emit=None):
     request_s = float(result.time_s)
     ttft_s = float(result.node_end_s[(starts[-1][:, None] + np.array(first_token)[None, :]).ravel()].max())
     breakdown.update({"prefill_s": ttft_s, "decode_s": request_s - ttft_s})
-    tpot_s = (request_s - ttft_s) / steps if steps else 0.0
+    tpot_s = (request_s - ttft_s) / steps if steps else math.nan  # one output token: none after the first
     return request_s, ttft_s, tpot_s, breakdown, request_flops(model, work), links
 
 

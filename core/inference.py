@@ -1,6 +1,7 @@
 """Analytical inference-request time: a prefill of the prompt, which emits the first output
 token, then one decode step per further output token over a growing KV cache; pipeline
 stages run one after another."""
+import math
 from functools import lru_cache
 
 from . import ops
@@ -72,7 +73,7 @@ def infer_request(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: In
     add_times(comm, dict(last.comm_s), steps * model.layers / 2)
     add_times(comm, p2p_decode, steps)
     request_s = compute_s + sum(comm.values())
-    tpot_s = (request_s - ttft_s) / steps if steps else 0.0
+    tpot_s = (request_s - ttft_s) / steps if steps else math.nan  # one output token: none after the first
     breakdown = {"compute_s": compute_s, "prefill_s": ttft_s, "decode_s": request_s - ttft_s}
     breakdown.update({f"comm_{name}_s": seconds for name, seconds in comm.items()})
     return request_s, ttft_s, tpot_s, breakdown, request_flops(model, work)

@@ -61,3 +61,17 @@ def test_table_columns_add_up_and_unit_knobs_have_numbers(write_study):
     assert bandwidth == {"2039 GB/s": 2.039e12, "1.5 TB/s": 1.5e12}
     notes = set(table.column("replay_note").to_pylist())
     assert "" in notes and any("astra-flattened sees it" in n for n in notes)
+
+
+def test_a_request_of_one_output_token_has_no_time_per_output_token():
+    """The prefill emits the first token; with no token after it there is no TPOT to report
+    (0 s would rank such a point best by tpot_s)."""
+    import math
+
+    import core
+
+    model, hw = core.load_model("llama3.1-8b"), core.load_hardware("h100-sxm5-80gb")
+    for backend in ("analytical", "astra-hierarchical"):
+        record = core.evaluate(model, hw, core.Parallelism(), core.InferWorkload(batch=1, prompt=128, decode=1), 1,
+                               backend=backend)
+        assert math.isnan(record["tpot_s"]) and record["ttft_s"] == record["step_time_s"]
