@@ -1,6 +1,8 @@
 """Metrics that mean what they say: MFU from the FLOPs the kernels execute (causal attention
 counted as executed, embedding lookups not counted) stays below 100 % at long context, the breakdown columns add up to the
 step time, unit-string knobs get numeric twins, and the hierarchical replay's note is kept."""
+import math
+
 import pyarrow.compute as pc
 import pytest
 
@@ -66,10 +68,6 @@ def test_table_columns_add_up_and_unit_knobs_have_numbers(write_study):
 def test_a_request_of_one_output_token_has_no_time_per_output_token():
     """The prefill emits the first token; with no token after it there is no TPOT to report
     (0 s would rank such a point best by tpot_s)."""
-    import math
-
-    import core
-
     model, hw = core.load_model("llama3.1-8b"), core.load_hardware("h100-sxm5-80gb")
     for backend in ("analytical", "astra-hierarchical"):
         record = core.evaluate(model, hw, core.Parallelism(), core.InferWorkload(batch=1, prompt=128, decode=1), 1,
