@@ -99,10 +99,10 @@ class ResultStore:
 
     def write_part(self, tables: list) -> int:
         """Concatenate batch tables into one part, sorted by `sort_keys`, written atomically."""
-        table = pa.concat_tables(tables, promote_options="default")
         parts = self.parts()
-        schema = unified_schema([table.schema] + [_read_schema(p) for p in parts[-1:]])
-        table = conform(table, schema)
+        schema = unified_schema([t.schema for t in tables] + [_read_schema(p) for p in parts[-1:]])
+        # each batch conformed on its own: a breakdown part one batch lacks is 0 s on its timed rows
+        table = pa.concat_tables([conform(t, schema) for t in tables])
         table = table.sort_by(sort_keys(table))
         index = int(parts[-1].stem.removeprefix(PART_PREFIX)) + 1 if parts else 0
         _write_atomically(table.replace_schema_metadata(self.metadata), self.directory / f"{PART_PREFIX}{index:06d}.parquet")

@@ -85,3 +85,11 @@ def test_parts_with_different_breakdown_keys_share_one_schema(tmp_path):
     assert table["point_id"] == ["a", "b", "c"]
     assert table["breakdown_compute_s"] == [0.0, 1.0, None]  # 0 s where timed, null where not
     assert table["breakdown_comm_ib_s"] == [0.5, 0.0, None]
+
+
+def test_batches_of_one_part_with_different_breakdown_keys_get_0_s_where_timed(tmp_path):
+    store = ResultStore(tmp_path, {"study": "x"})
+    store.write_part([pa.table({"point_id": ["b"], "step_time_s": [1.0], "breakdown_comm_ring_s": [0.2]}),
+                      pa.table({"point_id": ["a", "c"], "step_time_s": [2.0, None], "breakdown_compute_s": [2.0, None]})])
+    table = read_results(tmp_path).to_pydict()
+    assert table["breakdown_comm_ring_s"] == [0.0, 0.2, None] and table["breakdown_compute_s"] == [2.0, 0.0, None]
