@@ -38,6 +38,12 @@ def trace_files(prefix) -> list:
     return [found[r] for r in range(len(found))]
 
 
+def _rank_file(path: Path, rank: int) -> Path:
+    """The file of `rank` in the set `path` (`<prefix>.<rank>.et`) belongs to."""
+    prefix = Path(path).name.rsplit(".", 2)[0]
+    return Path(path).with_name(f"{prefix}.{rank}.et")
+
+
 def load_comm_groups(path) -> dict:
     """ASTRA-sim's --comm-group-configuration JSON: {"id": [ranks...]} -> {id string: tuple of ranks}."""
     try:
@@ -154,7 +160,8 @@ def _row(node, rank, ranks, path, comm_groups, algorithms, group_index, group_me
             raise SpecError(str(path), f"{where} {side}", me, f"a {node.kind} in rank {rank}'s file must name rank {rank}")
         if not 0 <= peer < ranks or peer == rank:
             other = "comm_dst" if node.kind == "send" else "comm_src"
-            raise SpecError(str(path), f"{where} {other}", peer, f"another rank in 0..{ranks - 1}")
+            beyond = f" (rank {peer} has no file in this set: is {_rank_file(path, peer).name} missing?)" if peer >= ranks else ""
+            raise SpecError(str(path), f"{where} {other}", peer, f"another rank in 0..{ranks - 1}{beyond}")
         row.update(kind=NODE_KINDS[node.kind], peer=peer, tag=node.tag, bytes_=float(node.bytes_))
     else:
         members = _members(node.group, ranks, comm_groups, path, where)

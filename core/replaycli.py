@@ -9,6 +9,7 @@ from astra_backend import AstraError, HardFault, Network, SoftFault, load_networ
 from astra_backend.netcli import parse_fault
 
 from .chakra_replay import build_trace, exposed_comm_s, load_comm_groups, load_system_algorithms, trace_files
+from .errors import SpecError
 
 
 def add_arguments(parser: argparse.ArgumentParser):
@@ -34,6 +35,9 @@ def replay(args) -> dict:
     faults = [parse_fault(f) for f in args.fault]
     network = Network(load_network_file(args.network, chakra.ranks),
                       [f for f in faults if isinstance(f, SoftFault)], [f for f in faults if isinstance(f, HardFault)])
+    if network.num_npus < chakra.ranks:
+        raise SpecError(str(args.network), "npus", network.num_npus,
+                        f"at least the trace's {chakra.ranks} ranks ({files[0].parent}: {len(files)} rank files)")
     result = network.replay(chakra.trace)
     exposed = exposed_comm_s(chakra.trace.rank, result.node_end_s, chakra.is_comm, chakra.ranks)
     return {"end_time_s": float(result.time_s), "ranks": chakra.ranks, "nodes": int(chakra.trace.rank.size),

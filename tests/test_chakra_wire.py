@@ -94,3 +94,14 @@ def test_a_smaller_run_into_the_same_folder_leaves_one_set_of_rank_files(tmp_pat
     (tmp_path / "t.notes.et").write_text("not ours to remove")
     write_traces(tmp_path, "t", {0: _rank(0), 1: _rank(1)})
     assert sorted(p.name for p in tmp_path.glob("t.*.et")) == ["t.0.et", "t.1.et", "t.notes.et"]
+
+
+def test_a_missing_last_rank_file_is_named(tmp_path):
+    import pytest
+
+    from core import SpecError
+
+    write_traces(tmp_path, "m", {0: _rank(0), 1: _rank(1)})
+    (tmp_path / "m.1.et").unlink()
+    with pytest.raises(SpecError, match=r"rank 1 has no file in this set: is m\.1\.et missing\?"):
+        build_trace(trace_files(tmp_path / "m"))
