@@ -124,7 +124,7 @@ def write_html(report: Report, path) -> Path:
             number += 1
         body.append("</div></section>")
     if not report.sections:
-        body.append("<p class='note'>The table has no timed rows, so there is nothing to draw.</p>")
+        body.append(f"<p class='note'>{html.escape(_nothing_timed(data))}</p>")
     footer = f"rapid-sweep {data.metadata.get('version', '?')}, commit {data.metadata.get('git_commit', '?')[:12]}, " \
              f"table {data.folder}"
     body.append(f"<footer>{html.escape(footer)}</footer>")
@@ -134,6 +134,17 @@ def write_html(report: Report, path) -> Path:
     temp.write_text(page, encoding="utf-8")
     temp.replace(path)
     return path
+
+
+def _nothing_timed(data) -> str:
+    """Why a page has no figures: no rows, or no layout that fits (and how far the nearest is)."""
+    table = data.table
+    if "memory_peak_gib" not in table or not table["memory_peak_gib"].notna().any():
+        return "The table has no timed rows, so there is nothing to draw."
+    nearest = table["memory_peak_gib"].min()
+    capacity = f" against {data.hbm_capacity_gib:.1f} GiB of HBM" if data.hbm_capacity_gib else ""
+    return (f"No layout fits in memory, so none was timed: the {len(table)} rows need at least "
+            f"{nearest:.1f} GiB per GPU{capacity} (rapid query {data.folder} --by memory_peak_gib).")
 
 
 def figure_specs(page: str) -> list:

@@ -120,7 +120,7 @@ def knob_effects(data: ReportData) -> list:
     numeric knob with many values (a search's range) as every layout against its value."""
     rows = data.timed
     figures = []
-    for knob in data.knobs:
+    for knob in data.knobs if not rows.empty else ():
         values = data.value_order(knob, rows[knob].dropna())
         if len(values) > MAX_CATEGORIES and pd.api.types.is_numeric_dtype(rows[knob]):
             figures.append(_knob_scatter(data, rows, knob))

@@ -269,3 +269,13 @@ def test_the_default_page_leaves_the_folder_readable_as_one_parquet_dataset(tmp_
     assert main(["report", str(folder)]) == 0
     assert str(folder / "_report.html") in capsys.readouterr().out
     assert len(pd.read_parquet(folder)) == len(read_results(folder))
+
+
+def test_a_study_where_nothing_fits_says_so_and_how_far_the_nearest_is(tmp_path):
+    folder = run_tiny(tmp_path, {**yaml.safe_load(STUDY_TEXT), "name": "nofit", "model": "llama3.1-405b",
+                                 "space": {"tp": [4, 8]}})
+    report = build_report(folder)
+    page = write_html(report, tmp_path / "page.html").read_text()
+    nearest = min(read_results(folder).column("memory_peak_gib").to_pylist())
+    assert not report.sections and figure_specs(page) == []
+    assert f"No layout fits in memory, so none was timed: the 2 rows need at least {nearest:.1f} GiB per GPU" in page
