@@ -800,8 +800,9 @@ _MEMORY_NOT_MODELLED = (
                   "expressible in ModelSpec; shape not on the row"),
     ("Nemotron 3 Nano", "not modelled: hybrid Mamba/attention MoE (state-space layers)"),
     ("LoRA", "not modelled: LoRA fine-tuning on frozen base weights; GPU count and batch not stated"),
-    ("Qwen3-30B-A3B", "not modelled: Qwen3 attention is 32 heads x 128 = 4096 wide on hidden 2048, while "
-                      "ModelSpec derives head_dim = hidden / heads"),
+    ("Qwen3-30B-A3B", "not modelled yet: ModelSpec expresses its attention now (32 heads x 128 on hidden "
+                      "2048, as the Hugging Face loader reads it), but the corpus carries no shape for it, and "
+                      "the runs' HybridEP buffers and CUDA-graph memory pools are not modelled"),
 )
 
 # Layout cells the MEM-VPP-note row leaves blank: the same SKILL.md table's base row
