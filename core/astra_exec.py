@@ -271,23 +271,25 @@ def _ops_block(ctx, ops_list, classes):
     A hidden collective's share no overlap can hide (min_exposed), where it runs alone, runs
     exposed in the chain ahead of the rest, with that share of the whole one's start-up."""
     expanded, startups = [], []
+
+    def exposed(op, share: float = 1.0, whole_bytes: float | None = None):
+        """`op` in the chain behind `share` of its whole collective's start-up."""
+        whole = op.bytes_ if whole_bytes is None else whole_bytes
+        startup = share * protocol_startup_s(ctx.hw, ctx.dims, op.collective, whole, ctx.spans.get(op.axis, ()))
+        if startup > 0:
+            startups.append(len(expanded))
+            expanded.append(Op(f"{op.name}.startup", "compute", time_s=startup))
+        expanded.append(op)
+
     for op in ops_list:
         if op.kind == "comm" and op.cover_s > 0 and op.min_exposed > 0 and op.exposed_runs_alone:
             share = op.min_exposed
-            whole = op.bytes_
-            op = replace(op, bytes_=whole * (1 - share), min_exposed=0.0)
-            exposed = replace(op, bytes_=whole * share, cover_s=0.0)
-            startup = share * protocol_startup_s(ctx.hw, ctx.dims, op.collective, whole, ctx.spans.get(op.axis, ()))
-            if startup > 0:
-                startups.append(len(expanded))
-                expanded.append(Op(f"{op.name}.startup", "compute", time_s=startup))
-            expanded.append(exposed)
+            exposed(replace(op, bytes_=op.bytes_ * share, cover_s=0.0, min_exposed=0.0), share, op.bytes_)
+            expanded.append(replace(op, bytes_=op.bytes_ * (1 - share), min_exposed=0.0))
         elif op.kind == "comm" and op.cover_s <= 0:
-            startup = protocol_startup_s(ctx.hw, ctx.dims, op.collective, op.bytes_, ctx.spans.get(op.axis, ()))
-            if startup > 0:
-                startups.append(len(expanded))
-                expanded.append(Op(f"{op.name}.startup", "compute", time_s=startup))
-        expanded.append(op)
+            exposed(op)
+        else:
+            expanded.append(op)
     block = ops_block(expanded, ctx.algorithm, classes)
     if not startups:
         return block

@@ -5,7 +5,7 @@ from pathlib import Path
 from core import SpecError
 
 from . import cmd_search
-from .args import POSITIVE
+from .args import POSITIVE, check_folder_path
 from .engine import run_study
 from .faults import faults_summary
 from .plan import plan_study
@@ -83,10 +83,8 @@ def run(args) -> int:
 
 def checked_output(folder: str) -> Path:
     """`--output DIR`: a folder, or a path where one can be made."""
-    path = Path(folder)
-    if path.exists() and not path.is_dir():
-        raise SpecError("command line", "--output", folder, "exists and is not a folder")
-    return path
+    check_folder_path("--output", folder)
+    return Path(folder)
 
 
 def plan_summary(study, plan) -> dict:

@@ -12,6 +12,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 import pyarrow as pa
@@ -204,6 +205,7 @@ def sample_faults(spec: FaultSpec, point, index: int, candidates: tuple, gpus: i
                   tuple(spec.straggler_factor.draw(rng, stragglers)))
 
 
+@lru_cache(maxsize=1024)  # one point's samples share it
 def layout_text(parallelism: tuple) -> str:
     """A layout as the fields it sets away from Parallelism's defaults, by name: a field added to
     Parallelism later (at its default) leaves every layout's text, and so its draws, as they were."""

@@ -74,7 +74,11 @@ class Planner:
 
     @staticmethod
     def _variant(cache: dict, knobs: tuple, load):
-        key = json.dumps(knobs, sort_keys=True, default=str)  # a variant's value may be a list (a network)
+        key = knobs
+        try:
+            hash(knobs)
+        except TypeError:  # a variant's list-valued override (a network) does not hash
+            key = json.dumps(knobs, sort_keys=True, default=str)
         if key not in cache:
             cache[key] = (len(cache), load(knobs))
         return cache[key]
