@@ -2,9 +2,9 @@
 executor. `evaluate` answers one configuration; everything else builds on it."""
 from .errors import SpecError
 from .evaluate import BACKENDS, estimate_memory, evaluate
-from .layout import check_layout
-from .loader import list_presets, load_hardware, load_model
-from .specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism, TrainWorkload
+from core.model.layout import check_layout
+from core.model.loader import list_presets, load_hardware, load_model
+from core.model.specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism, TrainWorkload
 from .version import MODEL_VERSION
 
 __all__ = ["BACKENDS", "HardwareSpec", "InferWorkload", "MODEL_VERSION", "ModelSpec", "Parallelism", "SpecError",

@@ -3,12 +3,12 @@ import functools
 import math
 
 from .errors import SpecError
-from .graph import build_layer, train_shape
-from .layout import check_layout, group_spans
-from .memory import GiB, MemoryEstimate, inference_memory, training_memory
-from .specs import HardwareSpec, ModelSpec, Parallelism, TrainWorkload
-from .inference import infer_request
-from .training import train_step
+from core.model.graph import build_layer, train_shape
+from core.model.layout import check_layout, group_spans
+from core.model.memory import GiB, MemoryEstimate, inference_memory, training_memory
+from core.model.specs import HardwareSpec, ModelSpec, Parallelism, TrainWorkload
+from core.model.inference import infer_request
+from core.model.training import train_step
 
 BACKENDS = ("analytical", "astra-hierarchical", "astra-flattened")
 UNTIMED = ("step_time_s", "mfu", "tokens_per_s", "ttft_s", "tpot_s")
@@ -97,8 +97,8 @@ def _infer_timing(model, hw, par, work, gpus) -> dict:
 
 
 def _astra_timing(model, hw, par, work, gpus, backend, emit_traces) -> dict:
-    from .astra_exec import infer_request_astra, train_step_astra  # loads the compiled simulator
-    from .astra_bundle import write_bundle
+    from core.replay.steps import infer_request_astra, train_step_astra  # loads the compiled simulator
+    from core.chakra.bundle import write_bundle
 
     emit = None
     if emit_traces is not None:

@@ -11,10 +11,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from sweep.engine import run_study, work_context
-from sweep.faults import evaluate_blocks, FaultBlock, memory_fits
-from sweep.plan import plan_study
-from sweep.study import load_study
+from sweep.execution.engine import run_study, work_context
+from sweep.faults.samples import evaluate_blocks, FaultBlock, memory_fits
+from sweep.study.plan import plan_study
+from sweep.study.loader import load_study
 
 STUDY = Path(__file__).resolve().parent.parent / "studies" / "paper_fault_sensitivity.yaml"
 

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import optuna
 
-from sweep.engine import run_study
-from sweep.plan import Planner
-from sweep.search import SearchLoop, best_rows, run_search
-from sweep.search_spec import SearchSpec
-from sweep.store import read_results
-from sweep.study import load_study
+from sweep.execution.engine import run_study
+from sweep.study.plan import Planner
+from sweep.search.loop import SearchLoop, best_rows, run_search
+from sweep.study.search_block import SearchSpec
+from sweep.store.parts import read_results
+from sweep.study.loader import load_study
 
 ROOT = Path(__file__).resolve().parent.parent
 GRID_STUDY = ROOT / "studies" / "llama70b_64gpu.yaml"

@@ -15,10 +15,10 @@ import yaml
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
-from sweep.engine import work_context  # noqa: E402
-from sweep.plan import locality_key, plan_study  # noqa: E402
-from sweep.runner import make_executor, run_batches  # noqa: E402
-from sweep.study import load_study  # noqa: E402
+from sweep.execution.engine import work_context  # noqa: E402
+from sweep.study.plan import locality_key, plan_study  # noqa: E402
+from sweep.execution.runner import make_executor, run_batches  # noqa: E402
+from sweep.study.loader import load_study  # noqa: E402
 
 STUDY = {
     "name": "bench",

@@ -62,8 +62,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from core.loader import load_hardware
-from core.validation import SUITES
+from core.model.loader import load_hardware
+from core.validation.suites import SUITES
 
 US = 1e-6
 MIB = 2**20

@@ -24,10 +24,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 import core  # noqa: E402
 from astra_backend import Network, load_network_file  # noqa: E402
 from chakra_bundles import ring_network, write_bundles, write_generator_set  # noqa: E402
-from core.astra_bundle import astra_sim_command  # noqa: E402
-from core.chakra import read_protos, varint  # noqa: E402
-from core.chakra_replay import build_trace, load_comm_groups, trace_files  # noqa: E402
-from core.chakra_schema import NODE_TYPES  # noqa: E402
+from core.chakra.bundle import astra_sim_command  # noqa: E402
+from core.chakra.trace import read_protos, varint  # noqa: E402
+from core.chakra.replay import build_trace, load_comm_groups, trace_files  # noqa: E402
+from core.chakra.schema import NODE_TYPES  # noqa: E402
 
 BUCKET_BYTES = 64 << 20  # collectives above this in the interop layouts are the gradient buckets
 

@@ -37,7 +37,7 @@ def output_folder(study: Path) -> Path:
     if out.returncode != 0:
         subprocess.run([str(RAPID), "sweep", str(study), "--local", "--workers", "2", "--quiet"], check=True, cwd=ROOT)
     sys.path.insert(0, str(ROOT))
-    from sweep.study import load_study
+    from sweep.study.loader import load_study
     return ROOT / load_study(study).output
 
 

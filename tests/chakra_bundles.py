@@ -6,8 +6,8 @@ from pathlib import Path
 import yaml
 
 import core
-from core.chakra import varint
-from core.chakra_schema import COLLECTIVE_TYPES, NODE_TYPES, GlobalMetadata, Node
+from core.chakra.trace import varint
+from core.chakra.schema import COLLECTIVE_TYPES, NODE_TYPES, GlobalMetadata, Node
 
 LAYOUTS = (
     ("train-tp2-dp2", "qwen2.5-3b", core.Parallelism(tp=2, dp=2, sp=True), core.TrainWorkload(global_batch=4, seq=512), 4),

@@ -40,8 +40,8 @@ def write_study(tmp_path):
 @pytest.fixture(scope="session")
 def small_results(tmp_path_factory):
     """The small study, evaluated once in-process: its results folder."""
-    from sweep.engine import run_study
-    from sweep.study import load_study
+    from sweep.execution.engine import run_study
+    from sweep.study.loader import load_study
 
     folder = tmp_path_factory.mktemp("small")
     path = folder / "small.yaml"

@@ -4,7 +4,7 @@ import signal
 import subprocess
 import time
 
-from sweep.store import part_files
+from sweep.store.parts import part_files
 
 
 def sigkill_after_parts(command: list, folder, parts: int) -> None:

@@ -3,9 +3,9 @@ how a row's throughput becomes seconds per step, the model shape it runs, and th
 FlashAttention 1.x kernel those rows ran."""
 import pytest
 
-from core import ops
-from core.loader import load_hardware
-from core.validation import SUITES, _framework_model, measured_step_s
+from core.model import ops
+from core.model.loader import load_hardware
+from core.validation.suites import SUITES, _framework_model, measured_step_s
 
 
 def _row(**cells):
@@ -59,8 +59,8 @@ def test_suite_holds_both_sources_and_every_row_ran():
 
 
 def test_unfused_gradient_accumulation_adds_a_cast_and_an_add_per_weight_gradient():
-    from core.graph import LayerShape, build_layer
-    from core.loader import load_model
+    from core.model.graph import LayerShape, build_layer
+    from core.model.loader import load_model
 
     hw = load_hardware("a100-sxm4-80gb")
     model = load_model("gpt-22b")

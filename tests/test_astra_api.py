@@ -185,17 +185,17 @@ def test_rapid_net_errors_are_one_line(tmp_path, capsys, argv, message):
 
 def test_rapid_net_reads_our_hardware_presets_with_auto_outer_size():
     from astra_backend.configs import load_network_file
-    dims = load_network_file("core/presets/gpus/a100-sxm4-80gb.yaml", npus=32)
+    dims = load_network_file("core/model/presets/gpus/a100-sxm4-80gb.yaml", npus=32)
     assert [d.size for d in dims] == [8, 4]
     assert dims[0].bandwidth_gbps == pytest.approx(300 * 0.78)  # link rate times its efficiency
     with pytest.raises(NetworkSpecError, match="auto needs the NPU count"):
-        load_network_file("core/presets/gpus/a100-sxm4-80gb.yaml")
+        load_network_file("core/model/presets/gpus/a100-sxm4-80gb.yaml")
 
 
 @pytest.mark.parametrize("preset", ["h100-sxm5-80gb", "h200-sxm-141gb"])
 def test_rapid_net_reads_presets_that_describe_nccl_algorithms(preset):
     """switch_reduction and ll_bandwidth are for the closed forms; the simulator reads past them."""
     from astra_backend.configs import load_network_file
-    dims = load_network_file(f"core/presets/gpus/{preset}.yaml", npus=16)
+    dims = load_network_file(f"core/model/presets/gpus/{preset}.yaml", npus=16)
     assert [d.size for d in dims] == [8, 2]
     assert dims[0].bandwidth_gbps == pytest.approx(450 * 0.8)

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from core.loader import PRESET_DIR
+from core.model.loader import PRESET_DIR
 from sweep.cli import main
 
 A100 = (PRESET_DIR / "gpus" / "a100-sxm4-80gb.yaml").read_text()

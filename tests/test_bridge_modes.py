@@ -5,8 +5,8 @@ import pytest
 import yaml
 
 import core
-from core.layout import chunk_layers
-from core.network import rank_groups
+from core.model.layout import chunk_layers
+from core.replay.network import rank_groups
 
 HIER, FLAT = "astra-hierarchical", "astra-flattened"
 
@@ -95,7 +95,7 @@ def test_where_gradients_and_activations_share_nics_the_replay_is_never_faster(a
 
 def ring_hardware(tmp_path, faults=()):
     """Eight GPUs on a bidirectional ring, optionally with degraded links."""
-    data = yaml.safe_load(open("core/presets/gpus/a100-sxm4-80gb.yaml"))
+    data = yaml.safe_load(open("core/model/presets/gpus/a100-sxm4-80gb.yaml"))
     data["network"] = [{"name": "ring", "topology": "ring", "size": 8, "link_bandwidth": "25 GB/s",
                         "latency": "2 us"}]
     data["faults"] = [{"link": list(link), "factor": factor} for link, factor in faults]

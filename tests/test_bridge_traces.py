@@ -6,10 +6,10 @@ import pytest
 from grpc_tools import protoc
 
 import core
-from core.chakra import TraceNode, read_trace, write_traces
+from core.chakra.trace import TraceNode, read_trace, write_traces
 
 # The public et_def.proto's field numbers (MLCommons Chakra, package ChakraProtoMsg), written
-# out independently of core.chakra_schema for the parts a trace reader needs.
+# out independently of core.chakra.schema for the parts a trace reader needs.
 PUBLIC_SCHEMA = """
 syntax = "proto3";
 package ChakraProtoMsg;

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from core.loader import load_hardware
+from core.model.loader import load_hardware
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import calibrate  # noqa: E402

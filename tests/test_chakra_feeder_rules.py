@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from chakra_bundles import LAYOUTS, write_bundles
-from core.astra_bundle import FILES
-from core.chakra import node_attrs, read_protos
-from core.chakra_schema import COLLECTIVE_TYPES, NODE_TYPES
+from core.chakra.bundle import FILES
+from core.chakra.trace import node_attrs, read_protos
+from core.chakra.schema import COLLECTIVE_TYPES, NODE_TYPES
 
 TYPE_NAME = {v: k for k, v in NODE_TYPES.items()}
 

@@ -3,10 +3,10 @@ multi-byte varints, packed deps), and a trace set written out of field order rep
 same arrays as the same set in field order (the reader then falls back to a full parse)."""
 import numpy as np
 
-from core.chakra import TraceNode, to_proto, varint, write_traces
-from core.chakra_replay import build_trace, trace_files
-from core.chakra_schema import GlobalMetadata, Node
-from core.chakra_wire import node_records, split_node
+from core.chakra.trace import TraceNode, to_proto, varint, write_traces
+from core.chakra.replay import build_trace, trace_files
+from core.chakra.schema import GlobalMetadata, Node
+from core.chakra.wire import node_records, split_node
 
 BIG = 300_000  # a three-byte varint
 
@@ -57,7 +57,7 @@ def test_a_cut_or_garbled_trace_file_is_named_not_replayed(tmp_path):
     import pytest
 
     from core import SpecError
-    from core.chakra import read_trace
+    from core.chakra.trace import read_trace
 
     whole = write_traces(tmp_path, "t", {0: _rank(0)})[0].read_bytes()
     meta_size, pos = whole[0], 1  # the metadata record is short: a one-byte length

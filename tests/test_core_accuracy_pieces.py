@@ -5,13 +5,13 @@ import dataclasses
 import pytest
 
 import core
-from core import ops
-from core.graph import LayerShape, build_layer, routed_rows
-from core.layout import check_layout, stage_layers
-from core.loader import load_hardware, load_model, with_dtype
-from core.memory import FRAGMENTATION, GiB, RUNTIME_RESERVE_BYTES, MemoryEstimate, stage_params
-from core.specs import ModelSpec, MoESpec, Parallelism, TrainWorkload
-from core.training import _exposed_overlapped, ddp_bucket_params, one_f_one_b_s, optimizer_step_s
+from core.model import ops
+from core.model.graph import LayerShape, build_layer, routed_rows
+from core.model.layout import check_layout, stage_layers
+from core.model.loader import load_hardware, load_model, with_dtype
+from core.model.memory import FRAGMENTATION, GiB, RUNTIME_RESERVE_BYTES, MemoryEstimate, stage_params
+from core.model.specs import ModelSpec, MoESpec, Parallelism, TrainWorkload
+from core.model.training import _exposed_overlapped, ddp_bucket_params, one_f_one_b_s, optimizer_step_s
 
 
 @pytest.fixture(scope="module")
@@ -132,8 +132,8 @@ def test_nemo_sft_rows_run_interleaved_with_tp_overlap():
     """The NeMo 24.07 launcher's 70B SFT example (examples/peft/llama/h100/70b_2node.sh) sets
     ub_tp_comm_overlap, overlap_p2p_comm and vp 20 on pp 4; NeMo 2.0's fine-tuning script,
     which turns TP overlap off, came later."""
-    from core import corpus
-    from core.published import layout_for
+    from core.validation import corpus
+    from core.validation.published import layout_for
 
     rows = {c.case_id: c for c in corpus.published_cases("h100_dense")}
     par = layout_for(rows["NEMO2407-FT-SFT-LLAMA2-70B"], training=True)

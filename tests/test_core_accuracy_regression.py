@@ -4,7 +4,7 @@ here. Bounds sit just above the figures measured when they were set (see the com
 set them) and only ever move down."""
 import pytest
 
-from core.validation import SUITES, summary
+from core.validation.suites import SUITES, summary
 
 # suite: (max |error| %, mean |error| %, verdicts allowed to disagree)
 # training rose when NCCL protocol latencies entered every collective: the A100 factors
@@ -12,12 +12,12 @@ from core.validation import SUITES, summary
 # read their weights at stream_efficiency, apart from elementwise kernels, and to 3.1 % once
 # the prefill emitted the first output token (one decode step fewer per request).
 # memory_h100's mean rose from 6.4 when its Bridge figures became first-iteration peaks (what
-# the performance harness reads; core.corpus._memory_measurement) and FP8 weight transposes were
+# the performance harness reads; core.validation.corpus._memory_measurement) and FP8 weight transposes were
 # counted: all four within 10 % (max 10.8 before), each 4-5 GB under.
 # training stays at 4.96 / 2.8 with compute_efficiency fitted on Korthikanti's, FlashAttention's
 # and llm-foundry's rows together (memory_efficiency no longer fitted beside it).
 # moe's mean rose from 3.4 to 3.7 when expert parallelism followed Megatron-Core's expert grid
-# (core.layout.expert_grid: ep spans the context-parallel ranks before the data-parallel
+# (core.model.layout.expert_grid: ep spans the context-parallel ranks before the data-parallel
 # ones): the paper's MCore long-context rows (tp2 cp4 dp2 ep4 ...) had their all-to-all
 # across nodes, -8 % to +3 %, and now inside the NVLink node, +4 % to +9 %, beside the
 # folded rows of the same table (+1 % to +9 %).

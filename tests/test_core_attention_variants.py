@@ -4,10 +4,10 @@ import pickle
 
 import pytest
 
-from core import ops
-from core.loader import load_hardware, load_model
-from core.specs import Parallelism, TrainWorkload
-from core.training import model_flops, train_step
+from core.model import ops
+from core.model.loader import load_hardware, load_model
+from core.model.specs import Parallelism, TrainWorkload
+from core.model.training import model_flops, train_step
 
 
 def test_flash2_runs_its_tile_matmuls_at_the_mma_sync_share_on_hopper_only():

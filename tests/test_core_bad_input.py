@@ -8,7 +8,7 @@ import yaml
 from sweep.cli import main
 
 GOOD_MODEL = {"name": "tiny", "layers": 4, "hidden": 256, "heads": 8, "vocab": 1000}
-GOOD_HW = yaml.safe_load(open("core/presets/gpus/a100-sxm4-80gb.yaml"))
+GOOD_HW = yaml.safe_load(open("core/model/presets/gpus/a100-sxm4-80gb.yaml"))
 
 
 def model_with(**changes):

@@ -2,10 +2,10 @@ from dataclasses import replace
 
 import pytest
 
-from core.collectives import (PROTOCOLS, all_reduce_times, collective_time, nvls_all_reduce_s, nvls_chunk_bytes,
-                              one_dim_time)
-from core.loader import load_hardware
-from core.specs import NetworkDim
+from core.model.collectives import (PROTOCOLS, all_reduce_times, collective_time, nvls_all_reduce_s, nvls_chunk_bytes,
+                                    one_dim_time)
+from core.model.loader import load_hardware
+from core.model.specs import NetworkDim
 
 NVSWITCH = NetworkDim("nvlink", "switch", 8, 300e9, 1e-6, 0.8)
 IB = NetworkDim("ib", "switch", 4, 25e9, 5e-6, 1.0)

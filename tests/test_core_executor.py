@@ -5,8 +5,8 @@ import math
 import pytest
 
 import core
-from core.training import train_step
-from core.inference import infer_request
+from core.model.training import train_step
+from core.model.inference import infer_request
 
 
 @pytest.fixture(scope="module")

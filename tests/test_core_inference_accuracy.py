@@ -4,11 +4,11 @@ import dataclasses
 
 import pytest
 
-from core import ops
-from core.loader import load_hardware, load_model
-from core.memory import RUNTIME_RESERVE_BYTES, inference_memory, prefill_workspace_bytes
-from core.specs import Parallelism
-from core.validation import published_cases
+from core.model import ops
+from core.model.loader import load_hardware, load_model
+from core.model.memory import RUNTIME_RESERVE_BYTES, inference_memory, prefill_workspace_bytes
+from core.model.specs import Parallelism
+from core.validation.suites import published_cases
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 import core
-from core.layout import group_spans
+from core.model.layout import group_spans
 
 
 def test_tensor_parallel_innermost_then_data_then_pipeline(a100):

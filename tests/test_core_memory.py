@@ -3,8 +3,8 @@ import pytest
 
 import core
 from core.evaluate import estimate_memory
-from core.graph import LayerShape, build_layer
-from core.memory import in_flight, saved_per_layer, stage_params
+from core.model.graph import LayerShape, build_layer
+from core.model.memory import in_flight, saved_per_layer, stage_params
 
 S, B = 2048, 4
 

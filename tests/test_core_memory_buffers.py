@@ -6,9 +6,9 @@ import pytest
 
 import core
 from core.evaluate import estimate_memory
-from core.loader import with_dtype
-from core.memory import fp8_weight_bytes, in_flight, optimizer_bytes, stage_params
-from core.specs import ModelSpec, MoESpec
+from core.model.loader import with_dtype
+from core.model.memory import fp8_weight_bytes, in_flight, optimizer_bytes, stage_params
+from core.model.specs import ModelSpec, MoESpec
 
 # 2 layers of 256: attention 4 * 256^2, SwiGLU 3 * 256 * 1024, norms 2 * 256 per layer.
 SMALL = ModelSpec("small", layers=2, hidden=256, heads=4, kv_heads=4, ffn_hidden=1024, vocab=1000)

@@ -6,14 +6,15 @@ import dataclasses
 import pytest
 
 import core
-from core import corpus, ops, published, validation
-from core.collectives import collective_time
-from core.graph import ROUTING_KERNELS, LayerShape, build_layer
-from core.layout import group_spans
-from core.loader import load_hardware
-from core.memory import stage_param_parts
-from core.specs import ModelSpec, MoESpec, Parallelism, TrainWorkload
-from core.training import model_flops
+from core.validation import corpus, published, suites as validation
+from core.model import ops
+from core.model.collectives import collective_time
+from core.model.graph import ROUTING_KERNELS, LayerShape, build_layer
+from core.model.layout import group_spans
+from core.model.loader import load_hardware
+from core.model.memory import stage_param_parts
+from core.model.specs import ModelSpec, MoESpec, Parallelism, TrainWorkload
+from core.model.training import model_flops
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ import dataclasses
 
 import pytest
 
-from core import ops
+from core.model import ops
 
 
 def no_overheads(hw):

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from core.validation import run_all, summary
+from core.validation.suites import run_all, summary
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +47,8 @@ def test_rapid_validate_says_which_rows_it_leaves_out_and_why(capsys):
 def test_a_lent_preset_lends_its_calibration_not_its_gpu():
     """scripts/calibrate.py passes one preset per family: H100 rows keep their own 80 GB even
     when the H200 preset (the same factors, 141 GB) is the one lent."""
-    from core.loader import load_hardware
-    from core.validation import published_cases
+    from core.model.loader import load_hardware
+    from core.validation.suites import published_cases
 
     own = published_cases("memory_h100")
     lent = published_cases("memory_h100", load_hardware("h200-sxm-141gb"))

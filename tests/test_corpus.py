@@ -1,4 +1,4 @@
-"""The published corpus (core.corpus): every row parsed as written, readings derived by hand."""
+"""The published corpus (core.validation.corpus): every row parsed as written, readings derived by hand."""
 import csv
 import re
 from pathlib import Path
@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 
 from core import SpecError
-from core import corpus
-from core.corpus import PUBLISHED_DIR, SUITE_FILES, SUITES, published_cases, step_time_from_tokens_per_gpu
+from core.validation import corpus
+from core.validation.corpus import PUBLISHED_DIR, SUITE_FILES, SUITES, published_cases, step_time_from_tokens_per_gpu
 
 GIB = 2**30
-PRESETS = Path(corpus.__file__).parent / "presets" / "gpus"
+PRESETS = Path(corpus.__file__).parents[1] / "model" / "presets" / "gpus"
 MODEL_KEYS = {"name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "activation", "norm",
               "position_embedding", "tied_embeddings", "max_position", "moe"}
 LAYOUT_KEYS = {"dp", "tp", "pp", "cp", "ep", "etp", "virtual_stages", "sp", "zero", "distributed_optimizer",
@@ -301,7 +301,7 @@ def test_a_row_that_contradicts_itself_names_file_row_and_field(monkeypatch):
 
 
 def test_the_validation_readme_counts_agree_with_the_parser():
-    # core/validation_data/README.md: | `h100_dense` | `training_h100_dense.csv` | 95 | 77 | ...
+    # core/validation/data/README.md: | `h100_dense` | `training_h100_dense.csv` | 95 | 77 | ...
     readme = (PUBLISHED_DIR.parent / "README.md").read_text()
     table = re.findall(r"\| `([a-z0-9_]+)` \| `[a-z0-9_]+\.csv` \| (\d+) \| (\d+) \|", readme)
     assert {suite: (int(rows), int(usable)) for suite, rows, usable in table} == \

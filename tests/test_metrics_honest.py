@@ -7,11 +7,11 @@ import pyarrow.compute as pc
 import pytest
 
 import core
-from core.ops import FLASH_TILE_KV
-from core.training import model_flops
-from sweep.engine import run_study
-from sweep.store import read_results
-from sweep.study import load_study
+from core.model.ops import FLASH_TILE_KV
+from core.model.training import model_flops
+from sweep.execution.engine import run_study
+from sweep.store.parts import read_results
+from sweep.study.loader import load_study
 
 
 def test_mfu_at_long_context_with_cp_counts_causal_attention_as_executed():

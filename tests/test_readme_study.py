@@ -3,8 +3,8 @@ import re
 from pathlib import Path
 
 from sweep.cli import main
-from sweep.plan import plan_study
-from sweep.study import load_study
+from sweep.study.plan import plan_study
+from sweep.study.loader import load_study
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

@@ -13,13 +13,13 @@ import pyarrow.compute as pc
 import pytest
 
 import core
-from core.astra_exec import _context, _layer_ops, _ops_block, _replay_layer
-from core.graph import build_decode_layer, train_shape
-from core.replay import COMPUTE, CommClasses, frontier_increments
-from core.training import time_ops
-from sweep.engine import run_study
-from sweep.store import read_results
-from sweep.study import load_study
+from core.replay.steps import _context, _layer_ops, _ops_block, _replay_layer
+from core.model.graph import build_decode_layer, train_shape
+from core.replay.programs import COMPUTE, CommClasses, frontier_increments
+from core.model.training import time_ops
+from sweep.execution.engine import run_study
+from sweep.store.parts import read_results
+from sweep.study.loader import load_study
 
 REPLAYS = ("astra-hierarchical", "astra-flattened")
 SEQ = 4096
@@ -190,13 +190,13 @@ def test_zero3_exposes_one_layers_gather_and_scatter_per_micro_batch_where_compu
     that share as a piece of every layer's collective, each piece paying the ring's per-step
     latency the one whole collective pays once: 32 layers' worth, 6.4 % of this exposure
     (0.07 % of the step)."""
-    from core.collectives import collective_time
-    from core.memory import grad_bytes, weight_bytes
+    from core.model.collectives import collective_time
+    from core.model.memory import grad_bytes, weight_bytes
 
     model, hw = core.load_model("llama3.1-8b"), core.load_hardware("h100-sxm5-80gb")
     par, work, gpus = core.Parallelism(dp=8, zero=3), core.TrainWorkload(16, SEQ), 8
     layer_params = model.total_params() / model.layers  # ZeRO-3 spreads the embedding and head over the layers
-    dims, span = hw.dims_for(gpus), core.layout.group_spans(par, hw.dims_for(gpus))["dp"]
+    dims, span = hw.dims_for(gpus), core.model.layout.group_spans(par, hw.dims_for(gpus))["dp"]
     one_layer = sum(collective_time(hw, dims, "all_gather", layer_params * weight_bytes(hw, par), span).values()) + \
         sum(collective_time(hw, dims, "reduce_scatter", layer_params * grad_bytes(par), span).values())
     micro = work.global_batch // par.dp

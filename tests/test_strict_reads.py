@@ -34,7 +34,7 @@ def test_head_dim_and_tied_embeddings_give_qwen3_4b_its_parameters(tmp_path):
 
 def test_qwen_moe_keys_make_an_moe_model(tmp_path):
     model = core.load_model(write_config(tmp_path, QWEN3_MOE))
-    assert model.moe == core.specs.MoESpec(experts=128, top_k=8, expert_ffn_hidden=768)
+    assert model.moe == core.model.specs.MoESpec(experts=128, top_k=8, expert_ffn_hidden=768)
     h, q, kv, expert = 2048, 4096, 512, 3 * 2048 * 768
     layer = h * (q + 2 * kv) + q * h + 128 * expert + h * 128 + 2 * h  # router included
     assert model.total_params() == 48 * layer + 2 * 151936 * h  # 30.5 B (Qwen3-30B-A3B)

@@ -6,9 +6,9 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 
-from sweep.engine import run_study
-from sweep.store import part_files, read_results
-from sweep.study import load_study
+from sweep.execution.engine import run_study
+from sweep.store.parts import part_files, read_results
+from sweep.study.loader import load_study
 
 
 @pytest.fixture

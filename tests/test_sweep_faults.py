@@ -9,14 +9,14 @@ import pytest
 import yaml
 
 import core
-from core.fault_replay import FaultReplay, Unroutable
-from core.network import astra_dims
+from core.replay.faults import FaultReplay, Unroutable
+from core.replay.network import astra_dims
 from core import SpecError
 from sweep.cli import main
-from sweep.engine import run_study
-from sweep.faults import fault_aggregates, fault_blocks, faults_summary
-from sweep.store import read_results
-from sweep.study import load_study
+from sweep.execution.engine import run_study
+from sweep.faults.samples import fault_aggregates, fault_blocks, faults_summary
+from sweep.store.parts import read_results
+from sweep.study.loader import load_study
 from killing import sigkill_after_parts
 
 PAIR = [{"name": "pair", "topology": "ring", "size": 2, "link_bandwidth": "50 GB/s", "latency": "1 us"}]
@@ -128,8 +128,8 @@ def test_points_that_differ_only_in_hardware_meet_the_same_faults(tmp_path):
 
 
 def test_faults_are_drawn_per_layout_by_the_fields_it_sets():
-    from sweep.faults import layout_text
-    from sweep.plan import PARALLELISM_FIELDS
+    from sweep.faults.samples import layout_text
+    from sweep.study.plan import PARALLELISM_FIELDS
 
     layout = core.Parallelism(tp=2, pp=4, zero=1)
     assert layout_text(tuple(getattr(layout, f) for f in PARALLELISM_FIELDS)) == '{"pp": 4, "tp": 2, "zero": 1}'

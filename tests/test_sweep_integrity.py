@@ -13,11 +13,11 @@ import pytest
 import yaml
 
 from core import SpecError
-from core.loader import PRESET_DIR
+from core.model.loader import PRESET_DIR
 from sweep.cli import main
-from sweep.engine import run_study, study_metadata
-from sweep.store import ResultStore, part_files, read_results
-from sweep.study import load_study
+from sweep.execution.engine import run_study, study_metadata
+from sweep.store.parts import ResultStore, part_files, read_results
+from sweep.study.loader import load_study
 
 TINY = {"tp": [1, 2], "pp": [1], "cp": [1], "zero": [0], "micro_batch": [1], "recompute": ["none"],
         "hardware.gpu.hbm.bandwidth": ["2039 GB/s"]}
@@ -64,7 +64,7 @@ def test_temporaries_of_a_live_writer_stay_and_of_a_dead_one_go(tiny):
 
 
 def test_parts_get_unique_temporary_names(tiny, monkeypatch):
-    import sweep.store as store
+    import sweep.store.parts as store
 
     names = []
     real = store.pq.write_table

@@ -2,9 +2,9 @@
 import pytest
 import ray
 
-from sweep.engine import run_study
-from sweep.store import read_results
-from sweep.study import load_study
+from sweep.execution.engine import run_study
+from sweep.store.parts import read_results
+from sweep.study.loader import load_study
 
 # Evaluation time is measured per point on whichever worker ran it: the one column that
 # legitimately differs between runs.

@@ -11,9 +11,9 @@ import ray
 from ray.cluster_utils import Cluster
 
 from core import SpecError
-from sweep.engine import run_study
-from sweep.store import read_results
-from sweep.study import load_study
+from sweep.execution.engine import run_study
+from sweep.store.parts import read_results
+from sweep.study.loader import load_study
 
 TINY_SPACE = {"tp": [1, 2], "pp": [1], "cp": [1], "zero": [0], "micro_batch": [1], "recompute": ["none"],
               "hardware.gpu.hbm.bandwidth": ["2039 GB/s"]}

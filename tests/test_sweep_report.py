@@ -6,11 +6,11 @@ import pytest
 import yaml
 
 from sweep.cli import main
-from sweep.engine import run_study
-from sweep.search import run_search
-from sweep.report import build_report, figure_specs, write_html
-from sweep.store import read_results
-from sweep.study import load_study
+from sweep.execution.engine import run_study
+from sweep.search.loop import run_search
+from sweep.report.page import build_report, figure_specs, write_html
+from sweep.store.parts import read_results
+from sweep.study.loader import load_study
 
 STUDY_TEXT = yaml.safe_dump({"name": "hand", "model": "llama3.1-8b", "hardware": "a100-sxm4-80gb", "gpus": 8,
                              "workload": {"mode": "train", "global_batch": 16, "seq": 2048},

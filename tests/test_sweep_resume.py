@@ -3,9 +3,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sweep.engine import run_study
-from sweep.store import read_results
-from sweep.study import load_study
+from sweep.execution.engine import run_study
+from sweep.store.parts import read_results
+from sweep.study.loader import load_study
 from killing import sigkill_after_parts
 
 RAPID = [sys.executable, "-m", "sweep.cli"]

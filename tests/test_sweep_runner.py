@@ -2,10 +2,10 @@
 import os
 import signal
 
-from sweep.engine import work_context
-from sweep.plan import plan_study
-from sweep.runner import LocalExecutor, run_batches
-from sweep.study import load_study
+from sweep.execution.engine import work_context
+from sweep.study.plan import plan_study
+from sweep.execution.runner import LocalExecutor, run_batches
+from sweep.study.loader import load_study
 
 
 def test_local_pool_replaces_a_killed_worker_and_finishes_every_batch(write_study):

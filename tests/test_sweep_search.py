@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from sweep.cli import main
-from sweep.engine import run_study
-from sweep.search import run_search
-from sweep.store import read_metadata, read_results
-from sweep.study import load_study
+from sweep.execution.engine import run_study
+from sweep.search.loop import run_search
+from sweep.store.parts import read_metadata, read_results
+from sweep.study.loader import load_study
 from killing import sigkill_after_parts
 
 SPACE = {"tp": [1, 2, 4, 8], "pp": [1, 2, 4], "cp": [1], "zero": [0, 1], "micro_batch": [1, 2],
@@ -130,7 +130,7 @@ def test_a_trial_stopped_while_optuna_drew_its_parameters_is_finished_on_resume(
 
 
 def test_a_run_stopped_between_writing_rows_and_telling_resumes_from_the_rows(write_study, monkeypatch):
-    from sweep.search import SearchLoop
+    from sweep.search.loop import SearchLoop
 
     study = search_study(write_study, "stopped", space={"cp": [1, 2]}, parallel=4, trials=16)
     told, tell = [], SearchLoop.tell

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sweep.store import part_files, read_results
-from sweep.study import load_study
+from sweep.store.parts import part_files, read_results
+from sweep.study.loader import load_study
 
 BIG_SPACE = {"tp": [1, 2, 4, 8], "pp": [1, 2, 4, 8], "cp": [1, 2, 4], "zero": [0, 1, 2, 3],
              "micro_batch": [1, 2, 4], "recompute": ["none", "selective", "full"],

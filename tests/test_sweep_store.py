@@ -5,9 +5,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sweep.engine import run_study
-from sweep.store import ResultStore, part_files, read_metadata, read_results
-from sweep.study import load_study
+from sweep.execution.engine import run_study
+from sweep.store.parts import ResultStore, part_files, read_metadata, read_results
+from sweep.study.loader import load_study
 
 
 @pytest.fixture

@@ -2,8 +2,8 @@
 import pytest
 
 from sweep.cli import main
-from sweep.space import AUTO
-from sweep.study import load_study
+from sweep.study.space import AUTO
+from sweep.study.loader import load_study
 
 MALFORMED = {
     "unknown key": ({"speed": 3}, "speed", "3"),

@@ -1,0 +1,393 @@
+"""Load and validate model and hardware specs from presets, YAML files or Hugging Face
+`config.json`, with dotted-path overrides. Every problem raises SpecError naming the
+file, the field, the value and what is allowed."""
+import copy
+import dataclasses
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from core import units
+from core.errors import SpecError
+from core.textfile import parse_mapping, read_text
+from .specs import (ACTIVATIONS, ATTENTION_KERNELS, COMPUTE_DTYPES, DTYPES, NORMS, POSITION_EMBEDDINGS, TOPOLOGIES,
+                    Calibration, GpuSpec, HardwareSpec, LinkFault, MemoryLevel, ModelSpec, MoESpec, NetworkDim)
+
+PRESET_DIR = Path(__file__).parent / "presets"
+
+
+def list_presets() -> dict:
+    return {kind: sorted(p.stem for p in (PRESET_DIR / kind).glob("*.yaml"))
+            for kind in ("models", "gpus")}
+
+
+def _resolve(ref, kind: str) -> tuple[str, str, bool]:
+    """(text, source name, is JSON) of a preset name or a file path; read on every call, so
+    an edited file is never served from a cache."""
+    ref = str(ref)
+    preset = PRESET_DIR / kind / f"{ref}.yaml"
+    path = preset if preset.is_file() else Path(ref)
+    if not path.exists():
+        names = ", ".join(list_presets()[kind])
+        raise SpecError("", "model" if kind == "models" else "hardware", ref,
+                        f"not a preset ({names}) nor an existing file")
+    source = str(path if path != preset else f"preset {ref}")
+    return read_text(path, source), source, path.suffix == ".json"
+
+
+def apply_overrides(raw: dict, overrides: dict | None, source: str) -> dict:
+    """Copy of `raw` with each dotted path (`gpu.hbm.bandwidth`, `network.ib.latency`,
+    `network.0.size`) set to its value; a path must name an existing field."""
+    if not overrides:
+        return raw
+    data = copy.deepcopy(raw)
+    for path, value in overrides.items():
+        node, parts = data, str(path).split(".")
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            if isinstance(node, list):
+                index = _list_index(node, part)
+                if index is None:
+                    raise SpecError(source, path, value,
+                                    f"'{part}' names no entry of {'.'.join(parts[:i]) or 'list'}")
+                if last:
+                    node[index] = value
+                else:
+                    node = node[index]
+            elif isinstance(node, dict) and part in node:
+                if last:
+                    node[part] = value
+                else:
+                    node = node[part]
+            else:
+                keys = ", ".join(node) if isinstance(node, dict) else "none"
+                raise SpecError(source, path, value, f"unknown field '{part}' (known here: {keys})")
+    return data
+
+
+def _list_index(items: list, part: str) -> int | None:
+    if part.isdigit() and int(part) < len(items):
+        return int(part)
+    for i, item in enumerate(items):
+        if isinstance(item, dict) and item.get("name") == part:
+            return i
+    return None
+
+
+class _Fields:
+    """Reads typed fields out of one mapping and rejects keys nobody asked for."""
+
+    def __init__(self, data: dict, source: str, prefix: str = ""):
+        if not isinstance(data, dict):
+            raise SpecError(source, prefix.rstrip(".") or "<file>", data, "expected a mapping")
+        self.data, self.source, self.prefix, self.seen = data, source, prefix, set()
+
+    def name(self, key: str) -> str:
+        return self.prefix + key
+
+    def raw(self, key: str, default=None, required: bool = False):
+        self.seen.add(key)
+        if key not in self.data or self.data[key] is None:
+            if required:
+                raise SpecError(self.source, self.name(key), "<missing>", "this field is required")
+            return default
+        return self.data[key]
+
+    def integer(self, key: str, default=None, minimum: int = 1) -> int:
+        value = self.raw(key, default, required=default is None)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise SpecError(self.source, self.name(key), value, f"expected an integer >= {minimum}")
+        return value
+
+    def number(self, key: str, default=None, low: float = 0.0, high: float = float("inf")) -> float:
+        value = self.raw(key, default, required=default is None)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value <= high:
+            raise SpecError(self.source, self.name(key), value, f"expected a number in ({low}, {high}]")
+        return float(value)
+
+    def choice(self, key: str, allowed: tuple, default=None) -> str:
+        value = self.raw(key, default, required=default is None)
+        if value not in allowed:
+            raise SpecError(self.source, self.name(key), value, f"expected one of {', '.join(allowed)}")
+        return value
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.raw(key, default)
+        if not isinstance(value, bool):
+            raise SpecError(self.source, self.name(key), value, "expected true or false")
+        return value
+
+    def unit(self, key: str, parse, default=None) -> float:
+        value = self.raw(key, default, required=default is None)
+        return parse(value, self.source, self.name(key))
+
+    def done(self, ignored: tuple = ()) -> None:
+        unknown = [k for k in self.data if k not in self.seen and k not in ignored]
+        if unknown:
+            raise SpecError(self.source, self.name(unknown[0]), self.data[unknown[0]],
+                            f"unknown field (allowed: {', '.join(sorted(self.seen))})")
+
+
+def model_from_mapping(data: dict, source: str) -> ModelSpec:
+    if "model_type" in data or "num_hidden_layers" in data:
+        return _model_from_hf(data, source)
+    f = _Fields(data, source)
+    hidden = f.integer("hidden")
+    heads = f.integer("heads")
+    if hidden % heads:
+        raise SpecError(source, "hidden", hidden, f"must be divisible by heads ({heads})")
+    kv_heads = f.integer("kv_heads", heads)
+    if kv_heads > heads or heads % kv_heads:
+        raise SpecError(source, "kv_heads", kv_heads, f"must divide heads ({heads})")
+    moe_raw = f.raw("moe")
+    moe = None
+    if moe_raw is not None:
+        m = _Fields(moe_raw, source, "moe.")
+        moe = MoESpec(experts=m.integer("experts"), top_k=m.integer("top_k"),
+                      expert_ffn_hidden=m.integer("expert_ffn_hidden"),
+                      shared_expert_ffn_hidden=m.integer("shared_expert_ffn_hidden", 0, minimum=0),
+                      capacity_factor=m.number("capacity_factor", 0.0, low=-1e-9) if "capacity_factor" in moe_raw
+                      else 0.0)
+        m.done()
+        if moe.top_k > moe.experts:
+            raise SpecError(source, "moe.top_k", moe.top_k, f"must be <= experts ({moe.experts})")
+    spec = ModelSpec(
+        name=str(f.raw("name", Path(source).stem)),
+        layers=f.integer("layers"), hidden=hidden, heads=heads, kv_heads=kv_heads,
+        ffn_hidden=f.integer("ffn_hidden", 4 * hidden), vocab=f.integer("vocab"),
+        activation=f.choice("activation", ACTIVATIONS, "gelu"),
+        norm=f.choice("norm", NORMS, "layernorm"),
+        tied_embeddings=f.boolean("tied_embeddings", False),
+        position_embedding=f.choice("position_embedding", POSITION_EMBEDDINGS, "rotary"),
+        attention_kernel=f.choice("attention_kernel", ATTENTION_KERNELS, "flash"),
+        dropout=f.boolean("dropout", False),
+        max_position=f.integer("max_position", 0, minimum=0),
+        moe=moe,
+    )
+    f.done()
+    return spec
+
+
+HF_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe")
+HF_ACTIVATIONS = ("silu", "swish", "gelu", "gelu_new", "gelu_pytorch_tanh")
+
+
+def _model_from_hf(data: dict, source: str) -> ModelSpec:
+    """A Hugging Face config.json of a decoder family we model (HF_MODEL_TYPES): grouped-query
+    attention with an explicit `head_dim`, tied embeddings, and Mixtral / Qwen MoE blocks."""
+    def need(key, default=None):
+        value = default if data.get(key) is None else data[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(source, key, value if key in data else "<missing>",
+                            "expected a positive integer in this Hugging Face config")
+        return value
+    model_type = data.get("model_type", "<missing>")
+    if model_type not in HF_MODEL_TYPES:
+        raise SpecError(source, "model_type", model_type,
+                        f"not a model family rapid-sweep models (supported: {', '.join(HF_MODEL_TYPES)})")
+    act = data.get("hidden_act", "silu")
+    if act not in HF_ACTIVATIONS:
+        raise SpecError(source, "hidden_act", act, f"expected one of {', '.join(HF_ACTIVATIONS)}")
+    tied = data.get("tie_word_embeddings", False)
+    if not isinstance(tied, bool):
+        raise SpecError(source, "tie_word_embeddings", tied, "expected true or false")
+    heads = need("num_attention_heads")
+    kv_heads = need("num_key_value_heads", heads)
+    if kv_heads > heads or heads % kv_heads:
+        raise SpecError(source, "num_key_value_heads", kv_heads,
+                        f"expected a divisor of num_attention_heads ({heads})")
+    hidden = need("hidden_size")
+    head_dim = need("head_dim", hidden // heads if hidden % heads == 0 else None)
+    shared = data.get("shared_expert_intermediate_size") or 0
+    if shared:
+        raise SpecError(source, "shared_expert_intermediate_size", shared,
+                        "shared experts are not modelled yet; a config without them (0 or absent) is")
+    experts_key = "num_local_experts" if "num_local_experts" in data else "num_experts"
+    moe = None
+    if data.get(experts_key):
+        ffn_key = "moe_intermediate_size" if "moe_intermediate_size" in data else "intermediate_size"
+        moe = MoESpec(experts=need(experts_key), top_k=need("num_experts_per_tok"), expert_ffn_hidden=need(ffn_key))
+        if moe.top_k > moe.experts:
+            raise SpecError(source, "num_experts_per_tok", moe.top_k, f"expected at most {experts_key} ({moe.experts})")
+    elif model_type.endswith("_moe") or model_type == "mixtral":
+        raise SpecError(source, experts_key, data.get(experts_key, "<missing>"),
+                        f"a {model_type} config needs a positive expert count")
+    return ModelSpec(
+        name=str(data.get("_name_or_path") or Path(source).parent.name or "hf-model"),
+        layers=need("num_hidden_layers"), hidden=hidden, heads=heads, kv_heads=kv_heads,
+        ffn_hidden=need("intermediate_size"), vocab=need("vocab_size"),
+        # every family here gates its MLP, act(gate) * up (three matrices); hidden_act only
+        # picks the function, which costs the same pointwise pass
+        activation="swiglu", norm="rmsnorm",
+        tied_embeddings=tied, position_embedding="rotary", attention_kernel="flash", moe=moe,
+        attention_head_dim=0 if head_dim * heads == hidden else head_dim,
+    )
+
+
+def _memory_level(data, source: str, prefix: str, capacity_key: str) -> MemoryLevel:
+    f = _Fields(data, source, prefix)
+    level = MemoryLevel(capacity_bytes=f.unit(capacity_key, units.parse_bytes),
+                        bandwidth_bps=f.unit("bandwidth", units.parse_bandwidth))
+    f.done()
+    if level.capacity_bytes <= 0:
+        raise SpecError(source, f.name(capacity_key), f.data[capacity_key], "expected a positive size such as 80 GB")
+    return level
+
+
+def _gpu_from_mapping(data, source: str) -> GpuSpec:
+    f = _Fields(data, source, "gpu.")
+    flops_raw = f.raw("peak_flops", required=True)
+    if not isinstance(flops_raw, dict) or not flops_raw:
+        raise SpecError(source, "gpu.peak_flops", flops_raw, "expected a mapping dtype -> FLOP/s")
+    peak = []
+    for dtype, value in flops_raw.items():
+        if dtype not in DTYPES:
+            raise SpecError(source, f"gpu.peak_flops.{dtype}", value, f"dtype must be one of {', '.join(DTYPES)}")
+        peak.append((dtype, units.parse_flops(value, source, f"gpu.peak_flops.{dtype}")))
+    gpu = GpuSpec(
+        name=str(f.raw("name", "gpu")), peak_flops=tuple(peak), sm_count=f.integer("sm_count"),
+        clock_hz=f.unit("clock", units.parse_frequency),
+        register_bytes_per_sm=f.unit("registers_per_sm", units.parse_bytes, "256 KiB"),
+        sram=_memory_level(f.raw("sram", required=True), source, "gpu.sram.", "capacity_per_sm"),
+        l2=_memory_level(f.raw("l2", required=True), source, "gpu.l2.", "capacity"),
+        hbm=_memory_level(f.raw("hbm", required=True), source, "gpu.hbm.", "capacity"),
+        launch_overhead_s=f.unit("launch_overhead", units.parse_time, "4 us"),
+        mma_sync_share=f.number("mma_sync_share", 1.0, high=1.0),
+    )
+    f.done()
+    return gpu
+
+
+def _network_from_list(items, source: str) -> tuple:
+    if not isinstance(items, list) or not items:
+        raise SpecError(source, "network", items, "expected a non-empty list of dimensions, innermost first")
+    dims = []
+    for i, item in enumerate(items):
+        f = _Fields(item, source, f"network.{i}.")
+        size = f.raw("size", required=True)
+        if size != "auto" and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            raise SpecError(source, f.name("size"), size, "expected a positive integer or auto")
+        dims.append(NetworkDim(
+            name=str(f.raw("name", f"dim{i}")), topology=f.choice("topology", TOPOLOGIES),
+            size=0 if size == "auto" else size,
+            link_bandwidth_bps=f.unit("link_bandwidth", units.parse_bandwidth),
+            latency_s=f.unit("latency", units.parse_time),
+            efficiency=f.number("efficiency", 1.0, high=1.0),
+            oversubscription=f.number("oversubscription", 1.0, high=1e6),
+            switch_reduction=_fraction(f, "switch_reduction"),
+            ll_bandwidth_bps=_optional_bandwidth(f, "ll_bandwidth"),
+        ))
+        f.done()
+    if any(d.size == 0 for d in dims[:-1]):
+        raise SpecError(source, "network", "auto", "only the outermost dimension may have size auto")
+    return tuple(dims)
+
+
+def _fraction(f, key: str) -> float:
+    """An optional share in [0, 1], 0 when absent."""
+    value = f.raw(key, 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise SpecError(f.source, f.name(key), value, "expected a share in [0, 1] (0 = none)")
+    return float(value)
+
+
+def _optional_bandwidth(f, key: str) -> float:
+    """An optional bandwidth in bytes per second, 0 when absent."""
+    value = f.raw(key)
+    return 0.0 if value is None else units.parse_bandwidth(value, f.source, f.name(key))
+
+
+def _faults_from_list(items, source: str) -> tuple:
+    if not isinstance(items, list):
+        raise SpecError(source, "faults", items, "expected a list of {link: [a, b], factor: f}")
+    faults = []
+    for i, item in enumerate(items):
+        f = _Fields(item, source, f"faults.{i}.")
+        link = f.raw("link", required=True)
+        if (not isinstance(link, list) or len(link) != 2
+                or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in link)):
+            raise SpecError(source, f.name("link"), link, "expected two node ids [a, b]")
+        factor = f.raw("factor", required=True)
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 <= factor <= 1:
+            raise SpecError(source, f.name("factor"), factor, "expected a bandwidth factor in [0, 1] (0 = link down)")
+        faults.append(LinkFault(link[0], link[1], float(factor),
+                                f.unit("extra_latency", units.parse_time, 0)))
+        f.done()
+    return tuple(faults)
+
+
+def hardware_from_mapping(data: dict, source: str) -> HardwareSpec:
+    f = _Fields(data, source)
+    cal_raw = f.raw("calibration", {})
+    c = _Fields(cal_raw, source, "calibration.")
+    calibration = Calibration(
+        compute_efficiency=c.number("compute_efficiency", 1.0, high=1.0),
+        fp8_efficiency=c.number("fp8_efficiency", 1.0, high=1.0),
+        attention_efficiency=c.number("attention_efficiency", 1.0, high=1.0),
+        memory_efficiency=c.number("memory_efficiency", 1.0, high=1.0),
+        stream_efficiency=c.number("stream_efficiency", 1.0, high=1.0),
+        network_efficiency=c.number("network_efficiency", 1.0, high=1.0),
+        kernel_overhead_s=c.unit("kernel_overhead", units.parse_time, 0),
+        collective_step_s=c.unit("collective_step", units.parse_time, 0),
+        decode_attention_rate=c.number("decode_attention_rate", 0.0, low=-1e-12, high=1e3),
+    )
+    c.done(ignored=("fitted_on", "notes"))
+    spec = HardwareSpec(
+        name=str(f.raw("name", Path(source).stem)),
+        gpu=_gpu_from_mapping(f.raw("gpu", required=True), source),
+        network=_network_from_list(f.raw("network", required=True), source),
+        calibration=calibration, dtype=f.choice("dtype", DTYPES, "bf16"),
+        source=str(f.raw("source", "")),
+        faults=_faults_from_list(f.raw("faults", []), source),
+    )
+    f.done()
+    if spec.dtype not in dict(spec.gpu.peak_flops):
+        raise SpecError(source, "dtype", spec.dtype,
+                        f"expected a dtype gpu.peak_flops rates: {', '.join(d for d in dict(spec.gpu.peak_flops) if d in DTYPES)}")
+    return spec
+
+
+def _freeze(overrides: dict | None) -> tuple:
+    return tuple(sorted((str(k), json.dumps(v, sort_keys=True)) for k, v in (overrides or {}).items()))
+
+
+@lru_cache(maxsize=64)
+def _parsed(text: str, source: str, as_json: bool) -> dict:
+    """A file's mapping, parsed once per content: a search meets a new override set on
+    nearly every point, and parsing YAML costs far more than building the spec."""
+    return parse_mapping(text, source, Path(source).name, as_json)
+
+
+def _with_overrides(text: str, source: str, as_json: bool, frozen: tuple) -> dict:
+    """A private copy of the parsed file with the overrides applied (the cached parse stays untouched)."""
+    raw, overrides = _parsed(text, source, as_json), {k: json.loads(v) for k, v in frozen}
+    return apply_overrides(raw, overrides, source) if overrides else copy.deepcopy(raw)
+
+
+@lru_cache(maxsize=512)
+def _load_model_cached(text: str, source: str, as_json: bool, frozen: tuple) -> ModelSpec:
+    return model_from_mapping(_with_overrides(text, source, as_json, frozen), source)
+
+
+@lru_cache(maxsize=512)
+def _load_hardware_cached(text: str, source: str, as_json: bool, frozen: tuple) -> HardwareSpec:
+    return hardware_from_mapping(_with_overrides(text, source, as_json, frozen), source)
+
+
+def load_model(ref, overrides: dict | None = None) -> ModelSpec:
+    """A preset name, a model YAML or a Hugging Face config.json, with dotted overrides."""
+    return _load_model_cached(*_resolve(ref, "models"), _freeze(overrides))
+
+
+def load_hardware(ref, overrides: dict | None = None) -> HardwareSpec:
+    """A GPU preset name or a hardware YAML, with dotted overrides (`gpu.hbm.bandwidth`)."""
+    return _load_hardware_cached(*_resolve(ref, "gpus"), _freeze(overrides))
+
+
+def with_dtype(hw: HardwareSpec, dtype: str, source: str, field: str) -> HardwareSpec:
+    """The hardware computing in `dtype`, which its GPU must have a peak for."""
+    if dtype not in COMPUTE_DTYPES:
+        raise SpecError(source, field, dtype, f"expected one of {', '.join(COMPUTE_DTYPES)}")
+    if dtype not in dict(hw.gpu.peak_flops):
+        raise SpecError(source, field, dtype, f"{hw.gpu.name} has no {dtype} peak in gpu.peak_flops")
+    return dataclasses.replace(hw, dtype=dtype)

@@ -1,0 +1,6 @@
+"""`python -m sweep.cli`, the same as `rapid`."""
+import sys
+
+from . import main
+
+sys.exit(main())

@@ -1,0 +1,77 @@
+"""`rapid query RESULTS`: filter, sort and print a study's table, its Pareto front, or run SQL over it."""
+from core import SpecError
+
+from .args import POSITIVE
+from sweep.faults.samples import AGGREGATES, faults_summary
+from sweep.store.query import (FORMATS, knob_columns, pareto_front, pareto_objectives, query, render, results_folder,
+                               summary_columns)
+from sweep.search.fault_rows import per_point
+from sweep.store.parts import read_results
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("results", metavar="RESULTS", help="a study's results folder, or its study file")
+    parser.add_argument("--where", metavar="EXPR", help="SQL condition, e.g. \"feasible and tp >= 4\"")
+    parser.add_argument("--top", type=POSITIVE, metavar="N", help="at most N rows")
+    parser.add_argument("--by", metavar="COLUMN", help="sort by COLUMN, best first (highest for mfu and tokens_per_s)")
+    order = parser.add_mutually_exclusive_group()
+    order.add_argument("--asc", dest="descending", action="store_false", default=None, help="sort ascending")
+    order.add_argument("--desc", dest="descending", action="store_true", help="sort descending")
+    parser.add_argument("--columns", nargs="+", metavar="COLUMN",
+                        help="columns to show (default: knobs that vary and headline metrics for tables, all for csv/json)")
+    parser.add_argument("--sql", metavar="SELECT", help="SQL over the table, which is called results")
+    parser.add_argument("--pareto", metavar="COL,COL", help="only the non-dominated rows over these metrics "
+                        "(minimised; mfu and tokens_per_s maximised), e.g. step_time_s,memory_peak_gib; on a "
+                        "faults table also slowdown_p50/p95/max and step_time_p95_s, per point")
+    parser.add_argument("--format", choices=FORMATS, default="table")
+    parser.add_argument("--faults-summary", action="store_true",
+                        help="per point of a faults study: slowdown p50/p95/max and the links whose faults hurt most")
+
+
+def run(args) -> int:
+    folder = results_folder(args.results)
+    whole = read_results(folder)
+    if args.faults_summary:
+        render(_faults_summary(whole, folder, args), args.format,
+               title=f"{folder}: slowdown under faults per point, most fragile first")
+        return 0
+    if args.sql:
+        given = [option for option, value in (("--where", args.where), ("--by", args.by), ("--top", args.top),
+                                              ("--columns", args.columns), ("--asc/--desc", args.descending),
+                                              ("--pareto", args.pareto)) if value is not None]
+        if given:
+            raise SpecError("command line", given[0], "with --sql",
+                            "the SELECT says which rows, columns and order; write them in it")
+    columns = args.columns
+    if columns is None and args.format == "table" and not args.sql:
+        columns = summary_columns(whole, knob_columns(folder))
+    table, by = whole, args.by
+    if args.pareto:
+        objectives = pareto_objectives(args.pareto)
+        aggregated = "fault_sample" in whole.column_names and any(c in AGGREGATES for c, _ in objectives)
+        table = pareto_front(query(per_point(whole) if aggregated else whole, where=args.where), objectives)
+        columns = columns and columns + [c for c, _ in objectives if c not in columns]
+        by = by or objectives[0][0]
+    result = query(table, where=args.where, by=by, top=args.top, descending=args.descending,
+                   columns=columns, sql=args.sql)
+    render(result, args.format, title=f"{folder} ({result.num_rows} of {whole.num_rows} rows)")
+    return 0
+
+
+def _faults_summary(whole, folder, args):
+    """The per-point fault summary of the rows --where keeps, sorted (most fragile first unless
+    --by), cut to --top and --columns."""
+    if args.sql or args.pareto:
+        raise SpecError("command line", "--faults-summary", "--sql" if args.sql else "--pareto",
+                        "summarises fault samples per point; use --where, --by, --top and --columns with it")
+    if "fault_sample" not in whole.column_names:
+        raise SpecError("command line", "--faults-summary", str(folder), "this table has no fault samples (no faults: block)")
+    rows = query(whole, where=args.where)
+    if rows.num_rows == 0:
+        raise SpecError("command line", "--where", args.where, "no row matches, so there is nothing to summarise")
+    if not any(sample >= 1 for sample in rows.column("fault_sample").to_pylist() if sample is not None):
+        raise SpecError("command line", "--where", args.where,
+                        "no fault sample (a row with fault_sample >= 1) matches, so there is nothing to summarise")
+    summary = faults_summary(rows, knob_columns(folder))
+    by, descending = (args.by, args.descending) if args.by else ("slowdown_p95", True)
+    return query(summary, by=by, top=args.top, descending=descending, columns=args.columns)

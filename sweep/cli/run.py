@@ -1,0 +1,251 @@
+"""`rapid run`: one configuration, as a readable breakdown or one JSON record."""
+import json
+import math
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from core import BACKENDS, InferWorkload, Parallelism, SpecError, TrainWorkload, estimate_memory, evaluate, list_presets
+from core.model.specs import (COMPUTE_DTYPES, GRAD_DTYPES, KV_DTYPES, MASTER_WEIGHTS, MAX_WORKLOAD_SIZE,
+                              OPTIMIZER_DTYPES, RECOMPUTE, SCHEDULES, WORKLOAD_SIZE_ALLOWED)
+from core.model.loader import load_hardware, load_model, with_dtype
+
+from .args import POSITIVE, check_folder_path
+from sweep.study.loader import OPTIONAL_WORKLOAD_KEYS, WORKLOAD_KEYS
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", help="model preset name, model YAML or Hugging Face config.json")
+    parser.add_argument("--hardware", help="GPU preset name or hardware YAML")
+    parser.add_argument("--list-presets", action="store_true", help="list model and GPU presets and exit")
+    parser.add_argument("--gpus", type=POSITIVE, help="total GPUs (default: dp*tp*pp*cp)")
+    parser.add_argument("--dp", default="auto", help="data-parallel degree, or auto = gpus/(tp*pp*cp)")
+    for axis, text in (("tp", "tensor"), ("pp", "pipeline"), ("cp", "context"), ("ep", "expert")):
+        parser.add_argument(f"--{axis}", type=POSITIVE, default=1, help=f"{text}-parallel degree")
+    parser.add_argument("--sp", action=_BooleanFlag, default=None,
+                        help="sequence parallelism (default: on when tp > 1 in training)")
+    parser.add_argument("--etp", type=int, default=0, help="expert tensor-parallel degree (default: tp)")
+    parser.add_argument("--first-stage-layers", type=int, default=0,
+                        help="layers on the first pipeline stage (default: Megatron's split)")
+    parser.add_argument("--last-stage-layers", type=int, default=0,
+                        help="layers on the last pipeline stage (default: Megatron's split)")
+    parser.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3),
+                        help="ZeRO stage (1 = Megatron's distributed optimizer)")
+    parser.add_argument("--overlap-grad-reduce", action="store_true",
+                        help="reduce gradients bucket by bucket during the backward (Megatron-Core)")
+    parser.add_argument("--overlap-param-gather", action="store_true",
+                        help="gather updated parameters during the next forward (Megatron-Core)")
+    parser.add_argument("--overlap-tp-comm", action="store_true",
+                        help="pipeline the sequence-parallel collectives with their GEMMs (TE userbuffers)")
+    parser.add_argument("--overlap-p2p-comm", action="store_true",
+                        help="hide pipeline sends behind the next chunk under the interleaved schedule")
+    parser.add_argument("--no-grad-accumulation-fusion", dest="grad_accumulation_fusion", action="store_false",
+                        help="add weight gradients into the main gradients with kernels of their own "
+                             "(PyTorch DDP / FSDP) instead of inside the weight-gradient GEMM (Megatron)")
+    parser.add_argument("--fused-cross-entropy", action="store_true",
+                        help="the loss holds 16-bit logits (fused kernel) instead of FP32 logits and gradient")
+    parser.add_argument("--grad-dtype", default="fp32", choices=GRAD_DTYPES,
+                        help="main gradients and their data-parallel reduction")
+    parser.add_argument("--master-weights", default="fp32", choices=MASTER_WEIGHTS,
+                        help="optimizer's master weights: fp32 (Megatron-Core), remainders or none/bf16 (apex)")
+    parser.add_argument("--optimizer-dtype", default="fp32", choices=OPTIMIZER_DTYPES,
+                        help="dtype of Adam's two moments")
+    parser.add_argument("--dtype", default=None, choices=COMPUTE_DTYPES,
+                        help="compute dtype (default: the hardware file's); fp8 runs GEMMs in FP8 only")
+    parser.add_argument("--fp8-params", action="store_true", help="keep weights in FP8 (no BF16 copy)")
+    parser.add_argument("--kv-dtype", default=None, choices=KV_DTYPES,
+                        help="inference KV-cache dtype (default: the activation dtype)")
+    parser.add_argument("--recompute", default="none", choices=RECOMPUTE)
+    parser.add_argument("--schedule", default="1f1b", choices=SCHEDULES)
+    parser.add_argument("--virtual-stages", type=POSITIVE, default=1, help="model chunks per stage (interleaved)")
+    parser.add_argument("--placement", default="tp,cp,dp,pp",
+                        help="order of the parallel axes over the NPUs, innermost first")
+    parser.add_argument("--mode", default="train", choices=("train", "infer"))
+    parser.add_argument("--global-batch", type=POSITIVE, default=None, help="sequences per training iteration")
+    parser.add_argument("--micro-batch", type=POSITIVE, default=1)
+    parser.add_argument("--seq", type=POSITIVE, default=None, help=f"training sequence length (default {DEFAULT_SEQ})")
+    for name, text in (("batch", "batch size"), ("prompt", "prompt tokens"), ("decode", "output tokens")):
+        parser.add_argument(f"--{name}", type=POSITIVE, default=None,
+                            help=f"inference {text} (default {INFERENCE_DEFAULTS[name]})")
+    parser.add_argument("--backend", default="analytical", choices=BACKENDS,
+                        help="closed forms, or a replay on the compiled network simulator")
+    parser.add_argument("--emit-traces", metavar="DIR",
+                        help="with an astra backend: write the replayed graph as Chakra traces <model>.<rank>.et")
+    parser.add_argument("--json", action="store_true", help="print one JSON record")
+
+
+class _BooleanFlag:
+    """--sp / --no-sp without argparse's BooleanOptionalAction help noise."""
+
+    def __new__(cls, option_strings, dest, **kwargs):
+        import argparse
+        return argparse.BooleanOptionalAction(option_strings, dest, **kwargs)
+
+
+def _positive(name: str, value: int) -> int:
+    if value < 1:
+        raise SpecError("command line", name, value, "expected a positive integer")
+    return value
+
+
+def _workload_size(name: str, value: int) -> int:
+    if not 1 <= value <= MAX_WORKLOAD_SIZE:
+        raise SpecError("command line", name, value, WORKLOAD_SIZE_ALLOWED)
+    return value
+
+
+def _at_least_zero(name: str, value: int) -> int:
+    if value < 0:
+        raise SpecError("command line", name, value, "expected 0 (the default) or a positive integer")
+    return value
+
+
+DEFAULT_SEQ = 2048
+INFERENCE_DEFAULTS = {"batch": 1, "prompt": 512, "decode": 128}
+# the workload's fields, as a study names them, are the flags of one mode
+MODE_ONLY = {mode: keys + OPTIONAL_WORKLOAD_KEYS[mode] for mode, keys in WORKLOAD_KEYS.items()}
+
+
+def _check_mode_flags(args) -> None:
+    """A flag of the other mode is refused, not ignored."""
+    for mode, names in MODE_ONLY.items():
+        given = [name for name in names if getattr(args, name) is not None]
+        if mode != args.mode and given:
+            flag = "--" + given[0].replace("_", "-")
+            raise SpecError("command line", flag, getattr(args, given[0]),
+                            f"applies to --mode {mode}; this run is --mode {args.mode}")
+
+
+def parse_config(args):
+    """(model, hardware, parallelism, workload, gpus) from parsed `rapid run` arguments."""
+    if not args.model:
+        raise SpecError("command line", "--model", "<missing>", "give a preset name or a file")
+    if not args.hardware:
+        raise SpecError("command line", "--hardware", "<missing>", "give a preset name or a file")
+    model, hw = load_model(args.model), load_hardware(args.hardware)
+    if args.dtype:
+        hw = with_dtype(hw, args.dtype, "command line", "--dtype")
+    tp, pp, cp, ep = (_positive(f"--{a}", getattr(args, a)) for a in ("tp", "pp", "cp", "ep"))
+    inner = tp * pp * cp
+    if args.dp == "auto":
+        gpus = _positive("--gpus", args.gpus if args.gpus is not None else inner)
+        if gpus % inner:
+            raise SpecError("command line", "--dp", "auto",
+                            f"gpus ({gpus}) is not a multiple of tp*pp*cp ({inner})")
+        dp = gpus // inner
+    else:
+        try:
+            dp = _positive("--dp", int(args.dp))
+        except ValueError:
+            raise SpecError("command line", "--dp", args.dp, "expected a positive integer or auto") from None
+        gpus = _positive("--gpus", args.gpus if args.gpus is not None else dp * inner)
+    _check_mode_flags(args)
+    train = args.mode == "train"
+    sp = args.sp if args.sp is not None else (train and tp > 1)
+    par = Parallelism(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, sp=sp, zero=args.zero,
+                      micro_batch=_positive("--micro-batch", args.micro_batch), recompute=args.recompute,
+                      schedule=args.schedule, virtual_stages=_positive("--virtual-stages", args.virtual_stages),
+                      placement=tuple(args.placement.split(",")), etp=_at_least_zero("--etp", args.etp),
+                      first_stage_layers=_at_least_zero("--first-stage-layers", args.first_stage_layers),
+                      last_stage_layers=_at_least_zero("--last-stage-layers", args.last_stage_layers),
+                      overlap_grad_reduce=args.overlap_grad_reduce, overlap_param_gather=args.overlap_param_gather,
+                      overlap_tp_comm=args.overlap_tp_comm, overlap_p2p_comm=args.overlap_p2p_comm,
+                      grad_dtype=args.grad_dtype, fp8_params=args.fp8_params,
+                      master_weights=args.master_weights, optimizer_dtype=args.optimizer_dtype,
+                      grad_accumulation_fusion=args.grad_accumulation_fusion,
+                      fused_cross_entropy=args.fused_cross_entropy)
+    if train:
+        global_batch = args.global_batch if args.global_batch is not None else dp * par.micro_batch
+        work = TrainWorkload(global_batch=_workload_size("--global-batch", global_batch),
+                             seq=_workload_size("--seq", args.seq or DEFAULT_SEQ))
+    else:
+        sizes = {name: getattr(args, name) or default for name, default in INFERENCE_DEFAULTS.items()}
+        work = InferWorkload(**{name: _workload_size(f"--{name}", value) for name, value in sizes.items()},
+                             kv_dtype=args.kv_dtype or "")
+    return model, hw, par, work, gpus
+
+
+def run(args) -> int:
+    if args.list_presets:
+        for kind, names in list_presets().items():
+            print(f"{kind}: {', '.join(names)}")
+        return 0
+    model, hw, par, work, gpus = parse_config(args)
+    if args.emit_traces and args.backend == "analytical":
+        raise SpecError("command line", "--emit-traces", args.emit_traces,
+                        "traces come from a replay: add --backend astra-hierarchical or astra-flattened")
+    if args.emit_traces:
+        check_folder_path("--emit-traces", args.emit_traces)
+    record = evaluate(model, hw, par, work, gpus, backend=args.backend, time_infeasible=True,
+                      emit_traces=args.emit_traces)
+    if args.json:
+        print(json.dumps(_jsonable({**record, "parameters": model.total_params(),
+                                    "active_parameters": model.active_params()}), sort_keys=True))
+    else:
+        _print_table(model, hw, par, work, gpus, record)
+    return 0
+
+
+def _jsonable(value):
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def _parameters(model) -> str:
+    """The parameter count modelled, so a mis-read config shows at a glance."""
+    text = f"{model.total_params() / 1e9:.2f} B parameters"
+    if model.moe is not None:
+        text += f", {model.active_params() / 1e9:.2f} B active"
+    return text
+
+
+def _seconds(value: float) -> str:
+    if value != value:
+        return "-"
+    if value >= 1:
+        return f"{value:.3f} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.2f} ms"
+    return f"{value * 1e6:.1f} us"
+
+
+def _print_table(model, hw, par, work, gpus, record) -> None:
+    console = Console()
+    layout = (f"dp={par.dp} tp={par.tp} pp={par.pp} cp={par.cp} ep={par.ep} sp={'on' if par.sp else 'off'} "
+              f"zero={par.zero} recompute={par.recompute} schedule={par.schedule}")
+    console.print(f"[bold]{model.name}[/] ({_parameters(model)}) on {gpus} x {hw.name}  ({work.mode})  {layout}")
+    step = record["step_time_s"]
+    table = Table(title="time", show_edge=False)
+    table.add_column("part")
+    table.add_column("seconds", justify="right")
+    table.add_column("share", justify="right")
+    for key, value in record["breakdown"].items():
+        label = key.removesuffix("_s").replace("comm_", "exposed comm: ")
+        table.add_row(label, _seconds(value), f"{100 * value / step:.1f} %")
+    label = "iteration" if work.mode == "train" else "request"
+    table.add_row(f"[bold]{label}[/]", f"[bold]{_seconds(step)}[/]", "100 %")
+    console.print(table)
+    mem = Table(title="memory per GPU (most loaded stage)", show_edge=False)
+    mem.add_column("kind")
+    mem.add_column("GiB", justify="right")
+    for key, value in record["memory"].items():
+        if value:
+            mem.add_row(key.removesuffix("_gib"), f"{value:.2f}")
+    mem.add_row("[bold]peak[/]", f"[bold]{record['memory_peak_gib']:.2f}[/]")
+    console.print(mem)
+    console.print(f"counted: {estimate_memory(model, hw, par, work).describe()}")
+    verdict = "fits" if record["feasible"] else f"[red]does not fit[/]: {record['infeasible_reason']}"
+    console.print(f"memory: {verdict}")
+    if record.get("replay_note"):
+        console.print(f"[yellow]note[/]: {record['replay_note']}")
+    for link in record.get("busiest_links", [])[:3]:
+        console.print(f"busy link {link['src']} -> {link['dst']} ({link['dim']}): "
+                      f"{100 * link['utilisation']:.1f} % of the {'iteration' if work.mode == 'train' else 'request'}")
+    line = f"MFU {100 * record['mfu']:.1f} %   tokens/s {record['tokens_per_s']:,.0f}"
+    if work.mode == "infer":
+        line += f"   TTFT {_seconds(record['ttft_s'])}   time per output token {_seconds(record['tpot_s'])}"
+    console.print(line)

@@ -1,0 +1,102 @@
+"""`rapid sweep STUDY`: run a study file and print what happened and the best configurations."""
+import json
+from pathlib import Path
+
+from core import SpecError
+
+from . import search as cmd_search
+from .args import POSITIVE, check_folder_path
+from sweep.execution.engine import run_study
+from sweep.faults.samples import faults_summary
+from sweep.study.plan import plan_study
+from sweep.store.query import knob_columns, query, render, summary_columns, wide_console
+from sweep.store.parts import read_results
+from sweep.study.loader import load_study
+
+SHOWN_REASONS = 5
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("study", metavar="STUDY", help="study file (YAML)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--address", help="run on an existing Ray cluster (host:port, or auto)")
+    where.add_argument("--local", action="store_true", help="a plain local process pool instead of Ray")
+    parser.add_argument("--workers", type=POSITIVE, help="worker processes (default: the machine's cores)")
+    parser.add_argument("--fresh", action="store_true", help="discard the existing table and start over")
+    parser.add_argument("--wait", action="store_true", help="if another sweep is writing the folder, wait for it")
+    parser.add_argument("--output", metavar="DIR", help="results folder (default: the study's output)")
+    parser.add_argument("--dry-run", action="store_true", help="plan only: counts and illegal reasons, nothing evaluated")
+    parser.add_argument("--json", action="store_true", help="print one JSON summary instead of tables")
+    parser.add_argument("--batch-points", type=POSITIVE, help="points per worker task (default: sized to the study)")
+    parser.add_argument("--part-rows", type=POSITIVE, default=20_000, help="rows per Parquet part at most")
+    parser.add_argument("--top", type=POSITIVE, default=10, help="best configurations to print")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def run(args) -> int:
+    study = load_study(args.study, output=args.output and str(checked_output(args.output)))
+    if study.search is not None:
+        if args.dry_run:
+            raise SpecError(study.path, "search", study.search.sampler,
+                            "--dry-run plans a grid; a search asks its points as it goes (drop --dry-run)")
+        return cmd_search.run(study, args)
+    if args.dry_run:
+        plan = plan_study(study)
+        if args.json:
+            print(json.dumps(plan_summary(study, plan)))
+        else:
+            print_plan(wide_console(), study, plan)
+        return 0
+    executor = "local" if args.local else "ray"
+    report = run_study(study, executor=executor, address=args.address, workers=args.workers, fresh=args.fresh,
+                       batch_points=args.batch_points, part_rows=args.part_rows,
+                       progress=not (args.quiet or args.json), wait=args.wait)
+    table = read_results(study.output)
+    feasible = sum(table.column("feasible").to_pylist())
+    if args.json:
+        print(json.dumps({**plan_summary(study, report.plan), "evaluated": report.evaluated,
+                          "feasible_evaluated": report.feasible, "infeasible_evaluated": report.infeasible,
+                          "skipped": report.skipped, "seconds": round(report.seconds, 3),
+                          "points_per_s": round(report.evaluated / report.seconds, 1) if report.seconds else None,
+                          "rows": table.num_rows, "feasible_rows": feasible, "parts_written": report.parts}))
+        return 0
+    console = wide_console()
+    plan = report.plan
+    print_plan(console, study, plan)
+    unit = "points" if study.faults is None else "fault-sample rows"
+    rate = f" in {report.seconds:.1f} s ({report.evaluated / report.seconds:,.0f} {unit}/s)" if report.seconds else ""
+    console.print(f"evaluated {report.evaluated} {unit}{rate}: {report.feasible} fit in memory, "
+                  f"{report.infeasible} do not (written, not timed); {report.skipped} already in the table")
+    by = "step_time_s" if study.mode == "train" else "tokens_per_s"
+    hint = f"--top 10 --by {by}" if study.faults is None else "--faults-summary"
+    console.print(f"table: {study.output}/ ({table.num_rows} rows, {feasible} feasible; "
+                  f"{report.parts} part(s) written now)  ->  rapid query {study.output} {hint}")
+    if study.faults is not None:
+        fragile = faults_summary(table, knob_columns(study.output)).slice(0, args.top)
+        render(fragile, "table", title=f"{fragile.num_rows} most fragile points under faults", console=console)
+        return 0
+    best = query(table, where="feasible", by=by, top=args.top,
+                 columns=summary_columns(table, knob_columns(study.output)))
+    render(best, "table", title=f"top {best.num_rows} by {by}", console=console)
+    return 0
+
+
+def checked_output(folder: str) -> Path:
+    """`--output DIR`: a folder, or a path where one can be made."""
+    check_folder_path("--output", folder)
+    return Path(folder)
+
+
+def plan_summary(study, plan) -> dict:
+    return {"study": study.name, "output": str(study.output), "combinations": plan.total,
+            "legal": len(plan.points), "illegal": plan.illegal_count,
+            "illegal_reasons": {plan.illegal_examples[p]: n for p, n in plan.illegal.most_common()}}
+
+
+def print_plan(console, study, plan) -> None:
+    console.print(f"[bold]{study.name}[/]: {plan.total} combinations in the space, "
+                  f"{len(plan.points)} legal, {plan.illegal_count} illegal (not written)")
+    for pattern, count in plan.illegal.most_common(SHOWN_REASONS):
+        console.print(f"  {count:>7}  illegal: {plan.illegal_examples[pattern]}")
+    if len(plan.illegal) > SHOWN_REASONS:
+        console.print(f"  {sum(c for _, c in plan.illegal.most_common()[SHOWN_REASONS:]):>7}  illegal for other reasons")

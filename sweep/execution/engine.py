@@ -1,0 +1,199 @@
+"""Run a study end to end: plan, skip what the table already holds, evaluate the rest on
+an executor, and write the results in parts as they stream in."""
+import json
+import math
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from importlib import metadata as package_metadata
+from pathlib import Path
+
+import pyarrow as pa
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+
+from core import MODEL_VERSION
+
+from . import raycluster
+from sweep.faults.samples import KEY_COLUMNS, fault_blocks, memory_fits
+from sweep.study.plan import Plan, definition_digests, locality_key, plan_study
+from .runner import make_executor, run_batches
+from sweep.study.space import AUTO
+from sweep.store.parts import DEFINITION_KEY, ResultStore
+from sweep.study.loader import Study
+from .worker import WorkContext, knob_type, unit_columns
+
+MAX_BATCH_POINTS = 512
+PART_ROWS = 20_000
+PART_SECONDS = 5.0
+
+
+@dataclass
+class SweepReport:
+    """What one `rapid sweep` did, for the end-of-run summary."""
+    plan: Plan
+    skipped: int = 0  # already in the table from an earlier run
+    evaluated: int = 0
+    feasible: int = 0
+    infeasible: int = 0
+    parts: int = 0
+    seconds: float = 0.0
+
+
+def run_study(study: Study, executor: str = "ray", address: str | None = None, workers: int | None = None,
+              fresh: bool = False, batch_points: int | None = None, part_rows: int = PART_ROWS,
+              part_seconds: float = PART_SECONDS, progress: bool = True, wait: bool = False) -> SweepReport:
+    """Plan the study (raises SpecError before touching the disk), then evaluate what is missing
+    while holding the output folder's lock (`wait`: queue behind another writer)."""
+    plan = plan_study(study)
+    if executor == "ray":
+        raycluster.preflight(address)
+    with ResultStore(study.output, study_metadata(study), fresh=fresh, wait=wait) as store:
+        return _evaluate_missing(study, plan, store, executor, address, workers, batch_points, part_rows,
+                                 part_seconds, progress)
+
+
+def _evaluate_missing(study, plan, store, executor, address, workers, batch_points, part_rows, part_seconds,
+                      progress) -> SweepReport:
+    context = work_context(study, plan.models, plan.hardware)
+    if study.faults is None:
+        done = store.done_ids()
+        todo = sorted((p for p in plan.points if p.point_id not in done), key=locality_key)
+        report = SweepReport(plan, skipped=len(plan.points) - len(todo))
+        rows = len(todo)
+    else:
+        done = store.done_keys(KEY_COLUMNS)
+        todo = fault_blocks(sorted(plan.points, key=locality_key), study.faults, done, memory_fits(context))
+        report = SweepReport(plan, skipped=len(done))  # rows: one per (point, sample)
+        rows = sum(block.stop - block.start for block in todo)
+    if not todo:
+        store.harmonise()
+        return report
+    runner = make_executor(executor, context, address, workers)
+    if progress:
+        Console(stderr=True).print(runner.note, highlight=False)
+    size = batch_points or max(1, min(MAX_BATCH_POINTS, math.ceil(len(todo) / (runner.workers * 8))))
+    batches = [todo[i:i + size] for i in range(0, len(todo), size)]
+    parts = _PartBuffer(store, part_rows, part_seconds)
+    start = time.perf_counter()
+    try:
+        with progress_bar(progress, rows, "points" if study.faults is None else "rows") as bar:
+            def on_table(table: pa.Table, batch) -> None:
+                feasible = sum(table.column("feasible").to_pylist())
+                report.evaluated += table.num_rows
+                report.feasible += feasible
+                report.infeasible += table.num_rows - feasible
+                parts.add(table)
+                bar.advance(table.num_rows)
+
+            run_batches(runner, batches, on_table)
+        report.seconds = time.perf_counter() - start  # the progress bar's span: one rate, not two
+    finally:
+        parts.flush()  # whatever finished is kept, even when the run stops early
+        runner.close()
+    report.parts = parts.written
+    store.harmonise()
+    return report
+
+
+def work_context(study: Study, models: tuple = (), hardware: tuple = ()) -> WorkContext:
+    """The per-study constants and column types every worker batch needs, with the spec
+    variants points index into (a search ships its variants with each batch instead)."""
+    constants = (("model", study.model), ("hardware", study.hardware), ("gpus", study.gpus),
+                 ("backend", study.backend)) + tuple(asdict(study.workload).items())
+    auto_types = {"dp": pa.int64(), "sp": pa.bool_()}
+    fields = tuple(pa.field(k.column, auto_types[k.name] if k.values == (AUTO,) else knob_type(k.probe_values))
+                   for k in study.space.knobs)
+    return WorkContext(models, hardware, study.workload, study.gpus, study.backend, constants, fields,
+                       unit_columns(study.space.knobs), study.faults)
+
+
+def study_metadata(study: Study) -> dict:
+    return {"study": study.text, "study_path": study.path, "study_name": study.name,
+            "knobs": ",".join(study.space.columns), "model_version": MODEL_VERSION,
+            DEFINITION_KEY: json.dumps(definition_digests(study), sort_keys=True),
+            "version": tool_version(), "git_commit": git_commit()}
+
+
+def tool_version() -> str:
+    try:
+        return package_metadata.version("rapid-sweep")
+    except package_metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 else "unknown"
+
+
+class _PartBuffer:
+    """Collects batch tables and writes them as one part every `rows` rows or `seconds` seconds."""
+
+    def __init__(self, store: ResultStore, rows: int, seconds: float):
+        self.store, self.rows, self.seconds = store, rows, seconds
+        self.tables, self.buffered, self.since, self.written = [], 0, time.monotonic(), 0
+
+    def add(self, table: pa.Table) -> None:
+        self.tables.append(table)
+        self.buffered += table.num_rows
+        if self.buffered >= self.rows or time.monotonic() - self.since >= self.seconds:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.tables:
+            self.store.write_part(self.tables)
+            self.written += 1
+        self.tables, self.buffered, self.since = [], 0, time.monotonic()
+
+
+class _RateColumn(ProgressColumn):
+    """Items over the whole elapsed time: the figure the end-of-run summary prints too."""
+
+    def __init__(self, unit: str):
+        super().__init__()
+        self.unit = unit
+
+    def render(self, task):
+        return f"{task.completed / task.elapsed:,.0f} {self.unit}/s" if task.elapsed and task.completed else ""
+
+
+class _NoBar:
+    def advance(self, n: int) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _Bar:
+    """A rich progress bar on stderr: points (or trials) done, rate, elapsed and ETA."""
+
+    def __init__(self, total: int, unit: str):
+        self.progress = Progress(TextColumn("evaluating"), BarColumn(), MofNCompleteColumn(), _RateColumn(unit),
+                                 TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                                 console=Console(stderr=True))
+        self.task = self.progress.add_task(unit, total=total)
+
+    def advance(self, n: int) -> None:
+        self.progress.advance(self.task, n)
+
+    def __enter__(self):
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.progress.stop()
+        return False
+
+
+def progress_bar(enabled: bool, total: int, unit: str = "points"):
+    return _Bar(total, unit) if enabled else _NoBar()

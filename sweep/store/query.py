@@ -1,0 +1,181 @@
+"""Filter, sort and print a study's results table; `--sql` runs DuckDB over it as `results`."""
+import json
+import math
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from rich.console import Console
+from rich.table import Table
+
+from core import SpecError
+
+from .parts import part_files, read_metadata
+
+HIGHER_IS_BETTER = ("mfu", "tokens_per_s")
+SUMMARY_METRICS = ("step_time_s", "ttft_s", "tpot_s", "mfu", "tokens_per_s", "memory_peak_gib")
+FORMATS = ("table", "csv", "json")
+READ_ONLY = {"enable_external_access": False, "lock_configuration": True}  # --sql reads no file, writes none
+WIDE_COLUMNS = 240  # when printing to a file or pipe, where rich would otherwise assume 80
+
+
+def results_folder(ref) -> Path:
+    """A results folder as given, or the output folder a study file names."""
+    path = Path(ref)
+    if path.is_file() and path.suffix in (".yaml", ".yml"):
+        from sweep.study.loader import load_study
+        path = load_study(path).output
+    if not part_files(path):
+        raise SpecError("command line", "RESULTS", str(ref), "no results table there (a folder of part-*.parquet, or a study file)")
+    return path
+
+
+def knob_columns(folder) -> list:
+    """The study's knob columns, as recorded in the table's metadata."""
+    knobs = read_metadata(folder).get("knobs", "")
+    return [k for k in knobs.split(",") if k]
+
+
+def summary_columns(table: pa.Table, knobs: list) -> list:
+    """point_id, the knobs that vary in `table`, the headline metrics the mode has, and in a
+    faults study the sample and its slowdown."""
+    varying = [k for k in knobs if k in table.column_names and len(set(table.column(k).to_pylist())) > 1]
+    metrics = [m for m in SUMMARY_METRICS if m in table.column_names and table.column(m).null_count < table.num_rows]
+    faults = [c for c in ("fault_sample", "slowdown") if c in table.column_names]
+    return ["point_id"] + varying + faults + metrics
+
+
+def query(table: pa.Table, where: str | None = None, by: str | None = None, top: int | None = None,
+          descending: bool | None = None, columns: list | None = None, sql: str | None = None) -> pa.Table:
+    """Rows of `table` matching the SQL condition `where`, sorted by `by` (best first), at most
+    `top`, restricted to `columns`; or the result of the SQL statement `sql` over `results`."""
+    connection = duckdb.connect(config=READ_ONLY)
+    connection.register("results", table)
+    if sql:
+        return _run(connection, sql, "--sql", sql)
+    names = set(table.column_names)
+    for column in (columns or []) + ([by] if by else []):
+        if column not in names:
+            raise SpecError("command line", "--by" if column == by else "--columns", column,
+                            f"no such column (have: {', '.join(table.column_names)})")
+    select = ", ".join(_quoted(c) for c in columns) if columns else "*"
+    statement = f"SELECT {select} FROM results"
+    if where:
+        statement += f" WHERE {where}"
+    if by:
+        down = by in HIGHER_IS_BETTER if descending is None else descending
+        statement += f" ORDER BY {_quoted(by)} {'DESC' if down else 'ASC'} NULLS LAST, {_row_key(names)}"
+    else:
+        statement += f" ORDER BY {_row_key(names)}" if "point_id" in names and (not columns or "point_id" in columns) else ""
+    if top is not None:
+        statement += f" LIMIT {int(top)}"
+    return _run(connection, statement, "--where", where or "")
+
+
+def pareto_front(table: pa.Table, objectives: list) -> pa.Table:
+    """The non-dominated rows of `table` over `objectives` [(column, maximize), ...], among rows
+    with a value in every objective column; one row per point_id where the table has several
+    (a search's repeated trials); sorted by the first objective, best first."""
+    for column, _ in objectives:
+        if column not in table.column_names:
+            raise SpecError("command line", "--pareto", column, f"no such column (have: {', '.join(table.column_names)})")
+        if not pa.types.is_integer(table.schema.field(column).type) and not pa.types.is_floating(table.schema.field(column).type):
+            raise SpecError("command line", "--pareto", column, "expected a numeric column")
+    valid = np.ones(table.num_rows, dtype=bool)
+    for column, _ in objectives:
+        valid &= pc.fill_null(pc.is_finite(table.column(column).cast(pa.float64())), False).to_numpy(zero_copy_only=False)
+    rows = table.filter(pa.array(valid))
+    if "point_id" in rows.column_names:
+        rows = first_per_point(rows)
+    # every objective as a cost to minimise, rows in lexicographic order: a dominator comes first
+    costs = np.column_stack([rows.column(c).cast(pa.float64()).to_numpy() * (-1.0 if up else 1.0)
+                             for c, up in objectives]) if rows.num_rows else np.zeros((0, len(objectives)))
+    order = np.lexsort(costs.T[::-1])
+    front = []
+    for i in order:
+        kept = costs[front]
+        if not np.any(np.all(kept <= costs[i], axis=1) & np.any(kept < costs[i], axis=1)):
+            front.append(i)
+    return rows.take(pa.array(front, pa.int64()))
+
+
+def first_per_point(table: pa.Table) -> pa.Table:
+    """The first row of each point_id, in table order (a search repeats points across trials)."""
+    seen = {}
+    for i, point in enumerate(table.column("point_id").to_pylist()):
+        seen.setdefault(point, i)
+    return table.take(pa.array(sorted(seen.values()), pa.int64()))  # typed: an empty list is no index
+
+
+def pareto_objectives(text: str) -> list:
+    """`step_time_s,memory_peak_gib` -> [(column, maximize)]: higher is better for mfu and tokens/s."""
+    columns = [c.strip() for c in text.split(",") if c.strip()]
+    if len(columns) < 2:
+        raise SpecError("command line", "--pareto", text, "expected two or more comma-separated metric columns")
+    return [(c, c in HIGHER_IS_BETTER) for c in columns]
+
+
+def _row_key(names) -> str:
+    """What identifies a row: point_id, with fault_sample in a faults study."""
+    return "point_id, fault_sample" if "fault_sample" in names else "point_id"
+
+
+def _quoted(column: str) -> str:
+    return '"' + column.replace('"', '""') + '"'
+
+
+def _run(connection, statement: str, option: str, given: str) -> pa.Table:
+    try:
+        relation = connection.sql(statement)
+    except duckdb.Error as err:
+        first = str(err).strip().splitlines()[0]
+        raise SpecError("command line", option, given, f"DuckDB could not run it ({first})") from None
+    if relation is None:
+        raise SpecError("command line", option, given, "expected a query that returns rows (SELECT ...)")
+    try:
+        return relation.to_arrow_table()
+    except duckdb.Error as err:
+        first = str(err).strip().splitlines()[0]
+        raise SpecError("command line", option, given, f"DuckDB could not run it ({first})") from None
+
+
+def wide_console() -> Console:
+    """A console that does not wrap tables at 80 columns when printing to a file or pipe."""
+    console = Console()
+    return console if console.is_terminal else Console(width=WIDE_COLUMNS)
+
+
+def render(table: pa.Table, fmt: str = "table", title: str | None = None, console: Console | None = None) -> None:
+    """Print `table` as a rich table, CSV or JSON lines' array."""
+    console = console or wide_console()
+    if fmt == "csv":
+        print(table.to_pandas().to_csv(index=False), end="")
+        return
+    if fmt == "json":
+        rows = [{k: _plain(v) for k, v in row.items()} for row in table.to_pylist()]
+        print(json.dumps(rows, indent=1))
+        return
+    view = Table(title=title, show_edge=False)
+    rows = [[_cell(v) for v in row.values()] for row in table.to_pylist()]
+    for i, name in enumerate(table.column_names):
+        numeric = not pa.types.is_string(table.schema.field(name).type)
+        widest = max([len(name)] + [len(r[i]) for r in rows]) if numeric else None
+        view.add_column(name, no_wrap=True, min_width=widest,  # numbers are never cut to "1.2…"
+                        justify="right" if numeric else "left")
+    for row in rows:
+        view.add_row(*row)
+    console.print(view)
+
+
+def _plain(value):
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def _cell(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)

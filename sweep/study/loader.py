@@ -1,0 +1,247 @@
+"""Study files: one YAML naming a model, a cluster, a workload and the knobs to sweep.
+
+`load_study` validates the whole file up front (every model and hardware variant is
+loaded once) so that a bad study fails with one line naming the file, the field, the
+value and what is allowed, before anything is written."""
+import json
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from core import BACKENDS, InferWorkload, SpecError, TrainWorkload, load_hardware, load_model
+from core.model.specs import COMPUTE_DTYPES, KV_DTYPES, MAX_WORKLOAD_SIZE, WORKLOAD_SIZE_ALLOWED
+from core.textfile import parse_mapping, read_text
+
+from .space import SPEC_KNOB_ALIASES, Space, Variant, parse_space
+
+if TYPE_CHECKING:
+    from .search_block import SearchSpec
+
+STUDY_KEYS = ("name", "description", "model", "hardware", "overrides", "gpus", "workload", "space",
+              "backend", "output", "seed", "variants", "baseline", "search", "faults")
+REQUIRED_KEYS = ("name", "model", "hardware", "gpus", "workload", "space")
+WORKLOAD_KEYS = {"train": ("global_batch", "seq"), "infer": ("batch", "prompt", "decode")}
+OPTIONAL_WORKLOAD_KEYS = {"train": (), "infer": ("kv_dtype",)}  # the KV cache's dtype; default: the activations'
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+SPEC_PREFIXES = ("model.", "hardware.")
+
+
+@dataclass(frozen=True)
+class Study:
+    """A validated study: what to model, on what, and the space of knobs to explore."""
+    name: str
+    path: str
+    text: str
+    model: str
+    hardware: str
+    model_overrides: tuple  # ((dotted path, value), ...) applied to every point
+    hardware_overrides: tuple
+    gpus: int
+    workload: TrainWorkload | InferWorkload
+    space: Space
+    backend: str
+    output: Path
+    seed: int
+    baseline: str = ""  # the variant speedups are measured against ("" without variants)
+    search: "SearchSpec | None" = None  # sample the space with Optuna instead of walking the grid
+    faults: object = None  # sweep.faults.samples.FaultSpec when the study samples link faults and stragglers
+
+    @property
+    def mode(self) -> str:
+        return self.workload.mode
+
+    def model_spec(self, knobs: tuple = ()):
+        """The model with the study's overrides plus a point's `model.*` knobs."""
+        return load_model(_spec_ref(self.model, self.path), dict(self.model_overrides + knobs))
+
+    def hardware_spec(self, knobs: tuple = ()):
+        """The hardware with the study's overrides plus a point's `hardware.*` knobs."""
+        return load_hardware(_spec_ref(self.hardware, self.path), dict(self.hardware_overrides + knobs))
+
+
+def load_study(path, output: str | None = None) -> Study:
+    """Parse and validate a study file; raises SpecError naming file, field, value, allowed.
+    `output` (the command line's --output) replaces the study's output folder, and with it
+    the default place of a search's Optuna storage."""
+    source = str(path)
+    text = read_text(path, kind="study file")
+    data = parse_mapping(text, source, Path(path).name)
+    for key in data:
+        if key not in STUDY_KEYS:
+            raise SpecError(source, str(key), data[key], f"unknown field (allowed: {', '.join(STUDY_KEYS)})")
+    for key in REQUIRED_KEYS:
+        if data.get(key) is None:
+            raise SpecError(source, key, "<missing>", "this field is required")
+    name = data["name"]
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        raise SpecError(source, "name", name, "expected letters, digits, '.', '_' or '-' (a folder name)")
+    if not isinstance(data.get("description", ""), str):
+        raise SpecError(source, "description", data["description"], "expected text (shown at the top of the report)")
+    gpus = data["gpus"]
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise SpecError(source, "gpus", gpus, "expected a positive integer")
+    backend = data.get("backend", "analytical")
+    if backend not in BACKENDS:
+        raise SpecError(source, "backend", backend, f"expected one of {', '.join(BACKENDS)}")
+    seed = data.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise SpecError(source, "seed", seed, "expected a non-negative integer")
+    output = data.get("output", f"results/{name}") if output is None else output
+    if not isinstance(output, str) or not output.strip():
+        raise SpecError(source, "output", output, "expected a folder path")
+    if Path(output).exists() and not Path(output).is_dir():
+        raise SpecError(source, "output", output, "exists and is not a folder")
+    for key in ("model", "hardware"):
+        if not isinstance(data[key], str):
+            raise SpecError(source, key, data[key], "expected a preset name or a file path")
+    model_overrides, hardware_overrides = _split_overrides(data.get("overrides") or {}, source)
+    workload = _workload(data["workload"], source)
+    variants, baseline = _variants(data, source)
+    space = parse_space(data["space"], source, workload.mode, gpus, variants)
+    search = None
+    if data.get("search") is not None:
+        from .search_block import parse_search  # here, not on top: it needs sweep.worker, which needs this module
+        search = parse_search(data["search"], source, Path(output), seed, has_faults=data.get("faults") is not None)
+    elif space.ranges:
+        knob = space.ranges[0]
+        raise SpecError(source, f"space.{knob.name}", data["space"][knob.name],
+                        "a range needs a search: block (a grid enumerates lists only)")
+    study = Study(name=name, path=source, text=text, model=data["model"], hardware=data["hardware"],
+                  model_overrides=model_overrides, hardware_overrides=hardware_overrides, gpus=gpus,
+                  workload=workload, space=space, backend=backend, output=Path(output), seed=seed,
+                  baseline=baseline, search=search)
+    _check_specs(study)
+    if data.get("faults") is not None:
+        study = replace(study, faults=_faults(data["faults"], study))
+    return study
+
+
+def _faults(data, study: Study):
+    """The faults block, checked against the study's backend, mode and network."""
+    from sweep.faults.samples import parse_faults
+
+    hw = study.hardware_spec()
+    links = set()
+    if study.backend.startswith("astra"):
+        from core.replay.faults import undirected
+        from core.replay.network import astra_network
+        links = set(undirected(astra_network(hw, study.gpus).links()))
+    names = tuple(dim.name for dim in hw.dims_for(study.gpus))
+    return parse_faults(data, study.path, study.backend, study.mode, names, links, study.gpus)
+
+
+def _spec_ref(ref: str, study_path: str) -> str:
+    """A file reference relative to the study file when it exists there, else as written."""
+    beside = Path(study_path).parent / ref
+    return str(beside) if ("/" in ref or ref.endswith((".yaml", ".yml", ".json"))) and beside.is_file() else ref
+
+
+def _split_overrides(overrides, source: str, field: str = "overrides") -> tuple[tuple, tuple]:
+    if not isinstance(overrides, dict):
+        raise SpecError(source, field, overrides, "expected a mapping of dotted paths to values")
+    model, hardware = [], []
+    for path, value in overrides.items():
+        path = str(path)
+        if not path.startswith(SPEC_PREFIXES) or path in SPEC_PREFIXES:
+            raise SpecError(source, f"{field}.{path}", value,
+                            "expected a dotted path starting with model. or hardware. (e.g. hardware.gpu.hbm.bandwidth)")
+        target = model if path.startswith("model.") else hardware
+        target.append((path.split(".", 1)[1], value))
+    return tuple(sorted(model)), tuple(sorted(hardware))
+
+
+def _variants(data: dict, source: str) -> tuple[tuple, str]:
+    """The `variants:` block (name -> dotted overrides) and the `baseline` it is compared with."""
+    block = data.get("variants")
+    if block is None:
+        if "baseline" in data:
+            raise SpecError(source, "baseline", data["baseline"], "needs a variants: block to name one of")
+        return (), ""
+    if not isinstance(block, dict) or not block:
+        raise SpecError(source, "variants", block, "expected a mapping of variant name -> {model.<path>|hardware.<path>: value}")
+    variants, seen = [], {}
+    for name, overrides in block.items():
+        if not isinstance(name, str) or not NAME_PATTERN.match(name):
+            raise SpecError(source, f"variants.{name}", overrides, "expected a name of letters, digits, '.', '_' or '-'")
+        model, hardware = _split_overrides({} if overrides is None else overrides, source, f"variants.{name}")
+        key = json.dumps([model, hardware], sort_keys=True, default=str)  # a value may be a list (a network)
+        if key in seen:
+            raise SpecError(source, f"variants.{name}", overrides, f"the same overrides as variant {seen[key]}")
+        seen[key] = name
+        variants.append(Variant(name, model, hardware))
+    baseline = data.get("baseline", variants[0].name)
+    if baseline not in block:
+        raise SpecError(source, "baseline", baseline, f"expected one of the variants: {', '.join(block)}")
+    return tuple(variants), baseline
+
+
+def _workload(data, source: str):
+    if not isinstance(data, dict):
+        raise SpecError(source, "workload", data, "expected a mapping with mode and its sizes")
+    mode = data.get("mode")
+    if mode not in WORKLOAD_KEYS:
+        raise SpecError(source, "workload.mode", mode if mode is not None else "<missing>",
+                        f"expected one of {', '.join(WORKLOAD_KEYS)}")
+    allowed = ("mode",) + WORKLOAD_KEYS[mode] + OPTIONAL_WORKLOAD_KEYS[mode]
+    for key in data:
+        if key not in allowed:
+            raise SpecError(source, f"workload.{key}", data[key], f"unknown field for mode {mode} (allowed: {', '.join(allowed)})")
+    sizes = {}
+    for key in WORKLOAD_KEYS[mode]:
+        value = data.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WORKLOAD_SIZE:
+            raise SpecError(source, f"workload.{key}", value if key in data else "<missing>", WORKLOAD_SIZE_ALLOWED)
+        sizes[key] = value
+    if mode == "train":
+        return TrainWorkload(**sizes)
+    kv_dtype = data.get("kv_dtype", "")
+    if kv_dtype != "" and kv_dtype not in KV_DTYPES:
+        raise SpecError(source, "workload.kv_dtype", kv_dtype, f"expected one of {', '.join(KV_DTYPES)}")
+    return InferWorkload(**sizes, kv_dtype=kv_dtype)
+
+
+def _check_specs(study: Study) -> None:
+    """Load the model and every hardware/model variant the space asks for, naming the study field on error."""
+    try:
+        study.model_spec()
+    except SpecError as err:
+        raise _rehome(err, study, "model", study.model) from None
+    try:
+        study.hardware_spec()
+    except SpecError as err:
+        raise _rehome(err, study, "hardware", study.hardware) from None
+    for kind, variants in (("model", study.space.model_variants()), ("hardware", study.space.hardware_variants())):
+        for knobs in variants:
+            try:
+                study.model_spec(knobs) if kind == "model" else study.hardware_spec(knobs)
+            except SpecError as err:
+                raise _rehome(err, study, kind, None) from None
+    for variant in study.space.variants:
+        for kind, overrides, load in (("model", variant.model_overrides, study.model_spec),
+                                      ("hardware", variant.hardware_overrides, study.hardware_spec)):
+            try:
+                load(overrides)
+            except SpecError as err:
+                field = f"variants.{variant.name}.{kind}.{err.field}" if err.field in dict(overrides) else \
+                    f"variants.{variant.name} ({kind} {err.source}): {err.field}"
+                raise SpecError(study.path, field, err.value, err.allowed) from None
+
+
+def _rehome(err: SpecError, study: Study, kind: str, ref) -> SpecError:
+    """Core's error about a spec field, restated as the study field that set it."""
+    if err.field in (kind, "<file>") and ref is not None:
+        return SpecError(study.path, kind, ref, f"{err.allowed} ({err.source})" if err.source else err.allowed)
+    overrides = study.model_overrides if kind == "model" else study.hardware_overrides
+    if err.field in dict(overrides):
+        return SpecError(study.path, f"overrides.{kind}.{err.field}", err.value, err.allowed)
+    space_field = f"{kind}.{err.field}"
+    for name in study.space.names:
+        if SPEC_KNOB_ALIASES.get(name, name) == space_field:
+            allowed = err.allowed
+            if name == "dtype":  # the short knob takes compute dtypes only
+                rated = dict(study.hardware_spec().gpu.peak_flops)
+                allowed = (f"expected one of {', '.join(d for d in COMPUTE_DTYPES if d in rated)}, "
+                           f"the compute dtypes {study.hardware} has a peak for")
+            return SpecError(study.path, f"space.{name}", err.value, allowed)
+    return SpecError(study.path, f"{kind} ({err.source}): {err.field}", err.value, err.allowed)
