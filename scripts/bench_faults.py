@@ -12,7 +12,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from sweep.execution.engine import run_study, work_context
-from sweep.faults.samples import evaluate_blocks, FaultBlock, memory_fits
+from sweep.faults.evaluate import evaluate_blocks
+from sweep.faults.draws import FaultBlock, memory_fits
 from sweep.study.plan import plan_study
 from sweep.study.loader import load_study
 

@@ -14,7 +14,8 @@ from core.replay.network import astra_dims
 from core import SpecError
 from sweep.cli import main
 from sweep.execution.engine import run_study
-from sweep.faults.samples import fault_aggregates, fault_blocks, faults_summary
+from sweep.faults.summary import fault_aggregates, faults_summary
+from sweep.faults.draws import fault_blocks
 from sweep.store.parts import read_results
 from sweep.study.loader import load_study
 from killing import sigkill_after_parts
@@ -128,7 +129,7 @@ def test_points_that_differ_only_in_hardware_meet_the_same_faults(tmp_path):
 
 
 def test_faults_are_drawn_per_layout_by_the_fields_it_sets():
-    from sweep.faults.samples import layout_text
+    from sweep.faults.draws import layout_text
     from sweep.study.plan import PARALLELISM_FIELDS
 
     layout = core.Parallelism(tp=2, pp=4, zero=1)

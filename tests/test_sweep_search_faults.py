@@ -8,7 +8,7 @@ import optuna
 import pytest
 import yaml
 
-import sweep.faults.samples
+import sweep.faults.evaluate
 from sweep.cli import main
 from sweep.execution.engine import run_study
 from sweep.search.loop import run_search
@@ -53,8 +53,8 @@ def search_rows(folder) -> list:
 
 
 def test_trials_write_sample_rows_and_are_told_the_tail_of_their_point(tmp_path, monkeypatch):
-    sampled, sample_faults = [], sweep.faults.samples.sample_faults
-    monkeypatch.setattr(sweep.faults.samples, "sample_faults", lambda spec, point, index, *rest:
+    sampled, sample_faults = [], sweep.faults.evaluate.sample_faults
+    monkeypatch.setattr(sweep.faults.evaluate, "sample_faults", lambda spec, point, index, *rest:
                         sampled.append((point.point_id, index)) or sample_faults(spec, point, index, *rest))
     study = load_study(study_file(tmp_path, "tail"))
     report = run_search(study, executor="inprocess", progress=False)
@@ -90,8 +90,8 @@ def test_more_trials_answer_known_points_from_the_table_without_sampling(tmp_pat
     run_search(study, executor="inprocess", progress=False)
     before = search_rows(study.output)
     points = {r["point_id"] for r in before}
-    sampled, sample_faults = [], sweep.faults.samples.sample_faults
-    monkeypatch.setattr(sweep.faults.samples, "sample_faults", lambda spec, point, index, *rest:
+    sampled, sample_faults = [], sweep.faults.evaluate.sample_faults
+    monkeypatch.setattr(sweep.faults.evaluate, "sample_faults", lambda spec, point, index, *rest:
                         sampled.append(point.point_id) or sample_faults(spec, point, index, *rest))
     more = load_study(study_file(tmp_path, "again", search={**SEARCH, "trials": 24}))
     report = run_search(more, executor="inprocess", progress=False)

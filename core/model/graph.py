@@ -237,7 +237,6 @@ def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerG
 
 
 def _mlp(model, hw, shape, add, enter_tp, leave_tp, fwd, bwd, T_norm):
-    el = hw.act_bytes
     t, T, h = shape.tp, shape.tokens, model.hidden
     gated = model.activation == "swiglu"
     width = 2 if gated else 1

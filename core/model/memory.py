@@ -269,7 +269,6 @@ def inference_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, batch
     batch x the longest sequence; the free-memory fraction, kv_cache_free_gpu_mem_fraction, 0.85
     in that period's kvCacheConfig.h, sizes only the in-flight batcher's pool); one activation
     workspace for the largest pass, the prefill; no caching allocator, so no fragmentation."""
-    el = hw.act_bytes
     t = par.tp
     kv_dim = max(1, model.kv_heads // t) * model.head_dim
     layers = max(stage_layers(model.layers, par))

@@ -1,24 +1,24 @@
-"""The `rapid` command: one subcommand per module, each with `add_arguments` and `run`."""
+"""The `rapid` command: one subcommand per module, each with `add_arguments` and `run`.
+
+A command's module is imported only when that command runs, so `rapid run` never pays for
+Optuna, plotly, pandas or Ray, which only `sweep`, `search` and `report` need."""
 import argparse
+import importlib
 import os
 import signal
 import sys
 import threading
 
-from astra_backend import netcli
-from core import SpecError
-from core.chakra import cli as replaycli
-
-from . import query as cmd_query, report as cmd_report, run as cmd_run, sweep as cmd_sweep, validate as cmd_validate
+from core.errors import SpecError
 
 COMMANDS = {
-    "run": (cmd_run, "predict one configuration (training step or inference request)"),
-    "validate": (cmd_validate, "compare predictions with published measurements"),
-    "sweep": (cmd_sweep, "run a study file: enumerate, prune, evaluate, write a Parquet table"),
-    "query": (cmd_query, "filter, sort and print a study's results table, or run SQL over it"),
-    "report": (cmd_report, "draw a study's results as one self-contained HTML page (plotly)"),
-    "net": (netcli, "simulate one collective on a network (microbenchmark)"),
-    "replay": (replaycli, "replay a Chakra ET set (ours or another tool's) on the network simulator"),
+    "run": ("sweep.cli.run", "predict one configuration (training step or inference request)"),
+    "validate": ("sweep.cli.validate", "compare predictions with published measurements"),
+    "sweep": ("sweep.cli.sweep", "run a study file: enumerate, prune, evaluate, write a Parquet table"),
+    "query": ("sweep.cli.query", "filter, sort and print a study's results table, or run SQL over it"),
+    "report": ("sweep.cli.report", "draw a study's results as one self-contained HTML page (plotly)"),
+    "net": ("astra_backend.netcli", "simulate one collective on a network (microbenchmark)"),
+    "replay": ("core.chakra.cli", "replay a Chakra ET set (ours or another tool's) on the network simulator"),
 }
 
 
@@ -29,17 +29,23 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Every subcommand is listed; only `command`'s module is imported to give its options
+    (argparse reads no other subcommand's options in one call)."""
     parser = OneLineParser(prog="rapid", description="Design-space exploration for LLM training and inference.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    for name, (module, help_text) in COMMANDS.items():
-        module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+    for name, (module_name, help_text) in COMMANDS.items():
+        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        if name == command:
+            importlib.import_module(module_name).add_arguments(command_parser)
     return parser
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    module = COMMANDS[args.command][0]
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((word for word in argv if not word.startswith("-")), None)
+    args = build_parser(command).parse_args(argv)
+    module = importlib.import_module(COMMANDS[args.command][0])
     previous = _stop_on_sigterm()
     try:
         return module.run(args) or 0

@@ -2,7 +2,8 @@
 from core import SpecError
 
 from .args import POSITIVE
-from sweep.faults.samples import AGGREGATES, faults_summary
+from sweep.metrics import AGGREGATES
+from sweep.faults.summary import faults_summary
 from sweep.store.query import (FORMATS, knob_columns, pareto_front, pareto_objectives, query, render, results_folder,
                                summary_columns)
 from sweep.search.fault_rows import per_point

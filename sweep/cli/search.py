@@ -1,7 +1,7 @@
 """The end-of-run summary of `rapid sweep` on a study with a `search:` block."""
 import math
 
-from sweep.faults.samples import AGGREGATES
+from sweep.metrics import AGGREGATES
 from sweep.store.query import knob_columns, render, summary_columns, wide_console
 from sweep.search.loop import TRIAL_COLUMN, best_rows, constraint_label, run_search
 from sweep.store.parts import read_results

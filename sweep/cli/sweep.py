@@ -4,10 +4,9 @@ from pathlib import Path
 
 from core import SpecError
 
-from . import search as cmd_search
 from .args import POSITIVE, check_folder_path
 from sweep.execution.engine import run_study
-from sweep.faults.samples import faults_summary
+from sweep.faults.summary import faults_summary
 from sweep.study.plan import plan_study
 from sweep.store.query import knob_columns, query, render, summary_columns, wide_console
 from sweep.store.parts import read_results
@@ -39,6 +38,7 @@ def run(args) -> int:
         if args.dry_run:
             raise SpecError(study.path, "search", study.search.sampler,
                             "--dry-run plans a grid; a search asks its points as it goes (drop --dry-run)")
+        from . import search as cmd_search  # Optuna, only for a study with a search: block
         return cmd_search.run(study, args)
     if args.dry_run:
         plan = plan_study(study)

@@ -16,13 +16,13 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColu
 from core import MODEL_VERSION
 
 from . import raycluster
-from sweep.faults.samples import KEY_COLUMNS, fault_blocks, memory_fits
+from sweep.faults.draws import KEY_COLUMNS, fault_blocks, memory_fits
 from sweep.study.plan import Plan, definition_digests, locality_key, plan_study
 from .runner import make_executor, run_batches
 from sweep.study.space import AUTO
 from sweep.store.parts import DEFINITION_KEY, ResultStore
 from sweep.study.loader import Study
-from .worker import WorkContext, knob_type, unit_columns
+from sweep.evaluation.context import WorkContext, knob_type, unit_columns
 
 MAX_BATCH_POINTS = 512
 PART_ROWS = 20_000

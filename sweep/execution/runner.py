@@ -12,7 +12,8 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
 from . import raycluster
-from .worker import WorkContext, evaluate_batch
+from sweep.evaluation.context import WorkContext
+from .worker import evaluate_batch
 
 MAX_ATTEMPTS = 4  # per batch, on top of Ray's own task retries
 IN_FLIGHT_PER_WORKER = 2

@@ -1,14 +1,16 @@
 """A search over a study with a `faults:` block: the table side.
 
 Each trial's point is replayed under the study's fault samples by the grid's own fault
-blocks and workers (sweep.faults.samples), one row per (point, sample), written once per point
+blocks and workers (sweep.faults), one row per (point, sample), written once per point
 whatever the number of trials that ask for it. A trial is told the point's baseline row
 (sample 0) with its fault aggregates (`fault_aggregates` over its samples), so objectives
 and constraints may name `slowdown_p95` and the rest beside the plain columns."""
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sweep.faults.samples import AGGREGATES, KEY_COLUMNS, fault_aggregates, fault_blocks
+from sweep.metrics import AGGREGATES
+from sweep.faults.draws import KEY_COLUMNS, fault_blocks
+from sweep.faults.summary import fault_aggregates
 
 SAMPLE_COLUMNS = ("point_id", "fault_sample", "slowdown", "step_time_s")  # what fault_aggregates reads
 

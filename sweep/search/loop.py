@@ -30,7 +30,7 @@ from core import SpecError
 
 from sweep.execution import raycluster
 from sweep.execution.engine import progress_bar, study_metadata, work_context
-from sweep.faults.samples import FaultBlock, memory_fits
+from sweep.faults.draws import FaultBlock, memory_fits
 from sweep.study.plan import Planner, Point
 from sweep.store.query import first_per_point, pareto_front
 from sweep.execution.runner import make_executor, run_batches
@@ -38,7 +38,7 @@ from .fault_rows import FaultRows, per_point
 from sweep.study.search_block import SearchSpec
 from sweep.store.parts import ResultStore, read_results
 from sweep.study.loader import Study
-from sweep.execution.worker import SpecBatch
+from sweep.evaluation.context import SpecBatch
 
 TRIAL_COLUMN = "trial_number"
 SAMPLER_COLUMN = "sampler"

@@ -9,7 +9,7 @@ reported by name, never read past.
 Parts share one schema (rows sorted by point_id), so pandas, polars and DuckDB open the
 folder directly; the study file, tool version and git commit ride in the schema metadata.
 
-A faults study (sweep.faults.samples) has one row per (point, sample): rows are keyed, for resume
+A faults study (sweep.faults) has one row per (point, sample): rows are keyed, for resume
 and sorting, by (point_id, fault_sample), and a re-run skips exactly the keys present."""
 import errno
 import fcntl

@@ -11,10 +11,10 @@ from rich.console import Console
 from rich.table import Table
 
 from core import SpecError
+from sweep.metrics import HIGHER_IS_BETTER
 
 from .parts import part_files, read_metadata
 
-HIGHER_IS_BETTER = ("mfu", "tokens_per_s")
 SUMMARY_METRICS = ("step_time_s", "ttft_s", "tpot_s", "mfu", "tokens_per_s", "memory_peak_gib")
 FORMATS = ("table", "csv", "json")
 READ_ONLY = {"enable_external_access": False, "lock_configuration": True}  # --sql reads no file, writes none

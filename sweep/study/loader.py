@@ -45,7 +45,7 @@ class Study:
     seed: int
     baseline: str = ""  # the variant speedups are measured against ("" without variants)
     search: "SearchSpec | None" = None  # sample the space with Optuna instead of walking the grid
-    faults: object = None  # sweep.faults.samples.FaultSpec when the study samples link faults and stragglers
+    faults: object = None  # sweep.study.faults_block.FaultSpec when the study samples link faults and stragglers
 
     @property
     def mode(self) -> str:
@@ -119,7 +119,7 @@ def load_study(path, output: str | None = None) -> Study:
 
 def _faults(data, study: Study):
     """The faults block, checked against the study's backend, mode and network."""
-    from sweep.faults.samples import parse_faults
+    from .faults_block import parse_faults
 
     hw = study.hardware_spec()
     links = set()

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from core import BACKENDS, SpecError
 
-from sweep.faults.samples import AGGREGATES
-from sweep.store.query import HIGHER_IS_BETTER
-from sweep.execution.worker import METRICS
+from sweep.metrics import AGGREGATES
+from sweep.metrics import HIGHER_IS_BETTER
+from sweep.metrics import METRICS
 
 SEARCH_KEYS = ("sampler", "trials", "parallel", "objectives", "constraints", "storage", "seed", "refine")
 REFINE_KEYS = ("backend", "top")

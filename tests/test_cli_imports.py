@@ -1,0 +1,50 @@
+"""Each command imports only what it uses: `rapid run` never loads Optuna, plotly, pandas or
+Ray, `sweep` loads Optuna only for a search and Ray only when it runs on Ray. Checked as the
+set of modules a fresh process holds after the command, not by the clock."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("optuna", "sqlalchemy", "plotly", "pandas", "ray", "matplotlib")
+
+
+def modules_after(argv: list, tmp_path) -> set:
+    """The top-level packages a fresh interpreter holds after `rapid argv`."""
+    script = ("import json, sys\nfrom sweep.cli import main\n"
+              f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+              "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})), file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    return set(json.loads(done.stderr.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize("argv", [
+    ["--help"],
+    ["run", "--help"],
+    ["run", "--model", "llama3.1-8b", "--hardware", "a100-sxm4-80gb", "--tp", "8", "--global-batch", "16"],
+    ["net", "--help"],
+    ["replay", "--help"],
+    ["validate", "--help"],
+], ids=lambda argv: " ".join(argv[:2]))
+def test_point_commands_import_no_table_search_plot_or_cluster_library(argv, tmp_path):
+    assert not modules_after(argv, tmp_path) & set(HEAVY)
+
+
+def test_query_reads_tables_without_optuna_plotly_or_ray(tmp_path):
+    assert not modules_after(["query", "--help"], tmp_path) & {"optuna", "sqlalchemy", "plotly", "ray", "matplotlib"}
+
+
+def test_a_local_grid_sweep_loads_neither_optuna_nor_ray_nor_plotly(tmp_path):
+    study = tmp_path / "tiny.yaml"
+    study.write_text("name: tiny\nmodel: llama3.1-8b\nhardware: a100-sxm4-80gb\ngpus: 8\n"
+                     "workload: {mode: train, global_batch: 16, seq: 2048}\nspace: {tp: [4, 8]}\n")
+    loaded = modules_after(["sweep", str(study), "--local", "--workers", "1", "--quiet",
+                            "--output", str(tmp_path / "out")], tmp_path)
+    assert "pyarrow" in loaded  # it did write its table
+    assert not loaded & {"optuna", "sqlalchemy", "plotly", "ray", "matplotlib"}
+
+
+def test_report_loads_plotly_but_not_optuna_or_ray(tmp_path):
+    loaded = modules_after(["report", "--help"], tmp_path)
+    assert "plotly" in loaded and not loaded & {"optuna", "ray"}
