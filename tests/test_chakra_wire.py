@@ -6,7 +6,7 @@ import numpy as np
 from core.chakra.trace import TraceNode, to_proto, varint, write_traces
 from core.chakra.replay import build_trace, trace_files
 from core.chakra.schema import GlobalMetadata, Node
-from core.chakra.wire import node_records, split_node
+from core.chakra.wire import node_heads, node_records
 
 BIG = 300_000  # a three-byte varint
 
@@ -22,12 +22,19 @@ def _rank(rank: int) -> list:
     return nodes
 
 
-def test_split_node_reads_what_protobuf_reads(tmp_path):
-    for node in _rank(0):
-        proto = to_proto(node)
-        node_id, node_type, deps, rest = split_node(proto.SerializeToString())
-        assert (node_id, node_type, deps) == (proto.id, proto.type, tuple(proto.data_deps) + tuple(proto.ctrl_deps))
-        assert Node.FromString(rest).attr == proto.attr
+def test_node_heads_read_what_protobuf_reads(tmp_path):
+    protos = [to_proto(node) for node in _rank(0)]
+    protos[3].ctrl_deps.extend([BIG + 1, 7])  # data_deps then ctrl_deps, as from_proto joins them
+    records = [proto.SerializeToString() for proto in protos]
+    data = b"".join(records)
+    ends = np.cumsum([len(r) for r in records])
+    heads = node_heads(data, ends - [len(r) for r in records], ends)
+    assert heads.regular
+    deps = np.split(heads.deps, np.cumsum(heads.dep_counts)[:-1])
+    for i, proto in enumerate(protos):
+        assert (heads.ids[i], heads.types[i]) == (proto.id, proto.type)
+        assert tuple(deps[i]) == tuple(proto.data_deps) + tuple(proto.ctrl_deps)
+        assert Node.FromString(data[heads.content[i]:ends[i]]).attr == proto.attr
 
 
 def _write_reordered(folder, prefix, ranks):

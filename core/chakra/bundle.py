@@ -8,7 +8,7 @@ import numpy as np
 import yaml
 from astra_backend import ALGORITHMS, NODE_KINDS, NetworkSpecError, astra_sim_network
 
-from .trace import TraceNode, write_traces
+from .encode import comm_size, write_rank_files
 from core.errors import SpecError
 from core.replay.network import astra_dims
 
@@ -24,58 +24,23 @@ REDUCTION_FREE_MEM_GB_S = 1e15
 FILES = ("comm_group.json", "network.yml", "system.json", "remote_memory.json", "README.txt")
 
 
-def roofline_cost(duration_s: float, peak_flops: float, memory_bps: float) -> tuple:
-    """(num_ops, tensor_size) that ASTRA-sim's roofline turns back into `duration_s`: the op's
-    time as FLOPs at peak, over just few enough bytes to sit at the ridge (compute-bound).
-    ASTRA-sim truncates to whole nanoseconds and cannot take a zero-time event, so the time is
-    rounded to the nearest nanosecond, at least one."""
-    num_ops = round((max(duration_s, 1e-9) + 0.5e-9) * peak_flops)
-    return num_ops, max(1, int(num_ops * memory_bps / peak_flops))
-
-
-def rank_nodes(trace, groups, peak_flops: float, memory_bps: float) -> dict:
-    """{rank: [TraceNode]} from a replay Trace (astra_backend arrays) and its rank groups."""
-    kind_name = {code: name for name, code in NODE_KINDS.items()}
-    algorithm_name = {code: name for name, code in ALGORITHMS.items()}
-    ranks = {}
-    local = np.zeros(trace.rank.size, np.int64)
-    starts = trace.dep_offsets
-    for node in range(trace.rank.size):
-        rank = int(trace.rank[node])
-        nodes = ranks.setdefault(rank, [])
-        local[node] = len(nodes)
-        kind = kind_name[int(trace.kind[node])]
-        common = {"id": len(nodes), "deps": tuple(int(local[d]) for d in trace.deps[starts[node]:starts[node + 1]])}
-        bytes_ = float(trace.bytes_[node])
-        if kind == "compute":
-            duration_s = float(trace.duration_s[node])
-            flops, tensor = roofline_cost(duration_s, peak_flops, memory_bps)
-            entry = TraceNode(name="compute", kind="compute", duration_s=duration_s, flops=flops, bytes_=tensor,
-                              **common)
-        elif kind in ("send", "recv"):
-            peer = int(trace.peer[node])
-            src, dst = (rank, peer) if kind == "send" else (peer, rank)
-            entry = TraceNode(name=kind, kind=kind, src=src, dst=dst, tag=int(trace.tag[node]),
-                              bytes_=int(round(bytes_)), **common)
-        else:
-            group = int(trace.group[node])
-            size = len(groups.members[group])
-            per_rank = bytes_ / size if kind == "all_gather" else bytes_  # the feeder reads each rank's input
-            entry = TraceNode(name=kind, kind="collective", collective=kind, group=str(group + 1),
-                              bytes_=int(round(per_rank)), algorithm=algorithm_name[int(trace.algorithm[node])],
-                              **common)
-        nodes.append(entry)
-    return ranks
-
-
-def system_config(ranks: dict, dims: int, peak_flops: float) -> tuple:
-    """(ASTRA-sim system.json mapping, note per collective type on how its algorithm was chosen)."""
+def carried_bytes(trace, group_sizes) -> dict:
+    """{collective: {algorithm: comm_size bytes over all its nodes}} of a replay Trace."""
+    kind, algorithm = np.asarray(trace.kind), np.asarray(trace.algorithm)
     carried = {}
-    for nodes in ranks.values():
-        for n in nodes:
-            if n.kind == "collective" and n.collective in SYSTEM_KEYS:
-                per_type = carried.setdefault(n.collective, {})
-                per_type[n.algorithm] = per_type.get(n.algorithm, 0) + n.bytes_
+    for collective in SYSTEM_KEYS:
+        mine = np.flatnonzero(kind == NODE_KINDS[collective])
+        sizes = comm_size(kind[mine], np.asarray(trace.bytes_)[mine], np.asarray(trace.group)[mine], group_sizes)
+        for name, code in ALGORITHMS.items():
+            used = algorithm[mine] == code
+            if used.any():
+                carried.setdefault(collective, {})[name] = int(sizes[used].sum())
+    return carried
+
+
+def system_config(carried: dict, dims: int, peak_flops: float) -> tuple:
+    """(ASTRA-sim system.json mapping, note per collective type on how its algorithm was chosen),
+    from the bytes each collective type carried with each algorithm (`carried_bytes`)."""
     config = {"scheduling-policy": "FIFO", "endpoint-delay": 1, "active-chunks-per-dimension": 1,
               "preferred-dataset-splits": 1, "collective-optimization": "localBWAware", "local-reduction-delay": 0,
               "roofline-enabled": 1, "peak-perf": peak_flops / 1e12, "local-mem-bw": REDUCTION_FREE_MEM_GB_S,
@@ -122,16 +87,13 @@ def write_bundle(directory, prefix: str, trace, context, backend: str) -> list:
     hw, gpus, groups = context.hw, context.gpus, context.groups
     peak, memory = hw.gpu.flops(hw.dtype), hw.gpu.hbm.bandwidth_bps
     network, dims = _network_yaml(hw, gpus)
-    ranks = rank_nodes(trace, groups, peak, memory)
+    group_sizes = np.array([len(members) for members in groups.members], np.int64)
     npus = int(np.prod([dim.size for dim in context.dims]))
-    idle_ops, idle_bytes = roofline_cost(0.0, peak, memory)
-    for rank in range(npus):  # ASTRA-sim's feeder stops on a file without nodes: give it one free op
-        ranks.setdefault(rank, [TraceNode(0, "idle", "compute", flops=idle_ops, bytes_=idle_bytes)])
-    used = sorted({int(n.group) for nodes in ranks.values() for n in nodes if n.kind == "collective"})
-    comm_groups = {str(g): list(groups.members[g - 1]) for g in used}
-    system, notes = system_config(ranks, dims, peak)
     metadata = {"generator": "rapid-sweep", "backend": backend, "ranks": npus}
-    paths = write_traces(directory, prefix, ranks, metadata)
+    paths = write_rank_files(directory, prefix, trace, group_sizes, (peak, memory), npus, metadata)
+    collective = np.asarray(trace.kind) > NODE_KINDS["recv"]
+    comm_groups = {str(g + 1): list(groups.members[g]) for g in np.unique(np.asarray(trace.group)[collective])}
+    system, notes = system_config(carried_bytes(trace, group_sizes), dims, peak)
     texts = {"comm_group.json": json.dumps(comm_groups, indent=1), "network.yml": network,
              "system.json": json.dumps(system, indent=1), "remote_memory.json": json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}),
              "README.txt": _readme(prefix, npus, gpus, backend, notes)}

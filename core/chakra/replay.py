@@ -10,9 +10,9 @@ import numpy as np
 from astra_backend import ALGORITHMS, NODE_KINDS, Trace
 
 from .bundle import ASTRA_SIM_ALGORITHM, SYSTEM_KEYS
-from .trace import UnsupportedNode, from_proto, parse_record, read_protos
+from .trace import UnsupportedNode, from_proto, parse_record, read_protos, record_spans
 from .schema import Node
-from .wire import node_records, split_node
+from .wire import contents, node_heads
 from core.errors import SpecError
 
 DEFAULT_ALGORITHM = "ring"
@@ -95,57 +95,87 @@ def build_trace(files, comm_groups=None, algorithms=None) -> ChakraSet:
     comm_groups = comm_groups or {}
     algorithms = algorithms or {}
     group_index, group_members = {}, []
-    all_rows, dep_lists = [], []
+    columns, dep_counts, deps, first = {name: [] for name in COLUMNS}, [], [], 0
     for rank, path in enumerate(files):
-        first = len(all_rows)
-        rows, ids = _rank_rows(path, rank, ranks, comm_groups, algorithms, group_index, group_members)
-        all_rows += rows
-        index_of = {node_id: first + i for i, (node_id, _) in enumerate(ids)}
-        for node_id, deps in ids:
-            try:
-                dep_lists.append([index_of[d] for d in deps])
-            except KeyError as exc:
-                name = next(p.name for p in read_protos(path)[1] if p.id == node_id)
-                raise SpecError(str(path), f"node {node_id} '{name}'", f"dependency {exc.args[0]}",
-                                "dependencies must name nodes of the same file") from None
-    counts = np.array([len(d) for d in dep_lists], np.int64)
-    dep_offsets = np.zeros(counts.size + 1, np.int64)
-    np.cumsum(counts, out=dep_offsets[1:])
-    deps = np.fromiter((d for ds in dep_lists for d in ds), np.int32, int(dep_offsets[-1]))
+        rows, ids, counts, awaited = _rank_rows(path, rank, ranks, comm_groups, algorithms, group_index,
+                                                group_members)
+        for name in COLUMNS:
+            columns[name].append(rows[name])
+        dep_counts.append(counts)
+        deps.append(first + _local_indices(path, ids, counts, awaited))
+        first += ids.size
+    dep_offsets = np.zeros(first + 1, np.int64)
+    np.cumsum(np.concatenate(dep_counts), out=dep_offsets[1:])
     group_offsets = np.zeros(len(group_members) + 1, np.int64)
     np.cumsum([len(m) for m in group_members], out=group_offsets[1:])
     group_npus = np.fromiter((r for m in group_members for r in m), np.int32, int(group_offsets[-1]))
-    arrays = {name: np.array(values) for name, values in zip(COLUMNS, zip(*all_rows))}
-    trace = Trace(dep_offsets=dep_offsets, deps=deps, group_offsets=group_offsets, group_npus=group_npus, **arrays)
+    arrays = {name: np.concatenate(parts) for name, parts in columns.items()}
+    trace = Trace(dep_offsets=dep_offsets, deps=np.concatenate(deps).astype(np.int32), group_offsets=group_offsets,
+                  group_npus=group_npus, **arrays)
     return ChakraSet(trace, ranks, arrays["kind"] != NODE_KINDS["compute"])
 
 
+def _local_indices(path, ids: np.ndarray, counts: np.ndarray, awaited: np.ndarray) -> np.ndarray:
+    """Each dependency's index in its file (the last node holding that id), or a SpecError naming
+    the first node that awaits an id the file lacks."""
+    if np.array_equal(ids, np.arange(ids.size)) and np.all(awaited < ids.size):  # ids are the indices
+        return awaited.astype(np.int64)
+    order = np.argsort(ids, kind="stable")
+    ordered = ids[order]
+    at = np.searchsorted(ordered, awaited, side="right") - 1
+    found = (at >= 0) & (ordered[np.maximum(at, 0)] == awaited)
+    if not found.all():
+        missing = int(np.argmin(found))
+        waiter = int(np.searchsorted(np.cumsum(counts), missing, side="right"))
+        node_id = int(ids[waiter])
+        name = next(p.name for p in read_protos(path)[1] if p.id == node_id)
+        raise SpecError(str(path), f"node {node_id} '{name}'", f"dependency {int(awaited[missing])}",
+                        "dependencies must name nodes of the same file")
+    return order[at]
+
+
 def _rank_rows(path, rank, ranks, comm_groups, algorithms, group_index, group_members) -> tuple:
-    """([row tuple per node], [(node id, dependency ids) per node]) of one rank's file. Protobuf
-    parses each distinct node content (all but id, name and dependencies) once per file."""
-    _, records = node_records(path)
-    rows, ids, seen = [], [], {}
-    for index, record in enumerate(records, 1):
-        try:
-            node_id, node_type, deps, rest = split_node(record)
-        except IndexError:  # a field runs past the record's end: protobuf names what is wrong
-            parse_record(path, Node, record, index)
-            raise
-        row = seen.get((node_type, rest))
-        if row is None:
-            proto = parse_record(path, Node, record, index)
-            try:
-                node = from_proto(proto)
-            except UnsupportedNode as exc:
-                raise SpecError(str(path), f"node {exc.node_id} '{exc.name}'", "", exc.what) from None
+    """({column: array per node}, node ids, dependency count per node, awaited ids) of one rank's
+    file. Each distinct node content (all but id, name and dependencies) is parsed by protobuf
+    once, checked on its first node against what the wire-level reader found; a file whose nodes
+    are not in field order is parsed node by node."""
+    data, starts, ends = record_spans(path)
+    heads = node_heads(data, starts[1:], ends[1:])
+    if heads.regular:
+        first, inverse = contents(data, heads.content, ends[1:], heads.types)
+        dep_firsts = np.cumsum(heads.dep_counts) - heads.dep_counts
+        table = []
+        for index in first.tolist():
+            record = data[starts[index + 1]:ends[index + 1]]
+            proto = parse_record(path, Node, record, index + 1)
+            node = _node(path, proto)
+            awaited = heads.deps[dep_firsts[index]:dep_firsts[index] + heads.dep_counts[index]]
+            if (proto.id, node.deps) != (int(heads.ids[index]), tuple(awaited.tolist())):
+                break  # fields out of order further on: the content holds more than it seems
             fields = _row(node, rank, ranks, path, comm_groups, algorithms, group_index, group_members)
-            row = tuple(fields[name] for name in COLUMNS)
-            if (proto.id, node.deps) == (node_id, deps):  # written in field order: the rest is the content
-                seen[(node_type, rest)] = row
-            node_id, deps = proto.id, node.deps
-        rows.append(row)
-        ids.append((node_id, deps))
-    return rows, ids
+            table.append(tuple(fields[name] for name in COLUMNS))
+        else:
+            rows = {name: np.array(values)[inverse] for name, values in zip(COLUMNS, zip(*table))}
+            return rows, heads.ids.astype(np.int64), heads.dep_counts, heads.deps.astype(np.int64)
+    rows, ids, deps = [], [], []
+    for index in range(1, starts.size):
+        node = _node(path, parse_record(path, Node, data[starts[index]:ends[index]], index))
+        fields = _row(node, rank, ranks, path, comm_groups, algorithms, group_index, group_members)
+        rows.append(tuple(fields[name] for name in COLUMNS))
+        ids.append(node.id)
+        deps.append(node.deps)
+    columns = {name: np.array(values) for name, values in zip(COLUMNS, zip(*rows))} if rows else \
+        {name: np.zeros(0) for name in COLUMNS}
+    return (columns, np.array(ids, np.int64), np.array([len(d) for d in deps], np.int64),
+            np.array([d for ds in deps for d in ds], np.int64))
+
+
+def _node(path, proto):
+    """Our view of a parsed node, or a SpecError naming it."""
+    try:
+        return from_proto(proto)
+    except UnsupportedNode as exc:
+        raise SpecError(str(path), f"node {exc.node_id} '{exc.name}'", "", exc.what) from None
 
 
 def _row(node, rank, ranks, path, comm_groups, algorithms, group_index, group_members) -> dict:

@@ -11,6 +11,7 @@ feeder reads them:
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 from google.protobuf.message import DecodeError
 
 from .schema import COLLECTIVE_TYPES, NODE_TYPES, GlobalMetadata, Node
@@ -140,48 +141,77 @@ def from_proto(proto) -> TraceNode:
                      involved_dims=dims)
 
 
-def write_trace(path, nodes, metadata: dict | None = None) -> None:
-    """One rank's file: written whole to a temporary name, then renamed into place."""
-    path = Path(path)
+def metadata_record(metadata: dict | None, count: int) -> bytes:
+    """A file's length-prefixed GlobalMetadata: our schema version, `metadata` as text attributes
+    and the count of nodes that follow it."""
     meta = GlobalMetadata(version=SCHEMA_VERSION)
     for key, value in (metadata or {}).items():
         if str(key) != NODE_COUNT_ATTR:  # that name is the count's
             meta.attr.add(name=str(key), string_val=str(value))
-    meta.attr.add(name=NODE_COUNT_ATTR, int64_val=len(nodes))
-    chunks = [meta.SerializeToString()] + [to_proto(n).SerializeToString() for n in nodes]
+    meta.attr.add(name=NODE_COUNT_ATTR, int64_val=count)
+    data = meta.SerializeToString()
+    return varint(len(data)) + data
+
+
+def write_trace(path, nodes, metadata: dict | None = None) -> None:
+    """One rank's file: written whole to a temporary name, then renamed into place."""
+    path = Path(path)
+    chunks = [to_proto(n).SerializeToString() for n in nodes]
     temp = path.with_name(path.name + ".tmp")
     with open(temp, "wb") as handle:
+        handle.write(metadata_record(metadata, len(nodes)))
         for chunk in chunks:
             handle.write(varint(len(chunk)))
             handle.write(chunk)
     temp.replace(path)
 
 
-def node_records(path) -> tuple:
-    """(GlobalMetadata bytes, [one bytes object per node]) of a length-prefixed `.et` file. An
-    empty file, one that ends inside a record, or one of ours holding fewer nodes than its
-    metadata counts (cut between two records) is a SpecError naming the file."""
+def record_spans(path) -> tuple:
+    """(the bytes of a length-prefixed `.et` file, start and end of each record in them as arrays;
+    record 0 is the GlobalMetadata). An empty file, one that ends inside a record, or one of ours
+    holding fewer nodes than its metadata counts (cut between two records) is a SpecError naming
+    the file."""
     path = Path(path)
     data = path.read_bytes()
     if not data:
         raise SpecError(str(path), "<file>", "0 bytes", "a Chakra trace: a GlobalMetadata record, then the nodes")
-    records, pos = [], 0
-    while pos < len(data):
-        start = pos
+    prefixes, pos, total = [], 0, len(data)
+    append = prefixes.append
+    while pos < total:  # the one loop over records: each one's start depends on the one before
+        append(pos)
+        size = data[pos]
+        if size < 0x80:
+            pos += 1 + size
+            continue
         try:
-            size, pos = _read_varint(data, pos)
+            size, after = _read_varint(data, pos)
         except IndexError:  # the file ends inside the length prefix
-            size, pos = 1, len(data)
-        if pos + size > len(data):
-            raise SpecError(str(path), f"record {len(records)}", f"at byte {start}",
-                            f"a whole record; the file ends inside it after {len(data)} bytes (cut short?)")
-        records.append(data[pos:pos + size])
-        pos += size
-    counted = [a.int64_val for a in parse_record(path, GlobalMetadata, records[0], 0).attr
+            size, after = 1, total
+        pos = after + size
+    if pos > total:
+        raise SpecError(str(path), f"record {len(prefixes) - 1}", f"at byte {prefixes[-1]}",
+                        f"a whole record; the file ends inside it after {total} bytes (cut short?)")
+    starts = np.array(prefixes, np.int64)
+    ends = np.append(starts[1:], total)
+    raw = np.frombuffer(data, np.uint8)
+    pending = np.arange(starts.size)
+    while pending.size:  # each record starts after its length's last byte (one below 0x80)
+        last = raw[starts[pending]] < 0x80
+        starts[pending] += 1
+        pending = pending[~last]
+    counted = [a.int64_val for a in parse_record(path, GlobalMetadata, data[starts[0]:ends[0]], 0).attr
                if a.name == NODE_COUNT_ATTR and a.WhichOneof("value") == "int64_val"]
-    if counted and counted[0] > len(records) - 1:
+    if counted and counted[0] > len(starts) - 1:
         raise SpecError(str(path), f"GlobalMetadata {NODE_COUNT_ATTR}", counted[0],
-                        f"at most the {len(records) - 1} nodes that follow it (the file was cut short)")
+                        f"at most the {len(starts) - 1} nodes that follow it (the file was cut short)")
+    return data, np.array(starts, np.int64), np.array(ends, np.int64)
+
+
+def node_records(path) -> tuple:
+    """(GlobalMetadata bytes, [one bytes object per node]) of a length-prefixed `.et` file (see
+    record_spans)."""
+    data, starts, ends = record_spans(path)
+    records = [data[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
     return records[0], records[1:]
 
 
@@ -212,14 +242,21 @@ def read_trace(path) -> tuple:
 def write_traces(directory, prefix: str, ranks: dict, metadata: dict | None = None) -> list:
     """`<directory>/<prefix>.<rank>.et` for each rank's node list; returns the paths. Rank files
     of the same prefix that an earlier run left are removed first, so the folder holds one set."""
+    remove_rank_files(directory, prefix)
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    for stale in directory.glob(f"{prefix}.*.et"):
-        if stale.name[len(prefix) + 1:-3].isdigit():
-            stale.unlink()
     paths = []
     for rank, nodes in sorted(ranks.items()):
         path = directory / f"{prefix}.{rank}.et"
         write_trace(path, nodes, metadata)
         paths.append(path)
     return paths
+
+
+def remove_rank_files(directory, prefix: str) -> None:
+    """Creates `directory` if need be and removes the `<prefix>.<rank>.et` files an earlier run left
+    there, so that the folder holds one set."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob(f"{prefix}.*.et"):
+        if stale.name[len(prefix) + 1:-3].isdigit():
+            stale.unlink()
