@@ -127,11 +127,37 @@ def quantity(text) -> tuple[str, float] | None:
     return None
 
 
-def format_quantity(value: float, unit: str) -> str:
-    """A measured or predicted value for a table: seconds in s, ms, us or ns as fits
-    (microsecond collectives are not "0.000 s"), other units as a plain number."""
-    if unit not in ("s", "request_s", "step_time_s", "collective_time_s"):
-        return f"{value:.4g} {unit}"
-    for name in ("s", "ms", "us", "ns"):
-        if abs(value) >= _TIME[name] or name == "ns":
-            return f"{value / _TIME[name]:.4g} {name}"
+# the prefixes a value is shown in, per base unit, smallest first
+_PREFIXES = {
+    "s": (("ns", 1e-9), ("us", 1e-6), ("ms", 1e-3), ("s", 1.0)),
+    "B/s": (("B/s", 1.0), ("kB/s", 1e3), ("MB/s", 1e6), ("GB/s", 1e9), ("TB/s", 1e12), ("PB/s", 1e15)),
+    "B": (("B", 1.0), ("kB", 1e3), ("MB", 1e6), ("GB", 1e9), ("TB", 1e12), ("PB", 1e15)),
+    "Hz": (("Hz", 1.0), ("kHz", 1e3), ("MHz", 1e6), ("GHz", 1e9)),
+    "FLOP/s": (("FLOP/s", 1.0), ("GFLOP/s", 1e9), ("TFLOP/s", 1e12), ("PFLOP/s", 1e15), ("EFLOP/s", 1e18)),
+}
+_SECONDS = ("s", "request_s", "step_time_s", "collective_time_s")  # what validation cases call seconds
+
+
+def unit_prefix(magnitude: float, unit: str) -> tuple[str, float]:
+    """(unit name, scale) to show values of about `magnitude` base units in: the largest
+    prefix the magnitude reaches (2.039e12 B/s -> ("TB/s", 1e12), 5e-6 s -> ("us", 1e-6)); the
+    unit itself, scale 1, for a unit without prefixes (GiB, tokens)."""
+    unit = "s" if unit in _SECONDS else unit
+    prefixes = _PREFIXES.get(unit)
+    if not prefixes:
+        return unit, 1.0
+    magnitude = abs(magnitude) if math.isfinite(magnitude) else 0.0
+    chosen = prefixes[0] if magnitude else next(p for p in prefixes if p[1] == 1.0)
+    for name, scale in prefixes:
+        if magnitude >= scale * (1 - 1e-9):
+            chosen = (name, scale)
+    return chosen
+
+
+def format_quantity(value: float, unit: str, magnitude: float | None = None) -> str:
+    """A value in base units with its unit written out, in the prefix that fits it: seconds in
+    s, ms, us or ns (microsecond collectives are not "0.000 s"), bytes/s in GB/s or TB/s, bytes
+    in MB or GB, Hz, FLOP/s; other units as a plain number and the unit. `magnitude` (say, a
+    table column's largest value) picks the prefix instead, so one column shows one unit."""
+    name, scale = unit_prefix(value if magnitude is None else magnitude, unit)
+    return f"{value / scale:.4g} {name}"

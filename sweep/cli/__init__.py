@@ -46,31 +46,60 @@ def main(argv=None) -> int:
     command = next((word for word in argv if not word.startswith("-")), None)
     args = build_parser(command).parse_args(argv)
     module = importlib.import_module(COMMANDS[args.command][0])
-    previous = _stop_on_sigterm()
+    stop = _Stop(args.command)
+    previous = stop.install()
     try:
         return module.run(args) or 0
     except SpecError as err:
         print(f"rapid {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"rapid {args.command}: interrupted (finished results are kept)", file=sys.stderr)
+        stop.say()  # once: at the signal already, unless the interrupt came another way
         return 130
     except BrokenPipeError:  # the reader (head, less) left: stop quietly, as cat does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
+class _Stop:
+    """Ctrl-C and SIGTERM: say so in one line at once ("rapid sweep: stopping; finished results
+    are kept"), then unwind as KeyboardInterrupt, so buffered rows are flushed and workers
+    stopped (without waiting for their batches) on the way out. A second signal while that
+    runs ends the process at once (rows already written are whole: parts are renamed into
+    place)."""
 
+    def __init__(self, command: str):
+        self.command = command
+        self.said = False
 
-def _stop_on_sigterm():
-    """SIGTERM unwinds like Ctrl-C, so buffered rows are flushed and workers stopped; returns
-    the handler it replaced (None off the main thread, where signals cannot be set)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGTERM, _interrupt)
+    def line(self) -> str:
+        what = "stopping; finished results are kept" if self.command == "sweep" else "interrupted"
+        return f"rapid {self.command}: {what}\n"
 
+    def say(self) -> None:
+        if self.said:
+            return
+        self.said = True
+        try:
+            fd = sys.stderr.fileno()
+        except (AttributeError, OSError, ValueError):  # a captured stderr (pytest) has no descriptor
+            print(self.line(), end="", file=sys.stderr)
+            return
+        # on a terminal, over the progress bar's line (the bar draws itself again below)
+        os.write(fd, (("\r\x1b[2K" if os.isatty(fd) else "") + self.line()).encode())  # not print: safe in a handler
+
+    def handle(self, signum, frame):
+        if self.said:
+            os._exit(130)
+        self.say()
+        raise KeyboardInterrupt
+
+    def install(self) -> dict:
+        """Puts the handler on SIGINT and SIGTERM; returns the handlers it replaced (none off
+        the main thread, where signals cannot be set)."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        return {signum: signal.signal(signum, self.handle) for signum in (signal.SIGINT, signal.SIGTERM)}

@@ -1,13 +1,16 @@
 """`rapid query RESULTS`: filter, sort and print a study's table, its Pareto front, or run SQL over it."""
+from dataclasses import dataclass
+
+import yaml
+
 from core import SpecError
 
 from .args import POSITIVE
-from sweep.metrics import AGGREGATES
 from sweep.faults.summary import faults_summary
-from sweep.store.query import (FORMATS, knob_columns, pareto_front, pareto_objectives, query, render, results_folder,
-                               summary_columns)
+from sweep.store.query import (FORMATS, TRIAL_COLUMN, front_candidates, knob_columns, pareto_front, pareto_objectives,
+                               query, render, results_folder, summary_columns)
 from sweep.search.fault_rows import per_point
-from sweep.store.parts import read_results
+from sweep.store.parts import read_metadata, read_results
 
 
 def add_arguments(parser) -> None:
@@ -46,17 +49,60 @@ def run(args) -> int:
     columns = args.columns
     if columns is None and args.format == "table" and not args.sql:
         columns = summary_columns(whole, knob_columns(folder))
-    table, by = whole, args.by
+    table, by, title = whole, args.by, f"{folder}"
     if args.pareto:
         objectives = pareto_objectives(args.pareto)
-        aggregated = "fault_sample" in whole.column_names and any(c in AGGREGATES for c, _ in objectives)
-        table = pareto_front(query(per_point(whole) if aggregated else whole, where=args.where), objectives)
+        search = search_settings(folder) if TRIAL_COLUMN in whole.column_names else None
+        if search is not None:  # a search's front is over its own trials, within its constraints
+            objectives = [(c, search.directions.get(c, up)) for c, up in objectives]
+        rows = per_point(whole) if "fault_sample" in whole.column_names else whole  # one row a point
+        rows = query(rows, where=args.where)
+        rows = front_candidates(rows, *((search.backend, search.constraints) if search else ()))
+        table = pareto_front(rows, objectives)
         columns = columns and columns + [c for c, _ in objectives if c not in columns]
         by = by or objectives[0][0]
+        title += f": Pareto front over {', '.join(c for c, _ in objectives)} of {_front_of(search)}"
     result = query(table, where=args.where, by=by, top=args.top, descending=args.descending,
                    columns=columns, sql=args.sql)
-    render(result, args.format, title=f"{folder} ({result.num_rows} of {whole.num_rows} rows)")
+    render(result, args.format, title=f"{title} ({result.num_rows} of {whole.num_rows} rows)")
     return 0
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """What a search's end-of-run front is taken over, from its study as the table records it."""
+    backend: str
+    constraints: tuple  # ((column, "<=" | ">=", bound), ...)
+    directions: dict  # objective column -> maximised
+
+
+def search_settings(folder) -> SearchSettings | None:
+    """The search block of the study that wrote the table (its newest part's copy of the study
+    file); None when the table does not record one."""
+    from sweep.study import search_block  # the study's own parsers: a constraint means what it meant there
+
+    try:
+        data = yaml.safe_load(read_metadata(folder).get("study", "")) or {}
+    except yaml.YAMLError:
+        return None
+    search = data.get("search") if isinstance(data, dict) else None
+    if not isinstance(search, dict):
+        return None
+    source, faults = str(folder), data.get("faults") is not None
+    try:
+        constraints = search_block._constraints(search.get("constraints", []), source, faults)
+        objectives = search_block._objectives(search.get("objectives", ["minimize step_time_s"]), source, faults)
+    except SpecError:
+        return None
+    return SearchSettings(data.get("backend", "analytical"), constraints,
+                          {column: direction == "maximize" for column, direction in objectives})
+
+
+def _front_of(search: SearchSettings | None) -> str:
+    if search is None:
+        return "the feasible rows"
+    bounds = " and ".join(f"{c} {op} {bound:g}" for c, op, bound in search.constraints)
+    return f"the search's feasible {search.backend} trials" + (f" within {bounds}" if bounds else "")
 
 
 def _faults_summary(whole, folder, args):

@@ -177,13 +177,13 @@ def run(args) -> int:
                         "traces come from a replay: add --backend astra-hierarchical or astra-flattened")
     if args.emit_traces:
         check_folder_path("--emit-traces", args.emit_traces)
-    record = evaluate(model, hw, par, work, gpus, backend=args.backend, time_infeasible=True,
-                      emit_traces=args.emit_traces)
+    # a layout that does not fit is not timed, as in a sweep: its time metrics are null
+    record = evaluate(model, hw, par, work, gpus, backend=args.backend, emit_traces=args.emit_traces)
     if args.json:
         print(json.dumps(_jsonable({**record, "parameters": model.total_params(),
                                     "active_parameters": model.active_params()}), sort_keys=True))
     else:
-        _print_table(model, hw, par, work, gpus, record)
+        _print_table(model, hw, par, work, gpus, record, args.emit_traces)
     return 0
 
 
@@ -213,22 +213,23 @@ def _seconds(value: float) -> str:
     return f"{value * 1e6:.1f} us"
 
 
-def _print_table(model, hw, par, work, gpus, record) -> None:
+def _print_table(model, hw, par, work, gpus, record, emit_traces=None) -> None:
     console = Console()
     layout = (f"dp={par.dp} tp={par.tp} pp={par.pp} cp={par.cp} ep={par.ep} sp={'on' if par.sp else 'off'} "
               f"zero={par.zero} recompute={par.recompute} schedule={par.schedule}")
     console.print(f"[bold]{model.name}[/] ({_parameters(model)}) on {gpus} x {hw.name}  ({work.mode})  {layout}")
     step = record["step_time_s"]
-    table = Table(title="time", show_edge=False)
-    table.add_column("part")
-    table.add_column("seconds", justify="right")
-    table.add_column("share", justify="right")
-    for key, value in record["breakdown"].items():
-        label = key.removesuffix("_s").replace("comm_", "exposed comm: ")
-        table.add_row(label, _seconds(value), f"{100 * value / step:.1f} %")
     label = "iteration" if work.mode == "train" else "request"
-    table.add_row(f"[bold]{label}[/]", f"[bold]{_seconds(step)}[/]", "100 %")
-    console.print(table)
+    if record["feasible"]:
+        table = Table(title="time", show_edge=False)
+        table.add_column("part")
+        table.add_column("seconds", justify="right")
+        table.add_column("share", justify="right")
+        for key, value in record["breakdown"].items():
+            part = key.removesuffix("_s").replace("comm_", "exposed comm: ")
+            table.add_row(part, _seconds(value), f"{100 * value / step:.1f} %")
+        table.add_row(f"[bold]{label}[/]", f"[bold]{_seconds(step)}[/]", "100 %")
+        console.print(table)
     mem = Table(title="memory per GPU (most loaded stage)", show_edge=False)
     mem.add_column("kind")
     mem.add_column("GiB", justify="right")
@@ -240,11 +241,16 @@ def _print_table(model, hw, par, work, gpus, record) -> None:
     console.print(f"counted: {estimate_memory(model, hw, par, work).describe()}")
     verdict = "fits" if record["feasible"] else f"[red]does not fit[/]: {record['infeasible_reason']}"
     console.print(f"memory: {verdict}")
+    if not record["feasible"]:
+        metrics = "MFU, tokens/s" + (", TTFT, time per output token" if work.mode == "infer" else "")
+        console.print(f"not timed: a layout that does not fit in memory cannot run, so it has no {label} time "
+                      f"({metrics}); a sweep writes it untimed too" + (f"; no traces written to {emit_traces}" if emit_traces else ""))
+        return
     if record.get("replay_note"):
         console.print(f"[yellow]note[/]: {record['replay_note']}")
     for link in record.get("busiest_links", [])[:3]:
         console.print(f"busy link {link['src']} -> {link['dst']} ({link['dim']}): "
-                      f"{100 * link['utilisation']:.1f} % of the {'iteration' if work.mode == 'train' else 'request'}")
+                      f"{100 * link['utilisation']:.1f} % of the {label}")
     line = f"MFU {100 * record['mfu']:.1f} %   tokens/s {record['tokens_per_s']:,.0f}"
     if work.mode == "infer":
         line += f"   TTFT {_seconds(record['ttft_s'])}   time per output token {_seconds(record['tpot_s'])}"

@@ -31,14 +31,16 @@ def run(args) -> int:
             "not_counted": [{"suite": suite, "case": case, "reason": reason} for suite, case, reason in excluded],
         }, indent=1))
         return 0
-    console = Console()
+    rows = {suite: [(c.case, format_quantity(c.measured, c.unit), format_quantity(c.predicted, c.unit),
+                     f"{c.error_pct:+.1f} %") for c in cases if c.suite == suite] for suite in stats}
+    console = _console(rows.values())
     for suite, numbers in stats.items():
         table = Table(title=f"{suite} ({numbers['cases']} cases)", show_edge=False)
-        for column in ("case", "measured", "predicted", "error"):
-            table.add_column(column, justify="left" if column == "case" else "right")
-        for c in (c for c in cases if c.suite == suite):
-            table.add_row(c.case, format_quantity(c.measured, c.unit), format_quantity(c.predicted, c.unit),
-                          f"{c.error_pct:+.1f} %")
+        table.add_column("case", overflow="fold")  # a name too long for the terminal wraps, never cut to "…"
+        for column in ("measured", "predicted", "error"):
+            table.add_column(column, justify="right", overflow="fold")
+        for row in rows[suite]:
+            table.add_row(*row)
         console.print(table)
         console.print(f"  mean |error| {numbers['mean_abs_error_pct']:.1f} %   "
                       f"max |error| {numbers['max_abs_error_pct']:.1f} %")
@@ -59,3 +61,13 @@ def run(args) -> int:
         console.print(f"  not counted: {v.case}: predicted {'fits' if v.predicted_feasible else 'OOM'} "
                       f"({v.detail}); the published outcome is doubtful: {v.doubt}")
     return 0
+
+
+def _console(tables) -> Console:
+    """The terminal as it is (a long case name wraps in its cell); printing to a file or pipe,
+    as wide as the widest table needs, so every case name is on one line, whole."""
+    console = Console()
+    if console.is_terminal:
+        return console
+    widths = [sum(max(len(row[i]) for row in rows) + 3 for i in range(len(rows[0]))) for rows in tables if rows]
+    return Console(width=max([80] + widths))

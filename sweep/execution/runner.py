@@ -3,9 +3,13 @@
 Three executors share one loop (`run_batches`): in the driver's own process, a local
 process pool (`--local`), and Ray (embedded, or an existing cluster with `--address`).
 The loop keeps a bounded number of batches in flight (back-pressure), resubmits a batch
-whose worker or node died, and hands each finished table to the caller as it arrives."""
+whose worker or node died, and hands each finished table to the caller as it arrives.
+
+`close()` while an exception unwinds (Ctrl-C, SIGTERM, an error) stops at once: batches still
+running are abandoned, not waited for (their rows were never written, so a rerun does them)."""
 import os
 import signal
+import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -65,7 +69,7 @@ class InProcessExecutor:
     def retryable(self, error) -> bool:
         return False
 
-    def close(self) -> None:
+    def close(self, stop: bool | None = None) -> None:
         self._queue.clear()
 
 
@@ -119,8 +123,21 @@ class LocalExecutor:
     def retryable(self, error) -> bool:
         return isinstance(error, BrokenProcessPool)
 
-    def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
+    def close(self, stop: bool | None = None) -> None:
+        """Wait for the workers to finish; with `stop` (by default: when closing as an exception
+        unwinds) kill them instead, so a stopped sweep exits at once, not after its batches."""
+        if not _stopping(stop):
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            return
+        workers = list((getattr(self.pool, "_processes", None) or {}).values())
+        manager = getattr(self.pool, "_executor_manager_thread", None)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for worker in workers:
+            worker.kill()  # SIGKILL: a batch half done has nothing to keep, and no traceback to print
+        for worker in workers:
+            worker.join(STOP_JOIN_S)
+        if manager is not None:  # it closes its wake-up pipe as it ends: before the interpreter's exit
+            manager.join(STOP_JOIN_S)  # hook writes to it (a race CPython 3.11 prints as a traceback)
 
 
 class RayExecutor:
@@ -138,16 +155,22 @@ class RayExecutor:
         self.workers = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
         self.context_ref = ray.put(context)
         self.task = ray.remote(num_cpus=1, max_retries=3)(evaluate_batch)
+        self.in_flight = set()
 
     def submit(self, batch):
-        return self.task.remote(self.context_ref, batch)
+        ref = self.task.remote(self.context_ref, batch)
+        self.in_flight.add(ref)
+        return ref
 
     def wait(self, handles):
-        ready, rest = self.ray.wait(handles, num_returns=1)
+        ready, rest = [], handles
+        while not ready:  # in short waits, so Ctrl-C is handled at once, not when a batch ends
+            ready, rest = self.ray.wait(handles, num_returns=1, timeout=WAIT_SLICE_S)
         if rest:
             more, _ = self.ray.wait(rest, num_returns=len(rest), timeout=0)
             ready += more
         outcomes = []
+        self.in_flight.difference_update(ready)
         for ref in ready:
             try:
                 outcomes.append((ref, self.ray.get(ref)))
@@ -159,9 +182,27 @@ class RayExecutor:
         """Lost workers, nodes and objects are worth another try; an error in our code is not."""
         return not isinstance(error, self.ray.exceptions.RayTaskError)
 
-    def close(self) -> None:
+    def close(self, stop: bool | None = None) -> None:
+        """Shut down a Ray this executor started; stopping on a cluster it joined, cancel the
+        tasks still running there (an embedded Ray's shutdown ends its workers anyway)."""
+        if _stopping(stop) and not self.owns_ray:
+            for ref in self.in_flight:
+                try:
+                    self.ray.cancel(ref, force=True)
+                except Exception:  # noqa: BLE001 - a task that just finished cannot be cancelled; nothing to do
+                    pass
+        self.in_flight.clear()
         if self.owns_ray:
             self.ray.shutdown()
+
+
+STOP_JOIN_S = 1.0
+WAIT_SLICE_S = 0.1
+
+
+def _stopping(stop: bool | None) -> bool:
+    """`stop` as given, or by default whether close() runs while an exception unwinds."""
+    return sys.exc_info()[0] is not None if stop is None else stop
 
 
 def make_executor(kind: str, context: WorkContext, address: str | None = None, workers: int | None = None):

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from core import SpecError
+from core.units import format_quantity
 from sweep.metrics import HIGHER_IS_BETTER
 
 from .parts import part_files, read_metadata
@@ -101,6 +102,28 @@ def pareto_front(table: pa.Table, objectives: list) -> pa.Table:
     return rows.take(pa.array(front, pa.int64()))
 
 
+TRIAL_COLUMN = "trial_number"  # a search's rows: the trial that first asked for the point
+
+
+def front_candidates(table: pa.Table, backend: str | None = None, constraints=()) -> pa.Table:
+    """The rows a Pareto front is taken over, as a search's end-of-run front takes them
+    (sweep.search.loop.best_rows): feasible rows (where the table says), of `backend` only (a
+    refinement's rows replay the search's points on another backend), meeting `constraints`
+    [(column, "<=" | ">=", bound)], a search's rows in trial order so that a point is
+    represented by its first trial."""
+    keep = pa.array(np.ones(table.num_rows, dtype=bool))
+    if "feasible" in table.column_names:
+        keep = pc.and_(keep, table.column("feasible"))
+    if backend is not None and "backend" in table.column_names:
+        keep = pc.and_(keep, pc.equal(table.column("backend"), backend))
+    if TRIAL_COLUMN in table.column_names:
+        keep = pc.and_(keep, pc.is_valid(table.column(TRIAL_COLUMN)))
+    for column, op, bound in constraints:
+        keep = pc.and_(keep, (pc.less_equal if op == "<=" else pc.greater_equal)(table.column(column), bound))
+    rows = table.filter(pc.fill_null(keep, False))
+    return rows.sort_by(TRIAL_COLUMN) if TRIAL_COLUMN in rows.column_names else rows
+
+
 def first_per_point(table: pa.Table) -> pa.Table:
     """The first row of each point_id, in table order (a search repeats points across trials)."""
     seen = {}
@@ -147,8 +170,10 @@ def wide_console() -> Console:
     return console if console.is_terminal else Console(width=WIDE_COLUMNS)
 
 
-def render(table: pa.Table, fmt: str = "table", title: str | None = None, console: Console | None = None) -> None:
-    """Print `table` as a rich table, CSV or JSON lines' array."""
+def render(table: pa.Table, fmt: str = "table", title: str | None = None, console: Console | None = None,
+           caption: str | None = None) -> None:
+    """Print `table` as a rich table (numbers with the unit their column name gives, one unit
+    per column), CSV or a JSON array (raw numbers in base units, as stored)."""
     console = console or wide_console()
     if fmt == "csv":
         print(table.to_pandas().to_csv(index=False), end="")
@@ -157,16 +182,52 @@ def render(table: pa.Table, fmt: str = "table", title: str | None = None, consol
         rows = [{k: _plain(v) for k, v in row.items()} for row in table.to_pylist()]
         print(json.dumps(rows, indent=1))
         return
-    view = Table(title=title, show_edge=False)
-    rows = [[_cell(v) for v in row.values()] for row in table.to_pylist()]
+    view = Table(title=title, caption=caption, show_edge=False)
+    columns = [_cells(table.column(name).to_pylist(), column_unit(name)) for name in table.column_names]
     for i, name in enumerate(table.column_names):
         numeric = not pa.types.is_string(table.schema.field(name).type)
-        widest = max([len(name)] + [len(r[i]) for r in rows]) if numeric else None
+        widest = max([len(name)] + [len(c) for c in columns[i]]) if numeric else None
         view.add_column(name, no_wrap=True, min_width=widest,  # numbers are never cut to "1.2…"
                         justify="right" if numeric else "left")
-    for row in rows:
+    for row in zip(*columns):
         view.add_row(*row)
     console.print(view)
+
+
+# what a column's name says about its unit: (test on the name, unit); the first that holds wins
+_COLUMN_UNITS = (
+    (lambda n: n.endswith("_per_s") or n in ("mfu", "slowdown") or n.startswith("slowdown_"), None),
+    (lambda n: n.endswith("_gib"), "GiB"),
+    (lambda n: n.endswith("_bps") or n.endswith("bandwidth"), "B/s"),
+    (lambda n: n.endswith("_bytes") or n.endswith("_capacity") or n.endswith("registers_per_sm"), "B"),
+    (lambda n: n.endswith("_hz") or n.endswith("_clock"), "Hz"),
+    (lambda n: n.endswith("_flops") or "peak_flops" in n, "FLOP/s"),
+    (lambda n: n.endswith("_s") or n.endswith("_latency") or n.endswith("_overhead"), "s"),
+)
+
+
+def column_unit(name: str) -> str | None:
+    """The unit a results column holds its numbers in, from its name: `_s` seconds, `_bps`
+    and `..._bandwidth` bytes/s, `_bytes` and `..._capacity` bytes, `_gib` GiB, `_hz` and
+    `..._clock` Hz, `_flops` FLOP/s; None for counts, ratios and rates of tokens."""
+    for test, unit in _COLUMN_UNITS:
+        if test(name.lower()):
+            return unit
+    return None
+
+
+def _cells(values: list, unit: str | None) -> list:
+    """One column's cells: '-' for no value; with a unit, every number in the prefix its
+    largest value needs (core.units.format_quantity), so a column reads in one unit."""
+    numbers = [v for v in values if _number(v)]
+    if unit is None or not numbers:
+        return [_cell(v) for v in values]
+    largest = max(abs(v) for v in numbers)
+    return [format_quantity(v, unit, largest) if _number(v) else _cell(v) for v in values]
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _plain(value):
@@ -176,6 +237,8 @@ def _plain(value):
 def _cell(value) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
+    if isinstance(value, float) and 1e4 <= abs(value) < 1e15:  # 64,071 tokens/s, not 6.407e+04
+        return f"{value:,.0f}"
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)

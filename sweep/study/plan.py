@@ -131,9 +131,14 @@ def locality_key(point: Point) -> tuple:
             par["ep"], point.point_id)
 
 
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
+
+
 def reason_pattern(reason: str) -> str:
-    """A reason with its numbers blanked, so rejections group by kind in the summary."""
-    return re.sub(r"\d+", "N", reason)
+    """A reason with its numbers written N, so rejections group by kind and a group reads as
+    its kind, not as one member's numbers: "heads (32) not divisible by tp (3)" -> "heads (N)
+    not divisible by tp (N)". Digits inside a name (fp8, llama3.1-8b) stay."""
+    return _NUMBER.sub("N", reason)
 
 
 def point_id(study: Study, resolved: Resolved, model_digest: str, hardware_digest: str) -> str:
