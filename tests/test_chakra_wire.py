@@ -3,10 +3,10 @@ multi-byte varints, packed deps), and a trace set written out of field order rep
 same arrays as the same set in field order (the reader then falls back to a full parse)."""
 import numpy as np
 
-from core.chakra.trace import TraceNode, to_proto, varint, write_traces
+from core.chakra.trace import TraceNode, node_records, to_proto, varint, write_traces
 from core.chakra.replay import build_trace, trace_files
 from core.chakra.schema import GlobalMetadata, Node
-from core.chakra.wire import node_heads, node_records
+from core.chakra.wire import node_heads
 
 BIG = 300_000  # a three-byte varint
 

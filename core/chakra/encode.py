@@ -13,7 +13,7 @@ from .schema import COLLECTIVE_TYPES, NODE_TYPES, AttributeProto, Node
 from .trace import COLLECTIVE_OF, EXACT_DURATION_ATTR, metadata_record, remove_rank_files, varint
 from .wire import distinct
 
-VARINT, FIXED64, LENGTH = 0, 1, 2
+VARINT, LENGTH = 0, 2
 COMPUTE, SEND, RECV = NODE_KINDS["compute"], NODE_KINDS["send"], NODE_KINDS["recv"]
 IDLE = max(NODE_KINDS.values()) + 1  # the zero-time op of an NPU the replay gave nothing
 ROW_CHUNK_BYTES = 8 << 20  # laid-out rows held at a time: bounds the memory a file takes to write
@@ -124,8 +124,8 @@ class _Rows:
 
     def __init__(self, count: int, slots: list, prefix: int = 0):
         width = prefix + sum(data.shape[1] for data, _ in slots)
-        self.cells = np.zeros((count, width), np.uint8)
-        self.used = np.zeros((count, width), bool)
+        self.cells = np.empty((count, width), np.uint8)  # every column is written: by a slot, or the prefix
+        self.used = np.empty((count, width), bool)
         self.size = np.zeros(count, np.int64)
         col = prefix
         for data, widths in slots:

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .trace import node_records, record_spans  # noqa: F401  (the records of a file, for wire-level readers)
 
 ID, NAME, TYPE, CTRL_DEPS, DATA_DEPS = 1, 2, 3, 4, 5
 VARINT, LENGTH = 0, 2
