@@ -34,7 +34,8 @@ bench-network: $(STAMP)
 bench-sweep: $(STAMP)
 	$(BIN)/python scripts/bench_sweep.py
 
-# renders the quick start's and the paper studies' reports in headless Chromium (Debian's
+# renders the reports of a training grid, a fault study, a constrained search and an inference
+# study (studies/quickstart.yaml, *_quick.yaml) in headless Chromium at 1400 px wide (Debian's
 # package, installed here when missing) and saves screenshots under results/screenshots/
 report-check: $(STAMP)
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)

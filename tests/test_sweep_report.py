@@ -8,7 +8,8 @@ import yaml
 from sweep.cli import main
 from sweep.execution.engine import run_study
 from sweep.search.loop import run_search
-from sweep.report.page import build_report, figure_specs, write_html
+from sweep.report.colours import EXCLUDED, memory_colour, part_colour
+from sweep.report.page import build_report, figure_specs, header_facts, write_html
 from sweep.store.parts import read_results
 from sweep.study.loader import load_study
 
@@ -50,6 +51,12 @@ def find(figures: dict, start: str) -> dict:
     return matches[0]
 
 
+def trace(spec: dict, name: str) -> dict:
+    matches = [t for t in spec["data"] if t.get("name") == name]
+    assert len(matches) == 1, f"{name!r} in {[t.get('name') for t in spec['data']]}"
+    return matches[0]
+
+
 def visible_points(spec: dict) -> list:
     return [len(trace["x"]) for trace in spec["data"] if trace.get("visible", True) is True]
 
@@ -58,17 +65,20 @@ def test_grid_report_ranks_feasible_layouts_and_draws_no_fault_search_or_variant
     write_table(tmp_path / "grid", grid_columns())
     figures = page_figures(tmp_path / "grid", tmp_path)
     ranked = find(figures, "Which layouts are fastest? All 3 feasible layouts")
-    # coloured by the knob that moves step time most: tp (medians 3.0 vs 2.25 s) over recompute
-    assert [t["name"] for t in ranked["data"] if t["visible"] is True] == ["tensor parallel (tp) = 1",
-                                                                         "tensor parallel (tp) = 2"]
-    assert visible_points(ranked) == [1, 2]
+    # coloured by the knob that moves step time most: tp (medians 3.0 vs 2.25 s) over recompute;
+    # the biggest group is drawn first, so the smaller ones lie on top of it
+    assert [t["name"] for t in ranked["data"] if t["visible"] is True] == ["tensor parallel (tp) = 2 (2)",
+                                                                         "tensor parallel (tp) = 1 (1)"]
+    assert visible_points(ranked) == [2, 1]
     assert sum(len(t["x"]) for t in ranked["data"]) == 3 * 2  # one set of traces per varying knob
+    assert ranked["layout"]["xaxis"]["type"] == ranked["layout"]["yaxis"]["type"] == "log"  # the fastest get room
     breakdown = find(figures, "Where does the time go?")
     assert [t["name"] for t in breakdown["data"]] == ["compute", "exposed comm. on nvlink"]  # no dp total
     assert breakdown["data"][0]["x"] == [1.5, 2.0, 2.5]  # fastest first
     memory = find(figures, "Does it fit?")
     assert {t["name"] for t in memory["data"]} == {"weights", "activations"}
-    assert find(figures, "Effect of tensor parallel (tp)")["data"][0]["y"] == [3.0, 2.0]  # best per value
+    effect = find(figures, "Effect of tensor parallel (tp)")
+    assert trace(effect, "best")["y"] == [3.0, 2.0]  # best per value
     assert len(figures) == 5
     assert not any(t.startswith(("How much do link faults", "Which links", "How fast did the search",
                                  "Where does a hardware change")) for t in figures)
@@ -120,12 +130,13 @@ def test_search_report_without_storage_notes_the_missing_importances(tmp_path):
     report = build_report(tmp_path / "search")
     page = write_html(report, tmp_path / "page.html").read_text()
     figures = {spec["layout"]["title"]["text"]: spec for spec in figure_specs(page)}
-    history = find(figures, "How fast did the search converge? (tpe sampler)")
-    assert history["data"][0]["x"] == [1, 2, 3]  # feasible trials only
-    assert history["data"][1]["y"] == [3.0, 2.0, 2.0]  # best so far
-    front = find(figures, "Which layouts trade speed for memory?")
-    assert [len(t["x"]) for t in front["data"]] == [3, 2]  # (2.0 s, 50 GiB) and (2.5 s, 40 GiB)
-    assert "names no Optuna storage" in page
+    history = find(figures, "How fast did the search converge? Minimize step time (s) (tpe sampler)")
+    assert trace(history, "meets the constraints (3)")["x"] == [1, 2, 3]  # timed trials
+    assert trace(history, "best so far")["y"] == [3.0, 2.0, 2.0]
+    assert trace(history, "did not fit in memory (1)")["x"] == [0]  # drawn apart, along the top
+    front = find(figures, "What does the best trial cost? step time (minimize) against peak memory")
+    assert [len(trace(front, n)["x"]) for n in ("meets the constraints (3)", "Pareto front (2)")] == [3, 2]
+    assert "names no Optuna storage" in page and "carries no search: block" in page
     assert not any(t.startswith("Which knobs mattered") for t in figures)
 
 
@@ -253,10 +264,11 @@ def test_refined_search_ranks_each_layout_once_and_shows_range_knobs_in_their_un
     ranked = find(figures, f"Which layouts are fastest? All {len(analytical)} feasible layouts")
     assert sum(visible_points(ranked)) == len(analytical)  # refined rows are not ranked twice
     history = find(figures, "How fast did the search converge?")
-    assert sorted(t["name"] for t in history["data"] if t["mode"] == "markers") == [
-        "trial (analytical)", "trial (astra-hierarchical)"]
+    assert len(trace(history, f"meets the constraints ({len(analytical)})")["x"]) == len(analytical)
+    assert len(trace(history, "re-evaluated with astra-hierarchical")["x"]) == 3  # drawn apart
     effect = find(figures, "Effect of HBM bandwidth (TB/s)")
-    assert all(1.0 <= float(x) <= 4.0 for x in effect["data"][0]["x"])  # TB/s, not bytes/s
+    points = next(t for t in effect["data"] if t.get("name") in ("best", "layout"))  # dots, or a scatter past 12 values
+    assert all(1.0 <= float(x) <= 4.0 for x in points["x"])  # TB/s, not bytes/s
     assert find(figures, "Which knobs mattered to the search?")["data"][0]["y"]  # read from the study's storage
 
 
@@ -279,3 +291,98 @@ def test_a_study_where_nothing_fits_says_so_and_how_far_the_nearest_is(tmp_path)
     nearest = min(read_results(folder).column("memory_peak_gib").to_pylist())
     assert not report.sections and figure_specs(page) == []
     assert f"No layout fits in memory, so none was timed: the 2 rows need at least {nearest:.1f} GiB per GPU" in page
+
+
+SEARCH_FAULT_STUDY = {**yaml.safe_load(STUDY_TEXT), "faults": {"samples": 3, "seed": 1, "links": "all"},
+                      "search": {"sampler": "tpe", "trials": 2,
+                                 "objectives": ["minimize step_time_s", "minimize slowdown_p95"],
+                                 "constraints": ["slowdown_p95 <= 1.3"]}}
+
+
+def test_a_search_report_draws_the_studys_objectives_and_the_trials_its_constraint_excludes_apart(tmp_path):
+    """Objectives step time and p95 slowdown under faults, constraint p95 <= 1.3: layout a (p95
+    slowdown 1.47x) breaks it and is drawn grey in its own trace, off the front; b (1.05x) meets it."""
+    columns = {**fault_columns(), "trial_number": pa.array([0] * 4 + [1] * 4, pa.int64()), "sampler": ["tpe"] * 8}
+    write_table(tmp_path / "search", columns, study=yaml.safe_dump(SEARCH_FAULT_STUDY))
+    page = write_html(build_report(tmp_path / "search"), tmp_path / "page.html").read_text()
+    figures = {spec["layout"]["title"]["text"]: spec for spec in figure_specs(page)}
+    trade = find(figures, "What does the search trade? step time (minimize) against 95th-percentile slowdown")
+    assert trade["layout"]["yaxis"]["title"]["text"] == "95th-percentile slowdown under faults (x)"  # not memory
+    meets, front = trace(trade, "meets the constraints (1)"), trace(trade, "Pareto front (1)")
+    broken = trace(trade, "breaks a constraint (1)")
+    assert meets["x"] == front["x"] == [2.0] and broken["x"] == [2.0]
+    assert broken["marker"]["color"] == EXCLUDED and broken["legendgroup"] == "breaks"
+    assert broken["y"] == pytest.approx([1.47])  # the p95 of a's samples 1.5, 1.1, 1.2
+    assert "slowdown_p95 <= 1.3" in broken["customdata"][0][1]  # the hover says which constraint
+    assert [shape["y0"] for shape in trade["layout"]["shapes"]] == [1.3]  # the bound, dashed
+    assert find(figures, "How fast did the search converge? Minimize 95th-percentile slowdown")
+    assert "minimize step_time_s, minimize slowdown_p95 with slowdown_p95 &lt;= 1.3" in page  # in the header
+    assert "the 1 that break the study&#x27;s constraints (slowdown_p95 &lt;= 1.3) included" in page  # grid views say so
+
+
+INFER_STUDY = {"name": "serve", "model": "llama3.1-8b", "hardware": "a100-sxm4-80gb", "gpus": 8,
+               "workload": {"mode": "infer", "batch": 4, "prompt": 512, "decode": 64}, "space": {"tp": [1, 2, 4]}}
+
+
+def test_an_inference_report_draws_ttft_tpot_and_tokens_per_s_and_its_header_names_no_training_setting(tmp_path):
+    output = run_tiny(tmp_path, INFER_STUDY)
+    table = read_results(output).to_pandas()
+    report = build_report(output)
+    figures = page_figures(output, tmp_path)
+    serving = find(figures, "Which layouts serve most tokens at what latency?")
+    layouts = trace(serving, "layout")
+    assert sorted(layouts["x"]) == pytest.approx(sorted(table["tpot_s"] * 1e3))  # TPOT in ms, one per layout
+    assert serving["layout"]["xaxis"]["title"]["text"] == "time per output token, TPOT (ms)"
+    assert "TTFT" in layouts["marker"]["colorbar"]["title"]["text"]
+    top = find(figures, "Which layouts serve most tokens? The 3 highest throughputs")
+    assert all(text.startswith("TTFT ") and " TPOT " in text for text in top["data"][0]["text"])
+    assert find(figures, "Where does the time go?")["layout"]["xaxis"]["title"]["text"] == \
+        "seconds per request (prefill + decode)"
+    assert "request time (s)" in find(figures, "Which layouts are fastest?")["layout"]["yaxis"]["title"]["text"]
+    header = dict(header_facts(report.data))
+    assert header["inference"] == "batch of 4 requests, prompt 512 tokens, decode 64 tokens"
+    words = " ".join(f"{k} {v}" for k, v in header.items()).lower()
+    assert not any(w in words for w in ("training", "global batch", "seq", "micro", "recompute", "zero"))
+
+
+def test_every_breakdown_part_and_memory_kind_has_one_colour_in_every_report(tmp_path):
+    """Two tables with different parts: a part both have keeps its colour, whatever else is there."""
+    write_table(tmp_path / "one", grid_columns())
+    other = {**grid_columns(), "breakdown_bubble_s": [None, 0.1, 0.1, 0.1], "breakdown_comm_ib_s": [None, 0.2, 0.2, 0.2],
+             "memory_optimizer_gib": [5.0, 5.0, 5.0, 5.0]}
+    write_table(tmp_path / "two", other)
+    colours = []
+    for name in ("one", "two"):
+        figures = page_figures(tmp_path / name, tmp_path)
+        parts = find(figures, "Where does the time go?")["data"] + find(figures, "Does it fit?")["data"]
+        colours.append({t["name"]: t["marker"]["color"] for t in parts})
+    shared = colours[0].keys() & colours[1].keys()
+    assert shared == {"compute", "exposed comm. on nvlink", "weights", "activations"}
+    assert all(colours[0][name] == colours[1][name] for name in shared)
+    assert colours[1]["compute"] == part_colour("compute_s") and colours[1]["weights"] == memory_colour("weights")
+    breakdown = [colours[1][n] for n in ("compute", "pipeline bubble", "exposed comm. on nvlink", "exposed comm. on ib")]
+    assert len(set(breakdown)) == len(breakdown)
+
+
+def test_knob_effects_are_dots_on_an_axis_that_does_not_start_at_zero_labelled_by_relative_change(tmp_path):
+    """30 s against 33 s: bars from 0 would look equal; dots on an axis near the data, with +10 %."""
+    columns = grid_columns()
+    columns["step_time_s"] = [None, 33.0, 30.0, 31.0]
+    write_table(tmp_path / "grid", columns)
+    effect = find(page_figures(tmp_path / "grid", tmp_path), "Effect of tensor parallel (tp)")
+    assert {t["type"] for t in effect["data"]} == {"scatter"}  # no bars
+    best = trace(effect, "best")
+    assert best["y"] == [33.0, 30.0] and best["text"] == ["+10.0 %", "fastest"]
+    assert "axis not from 0" in effect["layout"]["yaxis"]["title"]["text"]
+
+
+def test_pngs_draw_the_search_fault_and_inference_views(tmp_path):
+    """`rapid report --png` draws the views with log axes, grey set-apart trials, per-link marker
+    sizes and colour scales as well as the plain ones."""
+    from sweep.report.png import write_pngs
+
+    columns = {**fault_columns(), "trial_number": pa.array([0] * 4 + [1] * 4, pa.int64()), "sampler": ["tpe"] * 8}
+    write_table(tmp_path / "search", columns, study=yaml.safe_dump(SEARCH_FAULT_STUDY))
+    figures = build_report(tmp_path / "search").figures + build_report(run_tiny(tmp_path, INFER_STUDY)).figures
+    paths = write_pngs(figures, tmp_path / "png")
+    assert len(paths) == len(figures) and all(p.read_bytes()[:4] == b"\x89PNG" for p in paths)

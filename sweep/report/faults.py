@@ -6,11 +6,17 @@ from collections import defaultdict
 import plotly.graph_objects as go
 
 from .data import ReportData, knob_title
-from .grid import PALETTE, base_layout
+from .colours import PALETTE
+from .grid import base_layout
 from .topology import drawing
 
 MAX_LAYOUTS = 40
 WORST_LINKS = 10
+# the network drawing is sized so one grid step is as wide as the page allows: a 1400 px page
+# leaves about PLOT_WIDTH_PX for the plot beside the colour bar; x and y share one scale
+PLOT_WIDTH_PX = 1200
+MAX_UNIT_PX = 90
+MIN_HEIGHT_PX = 300
 
 
 def is_fault_table(data: ReportData) -> bool:
@@ -99,16 +105,14 @@ def worst_links(data: ReportData) -> go.Figure | None:
     mean = {link: sum(v) / len(v) for link, v in slowdowns.items() if link in ends}
     ranked = sorted(mean, key=lambda link: (-mean[link], link))
     paths = {link: layout.link_path(*ends[link], switches) for link in ranked}
-    small = npus <= 64
-    traces = [go.Scatter(x=[x for x, _ in nodes], y=[y for _, y in nodes], mode="markers+text" if small else "markers",
-                         text=[str(n) for n in range(npus)], textposition="middle center", textfont=dict(size=8),
-                         marker=dict(size=16 if small else 6, color="#f4f4f4", line=dict(color="#999", width=1)),
-                         name="GPU (NPU id)", hovertemplate="NPU %{text}<extra></extra>")]
-    if switches:
-        traces.append(go.Scatter(x=[switches[n][0] for n in switch_ids], y=[switches[n][1] for n in switch_ids],
-                                 mode="markers", marker=dict(size=14, symbol="square", color="#bbbbbb"),
-                                 text=[str(n) for n in switch_ids], name="switch",
-                                 hovertemplate="switch %{text}<extra></extra>"))
+    points = nodes + list(switches.values()) + [(x, y) for xs, ys, _ in paths.values()
+                                                 for x, y in zip(xs, ys) if x is not None]
+    x_range = [min(x for x, _ in points) - 0.8, max(x for x, _ in points) + 0.8]
+    y_range = [min(y for _, y in points) - 0.8, max(y for _, y in points) + 1.6]  # room for the block titles
+    x_span, y_span = x_range[1] - x_range[0], y_range[1] - y_range[0]
+    unit_px = min(PLOT_WIDTH_PX / x_span, MAX_UNIT_PX)  # one grid step on screen
+    npu_px = 0.7 * unit_px
+    traces = []
     xs, ys = [], []
     for link in ranked[WORST_LINKS:]:
         xs += paths[link][0] + [None]
@@ -118,28 +122,45 @@ def worst_links(data: ReportData) -> go.Figure | None:
                                  name="other faulted links", hoverinfo="skip"))
     for number, link in enumerate(ranked[:WORST_LINKS]):
         traces.append(go.Scatter(x=paths[link][0], y=paths[link][1], mode="lines",
-                                 line=dict(color=PALETTE[3], width=4), name=f"the {WORST_LINKS} worst links",
-                                 legendgroup="worst", showlegend=number == 0, hoverinfo="skip"))
+                                 line=dict(color="black", width=2.5),
+                                 name=f"the {WORST_LINKS} worst links (black)", legendgroup="worst",
+                                 showlegend=number == 0, hoverinfo="skip"))
+    traces.append(go.Scatter(x=[x for x, _ in nodes], y=[y for _, y in nodes], mode="markers+text",
+                             text=[str(n) for n in range(npus)], textposition="middle center",
+                             textfont=dict(size=max(7, min(12, round(0.4 * npu_px))), color="#333"),
+                             marker=dict(size=npu_px, color="#f4f4f4", line=dict(color="#888", width=1)),
+                             name="GPU (NPU id)", hovertemplate="NPU %{text}<extra></extra>"))
+    if switches:
+        traces.append(go.Scatter(x=[switches[n][0] for n in switch_ids], y=[switches[n][1] for n in switch_ids],
+                                 mode="markers", marker=dict(size=npu_px, symbol="square", color="#bbbbbb"),
+                                 text=[str(n) for n in switch_ids], name="switch",
+                                 hovertemplate="switch %{text}<extra></extra>"))
     traces.append(go.Scatter(
         x=[paths[k][2][0] for k in ranked], y=[paths[k][2][1] for k in ranked],
         mode="markers", name="faulted link (colour: mean slowdown)",
-        marker=dict(size=9, color=[mean[k] for k in ranked], colorscale="Reds", showscale=True,
-                    line=dict(color="#666", width=0.5), colorbar=dict(title=dict(text="mean<br>slowdown (x)"))),
+        marker=dict(size=[(1.5 if i < WORST_LINKS else 1.0) * max(6.0, min(14.0, 0.26 * unit_px))
+                          for i in range(len(ranked))],
+                    color=[mean[k] for k in ranked], colorscale="Reds", showscale=True,
+                    line=dict(color=["black" if i < WORST_LINKS else "#666" for i in range(len(ranked))],
+                              width=[2 if i < WORST_LINKS else 0.5 for i in range(len(ranked))]),
+                    colorbar=dict(title=dict(text="mean<br>slowdown (x)"), thickness=14)),
         customdata=[[k, ", ".join(sorted(dims_of[k])) or "?", len(slowdowns[k])] for k in ranked],
         hovertemplate="link %{customdata[0]} (%{customdata[1]})<br>mean slowdown %{marker.color:.3f}x"
                       " over %{customdata[2]} samples<extra></extra>"))
     fig = go.Figure(traces)
     for text, x, y in _block_titles(layout, dims, nodes):
-        fig.add_annotation(x=x, y=y, text=text, showarrow=False, font=dict(size=11, color="#555"), yanchor="bottom")
+        fig.add_annotation(x=x, y=y, text=text, showarrow=False, font=dict(size=12, color="#555"), yanchor="bottom")
     inner = f"{dims[0].name} ({dims[0].topology} of {dims[0].size})" if dims else "network"
     outer = f"; links of {', '.join(f'{d.name} ({d.topology} of {d.size})' for d in dims[1:])} between blocks" \
         if len(dims) > 1 else ""
     fig.update_layout(**base_layout(f"Which links hurt most when they degrade? The {min(WORST_LINKS, len(ranked))} "
-                                    f"worst of {len(ranked)} faulted links in bold", f"one block per {inner}{outer}",
-                                    "", height=640, legend=dict(orientation="h", y=-0.12, x=0)))
-    fig.update_layout(margin=dict(b=110))
-    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False)
-    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False)
+                                    f"worst of {len(ranked)} faulted links outlined in black", f"one block per {inner}{outer}",
+                                    "", height=round(max(MIN_HEIGHT_PX, unit_px * y_span + 100 + 60)),
+                                    legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0)))
+    fig.update_layout(margin=dict(l=20, r=20, t=100, b=60))
+    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False, range=x_range, constrain="domain")
+    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, range=y_range, scaleanchor="x",
+                     scaleratio=1, constrain="domain")
     return fig
 
 
@@ -151,7 +172,7 @@ def _block_titles(layout, dims, nodes) -> list:
     for start in range(0, layout.npus, layout.block):
         xs = [nodes[n][0] for n in range(start, start + layout.block)]
         top = max(nodes[n][1] for n in range(start, start + layout.block))
-        titles.append((f"NPUs {start}-{start + layout.block - 1}", (min(xs) + max(xs)) / 2, top + 0.6))
+        titles.append((f"NPUs {start}-{start + layout.block - 1}", (min(xs) + max(xs)) / 2, top + 0.75))
     return titles
 
 

@@ -1,22 +1,26 @@
 """Views every timed table supports: layouts ranked by step time (the paper's Figure 11),
 where the time of the best layouts goes, their memory against capacity, each knob's
 effect, and the speedup of hardware variants over their baseline (Figure 12)."""
+import math
+
 import pandas as pd
 import plotly.graph_objects as go
 
+from .colours import PALETTE, memory_colour, part_colour
 from .data import ReportData, knob_title, knob_value
 
 TOP_N = 15
+LOG_TICKS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000)  # ranks on a log axis
 MAX_CATEGORIES = 12  # a numeric knob with more values is drawn as a scatter, not bars
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-           "#bcbd22", "#17becf")
 # breakdown parts that add up to the step time, in stacking order; the rest are totals or overlaps
 STACK_ORDER = ("compute_s", "bubble_s", "optimizer_s")
 NOT_STACKED = ("dp_comm_total_s", "prefill_s", "decode_s")
 PART_TITLES = {"compute_s": "compute", "bubble_s": "pipeline bubble", "optimizer_s": "optimizer step"}
 MEMORY_TITLES = {"weights_gib": "weights", "gradients_gib": "gradients", "optimizer_gib": "optimizer state",
                  "activations_gib": "activations", "kv_cache_gib": "KV cache", "transient_gib": "transient"}
-TIME_METRIC = {"train": ("step_time_s", "step time (s)"), "infer": ("step_time_s", "request time (s)")}
+# mode -> (what one timed row is, its time's axis title, the breakdown's axis title)
+TIME_TITLES = {"train": ("training step", "step time (s)", "seconds per training step"),
+               "infer": ("request", "request time (s)", "seconds per request (prefill + decode)")}
 
 
 def base_layout(title: str, x_title: str, y_title: str, **extra) -> dict:
@@ -26,13 +30,20 @@ def base_layout(title: str, x_title: str, y_title: str, **extra) -> dict:
                 hoverlabel=dict(align="left"), margin=dict(l=70, r=20, t=60, b=60), **extra)
 
 
+def mode(data: ReportData) -> str:
+    """`train` or `infer`: what the table's rows time."""
+    return "infer" if "mode" in data.table and (data.table["mode"] == "infer").any() else "train"
+
+
 def time_title(data: ReportData) -> str:
-    return TIME_METRIC.get(data.table["mode"].iloc[0] if "mode" in data.table else "train", TIME_METRIC["train"])[1]
+    """The time column's axis title: a training step, or an inference request."""
+    return TIME_TITLES[mode(data)][1]
 
 
 def ranked(data: ReportData) -> go.Figure | None:
-    """Every feasible layout from fastest to slowest; one legend group per value of the knob
-    chosen in the menu (default: the knob that moves step time most)."""
+    """Every feasible layout from fastest to slowest, on log axes so the fastest few, which
+    matter most, get room; one legend group per value of the knob chosen in the menu
+    (default: the knob that moves the time most), the smaller groups drawn on top."""
     rows = data.timed.sort_values("step_time_s", kind="stable").reset_index(drop=True)
     if rows.empty:
         return None
@@ -43,16 +54,19 @@ def ranked(data: ReportData) -> go.Figure | None:
     traces, visibility = [], []
     for i, knob in enumerate(knobs):
         values = data.value_order(knob, rows[knob].dropna()) if knob else [None]
+        masks = [(rows[knob] == value) if knob else rows["step_time_s"].notna() for value in values]
         start = len(traces)
-        for j, value in enumerate(values):
-            mask = (rows[knob] == value) if knob else rows["step_time_s"].notna()
-            idx = [k for k, m in enumerate(mask) if m]
-            name = f"{knob_title(knob)} = {knob_value(knob, value)}" if knob else "layouts"
+        for j in sorted(range(len(values)), key=lambda j: -int(masks[j].sum())):  # biggest group underneath
+            idx = [k for k, m in enumerate(masks[j]) if m]
+            name = f"{knob_title(knob)} = {knob_value(knob, values[j])} ({len(idx)})" if knob else "layouts"
             traces.append(go.Scatter(
                 x=[rank[k] for k in idx], y=rows["step_time_s"].iloc[idx].tolist(), mode="markers", name=name,
-                legendgroup=knob or "all", visible=i == 0, marker=dict(size=6, color=PALETTE[j % len(PALETTE)]),
+                legendgroup=knob or "all", legendrank=j, visible=i == 0,
+                marker=dict(size=_marker_px(len(rows)), color=PALETTE[j % len(PALETTE)], opacity=0.75,
+                            line=dict(color="white", width=0.5)),
                 customdata=[[labels[k]] for k in idx],
-                hovertemplate="rank %{x}<br>%{customdata[0]}<br>step time %{y:.3f} s<extra></extra>"))
+                hovertemplate="rank %{x}<br>%{customdata[0]}<br>" + time_title(data).split(" (")[0]
+                              + " %{y:.3f} s<extra></extra>"))
         visibility.append((knob, start, len(traces)))
     fig = go.Figure(traces)
     if len(knobs) > 1:
@@ -62,26 +76,37 @@ def ranked(data: ReportData) -> go.Figure | None:
         fig.update_layout(updatemenus=[dict(buttons=buttons, x=1.02, xanchor="left", y=0.0, yanchor="bottom")])
     fig.update_layout(**base_layout(
         f"Which layouts are fastest? All {len(rows)} feasible layouts ranked by {time_title(data)}",
-        "rank (1 = fastest)", time_title(data), legend=dict(title=dict(text="colour"))))
+        "rank (1 = fastest; log scale)", f"{time_title(data)}, log scale", height=440,
+        legend=dict(title=dict(text="colour (click one to hide it)"))))
+    ticks = [t for t in LOG_TICKS if t <= len(rows)]
+    fig.update_xaxes(type="log", range=[math.log10(0.8), math.log10(len(rows) * 1.25)], tickvals=ticks,
+                     ticktext=[str(t) for t in ticks])
+    fig.update_yaxes(type="log")
     return fig
 
 
+def _marker_px(points: int) -> int:
+    """Marker size for a scatter of `points`: smaller as they crowd, so neighbours stay apart."""
+    return 8 if points <= 50 else 6 if points <= 500 else 4
+
+
 def breakdown(data: ReportData) -> go.Figure | None:
-    """Stacked parts of the step time of the TOP_N fastest layouts."""
+    """Stacked parts of the step time of the TOP_N fastest layouts, each part in its own
+    fixed colour (colours.PART_COLOURS)."""
     rows = data.timed.nsmallest(TOP_N, "step_time_s")
     parts = [p for p in _stacked_parts(data) if rows[f"breakdown_{p}"].fillna(0).abs().sum() > 0]
     if rows.empty or not parts:
         return None
     labels = _unique_labels(data, rows)
     traces = []
-    for j, part in enumerate(parts):
+    for part in parts:
         values = rows[f"breakdown_{part}"].fillna(0.0).tolist()
         traces.append(go.Bar(y=labels, x=values, orientation="h", name=_part_title(part),
-                             marker=dict(color=PALETTE[j % len(PALETTE)]),
+                             marker=dict(color=part_colour(part)),
                              hovertemplate="%{y}<br>" + _part_title(part) + ": %{x:.3f} s<extra></extra>"))
     fig = go.Figure(traces)
     fig.update_layout(**base_layout(f"Where does the time go? Parts of the {time_title(data)} of the "
-                                    f"{len(rows)} fastest layouts", "seconds per step", "",
+                                    f"{len(rows)} fastest layouts", TIME_TITLES[mode(data)][2], "",
                                     barmode="stack", height=max(380, 28 * len(rows) + 140),
                                     legend=dict(traceorder="normal")))
     fig.update_yaxes(autorange="reversed")
@@ -97,11 +122,11 @@ def memory(data: ReportData) -> go.Figure | None:
         return None
     labels = _unique_labels(data, rows)
     traces = []
-    for j, column in enumerate(kinds):
+    for column in kinds:
         kind = column.removeprefix("memory_")
         title = MEMORY_TITLES.get(kind, kind.removesuffix("_gib").replace("_", " "))
         traces.append(go.Bar(y=labels, x=rows[column].fillna(0.0).tolist(), orientation="h", name=title,
-                             marker=dict(color=PALETTE[j % len(PALETTE)]),
+                             marker=dict(color=memory_colour(kind.removesuffix("_gib"))),
                              hovertemplate="%{y}<br>" + title + ": %{x:.1f} GiB<extra></extra>"))
     fig = go.Figure(traces)
     x_title = "GiB per GPU"
@@ -116,8 +141,10 @@ def memory(data: ReportData) -> go.Figure | None:
 
 
 def knob_effects(data: ReportData) -> list:
-    """For each varying knob, the best and the median step time at each of its values; a
-    numeric knob with many values (a search's range) as every layout against its value."""
+    """For each varying knob, the best and the median time at each of its values as dots on
+    an axis that starts near the data, not at 0 (a 30 s against 33 s difference stays
+    visible), each best labelled with how much slower it is than the knob's fastest value;
+    a numeric knob with many values (a search's range) as every layout against its value."""
     rows = data.timed
     figures = []
     for knob in data.knobs if not rows.empty else ():
@@ -128,18 +155,37 @@ def knob_effects(data: ReportData) -> list:
         groups = [rows[rows[knob] == v]["step_time_s"] for v in values]
         names = [str(knob_value(knob, v)) for v in values]
         counts = [len(g) for g in groups]
+        best = [g.min() if len(g) else None for g in groups]
+        median = [g.median() if len(g) else None for g in groups]
+        fastest = min(b for b in best if b is not None)
+        spans_x, spans_y = [], []
+        for name, low, mid in zip(names, best, median):
+            spans_x += [name, name, None]
+            spans_y += [low, mid, None]
         fig = go.Figure([
-            go.Bar(x=names, y=[g.min() if len(g) else None for g in groups], name="best", marker=dict(color=PALETTE[0]),
-                   customdata=counts, hovertemplate="%{x}: best %{y:.3f} s of %{customdata} layouts<extra></extra>"),
-            go.Bar(x=names, y=[g.median() if len(g) else None for g in groups], name="median",
-                   marker=dict(color=PALETTE[7]), customdata=counts,
-                   hovertemplate="%{x}: median %{y:.3f} s of %{customdata} layouts<extra></extra>"),
+            go.Scatter(x=spans_x, y=spans_y, mode="lines", line=dict(color="#cccccc", width=2), showlegend=False,
+                       hoverinfo="skip"),
+            go.Scatter(x=names, y=median, name="median", mode="markers", legendrank=2,
+                       marker=dict(color=PALETTE[7], size=10, symbol="diamond"), customdata=counts,
+                       hovertemplate="%{x}: median %{y:.3f} s of %{customdata} layouts<extra></extra>"),
+            go.Scatter(x=names, y=best, name="best", mode="markers+text", legendrank=1,
+                       marker=dict(color=PALETTE[0], size=12),
+                       text=[_slower(b, fastest) for b in best], textposition="middle right",
+                       textfont=dict(size=10), cliponaxis=False, customdata=counts,
+                       hovertemplate="%{x}: best %{y:.3f} s of %{customdata} layouts<extra></extra>"),
         ])
-        fig.update_layout(**base_layout(f"Effect of {knob_title(knob)}", knob_title(knob), time_title(data),
-                                        barmode="group", height=340))
-        fig.update_xaxes(type="category")
+        fig.update_layout(**base_layout(f"Effect of {knob_title(knob)}", knob_title(knob),
+                                        f"{time_title(data)} (axis not from 0)", height=340))
+        fig.update_xaxes(type="category", range=[-0.5, len(names) - 0.5])
         figures.append(fig)
     return figures
+
+
+def _slower(seconds, fastest: float) -> str:
+    """`+8.2 %` slower than the fastest, `fastest` for the fastest, '' when none is timed."""
+    if seconds is None:
+        return ""
+    return "fastest" if seconds <= fastest else f"+{(seconds / fastest - 1) * 100:.1f} %"
 
 
 def _knob_scatter(data: ReportData, rows, knob: str) -> go.Figure:
@@ -193,7 +239,8 @@ def variant_speedup(data: ReportData) -> go.Figure | None:
                                  hovertemplate="same layout: %{y:.3f}x<extra></extra>"))
         fig.data[-len(order)].name = "same layout, each feasible in both"
     fig.add_hline(y=1.0, line=dict(color="black", dash="dot"))
-    fig.update_layout(**base_layout(f"Where does a hardware change pay? Training speedup over {baseline}",
+    what = "Training" if mode(data) == "train" else "Inference"
+    fig.update_layout(**base_layout(f"Where does a hardware change pay? {what} speedup over {baseline}",
                                     "hardware variant", f"speedup over {baseline} (x)", height=440,
                                     boxmode="overlay"))
     speedups = [v for v in best if v] + [v for p in per_layout for v in p]

@@ -3,7 +3,8 @@ views a results table supports, and optionally the same figures as PNGs.
 
 A view whose data the table lacks is left out, not drawn empty: a grid gets the ranking,
 breakdown, memory and knob views; a fault study adds slowdown spreads and the worst
-links; a search adds its history, Pareto front and parameter importances; a study with
+links; a search adds, in its own objectives, its history, trade-off front and parameter
+importances; an inference study adds throughput against TTFT and TPOT; a study with
 hardware variants adds their speedup over the baseline."""
 import html
 import json
@@ -15,7 +16,7 @@ from plotly.offline import get_plotlyjs
 
 from core import SpecError
 
-from . import faults as report_faults, grid as report_grid, search as report_search
+from . import faults as report_faults, grid as report_grid, inference as report_inference, search as report_search
 from .data import ReportData, load_report_data
 
 
@@ -45,11 +46,16 @@ def build_report(folder) -> Report:
     if report_faults.is_fault_table(data):
         _add(sections, "Fault sensitivity", [report_faults.slowdown_by_layout(data), report_faults.worst_links(data)])
     if report_search.is_search_table(data):
-        importance, note = report_search.importances(data)
-        _add(sections, "Search", [report_search.history(data), report_search.pareto(data), importance],
-             notes=[n for n in (note, refined_note(data)) if n])
+        goal = report_search.goal(data)
+        importance, note = report_search.importances(data, goal)
+        histories = [report_search.history(data, goal, column, direction) for column, direction in goal.objectives]
+        _add(sections, "Search", histories + [report_search.tradeoff(data, goal), importance],
+             notes=[n for n in (goal.note, note, refined_note(data)) if n])
+    if report_inference.is_inference_table(data):
+        _add(sections, "Serving: throughput and latency",
+             [report_inference.throughput_latency(data), report_inference.top_throughput(data)])
     _add(sections, "Hardware variants", [report_grid.variant_speedup(data)])
-    _add(sections, "Layouts ranked", [report_grid.ranked(data)])
+    _add(sections, "Layouts ranked", [report_grid.ranked(data)], notes=[n for n in (broken_note(data),) if n])
     _add(sections, "The fastest layouts up close", [report_grid.breakdown(data), report_grid.memory(data)])
     _add(sections, "Knob effects", report_grid.knob_effects(data), columns=2)
     return Report(data, tuple(sections))
@@ -59,6 +65,20 @@ def _add(sections: list, title: str, figures: list, notes=(), columns: int = 1) 
     figures = tuple(f for f in figures if f is not None)
     if figures or notes:
         sections.append(Section(title, figures, tuple(notes), columns))
+
+
+def broken_note(data: ReportData) -> str:
+    """What the grid views of a search include that its own views set apart."""
+    if not report_search.is_search_table(data):
+        return ""
+    goal = report_search.goal(data)
+    trials = report_search.trials(data, goal)
+    broken = int((trials["outcome"] == report_search.BREAKS).sum())
+    if not broken:
+        return ""
+    bounds = ", ".join(f"{c} {op} {b:g}" for c, op, b in goal.constraints)
+    return (f"The views below rank every timed layout, the {broken} that break the study's constraints "
+            f"({bounds}) included; the Search views above draw those apart, in grey.")
 
 
 def refined_note(data: ReportData) -> str:
@@ -72,15 +92,18 @@ def refined_note(data: ReportData) -> str:
 
 
 def header_facts(data: ReportData) -> list:
-    """(label, value) pairs for the page header: what was studied and how many rows."""
+    """(label, value) pairs for the page header: what was studied, the workload in its own
+    mode's words (an inference page names no training setting), a search's goal, and how
+    many rows."""
     table, study = data.table, data.study
     facts = [("model", study.get("model") or _first(table, "model")),
              ("hardware", study.get("hardware") or _first(table, "hardware")),
              ("GPUs", _first(table, "gpus")), ("backend", ", ".join(map(str, table["backend"].unique())) if "backend" in table else None)]
     workload = study.get("workload")
     if isinstance(workload, dict):
-        facts.append(("workload", ", ".join(f"{k.replace('_', ' ')} {v}" if k != "mode" else str(v)
-                                            for k, v in workload.items())))
+        facts.append(workload_fact(workload))
+    if report_search.is_search_table(data):
+        facts.append(("search goal", report_search.goal(data).text()))
     timed = table["feasible"] & table["step_time_s"].notna() if "feasible" in table else table.index == table.index
     facts.append(("rows", f"{len(table):,}"))
     if "fault_sample" in table:
@@ -94,6 +117,22 @@ def header_facts(data: ReportData) -> list:
     if "variant" in table:
         facts.append(("variants", ", ".join(map(str, data.value_order("variant", table["variant"])))))
     return [(k, str(v)) for k, v in facts if v is not None]
+
+
+# workload field -> how the header says it, per mode
+WORKLOAD_WORDS = {"train": {"global_batch": "global batch {} sequences", "seq": "of {} tokens"},
+                  "infer": {"batch": "batch of {} requests", "prompt": "prompt {} tokens", "decode": "decode {} tokens",
+                            "kv_dtype": "KV cache in {}"}}
+
+
+def workload_fact(workload: dict) -> tuple:
+    """("training", "global batch 64 sequences of 4096 tokens") or ("inference", "batch of 8
+    requests, prompt 1024 tokens, decode 256 tokens"): only the fields of the workload's mode."""
+    mode = workload.get("mode")
+    words = WORKLOAD_WORDS.get(mode, {})
+    parts = [words[k].format(v) for k, v in workload.items() if k in words]
+    return ("inference" if mode == "infer" else "training" if mode == "train" else "workload",
+            " ".join(parts) if mode == "train" else ", ".join(parts))
 
 
 def _first(table, column):

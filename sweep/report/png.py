@@ -3,17 +3,21 @@
 plotly's own static export (kaleido 1.x) drives a Chrome it downloads at run time, which a
 machine without that download cannot do; matplotlib installs from PyPI and draws the
 handful of trace kinds the report uses (scatter, bar, box) with their titles, axis labels,
-reference lines and the traces visible by default."""
+log scales, reference lines and the traces visible by default."""
 import re
 import textwrap
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 (the backend is chosen first)
+from matplotlib.colors import LinearSegmentedColormap  # noqa: E402
+from matplotlib.ticker import FormatStrFormatter, NullFormatter  # noqa: E402
 
 DPI = 110
+PT_PER_PX = 0.75  # plotly sizes markers in CSS pixels (1/96 in), matplotlib in points (1/72 in)
 
 
 def write_pngs(figures: list, directory) -> list:
@@ -102,26 +106,67 @@ def _scatter(ax, fig, trace):
     marker, line = trace.get("marker", {}), trace.get("line", {})
     if "lines" in mode:
         step = "post" if line.get("shape") == "hv" else None
-        xs = [float("nan") if v is None else v for v in x]
-        ys = [float("nan") if v is None else v for v in y]
         plot = ax.step if step else ax.plot
         kwargs = dict(where=step) if step else {}
-        plot(xs, ys, color=line.get("color"), linewidth=line.get("width", 1.5),
-             label=trace.get("name") if trace.get("showlegend", True) is not False else None, **kwargs)
+        label = trace.get("name") if trace.get("showlegend", True) is not False else None
+        for xs, ys in _runs(x, y):
+            plot(xs, ys, color=_colour(line.get("color")), linewidth=line.get("width", 1.5), label=label, **kwargs)
+            label = None
     if "markers" in mode:
         color = marker.get("color")
-        size = marker.get("size", 6)
+        area = (PT_PER_PX * np.asarray(marker.get("size", 6), dtype=float)) ** 2
+        symbol = SYMBOLS.get(marker.get("symbol"), "o")
         if isinstance(color, (list, tuple)):
-            points = ax.scatter(x, y, c=color, cmap=marker.get("colorscale", "viridis") if isinstance(
-                marker.get("colorscale"), str) else "viridis", s=size ** 2, label=trace.get("name"), zorder=3)
+            points = ax.scatter(x, y, c=color, cmap=_colour_map(marker.get("colorscale")), s=area,
+                                label=trace.get("name"), marker=symbol, zorder=3)
             if marker.get("showscale"):
                 fig.colorbar(points, ax=ax, label=_text(marker.get("colorbar", {}).get("title")).replace("<br>", " "))
+        elif str(marker.get("symbol", "")).endswith("-open"):
+            ax.scatter(x, y, facecolors="none", edgecolors=color, s=area, label=trace.get("name"), marker=symbol,
+                       zorder=2)
         else:
-            ax.scatter(x, y, color=color, s=size ** 2, alpha=marker.get("opacity", 1.0), label=trace.get("name"),
-                       marker="s" if marker.get("symbol") == "square" else "o", zorder=2)
+            ax.scatter(x, y, color=color, s=area, alpha=marker.get("opacity", 1.0), label=trace.get("name"),
+                       marker=symbol, zorder=2)
     if "text" in mode and len(x) <= 64:
+        right = "right" in str(trace.get("textposition", ""))
         for xi, yi, label in zip(x, y, trace.get("text", [])):
-            ax.annotate(str(label), (xi, yi), ha="center", va="center", fontsize=6)
+            ax.annotate(str(label), (xi, yi), xytext=(7 if right else 0, 0), textcoords="offset points",
+                        ha="left" if right else "center", va="center", fontsize=6 if not right else 8, zorder=4)
+
+
+# plotly marker symbol -> matplotlib marker
+SYMBOLS = {"square": "s", "diamond": "D", "x": "x", "circle-open": "o"}
+
+
+def _runs(x, y) -> list:
+    """The pieces of a line that plotly breaks with None, as (xs, ys) each: matplotlib would
+    read a None in a line of categories as one more category."""
+    runs, xs, ys = [], [], []
+    for xi, yi in zip(x, y):
+        if xi is None or yi is None:
+            runs.append((xs, ys))
+            xs, ys = [], []
+        else:
+            xs.append(xi)
+            ys.append(yi)
+    return [run for run in runs + [(xs, ys)] if run[0]]
+
+
+def _colour_map(scale):
+    """plotly's colour scale ([[0, colour], ..., [1, colour]] or a name) as a matplotlib one."""
+    if isinstance(scale, (list, tuple)):
+        return LinearSegmentedColormap.from_list("plotly", [(float(at), _colour(c)) for at, c in scale])
+    name = scale if isinstance(scale, str) else "viridis"
+    return next((n for n in (name, name.lower()) if n in matplotlib.colormaps), "viridis")
+
+
+def _colour(value):
+    """A plotly colour matplotlib reads: `rgba(214, 39, 40, 0.45)` -> an RGBA tuple."""
+    match = re.fullmatch(r"rgba?\(([^)]*)\)", str(value or "").replace(" ", ""))
+    if not match:
+        return value
+    parts = [float(v) for v in match.group(1).split(",")]
+    return tuple(v / 255 for v in parts[:3]) + tuple(parts[3:])
 
 
 def _axes(ax, layout, categories, horizontal):
@@ -137,6 +182,14 @@ def _axes(ax, layout, categories, horizontal):
                           ha="right" if len(categories) > 6 else "center", fontsize=7)
     if yaxis.get("autorange") == "reversed":
         ax.invert_yaxis()
+    for axis, mpl_axis, set_scale in ((xaxis, ax.xaxis, ax.set_xscale), (yaxis, ax.yaxis, ax.set_yscale)):
+        if axis.get("type") == "log":  # plain numbers on the ticks (4, 5, 6), not 4 x 10^0
+            set_scale("log")
+            mpl_axis.set_major_formatter(FormatStrFormatter("%g"))
+            low, high = mpl_axis.get_data_interval()
+            mpl_axis.set_minor_formatter(FormatStrFormatter("%g") if high < 10 * low else NullFormatter())
+    if yaxis.get("scaleanchor") == "x":
+        ax.set_aspect("equal", adjustable="datalim")
     if xaxis.get("visible") is False:
         ax.set_axis_off()
     ax.grid(alpha=0.3)

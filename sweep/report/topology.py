@@ -7,7 +7,8 @@ The innermost dimension is drawn as one block (a grid for 2-D topologies, else a
 the blocks of the next dimension side by side, a block's width apart so the links between
 two blocks meet in the gap; further dimensions stack the rows of blocks. Links between
 neighbours are arcs (straight inside a block), wrap-around links short stubs at both
-ends, switches a row below everything."""
+ends (between blocks: into the gap beside the first and the last block, where no other
+link is), switches a row below everything."""
 import math
 from dataclasses import dataclass
 
@@ -43,7 +44,7 @@ class Drawing:
             low, high = sorted((pa, pb), key=lambda p: p[axis] * (1 if axis == 0 else -1))
             step = 0.5 if a // self.block == b // self.block else self.columns
             out_high = (high[0] + step, high[1]) if axis == 0 else (high[0], high[1] - 0.5)
-            out_low = (low[0] - 0.5, low[1]) if axis == 0 else (low[0], low[1] + 0.5)
+            out_low = (low[0] - step, low[1]) if axis == 0 else (low[0], low[1] + 0.5)
             return [high[0], out_high[0], None, low[0], out_low[0]], \
                    [high[1], out_high[1], None, low[1], out_low[1]], out_high
         return _arc(pa, pb, 0.3 * math.dist(pa, pb))  # any other link (fully connected, hypercube)
