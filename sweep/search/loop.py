@@ -23,7 +23,6 @@ from pathlib import Path
 
 import optuna
 import pyarrow as pa
-import pyarrow.compute as pc
 import sqlalchemy
 
 from core import SpecError
@@ -32,7 +31,7 @@ from sweep.execution import raycluster
 from sweep.execution.engine import progress_bar, study_metadata, work_context
 from sweep.faults.draws import FaultBlock, memory_fits
 from sweep.study.plan import Planner, Point
-from sweep.store.query import first_per_point, pareto_front
+from sweep.store.query import TRIAL_COLUMN, first_per_point, front_candidates, pareto_front
 from sweep.execution.runner import make_executor, run_batches
 from .fault_rows import FaultRows, per_point
 from sweep.study.search_block import SearchSpec
@@ -40,7 +39,6 @@ from sweep.store.parts import ResultStore, read_results
 from sweep.study.loader import Study
 from sweep.evaluation.context import SpecBatch
 
-TRIAL_COLUMN = "trial_number"
 SAMPLER_COLUMN = "sampler"
 FEASIBLE_CONSTRAINT = "feasible"  # Optuna constraint: 0 for a legal point that fits in memory, 1 otherwise
 
@@ -474,12 +472,7 @@ def best_rows(study: Study, table: pa.Table) -> pa.Table:
         return table.slice(0, 0)
     if study.faults is not None:
         table = per_point(table)
-    keep = pc.and_(pc.is_valid(table.column(TRIAL_COLUMN)), pc.equal(table.column("backend"), study.backend))
-    keep = pc.and_(keep, table.column("feasible"))
-    for column, op, bound in spec.constraints:
-        keep = pc.and_(keep, (pc.less_equal if op == "<=" else pc.greater_equal)(table.column(column), bound))
-    rows = table.filter(pc.fill_null(keep, False)).sort_by(TRIAL_COLUMN)
-    rows = first_per_point(rows)
+    rows = first_per_point(front_candidates(table, study.backend, spec.constraints))
     if len(spec.objectives) > 1:
         return pareto_front(rows, [(c, d == "maximize") for c, d in spec.objectives])
     column, direction = spec.objectives[0]
