@@ -132,7 +132,7 @@ nb::dict collective(const nb::dict& dims, const nb::dict& faults, int kind, int 
     net = spec.build();
     Dag dag;
     const size_t p = req.group.size();
-    dag.reserve(2 * p * p * static_cast<size_t>(chunks) + 4 * p, 4 * p * p * static_cast<size_t>(chunks) + 4 * p);
+    dag.reserve(2 * p * p * static_cast<size_t>(chunks) + 4 * p, 6 * p * p * static_cast<size_t>(chunks) + 4 * p);
     emit_collective(dag, *net, req, std::vector<int>(req.group.size(), -1));
     out = simulate(*net, dag, false);
   }

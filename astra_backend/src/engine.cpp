@@ -74,41 +74,150 @@ class Calendar {
 
 struct Flow {
   int op = -1;
-  bool active = false;
-  bool in_component = false;
-  bool frozen = false;
   uint32_t version = 0;
   double remaining = 0.0;
   double rate = 0.0;
   double last_s = 0.0;
   double latency_s = 0.0;
-  std::vector<int> path;
-  std::vector<int> pos;  // index of this flow in each path link's flow list
+};
+
+// The links of every flow slot's route, in one array: a slot keeps its region across reuses
+// and moves to a larger one at the end only when a longer route comes along.
+class RoutePool {
+ public:
+  struct Route {
+    const int* first;
+    const int* last;
+    const int* begin() const { return first; }
+    const int* end() const { return last; }
+  };
+
+  void assign(int slot, const std::vector<int>& route) {
+    if (static_cast<size_t>(slot) >= regions_.size()) regions_.resize(slot + 1);
+    Region& r = regions_[slot];
+    const auto size = static_cast<uint32_t>(route.size());
+    if (size > r.capacity) {
+      r.offset = static_cast<uint32_t>(links_.size());
+      r.capacity = size;
+      links_.resize(links_.size() + size);
+    }
+    r.size = size;
+    std::copy(route.begin(), route.end(), links_.begin() + r.offset);
+  }
+
+  // Valid until the next assign().
+  Route operator[](int slot) const {
+    const Region& r = regions_[slot];
+    const int* first = links_.data() + r.offset;
+    return Route{first, first + r.size};
+  }
+
+ private:
+  struct Region {
+    uint32_t offset = 0;
+    uint32_t size = 0;
+    uint32_t capacity = 0;
+  };
+  std::vector<Region> regions_;
+  std::vector<int> links_;
+};
+
+// A flow slot's flags, kept apart from Flow in one dense array: the passes over a large
+// component test them for every flow, and most of them touch nothing else of it.
+struct FlowMarks {
+  bool active = false;
+  bool in_component = false;
+  bool frozen = false;
 };
 
 struct LinkState {
-  std::vector<int> flows;
+  std::vector<int> flows;  // may hold ended flows until the link's next compaction
+  int active_flows = 0;
   double capacity = 0.0;
   double busy_since = 0.0;
   bool dirty = false;
   bool in_component = false;
-  uint32_t version = 0;
   double spare = 0.0;   // water-filling scratch: capacity not yet given out
   int unfrozen = 0;     // water-filling scratch: flows without a rate yet
+  double share = 0.0;   // water-filling scratch: spare / unfrozen, the heap key
+  int heap_pos = -1;    // water-filling scratch: index in the share heap, -1 when out
 };
 
-struct Share {
-  double share;
-  int link;
-  uint32_t version;
-  bool operator>(const Share& o) const { return share > o.share; }
+// Min-heap of links keyed by their fair share, one entry per link, updated in place.
+class ShareHeap {
+ public:
+  explicit ShareHeap(std::vector<LinkState>& links) : links_(links) {}
+
+  bool empty() const { return heap_.empty(); }
+
+  void push(int link) {
+    links_[link].heap_pos = static_cast<int>(heap_.size());
+    heap_.push_back(link);
+    sift_up(heap_.size() - 1);
+  }
+
+  int pop() {
+    const int top = heap_.front();
+    remove(top);
+    return top;
+  }
+
+  // Moves `link` to its place after its share changed.
+  void update(int link) {
+    const size_t i = static_cast<size_t>(links_[link].heap_pos);
+    sift_up(i);
+    sift_down(static_cast<size_t>(links_[link].heap_pos));
+  }
+
+  void remove(int link) {
+    const size_t i = static_cast<size_t>(links_[link].heap_pos);
+    const int last = heap_.back();
+    heap_.pop_back();
+    links_[link].heap_pos = -1;
+    if (last == link) return;
+    place(i, last);
+    update(last);
+  }
+
+ private:
+  double key(size_t i) const { return links_[heap_[i]].share; }
+
+  void place(size_t i, int link) {
+    heap_[i] = link;
+    links_[link].heap_pos = static_cast<int>(i);
+  }
+
+  void sift_up(size_t i) {
+    const int link = heap_[i];
+    const double share = links_[link].share;
+    while (i > 0 && key((i - 1) / 2) > share) {
+      place(i, heap_[(i - 1) / 2]);
+      i = (i - 1) / 2;
+    }
+    place(i, link);
+  }
+
+  void sift_down(size_t i) {
+    const int link = heap_[i];
+    const double share = links_[link].share;
+    for (size_t child = 2 * i + 1; child < heap_.size(); child = 2 * i + 1) {
+      if (child + 1 < heap_.size() && key(child + 1) < key(child)) ++child;
+      if (!(key(child) < share)) break;
+      place(i, heap_[child]);
+      i = child;
+    }
+    place(i, link);
+  }
+
+  std::vector<LinkState>& links_;
+  std::vector<int> heap_;
 };
 
 class Simulator {
  public:
   // Runs `dag`'s structure with these op amounts and a scratch copy of its pending counts.
   Simulator(Network& net, const Dag& dag, const std::vector<Op>& ops, std::vector<int32_t>& pending, bool record)
-      : net_(net), dag_(dag), ops_(ops), pending_(pending) {
+      : net_(net), dag_(dag), ops_(ops), pending_(pending), heap_(links_) {
     const auto& links = net.links();
     links_.resize(links.size());
     for (size_t i = 0; i < links.size(); ++i) links_[i].capacity = links[i].bandwidth_Bps;
@@ -116,6 +225,7 @@ class Simulator {
     out_.links.busy_s.assign(links.size(), 0.0);
     out_.links.peak_flows.assign(links.size(), 0);
     if (record) out_.op_end_s.assign(dag.ops_.size(), std::numeric_limits<double>::quiet_NaN());
+    reserve_flow_slots();
   }
 
   SimOutput run() {
@@ -131,7 +241,7 @@ class Simulator {
         for (const Event& e : batch_) {
           if (e.type == kDone) {
             complete(e.id);
-          } else if (flows_[e.id].active && flows_[e.id].version == e.version) {
+          } else if (marks_[e.id].active && flows_[e.id].version == e.version) {
             end_flow(e.id);
           }
         }
@@ -170,6 +280,15 @@ class Simulator {
     }
   }
 
+  // Room for every flow of the DAG at once: reserved, not touched, so it costs no memory
+  // until used and spares the copies of a growing slot array.
+  void reserve_flow_slots() {
+    size_t flow_ops = 0;
+    for (const Op& o : ops_) flow_ops += o.src >= 0;
+    flows_.reserve(flow_ops);
+    marks_.reserve(flow_ops);
+  }
+
   int new_slot() {
     if (!free_slots_.empty()) {
       const int s = free_slots_.back();
@@ -177,6 +296,7 @@ class Simulator {
       return s;
     }
     flows_.emplace_back();
+    marks_.emplace_back();
     return static_cast<int>(flows_.size()) - 1;
   }
 
@@ -194,57 +314,57 @@ class Simulator {
       return;
     }
     ++out_.flows;
-    const int slot = new_slot();
-    Flow& f = flows_[slot];
-    net_.route(o.src, o.dst, f.path);
+    net_.route(o.src, o.dst, route_);
     const auto& links = net_.links();
-    f.latency_s = 0.0;
-    for (int l : f.path) f.latency_s += links[l].latency_s;
+    double latency_s = 0.0;
+    for (int l : route_) latency_s += links[l].latency_s;
     if (o.amount <= 0.0) {
-      free_slots_.push_back(slot);
-      finish_at(op, now_ + f.latency_s);
+      finish_at(op, now_ + latency_s);
       return;
     }
+    const int slot = new_slot();
+    routes_.assign(slot, route_);
+    Flow& f = flows_[slot];
+    f.latency_s = latency_s;
     f.op = op;
-    f.active = true;
+    marks_[slot].active = true;
     f.remaining = o.amount;
     f.rate = 0.0;
     f.last_s = now_;
     ++f.version;
-    f.pos.resize(f.path.size());
-    for (size_t i = 0; i < f.path.size(); ++i) {
-      const int l = f.path[i];
+    for (int l : route_) {
       LinkState& ls = links_[l];
-      if (ls.flows.empty()) ls.busy_since = now_;
-      f.pos[i] = static_cast<int>(ls.flows.size());
+      if (ls.active_flows++ == 0) ls.busy_since = now_;
       ls.flows.push_back(slot);
-      out_.links.peak_flows[l] = std::max<int32_t>(out_.links.peak_flows[l], static_cast<int32_t>(ls.flows.size()));
+      out_.links.peak_flows[l] = std::max<int32_t>(out_.links.peak_flows[l], ls.active_flows);
       out_.links.bytes[l] += o.amount;
       mark_dirty(l);
     }
   }
 
+  // The flow stays in its links' lists until compact_dirty_links() drops it; its slot is
+  // reused only after that.
   void end_flow(int slot) {
     Flow& f = flows_[slot];
-    for (size_t i = 0; i < f.path.size(); ++i) {
-      const int l = f.path[i];
+    for (int l : routes_[slot]) {
       LinkState& ls = links_[l];
-      const int p = f.pos[i];
-      const int moved = ls.flows.back();
-      ls.flows[p] = moved;
-      ls.flows.pop_back();
-      if (moved != slot) {
-        Flow& m = flows_[moved];
-        for (size_t j = 0; j < m.path.size(); ++j)
-          if (m.path[j] == l) m.pos[j] = p;
-      }
-      if (ls.flows.empty()) out_.links.busy_s[l] += now_ - ls.busy_since;
+      if (--ls.active_flows == 0) out_.links.busy_s[l] += now_ - ls.busy_since;
       mark_dirty(l);
     }
-    f.active = false;
+    marks_[slot].active = false;
     ++f.version;
-    free_slots_.push_back(slot);
+    ended_slots_.push_back(slot);
     finish_at(f.op, now_ + f.latency_s);
+  }
+
+  // Drops ended flows from the dirty links' lists and frees their slots.
+  void compact_dirty_links() {
+    for (int l : dirty_) {
+      std::vector<int>& flows = links_[l].flows;
+      flows.erase(std::remove_if(flows.begin(), flows.end(), [&](int s) { return !marks_[s].active; }), flows.end());
+    }
+    free_slots_.insert(free_slots_.end(), ended_slots_.begin(), ended_slots_.end());
+    ended_slots_.clear();
   }
 
   // Gathers the flows connected (through shared links) to the dirty links.
@@ -256,11 +376,10 @@ class Simulator {
       const int l = stack_.back();
       stack_.pop_back();
       for (int s : links_[l].flows) {
-        Flow& f = flows_[s];
-        if (f.in_component) continue;
-        f.in_component = true;
+        if (marks_[s].in_component) continue;
+        marks_[s].in_component = true;
         comp_flows_.push_back(s);
-        for (int l2 : f.path)
+        for (int l2 : routes_[s])
           if (!links_[l2].in_component) {
             links_[l2].in_component = true;
             comp_links_.push_back(l2);
@@ -271,11 +390,12 @@ class Simulator {
   }
 
   void solve_rates() {
+    compact_dirty_links();
     for (int l : dirty_) {
       LinkState& ls = links_[l];
       ls.dirty = false;
       if (ls.in_component || ls.flows.empty()) continue;
-      if (ls.flows.size() == 1 && (flows_[ls.flows[0]].in_component || lone_flow(ls.flows[0]))) continue;
+      if (ls.flows.size() == 1 && (marks_[ls.flows[0]].in_component || lone_flow(ls.flows[0]))) continue;
       comp_flows_.clear();
       comp_links_.clear();
       collect_component(l);
@@ -285,22 +405,21 @@ class Simulator {
     }
     dirty_.clear();
     for (int l : all_comp_links_) links_[l].in_component = false;
-    for (int s : all_comp_flows_) flows_[s].in_component = false;
+    for (int s : all_comp_flows_) marks_[s].in_component = false;
     all_comp_links_.clear();
     all_comp_flows_.clear();
   }
 
   // A flow alone on all its links runs at its slowest link's capacity.
   bool lone_flow(int slot) {
-    Flow& f = flows_[slot];
     double rate = std::numeric_limits<double>::infinity();
-    for (int l : f.path) {
+    for (int l : routes_[slot]) {
       if (links_[l].flows.size() != 1) return false;
       rate = std::min(rate, links_[l].capacity);
     }
-    f.in_component = true;
+    marks_[slot].in_component = true;
     all_comp_flows_.push_back(slot);
-    assign_rate(f, slot, rate);
+    assign_rate(flows_[slot], slot, rate);
     return true;
   }
 
@@ -315,40 +434,40 @@ class Simulator {
 
   // Max-min fair rates by progressive filling over one connected component.
   void water_fill() {
-    heap_.clear();
     for (int l : comp_links_) {
       LinkState& ls = links_[l];
       ls.spare = ls.capacity;
       ls.unfrozen = static_cast<int>(ls.flows.size());
-      ++ls.version;
-      heap_.push_back(Share{ls.spare / ls.unfrozen, l, ls.version});
+      ls.share = ls.spare / ls.unfrozen;
+      heap_.push(l);
     }
-    std::make_heap(heap_.begin(), heap_.end(), std::greater<Share>());
-    for (int s : comp_flows_) flows_[s].frozen = false;
+    for (int s : comp_flows_) marks_[s].frozen = false;
     while (!heap_.empty()) {
-      std::pop_heap(heap_.begin(), heap_.end(), std::greater<Share>());
-      const Share top = heap_.back();
-      heap_.pop_back();
-      LinkState& bottleneck = links_[top.link];
-      if (top.version != bottleneck.version || bottleneck.unfrozen == 0) continue;
-      const double share = std::max(top.share, 0.0) > 0.0 ? top.share : bottleneck.capacity * 1e-12;
-      for (int s : bottleneck.flows) {
+      const int bottleneck = heap_.pop();
+      const LinkState& b = links_[bottleneck];
+      const double share = b.share > 0.0 ? b.share : b.capacity * 1e-12;
+      for (int s : b.flows) {
+        if (marks_[s].frozen) continue;
+        marks_[s].frozen = true;
         Flow& f = flows_[s];
-        if (f.frozen) continue;
-        f.frozen = true;
         assign_rate(f, s, share);
-        for (int l2 : f.path) {
-          LinkState& ls = links_[l2];
-          ls.spare -= share;
-          --ls.unfrozen;
-          ++ls.version;
-          if (l2 != top.link && ls.unfrozen > 0) {
-            heap_.push_back(Share{std::max(ls.spare, 0.0) / ls.unfrozen, l2, ls.version});
-            std::push_heap(heap_.begin(), heap_.end(), std::greater<Share>());
-          }
-        }
+        for (int l2 : routes_[s]) give_share(l2, bottleneck, share);
       }
     }
+  }
+
+  // Takes one frozen flow's share out of link `l`'s spare capacity and re-keys it.
+  void give_share(int l, int bottleneck, double share) {
+    LinkState& ls = links_[l];
+    ls.spare -= share;
+    --ls.unfrozen;
+    if (l == bottleneck) return;
+    if (ls.unfrozen == 0) {
+      heap_.remove(l);
+      return;
+    }
+    ls.share = std::max(ls.spare, 0.0) / ls.unfrozen;
+    heap_.update(l);
   }
 
   Network& net_;
@@ -358,7 +477,11 @@ class Simulator {
   SimOutput out_;
   double now_ = 0.0;
   std::vector<Flow> flows_;
+  std::vector<FlowMarks> marks_;
+  RoutePool routes_;
+  std::vector<int> route_;  // scratch: the route of the flow being started
   std::vector<int> free_slots_;
+  std::vector<int> ended_slots_;
   std::vector<LinkState> links_;
   Calendar events_;
   std::vector<Event> batch_;
@@ -366,7 +489,7 @@ class Simulator {
   std::vector<int> dirty_;
   std::vector<int> stack_;
   std::vector<int> comp_flows_, comp_links_, all_comp_flows_, all_comp_links_;
-  std::vector<Share> heap_;
+  ShareHeap heap_;
 };
 
 }  // namespace
