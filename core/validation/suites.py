@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.evaluate import evaluate
+from core.evaluation import evaluate
 from core.model.loader import load_hardware, load_model
 from core.model.memory import GiB
 from core.model.specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism, TrainWorkload
@@ -236,6 +236,18 @@ SUITES = {"training": training_cases, "a100_training": framework_training_cases,
           **{name: functools.partial(published_cases, name) for name in PUBLISHED_SUITES}}
 
 
+# Suites summarised per group of measured kernels, not per case (core.validation.kernels); they
+# run only when named, as their tables live beside the repository (../shared/validation).
+GROUPED_SUITES = ("kernels",)
+
+
+def grouped_suite(name: str) -> tuple:
+    """(records, skipped) of the grouped suite `name`: error figures per group, rows skipped."""
+    from . import kernels  # the kernel tables load on first use only
+
+    return {"kernels": kernels.kernel_groups}[name]()
+
+
 def run_all(suites=("training", "inference", "memory")) -> tuple:
     cases, verdicts = [], []
     for suite in suites:
@@ -255,4 +267,4 @@ def summary(cases: list) -> dict:
     return out
 
 
-__all__ = ["Case", "GiB", "Verdict", "excluded_rows", "run_all", "summary"]
+__all__ = ["Case", "GROUPED_SUITES", "GiB", "Verdict", "excluded_rows", "grouped_suite", "run_all", "summary"]

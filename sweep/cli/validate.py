@@ -1,4 +1,5 @@
-"""`rapid validate`: predictions against the published measurements, per suite."""
+"""`rapid validate`: predictions against the published measurements, per suite; grouped suites
+(kernels) as error figures per GPU, kernel, dtype and size."""
 import json
 from collections import Counter
 
@@ -6,17 +7,23 @@ from rich.console import Console
 from rich.table import Table
 
 from core.units import format_quantity
-from core.validation.suites import SUITES, excluded_rows, run_all, summary
+from core.validation.suites import GROUPED_SUITES, SUITES, excluded_rows, grouped_suite, run_all, summary
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--suite", action="append", choices=tuple(SUITES),
-                        help="run only this suite (repeatable; default: all)")
+    parser.add_argument("--suite", action="append", choices=(*SUITES, *GROUPED_SUITES),
+                        help="run only this suite (repeatable; default: all but kernels)")
     parser.add_argument("--json", action="store_true", help="print cases and summary as JSON")
 
 
 def run(args) -> int:
-    suites = tuple(args.suite or SUITES)
+    chosen = tuple(dict.fromkeys(args.suite or SUITES))
+    suites = tuple(s for s in chosen if s in SUITES)
+    groups, skipped = [], []
+    for name in (s for s in chosen if s in GROUPED_SUITES):
+        records, left_out = grouped_suite(name)
+        groups += records
+        skipped += left_out
     cases, verdicts = run_all(suites)
     stats = summary(cases)
     excluded = excluded_rows(suites)
@@ -29,7 +36,13 @@ def run(args) -> int:
                           "predicted_feasible": v.predicted_feasible, "detail": v.detail, "doubt": v.doubt}
                          for v in verdicts],
             "not_counted": [{"suite": suite, "case": case, "reason": reason} for suite, case, reason in excluded],
+            "groups": groups,
+            "skipped": skipped,
         }, indent=1))
+        return 0
+    if groups or skipped:
+        _print_groups(groups, skipped)
+    if not suites:
         return 0
     rows = {suite: [(c.case, format_quantity(c.measured, c.unit), format_quantity(c.predicted, c.unit),
                      f"{c.error_pct:+.1f} %") for c in cases if c.suite == suite] for suite in stats}
@@ -61,6 +74,38 @@ def run(args) -> int:
         console.print(f"  not counted: {v.case}: predicted {'fits' if v.predicted_feasible else 'OOM'} "
                       f"({v.detail}); the published outcome is doubtful: {v.doubt}")
     return 0
+
+
+def _print_groups(groups: list, skipped: list) -> None:
+    """One table per GPU: n and errors (predicted / measured - 1) per framework, kernel, dtype
+    and size bucket; then the rows skipped and why."""
+    rows = {}
+    for g in groups:
+        rows.setdefault(g["gpu"], []).append(
+            (g["framework"], g["kernel"], g["dtype"], g["bucket"], f"{g['n']:,}", f"{g['median_error_pct']:+.1f} %",
+             f"{g['mean_abs_error_pct']:.1f} %", f"{g['p90_abs_error_pct']:.1f} %"))
+    hardware = {g["gpu"]: g["hardware"] for g in groups}
+    console = _console(rows.values())
+    for gpu, table_rows in rows.items():
+        table = Table(title=f"kernels on {gpu} (preset {hardware[gpu]})", show_edge=False)
+        for column in ("framework", "kernel", "dtype", "bucket"):
+            table.add_column(column, overflow="fold")
+        for column in ("n", "median error", "mean |error|", "p90 |error|"):
+            table.add_column(column, justify="right")
+        for row in table_rows:
+            table.add_row(*row)
+        console.print(table)
+        console.print()
+    reasons = Counter()
+    for s in skipped:
+        reasons[(s["gpu"], s["reason"])] += s["rows"]
+    if reasons:
+        console.print(f"kernels not compared: {sum(reasons.values()):,} rows")
+        for (gpu, reason), count in sorted(reasons.items()):
+            console.print(f"  {gpu}: {reason} ({count:,})")
+    console.print("error = predicted / measured - 1, over AIConfigurator's measured kernel tables "
+                  "(../shared/validation/kernels); nothing is fitted to them here.")
+    console.print()
 
 
 def _console(tables) -> Console:

@@ -1,0 +1,198 @@
+"""`rapid validate --suite kernels`: our GEMM, attention and NCCL models against the measured
+kernel tables of NVIDIA AIConfigurator (../shared/validation/kernels, beside the repository; its
+README says what a row is). Errors (predicted / measured - 1) are summarised per GPU, framework,
+kernel, dtype and size bucket: the measuring stick for calibration, never fitted here.
+
+Each row is timed by the functions `rapid run` uses: ops.gemm, ops.flash_attention (prefill),
+ops.decode_attention (one decode step), and collectives.collective_time over one node's NVLink
+dimension. What the tables hold that we do not model (fp8_block, nvfp4 and weight-only GEMMs,
+FP8 attention, sliding windows, GPUs without a preset) is counted as skipped, with the reason."""
+import functools
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from core.errors import SpecError
+from core.model import ops
+from core.model.collectives import collective_time
+from core.model.layout import group_spans
+from core.model.loader import list_presets, load_hardware, with_dtype
+from core.model.specs import ModelSpec, Parallelism
+
+KERNELS_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "validation" / "kernels"
+SUITE = "kernels"
+MS = 1e-3  # the tables' latency is in milliseconds
+MiB = 2**20
+GiB = 2**30
+# The tables' GPU folders and our presets (Blackwell ones once they exist).
+PRESET_BY_GPU = {"a100_sxm": "a100-sxm4-80gb", "h100_sxm": "h100-sxm5-80gb", "h200_sxm": "h200-sxm-141gb",
+                 "b200_sxm": "b200-sxm-180gb", "gb200": "gb200-nvl72"}
+GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}  # fp8 is per-tensor scaled, as ours
+ATTENTION_DTYPES = {"bfloat16": "bf16"}
+KV_BYTES = {"bfloat16": 2, "fp8": 1}
+NCCL_BYTES = {"half": 2, "int8": 1}
+NCCL_DTYPES = {"half": "fp16", "int8": "int8"}
+NCCL_KINDS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
+              "alltoall": "all_to_all"}
+ATTENTION_KERNEL = ModelSpec.__dataclass_fields__["attention_kernel"].default  # what `rapid run` times
+
+
+class Skip(str):
+    """Why a row is not compared (counted, not silently dropped)."""
+
+
+BUCKETS = ("<1 GFLOP", "1-100 GFLOP", ">=100 GFLOP", "<16 MiB KV", "16 MiB-1 GiB KV", ">=1 GiB KV",
+           "<1 MiB", ">=1 MiB")  # small to large, the order records are listed in
+
+
+def flop_bucket(flops: float) -> str:
+    return "<1 GFLOP" if flops < 1e9 else "1-100 GFLOP" if flops < 100e9 else ">=100 GFLOP"
+
+
+def kv_bucket(bytes_: float) -> str:
+    return "<16 MiB KV" if bytes_ < 16 * MiB else "16 MiB-1 GiB KV" if bytes_ < GiB else ">=1 GiB KV"
+
+
+def message_bucket(bytes_: float) -> str:
+    return "<1 MiB" if bytes_ < MiB else ">=1 MiB"
+
+
+@functools.lru_cache(maxsize=None)
+def _gemm_s(hw, m: int, n: int, k: int, dtype: str) -> float:
+    return ops.gemm(hw, m, n, k, dtype=dtype).time_s
+
+
+def _gemm(hw, m, n, k, gemm_dtype):
+    """One GEMM C[m,n] = A[m,k] B[k,n], B a weight, as the layer graph times a linear layer."""
+    dtype = GEMM_DTYPES.get(gemm_dtype)
+    if dtype is None or dtype not in dict(hw.gpu.peak_flops):
+        return Skip(f"gemm {gemm_dtype}: not modelled")
+    return "gemm", dtype, flop_bucket(2.0 * m * n * k), _gemm_s(hw, m, n, k, dtype)
+
+
+def _context(hw, batch, isl, heads, kv_heads, head_dim, window, attn_dtype, kv_dtype):
+    """Prefill attention over `batch` causal sequences of `isl` tokens: one fused kernel. A
+    row with an FP8 KV cache writes the cache in FP8; our kernel's time does not see it."""
+    if window:
+        return Skip("attention with a sliding window: not modelled")
+    if attn_dtype not in ATTENTION_DTYPES:
+        return Skip(f"attention in {attn_dtype}: not modelled")
+    dtype = ATTENTION_DTYPES[attn_dtype] + ("" if kv_dtype == attn_dtype else f" kv {kv_dtype}")
+    flops = 2.0 * batch * heads * isl * isl * head_dim  # QK^T and PV, causal half
+    time_s = ops.flash_attention(hw, batch * heads, isl, isl, head_dim, max(1, heads // kv_heads), True,
+                                 kernel=ATTENTION_KERNEL).time_s
+    return "attention.prefill", dtype, flop_bucket(flops), time_s
+
+
+def _generation(hw, batch, heads, kv_heads, head_dim, step, window, attn_dtype, kv_dtype):
+    """One decode step: each of `batch` requests' new token attends to its `step` cached tokens
+    and itself (the collector's `step` is the cached length)."""
+    if window:
+        return Skip("attention with a sliding window: not modelled")
+    if attn_dtype not in ATTENTION_DTYPES or kv_dtype not in KV_BYTES:
+        return Skip(f"decode attention {attn_dtype} kv {kv_dtype}: not modelled")
+    context = step + 1
+    kv_bytes = KV_BYTES[kv_dtype]
+    dtype = ATTENTION_DTYPES[attn_dtype] + ("" if kv_dtype == attn_dtype else f" kv {kv_dtype}")
+    time_s = ops.decode_attention(hw, batch, heads, kv_heads, context, head_dim, kv_bytes).time_s
+    return "attention.decode", dtype, kv_bucket(2.0 * batch * kv_heads * context * head_dim * kv_bytes), time_s
+
+
+def _nccl(hw, op, gpus, elements, nccl_dtype):
+    """One nccl-tests collective inside one node: `elements` of the dtype are the test's size
+    (the whole buffer; all-to-all: each rank's send buffer), over the NVLink dimension."""
+    kind = NCCL_KINDS.get(op)
+    if kind is None or nccl_dtype not in NCCL_BYTES:
+        return Skip(f"nccl {op} {nccl_dtype}: not modelled")
+    dims = hw.dims_for(gpus)
+    if gpus > dims[0].size:
+        return Skip(f"nccl over {gpus} GPUs: more than {hw.name}'s first network dimension")
+    bytes_ = float(elements * NCCL_BYTES[nccl_dtype])
+    span = group_spans(Parallelism(tp=gpus), dims)["tp"]
+    time_s = sum(collective_time(hw, dims, kind, bytes_, span).values())
+    return f"nccl.{kind}.{gpus}gpu", NCCL_DTYPES[nccl_dtype], message_bucket(bytes_), time_s
+
+
+# (op folder, table, its columns passed to the row's function in this order, the function)
+TABLES = (
+    ("gemm", "gemm_perf", ("m", "n", "k", "gemm_dtype"), _gemm),
+    ("attention", "context_attention_perf",
+     ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "window_size", "attn_dtype",
+      "kv_cache_dtype"), _context),
+    ("attention", "generation_attention_perf",
+     ("batch_size", "num_heads", "num_key_value_heads", "head_dim", "step", "window_size", "attn_dtype",
+      "kv_cache_dtype"), _generation),
+    ("comm", "nccl_perf", ("op_name", "num_gpus", "message_size", "nccl_dtype"), _nccl),
+)
+
+
+def error_summary(predicted_s, measured_s) -> dict:
+    """n, median signed error, mean and 90th-percentile |error|, in percent, of
+    error = predicted / measured - 1."""
+    error = np.asarray(predicted_s, dtype=float) / np.asarray(measured_s, dtype=float) - 1.0
+    return {"n": int(error.size), "median_error_pct": 100.0 * float(np.median(error)),
+            "mean_abs_error_pct": 100.0 * float(np.mean(np.abs(error))),
+            "p90_abs_error_pct": 100.0 * float(np.percentile(np.abs(error), 90))}
+
+
+def _group_order(item) -> tuple:
+    kernel, dtype, bucket = item[0]
+    return kernel, dtype, BUCKETS.index(bucket)
+
+
+def _read(path: Path, columns: tuple, max_rows: int | None) -> tuple:
+    """The columns of one table as Python lists (window_size is absent from older tables: 0)."""
+    import pyarrow.parquet as pq  # only this suite reads Parquet
+
+    names = set(pq.read_schema(path).names)
+    table = pq.read_table(path, columns=[c for c in (*columns, "latency") if c in names])
+    if max_rows is not None:
+        table = table.slice(0, max_rows)
+    lists = {c: table.column(c).to_pylist() for c in table.column_names}
+    return tuple(lists.get(c, [0] * table.num_rows) for c in columns), lists["latency"]
+
+
+def kernel_groups(root: Path = KERNELS_DIR, gpus=None, max_rows: int | None = None) -> tuple:
+    """(records, skipped): one record per (gpu, framework, kernel, dtype, bucket) with the
+    error figures of error_summary; one skipped entry per (gpu, framework, table, reason) with
+    its row count. `max_rows` takes the first rows of each table (a quick slice)."""
+    root = Path(root)
+    if not root.is_dir():
+        raise SpecError("rapid validate --suite kernels", "kernel tables", str(root),
+                        "missing: the measured kernel tables live in ../shared/validation/kernels "
+                        "beside the repository")
+    presets = set(list_presets()["gpus"])
+    records, skipped = [], []
+    for gpu_dir in sorted(p for p in root.iterdir() if p.is_dir() and (gpus is None or p.name in gpus)):
+        preset = PRESET_BY_GPU.get(gpu_dir.name)
+        for op, table, columns, predict in TABLES:
+            for path in sorted(gpu_dir.glob(f"{op}/*/*/{table}.parquet")):
+                framework = f"{path.parent.parent.name} {path.parent.name}"
+                if preset not in presets:
+                    rows = len(_read(path, columns[:1], max_rows)[1])
+                    skipped.append({"suite": SUITE, "gpu": gpu_dir.name, "framework": framework, "table": table,
+                                    "reason": "no GPU preset", "rows": rows})
+                    continue
+                hw = with_dtype(load_hardware(preset), "bf16", preset, "dtype")
+                values, latency_ms = _read(path, columns, max_rows)
+                groups, reasons = defaultdict(lambda: ([], [])), Counter()
+                for row, measured_ms in zip(zip(*values), latency_ms):
+                    out = predict(hw, *row)
+                    if isinstance(out, Skip):
+                        reasons[str(out)] += 1
+                        continue
+                    kernel, dtype, bucket, predicted_s = out
+                    group = groups[(kernel, dtype, bucket)]
+                    group[0].append(predicted_s)
+                    group[1].append(measured_ms * MS)
+                for (kernel, dtype, bucket), (predicted, measured) in sorted(groups.items(), key=_group_order):
+                    records.append({"suite": SUITE, "gpu": gpu_dir.name, "hardware": preset, "framework": framework,
+                                    "kernel": kernel, "dtype": dtype, "bucket": bucket,
+                                    **error_summary(predicted, measured)})
+                skipped += [{"suite": SUITE, "gpu": gpu_dir.name, "framework": framework, "table": table,
+                             "reason": reason, "rows": rows} for reason, rows in sorted(reasons.items())]
+    return records, skipped
+
+
+__all__ = ["KERNELS_DIR", "error_summary", "kernel_groups"]

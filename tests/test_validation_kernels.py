@@ -1,0 +1,64 @@
+"""The kernel suite: records carry their fields and the error arithmetic is right. No accuracy
+threshold: the suite reports our errors against measured kernels, it does not judge them."""
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from core.errors import SpecError
+from core.model import ops
+from core.model.loader import load_hardware
+from core.validation.kernels import KERNELS_DIR, error_summary, kernel_groups
+from sweep.cli import main
+
+FIELDS = {"suite", "gpu", "kernel", "dtype", "bucket", "n", "median_error_pct", "mean_abs_error_pct",
+          "p90_abs_error_pct"}
+needs_tables = pytest.mark.skipif(not KERNELS_DIR.is_dir(), reason="no ../shared/validation/kernels")
+
+
+def test_error_summary_is_predicted_over_measured_less_one():
+    figures = error_summary([1.0, 3.0, 2.0, 0.5], [1.0, 2.0, 2.0, 1.0])  # errors 0, +0.5, 0, -0.5
+    assert figures["n"] == 4
+    assert figures["median_error_pct"] == pytest.approx(0.0)
+    assert figures["mean_abs_error_pct"] == pytest.approx(25.0)
+    assert figures["p90_abs_error_pct"] == pytest.approx(50.0)
+
+
+def test_a_hand_made_gemm_row_is_compared_with_our_gemm_time(tmp_path):
+    folder = tmp_path / "h100_sxm" / "gemm" / "vllm" / "0.1"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.table({"m": [2048, 16], "n": [2048, 16], "k": [2048, 16], "gemm_dtype": ["bfloat16", "nvfp4"],
+                             "latency": [0.5, 0.01]}), folder / "gemm_perf.parquet")
+    records, skipped = kernel_groups(tmp_path)
+    predicted_s = ops.gemm(load_hardware("h100-sxm5-80gb"), 2048, 2048, 2048, dtype="bf16").time_s
+    [record] = records
+    assert FIELDS <= record.keys()
+    assert (record["gpu"], record["kernel"], record["dtype"], record["bucket"]) == ("h100_sxm", "gemm", "bf16",
+                                                                                    "1-100 GFLOP")
+    assert record["median_error_pct"] == pytest.approx(100 * (predicted_s / 0.5e-3 - 1))
+    assert [(s["reason"], s["rows"]) for s in skipped] == [("gemm nvfp4: not modelled", 1)]
+
+
+def test_missing_tables_are_one_clear_error(tmp_path):
+    with pytest.raises(SpecError, match="kernel tables"):
+        kernel_groups(tmp_path / "absent")
+
+
+@needs_tables
+def test_a_slice_of_every_table_gives_records_with_their_fields():
+    records, skipped = kernel_groups(gpus={"h100_sxm"}, max_rows=200)
+    kernels = {r["kernel"].split(".")[0] for r in records}
+    assert {"gemm", "attention", "nccl"} <= kernels
+    assert all(FIELDS <= r.keys() and r["suite"] == "kernels" and r["n"] > 0 for r in records)
+    assert all(s["rows"] > 0 and s["reason"] for s in skipped)
+
+
+@needs_tables
+def test_validate_json_carries_the_groups(monkeypatch, capsys):
+    from core.validation import kernels
+
+    monkeypatch.setattr(kernels, "kernel_groups", lambda: kernel_groups(gpus={"a100_sxm"}, max_rows=100))
+    assert main(["validate", "--suite", "kernels", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["cases"] == [] and out["groups"] and all(FIELDS <= g.keys() for g in out["groups"])
