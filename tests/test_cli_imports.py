@@ -26,6 +26,7 @@ def modules_after(argv: list, tmp_path) -> set:
     ["net", "--help"],
     ["replay", "--help"],
     ["validate", "--help"],
+    ["gemm", "--hardware", "h100-sxm5-80gb", "--m", "16", "--n", "4096", "--k", "4096"],
 ], ids=lambda argv: " ".join(argv[:2]))
 def test_point_commands_import_no_table_search_plot_or_cluster_library(argv, tmp_path):
     assert not modules_after(argv, tmp_path) & set(HEAVY)

@@ -14,6 +14,7 @@ from core.errors import SpecError
 COMMANDS = {
     "run": ("sweep.cli.run", "predict one configuration (training step or inference request)"),
     "validate": ("sweep.cli.validate", "compare predictions with published measurements"),
+    "gemm": ("sweep.cli.gemm", "time one GEMM or a CSV of shapes on a GPU, optionally sharded with its collective"),
     "sweep": ("sweep.cli.sweep", "run a study file: enumerate, prune, evaluate, write a Parquet table"),
     "query": ("sweep.cli.query", "filter, sort and print a study's results table, or run SQL over it"),
     "report": ("sweep.cli.report", "draw a study's results as one self-contained HTML page (plotly)"),

@@ -1,0 +1,132 @@
+"""`rapid gemm`: the time of one GEMM, or of every row of a CSV, on one GPU preset, optionally
+sharded over tensor-parallel ranks with the collective that sharding needs. Timed by the functions
+`rapid run` uses (core.model.ops.gemm for a linear layer, core.model.collectives), so a user can
+check the operator model shape by shape against their own measurements."""
+import csv
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from core import SpecError
+from core.model import ops
+from core.model.collectives import collective_time
+from core.model.layout import group_spans
+from core.model.loader import load_hardware, with_dtype
+from core.model.specs import COMPUTE_DTYPES, DTYPE_BYTES, Parallelism, activation_dtype
+from core.units import format_quantity
+
+from .args import POSITIVE
+
+SHARDS = ("m", "n", "k")
+CSV_COLUMNS = ("m", "n", "k", "dtype")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--hardware", help="GPU preset name or hardware YAML")
+    for dim, text in (("m", "rows of A and C"), ("n", "columns of B and C"), ("k", "the reduced dimension")):
+        parser.add_argument(f"--{dim}", type=POSITIVE, help=f"{text} (C[m,n] = A[m,k] B[k,n])")
+    parser.add_argument("--dtype", choices=COMPUTE_DTYPES, help="operand dtype (default: the hardware file's)")
+    parser.add_argument("--shapes", help="CSV with columns m, n, k and optionally dtype: time every row")
+    parser.add_argument("--tp", type=POSITIVE, default=1, help="tensor-parallel ranks the GEMM is split over")
+    parser.add_argument("--shard", choices=SHARDS,
+                        help="dimension split over --tp ranks: k all-reduces C; m or n leave C sharded")
+    parser.add_argument("--gather", action="store_true", help="with --shard m or n: all-gather C onto every rank")
+    parser.add_argument("--json", action="store_true", help="print one JSON record per GEMM, in input order")
+
+
+def run(args) -> int:
+    if not args.hardware:
+        raise SpecError("command line", "--hardware", "<missing>", "give a preset name or a file")
+    if args.tp > 1 and not args.shard:
+        raise SpecError("command line", "--shard", "<missing>", f"with --tp {args.tp}, give one of m, n, k")
+    if args.gather and args.shard not in ("m", "n"):
+        raise SpecError("command line", "--gather", "set", "needs --shard m or n (k all-reduces C already)")
+    hw = load_hardware(args.hardware)
+    records = [gemm_record(row_hw, m, n, k, args.tp, args.shard or "", args.gather)
+               for m, n, k, row_hw in _shapes(args, hw)]
+    if args.json:
+        for record in records:
+            print(json.dumps(record))
+        return 0
+    _print(records, hw.name)
+    return 0
+
+
+def _shapes(args, hw) -> list:
+    """(m, n, k, hardware in the row's dtype) per GEMM: the command line's, or the CSV's rows."""
+    given = [f"--{d}" for d in ("m", "n", "k") if getattr(args, d) is not None]
+    if args.shapes:
+        if given:
+            raise SpecError("command line", given[0], getattr(args, given[0][2:]), "give --shapes or --m/--n/--k, not both")
+        return _csv_shapes(Path(args.shapes), hw, args.dtype)
+    if len(given) < 3:
+        missing = next(f"--{d}" for d in ("m", "n", "k") if getattr(args, d) is None)
+        raise SpecError("command line", missing, "<missing>", "give --m, --n and --k, or --shapes FILE.csv")
+    row_hw = with_dtype(hw, args.dtype, "command line", "--dtype") if args.dtype else hw
+    return [(args.m, args.n, args.k, row_hw)]
+
+
+def _csv_shapes(path: Path, hw, default_dtype: str | None) -> list:
+    """Rows of a shapes CSV; a bad cell is one line naming the file, row, column, value and what is allowed."""
+    if not path.is_file():
+        raise SpecError("command line", "--shapes", str(path), "no such file")
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle)
+        header = [name.strip() for name in reader.fieldnames or ()]
+        missing = [c for c in CSV_COLUMNS[:3] if c not in header]
+        if missing:
+            raise SpecError(str(path), missing[0], "<missing>", f"the header needs columns {', '.join(CSV_COLUMNS[:3])} "
+                            "(dtype optional)")
+        shapes = []
+        for number, row in enumerate(reader, start=1):
+            row = {(key or "").strip(): (value or "").strip() for key, value in row.items()}
+            where = f"{path} row {number}"
+            dims = []
+            for column in CSV_COLUMNS[:3]:
+                text = row[column]
+                if not text.isdigit() or int(text) < 1:
+                    raise SpecError(where, column, text or "<empty>", "expected a positive integer")
+                dims.append(int(text))
+            dtype = row.get("dtype") or default_dtype
+            shapes.append((*dims, with_dtype(hw, dtype, where, "dtype") if dtype else hw))
+    return shapes
+
+
+def gemm_record(hw, m: int, n: int, k: int, tp: int = 1, shard: str = "", gather: bool = False) -> dict:
+    """One GEMM in `hw`'s compute dtype, split over `tp` ranks along `shard`: the largest shard's
+    time on one GPU, then the collective its output needs (k: all-reduce of C; m or n: none, or
+    an all-gather of C with `gather`), over the ranks' network dimensions as `rapid run` places tp."""
+    local = {"m": m, "n": n, "k": k}
+    if shard:
+        local[shard] = -(-local[shard] // tp)
+    gemm_s = ops.gemm(hw, local["m"], local["n"], local["k"]).time_s
+    kind = "all_reduce" if shard == "k" and tp > 1 else "all_gather" if gather and tp > 1 else ""
+    out_bytes = float(m * n * DTYPE_BYTES[activation_dtype(hw.dtype)])
+    comm = {}
+    if kind:
+        dims = hw.dims_for(tp)
+        comm = collective_time(hw, dims, kind, out_bytes, group_spans(Parallelism(tp=tp), dims)["tp"])
+    collective_s = sum(comm.values())
+    return {"m": m, "n": n, "k": k, "dtype": hw.dtype, "hardware": hw.name, "tp": tp, "shard": shard or None,
+            "flops": 2.0 * m * n * k, "gemm_time_s": gemm_s, "collective": kind or None,
+            "collective_bytes": out_bytes if kind else 0.0, "collective_time_s": collective_s,
+            "collective_time_s_by_dim": comm, "time_s": gemm_s + collective_s}
+
+
+def _print(records: list, hardware: str) -> None:
+    """One line per GEMM; each time column in one unit (its largest value's)."""
+    table = Table(title=f"GEMMs on {hardware}", show_edge=False)
+    for column in ("m", "n", "k", "dtype", "tp", "shard", "GEMM", "collective", "comm.", "total", "TFLOP/s per GPU"):
+        table.add_column(column, justify="left" if column in ("dtype", "shard", "collective") else "right",
+                         no_wrap=True)
+    top = {key: max(r[key] for r in records) or 1.0 for key in ("gemm_time_s", "collective_time_s", "time_s")}
+    for r in records:
+        comm = format_quantity(r["collective_time_s"], "s", top["collective_time_s"]) if r["collective"] else "–"
+        table.add_row(f"{r['m']:,}", f"{r['n']:,}", f"{r['k']:,}", r["dtype"], str(r["tp"]), r["shard"] or "–",
+                      format_quantity(r["gemm_time_s"], "s", top["gemm_time_s"]), r["collective"] or "–", comm,
+                      format_quantity(r["time_s"], "s", top["time_s"]),
+                      f"{r['flops'] / r['tp'] / r['time_s'] / 1e12:,.1f}")
+    console = Console()
+    (console if console.is_terminal else Console(width=200)).print(table)
