@@ -1,11 +1,31 @@
 """rapid-sweep core: specs, presets, the operator and memory models, and the analytical
-executor. `evaluate` answers one configuration; everything else builds on it."""
-from .errors import SpecError
-from .evaluate import BACKENDS, estimate_memory, evaluate
-from core.model.layout import check_layout
-from core.model.loader import list_presets, load_hardware, load_model
-from core.model.specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism, TrainWorkload
-from .version import MODEL_VERSION
+executor. `evaluate` answers one configuration; everything else builds on it.
 
-__all__ = ["BACKENDS", "HardwareSpec", "InferWorkload", "MODEL_VERSION", "ModelSpec", "Parallelism", "SpecError",
-           "TrainWorkload", "check_layout", "estimate_memory", "evaluate", "list_presets", "load_hardware", "load_model"]
+The names below load on first use, so a command that needs only `core.errors` (or nothing of
+core, as `rapid net` and `rapid replay`) does not pay for the operator model."""
+import importlib
+
+_HOMES = {
+    "SpecError": "core.errors",
+    "BACKENDS": "core.evaluation", "estimate_memory": "core.evaluation", "evaluate": "core.evaluation",
+    "check_layout": "core.model.layout",
+    "list_presets": "core.model.loader", "load_hardware": "core.model.loader", "load_model": "core.model.loader",
+    "HardwareSpec": "core.model.specs", "InferWorkload": "core.model.specs", "ModelSpec": "core.model.specs",
+    "Parallelism": "core.model.specs", "TrainWorkload": "core.model.specs",
+    "MODEL_VERSION": "core.version",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module 'core' has no attribute {name!r}")
+    home = importlib.import_module(_HOMES[name])
+    for export, module in _HOMES.items():  # all of that module's names: `evaluate` the function, not the module
+        if module == _HOMES[name]:
+            globals()[export] = getattr(home, export)  # later lookups skip this function
+    return globals()[name]
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_HOMES))

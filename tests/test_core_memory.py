@@ -2,7 +2,7 @@
 import pytest
 
 import core
-from core.evaluate import estimate_memory
+from core.evaluation import estimate_memory
 from core.model.graph import LayerShape, build_layer
 from core.model.memory import in_flight, saved_per_layer, stage_params
 

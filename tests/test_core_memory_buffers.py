@@ -5,7 +5,7 @@ moments, and the activations each stage holds under the interleaved schedule."""
 import pytest
 
 import core
-from core.evaluate import estimate_memory
+from core.evaluation import estimate_memory
 from core.model.loader import with_dtype
 from core.model.memory import fp8_weight_bytes, in_flight, optimizer_bytes, stage_params
 from core.model.specs import ModelSpec, MoESpec

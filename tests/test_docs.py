@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from core import BACKENDS
-from core.evaluate import DETAIL_KEYS
+from core.evaluation import DETAIL_KEYS
 from core.model import loader
 from core.model.specs import DTYPES, TOPOLOGIES
 from core.textfile import parse_mapping

@@ -44,7 +44,7 @@ def test_search_finds_the_grid_best(write_study):
 
 
 def test_infeasible_points_are_never_timed_and_told_as_infeasible(write_study, monkeypatch):
-    timed, module = [], import_module("core.evaluate")
+    timed, module = [], import_module("core.evaluation")
     real = module._train_timing
     monkeypatch.setattr(module, "_train_timing", lambda model, hw, par, *rest: timed.append(par) or real(model, hw, par, *rest))
     # 8B on 16 GPUs: small tp*pp without ZeRO does not fit in 80 GB; tp 8 with pp 4 is illegal (16 GPUs)

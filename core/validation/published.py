@@ -4,7 +4,7 @@ what was measured in the row's metric. One function per kind of row; the suites 
 registered in core.validation.suites."""
 
 from core.model.collectives import collective_time
-from core.evaluate import estimate_memory, evaluate, mfu_peak_flops
+from core.evaluation import estimate_memory, evaluate, mfu_peak_flops
 from core.model.loader import load_hardware, with_dtype
 from core.model.memory import GiB
 from core.model.specs import InferWorkload, ModelSpec, MoESpec, Parallelism, TrainWorkload
