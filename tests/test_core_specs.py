@@ -45,7 +45,7 @@ def test_model_yaml_defaults(tmp_path):
     path = tmp_path / "tiny.yaml"
     path.write_text("name: tiny\nlayers: 2\nhidden: 64\nheads: 4\nvocab: 100\n")
     model = core.load_model(path)
-    assert (model.kv_heads, model.ffn_hidden, model.activation, model.norm) == (4, 256, "gelu", "layernorm")
+    assert (model.kv_heads, model.ffn_hidden, model.activation, model.norm) == (4, 256, "swiglu", "rmsnorm")
 
 
 def test_hardware_overrides_by_dotted_path():

@@ -4,6 +4,7 @@ file, the field, the value and what is allowed."""
 import copy
 import dataclasses
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -31,8 +32,16 @@ def _resolve(ref, kind: str) -> tuple[str, str, bool]:
         names = ", ".join(list_presets()[kind])
         raise SpecError("", "model" if kind == "models" else "hardware", ref,
                         f"not a preset ({names}) nor an existing file")
-    source = str(path if path != preset else f"preset {ref}")
+    source = str(path if path != preset else f"{PRESET_SOURCE}{ref}")
     return read_text(path, source), source, path.suffix == ".json"
+
+
+PRESET_SOURCE = "preset "  # a preset's source reads `preset llama3.1-70b`
+
+
+def _default_name(source: str) -> str:
+    """A spec's name when its file gives none: the preset's name, or the file name without its suffix."""
+    return source[len(PRESET_SOURCE):] if source.startswith(PRESET_SOURCE) else Path(source).stem
 
 
 def apply_overrides(raw: dict, overrides: dict | None, source: str) -> dict:
@@ -118,14 +127,41 @@ class _Fields:
         return value
 
     def unit(self, key: str, parse, default=None) -> float:
-        value = self.raw(key, default, required=default is None)
-        return parse(value, self.source, self.name(key))
+        return _quantity(self.raw(key, default, required=default is None), parse, self.source, self.name(key))
 
     def done(self, ignored: tuple = ()) -> None:
         unknown = [k for k in self.data if k not in self.seen and k not in ignored]
         if unknown:
             raise SpecError(self.source, self.name(unknown[0]), self.data[unknown[0]],
                             f"unknown field (allowed: {', '.join(sorted(self.seen))})")
+
+
+_MODEL_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelSpec)}  # one source of truth for a YAML's defaults
+
+
+class BaseUnits(float):
+    """An override's plain float, taken in the base unit: what a study's range draws
+    (`{low: 1 TB/s, high: 4 TB/s}` gives bytes/s)."""
+
+
+# the unit a plain number would silently be read in, and how to write it instead
+_UNIT_HINTS = {units.parse_bandwidth: "bytes/s; write e.g. 3350 GB/s or 400 Gb/s",
+               units.parse_bytes: "bytes; write e.g. 80 GiB or 228 KiB",
+               units.parse_time: "seconds; write e.g. 4 us or 1.2 ms",
+               units.parse_flops: "FLOP/s; write e.g. 989.5 TFLOP/s",
+               units.parse_frequency: "Hz; write e.g. 1830 MHz"}
+
+
+def _quantity(value, parse, source: str, field: str) -> float:
+    """A quantity in its base unit; a number written without a unit is refused (but 0, and
+    an override's BaseUnits float)."""
+    parsed = parse(value, source, field)
+    if parsed and not isinstance(value, BaseUnits) and _PLAIN_NUMBER.fullmatch(str(value)):
+        raise SpecError(source, field, value, f"a unit is needed: a plain number would be read as {_UNIT_HINTS[parse]}")
+    return parsed
+
+
+_PLAIN_NUMBER = re.compile(r"\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*")
 
 
 def model_from_mapping(data: dict, source: str) -> ModelSpec:
@@ -146,35 +182,62 @@ def model_from_mapping(data: dict, source: str) -> ModelSpec:
         moe = MoESpec(experts=m.integer("experts"), top_k=m.integer("top_k"),
                       expert_ffn_hidden=m.integer("expert_ffn_hidden"),
                       shared_expert_ffn_hidden=m.integer("shared_expert_ffn_hidden", 0, minimum=0),
-                      capacity_factor=m.number("capacity_factor", 0.0, low=-1e-9) if "capacity_factor" in moe_raw
-                      else 0.0)
+                      capacity_factor=m.number("capacity_factor", 0.0, low=-1e-9))
         m.done()
         if moe.top_k > moe.experts:
             raise SpecError(source, "moe.top_k", moe.top_k, f"must be <= experts ({moe.experts})")
     spec = ModelSpec(
-        name=str(f.raw("name", Path(source).stem)),
+        name=str(f.raw("name", _default_name(source))),
         layers=f.integer("layers"), hidden=hidden, heads=heads, kv_heads=kv_heads,
         ffn_hidden=f.integer("ffn_hidden", 4 * hidden), vocab=f.integer("vocab"),
-        activation=f.choice("activation", ACTIVATIONS, "gelu"),
-        norm=f.choice("norm", NORMS, "layernorm"),
-        tied_embeddings=f.boolean("tied_embeddings", False),
-        position_embedding=f.choice("position_embedding", POSITION_EMBEDDINGS, "rotary"),
-        attention_kernel=f.choice("attention_kernel", ATTENTION_KERNELS, "flash"),
-        dropout=f.boolean("dropout", False),
-        max_position=f.integer("max_position", 0, minimum=0),
+        activation=f.choice("activation", ACTIVATIONS, _MODEL_DEFAULTS["activation"]),
+        norm=f.choice("norm", NORMS, _MODEL_DEFAULTS["norm"]),
+        tied_embeddings=f.boolean("tied_embeddings", _MODEL_DEFAULTS["tied_embeddings"]),
+        position_embedding=f.choice("position_embedding", POSITION_EMBEDDINGS, _MODEL_DEFAULTS["position_embedding"]),
+        attention_kernel=f.choice("attention_kernel", ATTENTION_KERNELS, _MODEL_DEFAULTS["attention_kernel"]),
+        dropout=f.boolean("dropout", _MODEL_DEFAULTS["dropout"]),
+        max_position=f.integer("max_position", _MODEL_DEFAULTS["max_position"], minimum=0),
         moe=moe,
     )
     f.done()
     return spec
 
 
-HF_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe")
 HF_ACTIVATIONS = ("silu", "swish", "gelu", "gelu_new", "gelu_pytorch_tanh")
+# Hugging Face config keys per family. HF_COSTED: keys that change compute, memory or
+# communication, each modelled or refused by value below; HF_COSTLESS: keys that change
+# nothing costed (names, token ids, initialisation, norm epsilon, rotary details, router loss
+# terms, caching and output switches). A key in neither list is refused by name.
+_HF_SHAPE = ("model_type", "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
+             "head_dim", "intermediate_size", "vocab_size", "tie_word_embeddings", "hidden_act", "attention_dropout")
+_QWEN_WINDOW = ("use_sliding_window", "sliding_window", "max_window_layers", "layer_types")
+_QWEN_MOE = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step", "mlp_only_layers")
+HF_COSTED = {
+    "llama": (*_HF_SHAPE, "attention_bias", "mlp_bias"),
+    "mistral": (*_HF_SHAPE, "sliding_window"),
+    "qwen2": (*_HF_SHAPE, *_QWEN_WINDOW),
+    "qwen3": (*_HF_SHAPE, "attention_bias", *_QWEN_WINDOW),
+    "mixtral": (*_HF_SHAPE, "sliding_window", "num_local_experts", "num_experts_per_tok"),
+    "qwen2_moe": (*_HF_SHAPE, *_QWEN_WINDOW, *_QWEN_MOE, "shared_expert_intermediate_size"),
+    "qwen3_moe": (*_HF_SHAPE, "attention_bias", *_QWEN_WINDOW, *_QWEN_MOE),
+}
+HF_MODEL_TYPES = tuple(HF_COSTED)
+_HF_ANY = ("_name_or_path", "architectures", "auto_map", "transformers_version", "torch_dtype", "dtype",
+           "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range", "rms_norm_eps", "use_cache",
+           "max_position_embeddings", "rope_theta", "rope_scaling", "rope_parameters", "tokenizer_class",
+           "output_attentions", "output_hidden_states", "return_dict", "use_bfloat16", "torchscript")
+_HF_ROUTER = ("norm_topk_prob", "output_router_logits", "router_aux_loss_coef", "router_jitter_noise")
+HF_COSTLESS = {family: _HF_ANY + (("pretraining_tp",) if family == "llama" else ())
+               + (_HF_ROUTER if family == "mixtral" or family.endswith("_moe") else ()) for family in HF_COSTED}
+# keys accepted only at the value that costs nothing: biases and attention dropout are not modelled
+HF_NEUTRAL = {"attention_bias": False, "mlp_bias": False, "attention_dropout": 0}
+QWEN_MAX_WINDOW_LAYERS = 28  # transformers' default max_window_layers for the Qwen families
 
 
 def _model_from_hf(data: dict, source: str) -> ModelSpec:
     """A Hugging Face config.json of a decoder family we model (HF_MODEL_TYPES): grouped-query
-    attention with an explicit `head_dim`, tied embeddings, and Mixtral / Qwen MoE blocks."""
+    attention with an explicit `head_dim`, tied embeddings, and Mixtral / Qwen MoE blocks
+    with Qwen2-MoE's shared expert; every key is costed (HF_COSTED) or costs nothing (HF_COSTLESS)."""
     def need(key, default=None):
         value = default if data.get(key) is None else data[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -185,12 +248,20 @@ def _model_from_hf(data: dict, source: str) -> ModelSpec:
     if model_type not in HF_MODEL_TYPES:
         raise SpecError(source, "model_type", model_type,
                         f"not a model family rapid-sweep models (supported: {', '.join(HF_MODEL_TYPES)})")
+    known = HF_COSTED[model_type] + HF_COSTLESS[model_type]
+    for key, value in data.items():
+        if key not in known:
+            raise SpecError(source, key, value, f"not a {model_type} key rapid-sweep costs or knows to cost nothing "
+                            f"(costed: {', '.join(HF_COSTED[model_type])}; see docs/model.md)")
+        if key in HF_NEUTRAL and value not in (None, HF_NEUTRAL[key]):
+            raise SpecError(source, key, value, f"not modelled; accepted only as {str(HF_NEUTRAL[key]).lower()}")
     act = data.get("hidden_act", "silu")
     if act not in HF_ACTIVATIONS:
         raise SpecError(source, "hidden_act", act, f"expected one of {', '.join(HF_ACTIVATIONS)}")
     tied = data.get("tie_word_embeddings", False)
     if not isinstance(tied, bool):
         raise SpecError(source, "tie_word_embeddings", tied, "expected true or false")
+    layers = need("num_hidden_layers")
     heads = need("num_attention_heads")
     kv_heads = need("num_key_value_heads", heads)
     if kv_heads > heads or heads % kv_heads:
@@ -198,15 +269,17 @@ def _model_from_hf(data: dict, source: str) -> ModelSpec:
                         f"expected a divisor of num_attention_heads ({heads})")
     hidden = need("hidden_size")
     head_dim = need("head_dim", hidden // heads if hidden % heads == 0 else None)
-    shared = data.get("shared_expert_intermediate_size") or 0
-    if shared:
-        raise SpecError(source, "shared_expert_intermediate_size", shared,
-                        "shared experts are not modelled yet; a config without them (0 or absent) is")
-    experts_key = "num_local_experts" if "num_local_experts" in data else "num_experts"
+    _check_hf_window(data, source, model_type, layers)
+    experts_key = "num_local_experts" if model_type == "mixtral" else "num_experts"
     moe = None
     if data.get(experts_key):
-        ffn_key = "moe_intermediate_size" if "moe_intermediate_size" in data else "intermediate_size"
-        moe = MoESpec(experts=need(experts_key), top_k=need("num_experts_per_tok"), expert_ffn_hidden=need(ffn_key))
+        _check_hf_sparse_layers(data, source, layers)
+        ffn_key = "intermediate_size" if model_type == "mixtral" else "moe_intermediate_size"
+        shared = data.get("shared_expert_intermediate_size") or 0
+        if isinstance(shared, bool) or not isinstance(shared, int) or shared < 0:
+            raise SpecError(source, "shared_expert_intermediate_size", shared, "expected an integer >= 0 (0: no shared expert)")
+        moe = MoESpec(experts=need(experts_key), top_k=need("num_experts_per_tok"), expert_ffn_hidden=need(ffn_key),
+                      shared_expert_ffn_hidden=shared)
         if moe.top_k > moe.experts:
             raise SpecError(source, "num_experts_per_tok", moe.top_k, f"expected at most {experts_key} ({moe.experts})")
     elif model_type.endswith("_moe") or model_type == "mixtral":
@@ -214,7 +287,7 @@ def _model_from_hf(data: dict, source: str) -> ModelSpec:
                         f"a {model_type} config needs a positive expert count")
     return ModelSpec(
         name=str(data.get("_name_or_path") or Path(source).parent.name or "hf-model"),
-        layers=need("num_hidden_layers"), hidden=hidden, heads=heads, kv_heads=kv_heads,
+        layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
         ffn_hidden=need("intermediate_size"), vocab=need("vocab_size"),
         # every family here gates its MLP, act(gate) * up (three matrices); hidden_act only
         # picks the function, which costs the same pointwise pass
@@ -222,6 +295,54 @@ def _model_from_hf(data: dict, source: str) -> ModelSpec:
         tied_embeddings=tied, position_embedding="rotary", attention_kernel="flash", moe=moe,
         attention_head_dim=0 if head_dim * heads == hidden else head_dim,
     )
+
+
+def _check_hf_window(data: dict, source: str, model_type: str, layers: int) -> None:
+    """Refuse sliding-window attention that can change a cost: some layer slides and its
+    window is shorter than max_position_embeddings (a sequence of at most `sliding_window`
+    tokens costs the same either way, but the model spec has no workload to check that against)."""
+    window = data.get("sliding_window")
+    if model_type in ("mistral", "mixtral"):
+        field, sliding = "sliding_window", window is not None
+    elif data.get("layer_types") is not None:
+        kinds = data["layer_types"]
+        field, sliding = "layer_types", not isinstance(kinds, list) or any(k != "full_attention" for k in kinds)
+        if sliding and (not isinstance(kinds, list) or any(k != "sliding_attention" for k in kinds if k != "full_attention")):
+            raise SpecError(source, field, kinds, "expected a list of full_attention and sliding_attention")
+    else:
+        first = data.get("max_window_layers", QWEN_MAX_WINDOW_LAYERS)
+        field = "use_sliding_window"
+        sliding = bool(data.get("use_sliding_window")) and window is not None and isinstance(first, int) and first < layers
+    if not sliding:
+        return
+    longest = data.get("max_position_embeddings")
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise SpecError(source, "sliding_window", window, "expected a positive integer (tokens) or null")
+    if isinstance(longest, int) and not isinstance(longest, bool) and window >= longest:
+        return
+    raise SpecError(source, field, data[field] if field in data else "<missing>",
+                    f"sliding-window attention is not modelled: its {window}-token window (sliding_window) is shorter "
+                    f"than max_position_embeddings ({longest}), and attention and KV cache costed in full are right "
+                    f"only for sequences of at most {window} tokens; set sliding_window to null to cost full attention")
+
+
+def _check_hf_sparse_layers(data: dict, source: str, layers: int) -> None:
+    """Refuse Qwen MoE configs with dense MLP layers among the MoE ones: every layer is one shape."""
+    step = data.get("decoder_sparse_step", 1)
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise SpecError(source, "decoder_sparse_step", step, "expected a positive integer")
+    dense_only = data.get("mlp_only_layers") or []
+    if not isinstance(dense_only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in dense_only):
+        raise SpecError(source, "mlp_only_layers", dense_only, "expected a list of layer indices")
+    listed = sorted(i for i in set(dense_only) if 0 <= i < layers)
+    if listed:
+        raise SpecError(source, "mlp_only_layers", dense_only,
+                        f"layers {listed} would run a dense MLP among MoE layers; rapid-sweep models every layer "
+                        f"alike, so only an empty list is modelled")
+    if step > 1:
+        raise SpecError(source, "decoder_sparse_step", step,
+                        f"only every {step}th layer would be MoE, the rest dense; rapid-sweep models every layer "
+                        f"alike, so only 1 (every layer MoE) is modelled")
 
 
 def _memory_level(data, source: str, prefix: str, capacity_key: str) -> MemoryLevel:
@@ -243,7 +364,7 @@ def _gpu_from_mapping(data, source: str) -> GpuSpec:
     for dtype, value in flops_raw.items():
         if dtype not in DTYPES:
             raise SpecError(source, f"gpu.peak_flops.{dtype}", value, f"dtype must be one of {', '.join(DTYPES)}")
-        peak.append((dtype, units.parse_flops(value, source, f"gpu.peak_flops.{dtype}")))
+        peak.append((dtype, _quantity(value, units.parse_flops, source, f"gpu.peak_flops.{dtype}")))
     gpu = GpuSpec(
         name=str(f.raw("name", "gpu")), peak_flops=tuple(peak), sm_count=f.integer("sm_count"),
         clock_hz=f.unit("clock", units.parse_frequency),
@@ -294,7 +415,7 @@ def _fraction(f, key: str) -> float:
 def _optional_bandwidth(f, key: str) -> float:
     """An optional bandwidth in bytes per second, 0 when absent."""
     value = f.raw(key)
-    return 0.0 if value is None else units.parse_bandwidth(value, f.source, f.name(key))
+    return 0.0 if value is None else _quantity(value, units.parse_bandwidth, f.source, f.name(key))
 
 
 def _faults_from_list(items, source: str) -> tuple:
@@ -316,24 +437,39 @@ def _faults_from_list(items, source: str) -> tuple:
     return tuple(faults)
 
 
-def hardware_from_mapping(data: dict, source: str) -> HardwareSpec:
-    f = _Fields(data, source)
-    cal_raw = f.raw("calibration", {})
-    c = _Fields(cal_raw, source, "calibration.")
+def _calibration(raw, source: str) -> Calibration:
+    """The `calibration` block: the factors it writes, the rest from the GPU preset it
+    `inherits` (or neutral when it names none). A file without the block is refused, as
+    neutral factors (every efficiency 1) would flatter it beside a calibrated preset."""
+    if raw is None:
+        raise SpecError(source, "calibration", "<missing>",
+                        "required: the fitted factors, {inherits: <GPU preset>} to take a GPU family's "
+                        f"({', '.join(list_presets()['gpus'])}), or {{}} for the datasheet alone (every efficiency 1)")
+    c = _Fields(raw, source, "calibration.")
+    parent = c.raw("inherits")
+    if parent is not None and (parent not in list_presets()["gpus"] or parent == _default_name(source)):
+        raise SpecError(source, "calibration.inherits", parent, f"expected a GPU preset: {', '.join(list_presets()['gpus'])}")
+    base = load_hardware(parent).calibration if parent is not None else Calibration()
     calibration = Calibration(
-        compute_efficiency=c.number("compute_efficiency", 1.0, high=1.0),
-        fp8_efficiency=c.number("fp8_efficiency", 1.0, high=1.0),
-        attention_efficiency=c.number("attention_efficiency", 1.0, high=1.0),
-        memory_efficiency=c.number("memory_efficiency", 1.0, high=1.0),
-        stream_efficiency=c.number("stream_efficiency", 1.0, high=1.0),
-        network_efficiency=c.number("network_efficiency", 1.0, high=1.0),
-        kernel_overhead_s=c.unit("kernel_overhead", units.parse_time, 0),
-        collective_step_s=c.unit("collective_step", units.parse_time, 0),
-        decode_attention_rate=c.number("decode_attention_rate", 0.0, low=-1e-12, high=1e3),
+        compute_efficiency=c.number("compute_efficiency", base.compute_efficiency, high=1.0),
+        fp8_efficiency=c.number("fp8_efficiency", base.fp8_efficiency, high=1.0),
+        attention_efficiency=c.number("attention_efficiency", base.attention_efficiency, high=1.0),
+        memory_efficiency=c.number("memory_efficiency", base.memory_efficiency, high=1.0),
+        stream_efficiency=c.number("stream_efficiency", base.stream_efficiency, high=1.0),
+        network_efficiency=c.number("network_efficiency", base.network_efficiency, high=1.0),
+        kernel_overhead_s=c.unit("kernel_overhead", units.parse_time, BaseUnits(base.kernel_overhead_s)),
+        collective_step_s=c.unit("collective_step", units.parse_time, BaseUnits(base.collective_step_s)),
+        decode_attention_rate=c.number("decode_attention_rate", base.decode_attention_rate, low=-1e-12, high=1e3),
     )
     c.done(ignored=("fitted_on", "notes"))
+    return calibration
+
+
+def hardware_from_mapping(data: dict, source: str) -> HardwareSpec:
+    f = _Fields(data, source)
+    calibration = _calibration(f.raw("calibration"), source)
     spec = HardwareSpec(
-        name=str(f.raw("name", Path(source).stem)),
+        name=str(f.raw("name", _default_name(source))),
         gpu=_gpu_from_mapping(f.raw("gpu", required=True), source),
         network=_network_from_list(f.raw("network", required=True), source),
         calibration=calibration, dtype=f.choice("dtype", DTYPES, "bf16"),
@@ -341,10 +477,16 @@ def hardware_from_mapping(data: dict, source: str) -> HardwareSpec:
         faults=_faults_from_list(f.raw("faults", []), source),
     )
     f.done()
-    if spec.dtype not in dict(spec.gpu.peak_flops):
-        raise SpecError(source, "dtype", spec.dtype,
-                        f"expected a dtype gpu.peak_flops rates: {', '.join(d for d in dict(spec.gpu.peak_flops) if d in DTYPES)}")
+    _check_rated(spec, spec.dtype, DTYPES, source, "dtype")
     return spec
+
+
+def _check_rated(hw: HardwareSpec, dtype: str, allowed: tuple, source: str, field: str) -> None:
+    """Refuse a compute dtype the GPU has no peak for, naming those it has."""
+    rated = [d for d in allowed if d in dict(hw.gpu.peak_flops)]
+    if dtype not in rated:
+        raise SpecError(source, field, dtype, f"{hw.gpu.name} has no {dtype} peak in gpu.peak_flops; "
+                        f"expected one it has: {', '.join(rated) or 'none'}")
 
 
 def _freeze(overrides: dict | None) -> tuple:
@@ -358,9 +500,12 @@ def _parsed(text: str, source: str, as_json: bool) -> dict:
     return parse_mapping(text, source, Path(source).name, as_json)
 
 
-def _with_overrides(text: str, source: str, as_json: bool, frozen: tuple) -> dict:
-    """A private copy of the parsed file with the overrides applied (the cached parse stays untouched)."""
+def _with_overrides(text: str, source: str, as_json: bool, frozen: tuple, base_units: bool = False) -> dict:
+    """A private copy of the parsed file with the overrides applied (the cached parse stays
+    untouched); with `base_units`, an override's plain float is marked BaseUnits."""
     raw, overrides = _parsed(text, source, as_json), {k: json.loads(v) for k, v in frozen}
+    if base_units:
+        overrides = {k: BaseUnits(v) if isinstance(v, float) else v for k, v in overrides.items()}
     return apply_overrides(raw, overrides, source) if overrides else copy.deepcopy(raw)
 
 
@@ -371,7 +516,7 @@ def _load_model_cached(text: str, source: str, as_json: bool, frozen: tuple) -> 
 
 @lru_cache(maxsize=512)
 def _load_hardware_cached(text: str, source: str, as_json: bool, frozen: tuple) -> HardwareSpec:
-    return hardware_from_mapping(_with_overrides(text, source, as_json, frozen), source)
+    return hardware_from_mapping(_with_overrides(text, source, as_json, frozen, base_units=True), source)
 
 
 def load_model(ref, overrides: dict | None = None) -> ModelSpec:
@@ -388,6 +533,5 @@ def with_dtype(hw: HardwareSpec, dtype: str, source: str, field: str) -> Hardwar
     """The hardware computing in `dtype`, which its GPU must have a peak for."""
     if dtype not in COMPUTE_DTYPES:
         raise SpecError(source, field, dtype, f"expected one of {', '.join(COMPUTE_DTYPES)}")
-    if dtype not in dict(hw.gpu.peak_flops):
-        raise SpecError(source, field, dtype, f"{hw.gpu.name} has no {dtype} peak in gpu.peak_flops")
+    _check_rated(hw, dtype, COMPUTE_DTYPES, source, field)
     return dataclasses.replace(hw, dtype=dtype)

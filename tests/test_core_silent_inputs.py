@@ -1,0 +1,191 @@
+"""Spec inputs that used to be costed as something else without a word: each is now
+modelled or refused in one line naming the field."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from core import SpecError
+from core.model import loader
+from core.model.loader import PRESET_DIR, load_hardware, load_model, with_dtype
+
+H100 = yaml.safe_load((PRESET_DIR / "gpus" / "h100-sxm5-80gb.yaml").read_text())
+MISTRAL = {"model_type": "mistral", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000,
+           "max_position_embeddings": 32768, "sliding_window": 4096}
+QWEN2_MOE = {"model_type": "qwen2_moe", "num_hidden_layers": 24, "hidden_size": 2048, "num_attention_heads": 16,
+             "num_key_value_heads": 16, "intermediate_size": 5632, "vocab_size": 151936, "num_experts": 60,
+             "num_experts_per_tok": 4, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+             "decoder_sparse_step": 1, "mlp_only_layers": [], "max_position_embeddings": 8192,
+             "use_sliding_window": False, "sliding_window": 32768, "max_window_layers": 21}
+
+
+def write(tmp_path, data, name="spec.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(data) if name.endswith(".json") else yaml.safe_dump(data))
+    return path
+
+
+def refusal(load, path, overrides=None) -> str:
+    with pytest.raises(SpecError) as err:
+        load(path, overrides)
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
+def hardware(**changes) -> dict:
+    data = yaml.safe_load(yaml.safe_dump(H100))
+    data.update(changes)
+    return {k: v for k, v in data.items() if v is not None}
+
+
+# hardware: calibration, units, dtypes
+
+def test_a_hardware_file_without_calibration_is_refused(tmp_path):
+    message = refusal(load_hardware, write(tmp_path, hardware(calibration=None)))
+    assert "field 'calibration' = <missing>" in message and "inherits" in message
+
+
+def test_calibration_inherits_a_gpu_family_and_own_factors_win(tmp_path):
+    hw = load_hardware(write(tmp_path, hardware(name="b-like", calibration={"inherits": "h100-sxm5-80gb"})))
+    assert hw.calibration == load_hardware("h100-sxm5-80gb").calibration
+    own = load_hardware(write(tmp_path, hardware(calibration={"inherits": "a100-sxm4-80gb", "compute_efficiency": 0.5})))
+    assert own.calibration.compute_efficiency == 0.5
+    assert own.calibration.memory_efficiency == load_hardware("a100-sxm4-80gb").calibration.memory_efficiency == 0.7
+
+
+def test_an_empty_calibration_states_the_datasheet_alone(tmp_path):
+    assert load_hardware(write(tmp_path, hardware(calibration={}))).calibration.compute_efficiency == 1.0
+
+
+def test_calibration_inherits_only_a_gpu_preset(tmp_path):
+    message = refusal(load_hardware, write(tmp_path, hardware(calibration={"inherits": "b200"})))
+    assert "'calibration.inherits' = b200" in message and "h100-sxm5-80gb" in message
+
+
+@pytest.mark.parametrize("value", [3350, 3350.0, "3350", "3.35e12"])
+def test_a_bandwidth_without_a_unit_is_refused(tmp_path, value):
+    data = hardware()
+    data["gpu"]["hbm"]["bandwidth"] = value
+    message = refusal(load_hardware, write(tmp_path, data))
+    assert "'gpu.hbm.bandwidth'" in message and "a unit is needed" in message and "GB/s" in message
+
+
+def test_every_quantity_needs_its_unit_but_zero(tmp_path):
+    data = hardware()
+    data["network"][0]["latency"] = 5
+    assert "'network.0.latency' = 5: a unit is needed" in refusal(load_hardware, write(tmp_path, data))
+    data = hardware()
+    data["gpu"]["peak_flops"]["bf16"] = 989.5
+    assert "'gpu.peak_flops.bf16'" in refusal(load_hardware, write(tmp_path, data))
+    data = hardware()
+    data["calibration"]["kernel_overhead"] = 0
+    assert load_hardware(write(tmp_path, data)).calibration.kernel_overhead_s == 0
+
+
+def test_an_override_float_is_in_base_units_an_integer_needs_a_unit():
+    assert load_hardware("h100-sxm5-80gb", {"gpu.hbm.bandwidth": 2.0e12}).gpu.hbm.bandwidth_bps == 2.0e12
+    assert "a unit is needed" in refusal(load_hardware, "h100-sxm5-80gb", {"gpu.hbm.bandwidth": 3350})
+
+
+def test_a_dtype_without_a_peak_names_the_dtypes_the_gpu_has(tmp_path):
+    a100 = load_hardware("a100-sxm4-80gb")
+    with pytest.raises(SpecError) as err:
+        with_dtype(a100, "fp8", "command line", "--dtype")
+    assert str(err.value) == ("command line: field '--dtype' = fp8: A100-SXM4-80GB has no fp8 peak in "
+                              "gpu.peak_flops; expected one it has: bf16, fp16")
+    message = refusal(load_hardware, "a100-sxm4-80gb", {"dtype": "fp8"})
+    assert "field 'dtype' = fp8" in message and "fp32, tf32, bf16, fp16" in message
+
+
+# model YAML defaults
+
+def test_model_yaml_defaults_are_the_spec_defaults(tmp_path):
+    model = load_model(write(tmp_path, {"layers": 2, "hidden": 64, "heads": 4, "vocab": 100}))
+    assert (model.activation, model.norm) == ("swiglu", "rmsnorm")
+
+
+def test_a_preset_without_name_is_named_after_the_preset():
+    assert loader._default_name("preset llama3.1-70b") == "llama3.1-70b"
+    assert loader._default_name("/tmp/my.model.yaml") == "my.model"
+
+
+def test_an_unknown_moe_key_lists_capacity_factor(tmp_path):
+    data = {"layers": 2, "hidden": 64, "heads": 4, "vocab": 100,
+            "moe": {"experts": 4, "top_k": 2, "expert_ffn_hidden": 128, "capcity_factor": 1.0}}
+    message = refusal(load_model, write(tmp_path, data))
+    assert "'moe.capcity_factor'" in message and "capacity_factor" in message.split("allowed:")[1]
+
+
+# Hugging Face configs
+
+def test_a_window_shorter_than_the_longest_sequence_is_refused_by_name(tmp_path):
+    message = refusal(load_model, write(tmp_path, MISTRAL, "config.json"))
+    assert "field 'sliding_window' = 4096" in message and "at most 4096 tokens" in message
+
+
+def test_a_window_no_sequence_reaches_costs_as_full_attention(tmp_path):
+    spans = load_model(write(tmp_path, {**MISTRAL, "max_position_embeddings": 4096}, "config.json"))
+    none = load_model(write(tmp_path, {**MISTRAL, "sliding_window": None}, "config.json"))
+    assert spans.total_params() == none.total_params() == 7_241_728_000
+
+
+def test_qwen_sliding_layers_are_refused_unless_no_layer_slides(tmp_path):
+    dense = {k: v for k, v in QWEN2_MOE.items() if k not in ("num_experts", "num_experts_per_tok",
+             "moe_intermediate_size", "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers")}
+    qwen2 = {**dense, "model_type": "qwen2", "use_sliding_window": True, "sliding_window": 4096}
+    assert "field 'use_sliding_window' = True" in refusal(load_model, write(tmp_path, qwen2, "config.json"))
+    assert load_model(write(tmp_path, {**qwen2, "max_window_layers": 24}, "config.json")).layers == 24
+    kinds = {**dense, "model_type": "qwen2", "sliding_window": 4096, "layer_types": ["full_attention"] * 23 + ["sliding_attention"]}
+    assert "field 'layer_types'" in refusal(load_model, write(tmp_path, kinds, "config.json"))
+
+
+def test_qwen2_moe_shared_expert_is_modelled_as_in_yaml(tmp_path):
+    hf = load_model(write(tmp_path, QWEN2_MOE, "config.json"))
+    assert hf.moe.shared_expert_ffn_hidden == 5632
+    yaml_model = load_model(write(tmp_path, {"layers": 24, "hidden": 2048, "heads": 16, "ffn_hidden": 5632,
+                                             "vocab": 151936, "moe": {"experts": 60, "top_k": 4, "expert_ffn_hidden": 1408,
+                                                                      "shared_expert_ffn_hidden": 5632}}))
+    assert hf.total_params() == yaml_model.total_params()
+    assert hf.active_params() - hf.layers * hf.shared_expert_params() == \
+        load_model(write(tmp_path, {**QWEN2_MOE, "shared_expert_intermediate_size": 0}, "config.json")).active_params()
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"decoder_sparse_step": 2, "mlp_only_layers": [0, 1, 2, 3]}, "mlp_only_layers"),
+    ({"decoder_sparse_step": 2}, "decoder_sparse_step"),
+])
+def test_qwen_moe_with_dense_layers_is_refused(tmp_path, changes, field):
+    message = refusal(load_model, write(tmp_path, {**QWEN2_MOE, **changes}, "config.json"))
+    assert f"field '{field}'" in message and "every layer alike" in message
+
+
+def test_qwen3_moe_has_no_shared_expert_key(tmp_path):
+    data = {**QWEN2_MOE, "model_type": "qwen3_moe"}
+    message = refusal(load_model, write(tmp_path, data, "config.json"))
+    assert "field 'shared_expert_intermediate_size' = 5632: not a qwen3_moe key" in message
+
+
+@pytest.mark.parametrize("key, value", [("quantization_config", {"quant_method": "fp8"}), ("attention_bias", True),
+                                        ("attention_dropout", 0.1), ("num_nextn_predict_layers", 1)])
+def test_a_key_that_is_neither_costed_nor_costless_is_refused_by_name(tmp_path, key, value):
+    data = {**{k: v for k, v in MISTRAL.items() if k != "sliding_window"}, "model_type": "llama", key: value}
+    assert f"field '{key}'" in refusal(load_model, write(tmp_path, data, "config.json"))
+
+
+def test_the_published_configs_of_modelled_families_load():
+    for name, params in (("Qwen--Qwen3-235B-A22B.json", 235_093_606_400), ("Qwen--Qwen3-32B.json", 32_762_101_760),
+                         ("meta-llama--Meta-Llama-3.1-70B.json", 70_553_698_304),
+                         ("mistralai--Mixtral-8x7B-v0.1.json", 46_702_788_608)):
+        path = Path("/work/shared/models") / name
+        if path.is_file():
+            assert load_model(path).total_params() == params
+
+
+def test_model_page_names_every_hugging_face_key():
+    text = (Path(__file__).resolve().parent.parent / "docs" / "model.md").read_text()
+    keys = {k for family in loader.HF_COSTED for k in loader.HF_COSTED[family] + loader.HF_COSTLESS[family]}
+    assert sorted(k for k in keys if f"`{k}`" not in text) == []
+    assert not re.search(r"not modelled yet and are refused", text)
