@@ -89,7 +89,7 @@ def _print_groups(groups: list, skipped: list) -> None:
     for gpu, table_rows in rows.items():
         table = Table(title=f"kernels on {gpu} (preset {hardware[gpu]})", show_edge=False)
         for column in ("framework", "kernel", "dtype", "bucket"):
-            table.add_column(column, overflow="fold")
+            table.add_column(column, no_wrap=True)
         for column in ("n", "median error", "mean |error|", "p90 |error|"):
             table.add_column(column, justify="right")
         for row in table_rows:
