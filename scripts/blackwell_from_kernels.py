@@ -1,0 +1,175 @@
+"""Blackwell presets' derived figures from NVIDIA AIConfigurator's measured kernel tables
+(issue 21). Prints, for each Blackwell part against H100 in the same tables:
+
+- the datasheet peaks its system.yaml states (what the presets carry);
+- GEMM efficiency: the tile model's time at neutral factors (compute_efficiency and
+  fp8_efficiency 1) over the measured time, median over large GEMMs (m, n, k >= 4096),
+  for BF16 (torch linear, cuBLAS) and per-tensor FP8 (CUTLASS scaled-mm), the same vLLM
+  0.24.0 kernels on every GPU; a preset's compute_efficiency is H100's calibrated 0.650 times
+  the ratio of its BF16 efficiency to H100's, its effective FP8 share 0.650 x 0.750 times the
+  FP8 ratio (fp8_efficiency = that over its compute_efficiency);
+- weight-stream efficiency: the same for BF16 GEMMs of 1 to 8 rows over a >= 256 MiB weight
+  (HBM-bound), scaling H100's stream_efficiency 0.925 (capped at 1);
+- NVLink efficiency: the closed-form NCCL model's all-reduce time (NVLink efficiency and
+  network_efficiency 1) over the measured NCCL 2.29.2 all-reduce at 256 MiB to 1 GiB, on as
+  many GPUs as the table has in one domain (8 on DGX parts, 4 on GB trays), against H100 on
+  the same count; the preset's NVLink efficiency is H100's 0.8 times the ratio.
+
+Also the NVFP4 GEMM rates, for the dtype work that follows (no fp4 field yet).
+
+    .venv/bin/python scripts/blackwell_from_kernels.py [--kernels DIR]
+"""
+import argparse
+import sys
+from pathlib import Path
+from statistics import median
+
+import pandas as pd
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from core.model import ops  # noqa: E402
+from core.model.collectives import collective_time  # noqa: E402
+from core.model.loader import load_hardware  # noqa: E402
+
+KERNELS = Path("/work/shared/validation/kernels")
+# kernel-table folder -> preset
+PARTS = {"h100_sxm": "h100-sxm5-80gb", "b200_sxm": "b200-sxm-180gb", "b300_sxm": "b300-sxm-288gb",
+         "gb200": "gb200-nvl72", "gb300": "gb300-nvl72"}
+# H100's calibrated factors (core/model/presets/gpus/h100-sxm5-80gb.yaml) the ratios scale
+H100 = {"compute_efficiency": 0.650, "fp8_efficiency": 0.750, "stream_efficiency": 0.925, "nvlink": 0.8}
+# GB200's BF16 table (cuBLAS through torch linear) sits far below its own FP8 table and below
+# B200's on the same die (median 0.51 of peak against B200's 0.69, while its FP8 matches
+# B200's); a tuning gap of that collection rather than the silicon, so GB200 takes B200's BF16
+# efficiency and its FP8 share from its own FP8 table.
+BF16_FROM = {"gb200": "b200_sxm"}
+BIG = 4096
+STREAM_ROWS = 8
+STREAM_BYTES = 256 * 2**20
+NCCL_MIN_BYTES = 256 * 2**20
+NEUTRAL = {"calibration.compute_efficiency": 1.0, "calibration.fp8_efficiency": 1.0,
+           "calibration.stream_efficiency": 1.0, "calibration.memory_efficiency": 1.0,
+           "calibration.kernel_overhead": "0 us", "calibration.network_efficiency": 1.0,
+           "network.nvlink.efficiency": 1.0}
+
+
+def system(kernels: Path, part: str) -> dict:
+    return yaml.safe_load((kernels / part / "system.yaml").read_text())
+
+
+def table(kernels: Path, part: str, op: str, name: str) -> pd.DataFrame:
+    paths = sorted((kernels / part / op).glob(f"*/*/{name}.parquet"))
+    if op == "gemm":  # the same framework on every part: vLLM's (the TRT-LLM tables differ by part)
+        paths = [p for p in paths if p.parts[-3] == "vllm"]
+    return pd.read_parquet(paths[-1])
+
+
+def gemm_efficiency(hw, rows: pd.DataFrame, dtype: str) -> float:
+    """Median over rows of the model's time at neutral factors over the measured time."""
+    return median(ops.gemm(hw, int(r.m), int(r.n), int(r.k), dtype=dtype).time_s / (r.latency * 1e-3)
+                  for r in rows.itertuples())
+
+
+def nccl_efficiency(hw, rows: pd.DataFrame) -> float:
+    dims = hw.network
+    out = []
+    for r in rows.itertuples():
+        size = float(r.message_size) * 2  # elements of half
+        model = sum(collective_time(hw, dims, "all_reduce", size, ((0, int(r.num_gpus)),)).values())
+        out.append(model / (r.latency * 1e-3))
+    return median(out)
+
+
+def nccl_rows(kernels: Path, part: str, gpus: int) -> pd.DataFrame:
+    d = table(kernels, part, "comm", "nccl_perf")
+    d = d[(d.op_name == "all_reduce") & (d.nccl_dtype == "half") & (d.num_gpus == gpus)]
+    return d[d.message_size * 2 >= NCCL_MIN_BYTES]
+
+
+def bus_bw(rows: pd.DataFrame) -> float:
+    """NCCL bus bandwidth (GB/s) of the largest all-reduce in rows."""
+    r = rows.loc[rows.message_size.idxmax()]
+    n = r.num_gpus
+    return r.message_size * 2 / (r.latency * 1e-3) * 2 * (n - 1) / n / 1e9
+
+
+def derive(kernels: Path = KERNELS) -> dict:
+    """{part: figures} for every part, H100 included (its ratios are 1)."""
+    figures = {}
+    for part, preset in PARTS.items():
+        spec = system(kernels, part)
+        hw = load_hardware(preset, NEUTRAL)
+        g = table(kernels, part, "gemm", "gemm_perf")
+        big = g[(g.m >= BIG) & (g.n >= BIG) & (g.k >= BIG)]
+        stream = g[(g.gemm_dtype == "bfloat16") & (g.m <= STREAM_ROWS) & (g.n * g.k * 2 >= STREAM_BYTES)]
+        flops = 2.0 * big.m * big.n * big.k / (big.latency * 1e-3)
+        gpus_in_table = 8 if part.endswith("_sxm") else 4
+        f = {
+            "bf16_peak": spec["gpu"]["bfloat16_tc_flops"], "fp8_peak": spec["gpu"]["fp8_tc_flops"],
+            "fp4_peak": spec["gpu"].get("fp4_tc_flops"), "hbm_bw": spec["gpu"]["mem_bw"],
+            "nvlink_bw": spec["node"]["intra_node_bw"],
+            "scaleout_bw": spec["node"].get("inter_rack_bw", spec["node"]["inter_node_bw"]),
+            "bf16_median_tflops": float(flops[big.gemm_dtype == "bfloat16"].median()) / 1e12,
+            "fp8_median_tflops": float(flops[big.gemm_dtype == "fp8"].median()) / 1e12,
+            "nvfp4_median_tflops": float(flops[big.gemm_dtype == "nvfp4"].median()) / 1e12
+            if (big.gemm_dtype == "nvfp4").any() else None,
+            "e_bf16": gemm_efficiency(hw, big[big.gemm_dtype == "bfloat16"], "bf16"),
+            "e_fp8": gemm_efficiency(hw, big[big.gemm_dtype == "fp8"], "fp8"),
+            "e_stream": gemm_efficiency(hw, stream, "bf16"),
+            "nccl_gpus": gpus_in_table,
+        }
+        for n in (4, 8):
+            rows = nccl_rows(kernels, part, n)
+            if len(rows):
+                f[f"e_nccl{n}"] = nccl_efficiency(hw, rows)
+                f[f"busbw{n}"] = bus_bw(rows)
+        figures[part] = f
+    h = figures["h100_sxm"]
+    for part, f in figures.items():
+        f["compute_efficiency"] = H100["compute_efficiency"] * figures[BF16_FROM.get(part, part)]["e_bf16"] / h["e_bf16"]
+        f["fp8_share"] = H100["compute_efficiency"] * H100["fp8_efficiency"] * f["e_fp8"] / h["e_fp8"]
+        f["fp8_efficiency"] = f["fp8_share"] / f["compute_efficiency"]
+        f["stream_efficiency"] = min(1.0, H100["stream_efficiency"] * f["e_stream"] / h["e_stream"])
+        n = f["nccl_gpus"]
+        f["nvlink_efficiency"] = min(1.0, H100["nvlink"] * f[f"e_nccl{n}"] / h[f"e_nccl{n}"])
+    return figures
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kernels", type=Path, default=KERNELS)
+    args = ap.parse_args()
+    figures = derive(args.kernels)
+    T = 1e12
+    print("datasheet (system.yaml): peak TFLOP/s dense, HBM TB/s, NVLink / scale-out GB/s per GPU and direction")
+    for part, f in figures.items():
+        fp4 = f"{f['fp4_peak'] / T:.0f}" if f["fp4_peak"] else "-"
+        print(f"  {part:9s} bf16 {f['bf16_peak'] / T:6.0f}  fp8 {f['fp8_peak'] / T:6.0f}  fp4 {fp4:>6s}  "
+              f"hbm {f['hbm_bw'] / T:5.2f}  nvlink {f['nvlink_bw'] / 1e9:4.0f}  scale-out {f['scaleout_bw'] / 1e9:4.0f}")
+    print(f"\nlarge GEMMs (m, n, k >= {BIG}), vLLM 0.24.0: median TFLOP/s and share of the datasheet peak")
+    for part, f in figures.items():
+        fp4 = (f"  nvfp4 {f['nvfp4_median_tflops']:6.0f} ({f['nvfp4_median_tflops'] * T / f['fp4_peak']:.3f})"
+               if f["nvfp4_median_tflops"] else "")
+        print(f"  {part:9s} bf16 {f['bf16_median_tflops']:6.0f} ({f['bf16_median_tflops'] * T / f['bf16_peak']:.3f})"
+              f"  fp8 {f['fp8_median_tflops']:6.0f} ({f['fp8_median_tflops'] * T / f['fp8_peak']:.3f}){fp4}")
+    print("\nmodel at neutral factors / measured (median); NCCL bus bandwidth of the largest all-reduce (GB/s)")
+    for part, f in figures.items():
+        nccl = "  ".join(f"nccl{n} {f[f'e_nccl{n}']:.3f} (busbw {f[f'busbw{n}']:.0f})"
+                         for n in (4, 8) if f"e_nccl{n}" in f)
+        print(f"  {part:9s} gemm bf16 {f['e_bf16']:.3f}  gemm fp8 {f['e_fp8']:.3f}  "
+              f"stream {f['e_stream']:.3f}  {nccl}")
+    print("\nderived preset factors (H100's calibrated value x the part's ratio to H100 in the same tables)")
+    for part, source in BF16_FROM.items():
+        print(f"  ({part}'s BF16 efficiency taken from {source}: its own BF16 GEMMs reach "
+              f"{figures[part]['e_bf16'] / figures[source]['e_bf16']:.2f} of {source}'s while its FP8 reach "
+              f"{figures[part]['e_fp8'] / figures[source]['e_fp8']:.2f})")
+    for part, f in figures.items():
+        print(f"  {part:9s} compute_efficiency {f['compute_efficiency']:.3f}  fp8_efficiency {f['fp8_efficiency']:.3f}"
+              f" (FP8 share of FP8 peak {f['fp8_share']:.3f})  stream_efficiency {f['stream_efficiency']:.3f}"
+              f"  nvlink efficiency {f['nvlink_efficiency']:.3f} (from {f['nccl_gpus']} GPUs)")
+
+
+if __name__ == "__main__":
+    main()
