@@ -112,6 +112,8 @@ def parse_frequency(text, source: str = "", field: str = "clock") -> float:
 # (column suffix, parser) for a quantity written with units, in the order they are tried
 QUANTITY_KINDS = (("bps", parse_bandwidth), ("flops", parse_flops), ("hz", parse_frequency),
                   ("s", parse_time), ("bytes", parse_bytes))
+# each kind's base unit as the parsers read it back: a value drawn in base units keeps its unit
+BASE_UNITS = {"bps": "B/s", "flops": "FLOP/s", "hz": "Hz", "s": "s", "bytes": "B"}
 
 
 def quantity(text) -> tuple[str, float] | None:

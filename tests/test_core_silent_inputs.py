@@ -10,6 +10,8 @@ import yaml
 from core import SpecError
 from core.model import loader
 from core.model.loader import PRESET_DIR, load_hardware, load_model, with_dtype
+from sweep.study.loader import load_study
+from sweep.study.space import parse_space
 
 H100 = yaml.safe_load((PRESET_DIR / "gpus" / "h100-sxm5-80gb.yaml").read_text())
 MISTRAL = {"model_type": "mistral", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
@@ -85,9 +87,18 @@ def test_every_quantity_needs_its_unit_but_zero(tmp_path):
     assert load_hardware(write(tmp_path, data)).calibration.kernel_overhead_s == 0
 
 
-def test_an_override_float_is_in_base_units_an_integer_needs_a_unit():
-    assert load_hardware("h100-sxm5-80gb", {"gpu.hbm.bandwidth": 2.0e12}).gpu.hbm.bandwidth_bps == 2.0e12
-    assert "a unit is needed" in refusal(load_hardware, "h100-sxm5-80gb", {"gpu.hbm.bandwidth": 3350})
+def test_an_override_needs_a_unit_whether_written_as_an_integer_or_a_float():
+    assert load_hardware("h100-sxm5-80gb", {"gpu.hbm.bandwidth": "2e12 B/s"}).gpu.hbm.bandwidth_bps == 2.0e12
+    for plain in (3350, 3350.0):
+        assert "a unit is needed" in refusal(load_hardware, "h100-sxm5-80gb", {"gpu.hbm.bandwidth": plain})
+
+
+def test_a_range_drawn_in_a_quantity_says_its_unit_and_plain_listed_numbers_are_refused(write_study):
+    knob = parse_space({"hardware.gpu.hbm.bandwidth": {"low": "2 TB/s", "high": "4 TB/s"}}, "s.yaml", "train", 8).knobs[-1]
+    assert knob.range.unit == "B/s" and knob.spec_value(2.5e12) == "2500000000000.0 B/s"
+    assert load_hardware("h100-sxm5-80gb", {"gpu.hbm.bandwidth": knob.spec_value(2.5e12)}).gpu.hbm.bandwidth_bps == 2.5e12
+    with pytest.raises(SpecError, match="a unit is needed"):
+        load_study(write_study(space={"hardware.gpu.hbm.bandwidth": [3350.0]}))
 
 
 def test_a_dtype_without_a_peak_names_the_dtypes_the_gpu_has(tmp_path):

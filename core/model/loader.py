@@ -140,8 +140,8 @@ _MODEL_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelSpec)}  # 
 
 
 class BaseUnits(float):
-    """An override's plain float, taken in the base unit: what a study's range draws
-    (`{low: 1 TB/s, high: 4 TB/s}` gives bytes/s)."""
+    """A number already in its base unit, as the loader itself fills a default in (an inherited
+    calibration's kernel overhead), never one a user wrote."""
 
 
 # the unit a plain number would silently be read in, and how to write it instead
@@ -153,8 +153,8 @@ _UNIT_HINTS = {units.parse_bandwidth: "bytes/s; write e.g. 3350 GB/s or 400 Gb/s
 
 
 def _quantity(value, parse, source: str, field: str) -> float:
-    """A quantity in its base unit; a number written without a unit is refused (but 0, and
-    an override's BaseUnits float)."""
+    """A quantity in its base unit; a number written without a unit is refused (but 0, and a
+    default the loader filled in)."""
     parsed = parse(value, source, field)
     if parsed and not isinstance(value, BaseUnits) and _PLAIN_NUMBER.fullmatch(str(value)):
         raise SpecError(source, field, value, f"a unit is needed: a plain number would be read as {_UNIT_HINTS[parse]}")
@@ -500,12 +500,10 @@ def _parsed(text: str, source: str, as_json: bool) -> dict:
     return parse_mapping(text, source, Path(source).name, as_json)
 
 
-def _with_overrides(text: str, source: str, as_json: bool, frozen: tuple, base_units: bool = False) -> dict:
+def _with_overrides(text: str, source: str, as_json: bool, frozen: tuple) -> dict:
     """A private copy of the parsed file with the overrides applied (the cached parse stays
-    untouched); with `base_units`, an override's plain float is marked BaseUnits."""
+    untouched)."""
     raw, overrides = _parsed(text, source, as_json), {k: json.loads(v) for k, v in frozen}
-    if base_units:
-        overrides = {k: BaseUnits(v) if isinstance(v, float) else v for k, v in overrides.items()}
     return apply_overrides(raw, overrides, source) if overrides else copy.deepcopy(raw)
 
 
@@ -516,7 +514,7 @@ def _load_model_cached(text: str, source: str, as_json: bool, frozen: tuple) -> 
 
 @lru_cache(maxsize=512)
 def _load_hardware_cached(text: str, source: str, as_json: bool, frozen: tuple) -> HardwareSpec:
-    return hardware_from_mapping(_with_overrides(text, source, as_json, frozen, base_units=True), source)
+    return hardware_from_mapping(_with_overrides(text, source, as_json, frozen), source)
 
 
 def load_model(ref, overrides: dict | None = None) -> ModelSpec:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from core import Parallelism, SpecError
 from core.model.specs import COMPUTE_DTYPES, GRAD_DTYPES, MASTER_WEIGHTS, OPTIMIZER_DTYPES, RECOMPUTE, SCHEDULES
-from core.units import QUANTITY_KINDS
+from core.units import BASE_UNITS, QUANTITY_KINDS, quantity
 
 AUTO = "auto"
 # knob -> (default, description of allowed values); dp and sp may be derived ("auto")
@@ -64,6 +64,7 @@ class Range:
     integer: bool
     log: bool = False
     step: float | None = None
+    unit: str = ""  # the base unit a drawn value is written with as a spec override ("B/s"); "" for plain numbers
 
     @property
     def ends(self) -> tuple:
@@ -92,6 +93,11 @@ class Knob:
         """Values that stand for the knob when validating specs and typing its column: the
         list, or the range's two ends."""
         return self.range.ends if self.range else self.values
+
+    def spec_value(self, value):
+        """`value` as a spec override: a range drawn in a quantity's base unit says its unit
+        (`2.5e12 B/s`), so the spec loader can refuse plain numbers a user wrote without one."""
+        return f"{value!r} {self.range.unit}" if self.range and self.range.unit else value
 
 
 @dataclass(frozen=True)
@@ -152,6 +158,10 @@ class Space:
         return _variants(self.knobs, "hardware.")
 
     @functools.cached_property
+    def _by_name(self) -> dict:
+        return {k.name: k for k in self.knobs}
+
+    @functools.cached_property
     def _model_paths(self) -> list:
         return _spec_paths(self.names, "model.")
 
@@ -172,8 +182,8 @@ class Space:
             par["sp"] = self.mode == "train" and par["tp"] > 1
         values = tuple(par.get(name, choice[name]) for name in self.names)
         par["placement"] = tuple(par["placement"].split(","))
-        model = tuple((path, choice[n]) for n, path in self._model_paths)
-        hardware = tuple((path, choice[n]) for n, path in self._hardware_paths)
+        model = tuple((path, self._by_name[n].spec_value(choice[n])) for n, path in self._model_paths)
+        hardware = tuple((path, self._by_name[n].spec_value(choice[n])) for n, path in self._hardware_paths)
         for variant in self.variants:
             if variant.name == choice[VARIANT_KNOB]:
                 model, hardware = model + variant.model_overrides, hardware + variant.hardware_overrides
@@ -189,7 +199,7 @@ def _spec_paths(names, prefix: str) -> list:
 def _variants(knobs: tuple, prefix: str) -> list:
     paths = dict(_spec_paths([k.name for k in knobs], prefix))
     chosen = [k for k in knobs if k.name in paths]
-    return [tuple((paths[k.name], v) for k, v in zip(chosen, combo))
+    return [tuple((paths[k.name], k.spec_value(v)) for k, v in zip(chosen, combo))
             for combo in itertools.product(*(k.probe_values for k in chosen))]
 
 
@@ -322,7 +332,7 @@ def _range(name: str, raw: dict, source: str, field: str) -> Range:
         bounds = [raw[k] for k in ("low", "high")] + ([raw["step"]] if "step" in raw else [])
         if any(isinstance(v, bool) or not isinstance(v, int) for v in bounds):
             raise SpecError(source, field, raw, f"expected integer low, high (and step) for {name}")
-        low, high, step, integer = raw["low"], raw["high"], raw.get("step"), True
+        low, high, step, integer, unit = raw["low"], raw["high"], raw.get("step"), True, ""
         if low < RANGE_PARALLEL_KNOBS[name]:
             raise SpecError(source, f"{field}.low", low, f"expected at least {RANGE_PARALLEL_KNOBS[name]}")
     else:
@@ -330,6 +340,8 @@ def _range(name: str, raw: dict, source: str, field: str) -> Range:
         low, high = parse(raw["low"]), parse(raw["high"])
         step = parse(raw["step"], source, f"{field}.step") if "step" in raw else None
         integer = all(isinstance(raw[k], int) and not isinstance(raw[k], bool) for k in raw if k != "log")
+        written = quantity(raw["low"]) or quantity(raw["high"])
+        unit = BASE_UNITS[written[0]] if written else ""
     if not low < high:
         raise SpecError(source, field, raw, "expected low < high")
     if log and (low <= 0 or step is not None):
@@ -338,7 +350,7 @@ def _range(name: str, raw: dict, source: str, field: str) -> Range:
         steps = (high - low) / step if step > 0 else 0.5
         if step <= 0 or abs(steps - round(steps)) > 1e-9 * max(1.0, steps):
             raise SpecError(source, f"{field}.step", raw["step"], "expected a positive step that divides high - low")
-    return Range(low, high, integer, log, step)
+    return Range(low, high, integer, log, step, unit)
 
 
 def _quantity_parser(low, high, source: str, field: str):
