@@ -7,6 +7,7 @@ whose worker or node died, and hands each finished table to the caller as it arr
 
 `close()` while an exception unwinds (Ctrl-C, SIGTERM, an error) stops at once: batches still
 running are abandoned, not waited for (their rows were never written, so a rerun does them)."""
+import contextlib
 import os
 import signal
 import sys
@@ -193,11 +194,31 @@ class RayExecutor:
                     pass
         self.in_flight.clear()
         if self.owns_ray:
-            self.ray.shutdown()
+            with _stderr_silenced(_stopping(stop)):
+                self.ray.shutdown()
 
 
 STOP_JOIN_S = 1.0
 WAIT_SLICE_S = 0.1
+
+
+@contextlib.contextmanager
+def _stderr_silenced(silence: bool):
+    """Stopping, an embedded Ray's shutdown fails the tasks still running and its core worker
+    logs each one to file descriptor 2 ('Failed to push error to driver'); the user has been
+    told the sweep is stopping, and those lines say nothing more."""
+    if not silence:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _stopping(stop: bool | None) -> bool:
