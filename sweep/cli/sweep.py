@@ -9,7 +9,7 @@ from sweep.execution.engine import run_study
 from sweep.faults.summary import faults_summary
 from sweep.study.plan import plan_study
 from sweep.store.query import knob_columns, query, render, summary_columns, wide_console
-from sweep.store.parts import read_results
+from sweep.store.parts import ResultStore, part_files, read_results
 from sweep.study.loader import load_study
 
 SHOWN_REASONS = 5
@@ -25,6 +25,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--wait", action="store_true", help="if another sweep is writing the folder, wait for it")
     parser.add_argument("--output", metavar="DIR", help="results folder (default: the study's output)")
     parser.add_argument("--dry-run", action="store_true", help="plan only: counts and illegal reasons, nothing evaluated")
+    parser.add_argument("--compact", action="store_true",
+                        help="only merge the table's small parts into parts of at most --part-rows rows")
     parser.add_argument("--json", action="store_true", help="print one JSON summary instead of tables")
     parser.add_argument("--batch-points", type=POSITIVE, help="points per worker task (default: sized to the study)")
     parser.add_argument("--part-rows", type=POSITIVE, default=20_000, help="rows per Parquet part at most")
@@ -34,6 +36,8 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     study = load_study(args.study, output=args.output and str(checked_output(args.output)))
+    if args.compact:
+        return compact(study, args)
     if study.search is not None:
         if args.dry_run:
             raise SpecError(study.path, "search", study.search.sampler,
@@ -78,6 +82,26 @@ def run(args) -> int:
     best = query(table, where="feasible", by=by, top=args.top,
                  columns=summary_columns(table, knob_columns(study.output)))
     render(best, "table", title=f"top {best.num_rows} by {by}", console=console)
+    return 0
+
+
+def compact(study, args) -> int:
+    """`--compact`: merge the small parts of an existing table (a killed search leaves one per
+    round); nothing is evaluated and the study definition is not checked (no row is added)."""
+    if not part_files(study.output):
+        raise SpecError(study.path, "output", str(study.output),
+                        "holds no results table to compact; run rapid sweep first")
+    with ResultStore(study.output, {}, wait=args.wait) as store:
+        before = len(store.parts())
+        store.compact(args.part_rows)
+        after = len(store.parts())
+    rows = read_results(study.output).num_rows
+    if args.json:
+        print(json.dumps({"study": study.name, "output": str(study.output), "rows": rows,
+                          "parts_before": before, "parts_after": after}))
+    else:
+        print(f"{study.output}/: {rows} rows, {before} part(s) compacted into {after} of at most "
+              f"{args.part_rows} rows (a part larger on its own is kept)")
     return 0
 
 

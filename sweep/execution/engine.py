@@ -1,5 +1,5 @@
 """Run a study end to end: plan, skip what the table already holds, evaluate the rest on
-an executor, and write the results in parts as they stream in."""
+an executor, write the results in parts as they stream in, and compact the small parts."""
 import json
 import math
 import subprocess
@@ -68,7 +68,7 @@ def _evaluate_missing(study, plan, store, executor, address, workers, batch_poin
         report = SweepReport(plan, skipped=len(done))  # rows: one per (point, sample)
         rows = sum(block.stop - block.start for block in todo)
     if not todo:
-        store.harmonise()
+        store.compact(part_rows)
         return report
     runner = make_executor(executor, context, address, workers)
     if progress:
@@ -93,7 +93,7 @@ def _evaluate_missing(study, plan, store, executor, address, workers, batch_poin
         parts.flush()  # whatever finished is kept, even when the run stops early
         runner.close()
     report.parts = parts.written
-    store.harmonise()
+    store.compact(part_rows)
     return report
 
 

@@ -4,9 +4,10 @@ the same executors and the same table.
 The driver asks `parallel` trials, turns each into a point with `Planner.point`, answers
 points the table already holds from it, evaluates the rest as batches on Ray, a process pool
 or in-process, writes one Parquet part per round (every legal trial a row, with
-`trial_number` and `sampler`), and only then tells Optuna. Illegal and memory-infeasible
-points are told as PRUNED with a violated `feasible` constraint (`Trial.set_constraint`), never
-as made-up objective values; memory is checked before any timing (`core.evaluate`).
+`trial_number` and `sampler`), and only then tells Optuna; the rounds' parts are compacted
+when the search ends. Illegal and memory-infeasible points are told as PRUNED with a violated
+`feasible` constraint (`Trial.set_constraint`), never as made-up objective values; memory is
+checked before any timing (`core.evaluate`).
 
 With a `faults:` block each trial's point is replayed under the study's fault samples by the
 grid's fault blocks and workers, one row per (point, sample) stamped with the first trial that
@@ -28,7 +29,7 @@ import sqlalchemy
 from core import SpecError
 
 from sweep.execution import raycluster
-from sweep.execution.engine import progress_bar, study_metadata, work_context
+from sweep.execution.engine import PART_ROWS, progress_bar, study_metadata, work_context
 from sweep.faults.draws import FaultBlock, memory_fits
 from sweep.study.plan import Planner, Point
 from sweep.store.query import TRIAL_COLUMN, first_per_point, front_candidates, pareto_front
@@ -299,7 +300,7 @@ def _search(study: Study, store: ResultStore, executor: str, address, workers, p
         executors.close()
     report.seconds = time.perf_counter() - start
     report.trials = loop.count()
-    store.harmonise()
+    store.compact(PART_ROWS)  # one part per round would leave thousands; Optuna's storage is untouched
     return report
 
 

@@ -10,7 +10,14 @@ Parts share one schema (rows sorted by point_id), so pandas, polars and DuckDB o
 folder directly; the study file, tool version and git commit ride in the schema metadata.
 
 A faults study (sweep.faults) has one row per (point, sample): rows are keyed, for resume
-and sorting, by (point_id, fault_sample), and a re-run skips exactly the keys present."""
+and sorting, by (point_id, fault_sample), and a re-run skips exactly the keys present.
+
+Compaction merges runs of consecutive small parts (search rounds, time-flushed parts) into one:
+the merged part is written under a temporary name, renamed over the run's last part, and only
+then are the run's other parts removed. The merged part records the first name of the run
+(`REPLACES_KEY`), so a part left behind by a kill before its removal is ignored by every reader
+here and removed by the next writer: at every step a reader sees each row exactly once."""
+import bisect
 import errno
 import fcntl
 import json
@@ -33,6 +40,7 @@ PART_PREFIX = "part-"
 TEMP_SUFFIX = ".tmp"
 LOCK_NAME = ".rapid.lock"
 DEFINITION_KEY = "definition"  # metadata entry: JSON {component: digest}; parts of another are refused
+REPLACES_KEY = b"rapid_store.replaces"  # a merged part replaces every part named from this up to its own name
 _TEMP_WRITER = re.compile(r"\.(?P<host>[^.]+)\.(?P<pid>\d+)\.[0-9a-f]+" + re.escape(TEMP_SUFFIX) + "$")
 GROUP_PREFIXES = ("memory_", "breakdown_", "detail_")
 LEAD_COLUMNS = ("memory_peak_gib",)  # a metric, though it shares the memory_ prefix
@@ -52,9 +60,10 @@ class ResultStore:
             if not _writer_alive(stray.name):
                 stray.unlink(missing_ok=True)
         if fresh:
-            for part in self.parts():
+            for part in _all_parts(self.directory):
                 part.unlink()
         else:
+            _remove_replaced(self.directory)
             self._check_definition()
 
     def close(self) -> None:
@@ -71,7 +80,8 @@ class ResultStore:
         return False
 
     def parts(self) -> list:
-        return part_files(self.directory)
+        """Every part file: under the lock, once replaced parts are removed, all are live."""
+        return _all_parts(self.directory)
 
     def done_ids(self) -> set:
         """point_ids of every finished part."""
@@ -118,21 +128,90 @@ class ResultStore:
                 table = _read_part(part)
                 _write_atomically(conform(table, target).replace_schema_metadata(schema.metadata), part)
 
+    def compact(self, rows: int) -> None:
+        """Merge each run of consecutive parts that fits in `rows` rows into one part, after
+        harmonising: rows, columns, the newest part's metadata and the order a reader sees
+        stay as they were."""
+        self.harmonise()
+        runs, run_rows = [[]], 0
+        for part in self.parts():
+            part_rows = pq.read_metadata(part).num_rows
+            if runs[-1] and run_rows + part_rows > rows:
+                runs, run_rows = runs + [[]], 0
+            runs[-1].append(part)
+            run_rows += part_rows
+        for run in runs:
+            if len(run) > 1:
+                _merge(run)
 
-def part_files(directory) -> list:
+
+def _merge(run: list) -> None:
+    """Write the rows of `run` (consecutive parts, one schema) over its last part, recording
+    the first name it replaces, then remove the others. Rows stay in the order a reader sorts them
+    (stable sort of the parts in name order)."""
+    tables = [_read_part(p) for p in run]
+    first = min([run[0].name] + [t.schema.metadata[REPLACES_KEY].decode() for t in tables
+                                 if REPLACES_KEY in (t.schema.metadata or {})])
+    table = pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
+    metadata = {**(tables[-1].schema.metadata or {}), REPLACES_KEY: first.encode()}
+    _write_atomically(table.sort_by(sort_keys(table)).replace_schema_metadata(metadata), run[-1])
+    for part in run[:-1]:
+        part.unlink()
+
+
+def _all_parts(directory) -> list:
     return sorted(Path(directory).glob(f"{PART_PREFIX}*.parquet"))
 
 
+def _live(parts: list, metadata: list) -> list:
+    """`parts` (in name order) but those a merged part among them replaces."""
+    names = [p.name for p in parts]
+    replaced = set()
+    for index, meta in enumerate(metadata):
+        if REPLACES_KEY in (meta or {}):
+            replaced.update(range(bisect.bisect_left(names, meta[REPLACES_KEY].decode()), index))
+    return [p for i, p in enumerate(parts) if i not in replaced]
+
+
+def _remove_replaced(directory: Path) -> None:
+    """Remove the parts a killed compaction left behind (a merged part holds their rows)."""
+    parts = _all_parts(directory)
+    live = set(_live(parts, [_read_schema(p).metadata for p in parts]))
+    for part in parts:
+        if part not in live:
+            part.unlink()
+
+
+def part_files(directory) -> list:
+    """The table's parts in name order, without those a merged part replaces. Safe beside a
+    writer: a part removed between listing and reading means a compaction ran; list again."""
+    while True:
+        parts = _all_parts(directory)
+        try:
+            return _live(parts, [_read_schema(p).metadata for p in parts])
+        except FileNotFoundError:
+            continue
+
+
 def read_results(directory) -> pa.Table:
-    """The whole study table, one schema, rows sorted by point_id."""
-    parts = part_files(directory)
-    if not parts:
+    """The whole study table, one schema, rows sorted by point_id. Each part is read once,
+    its metadata with its rows, so a compaction running beside never shows a row twice."""
+    while True:
+        parts = _all_parts(directory)
+        try:
+            tables = [_read_part(p) for p in parts]
+            break
+        except FileNotFoundError:
+            continue
+    live = set(_live(parts, [t.schema.metadata for t in tables]))
+    tables = [t for p, t in zip(parts, tables) if p in live]
+    if not tables:
         return pa.table({})
-    tables = [_read_part(p) for p in parts]
     schema = unified_schema([t.schema for t in tables])
     table = pa.concat_tables([conform(t, schema) for t in tables])
     table = table.sort_by(sort_keys(table))
-    return table.replace_schema_metadata(tables[-1].schema.metadata)
+    metadata = {k: v for k, v in (tables[-1].schema.metadata or {}).items() if k != REPLACES_KEY}
+    return table.replace_schema_metadata(metadata)
 
 
 def sort_keys(table: pa.Table) -> list:
@@ -161,6 +240,8 @@ def _unreadable(part: Path, why: str) -> SpecError:
 def _read_schema(part: Path) -> pa.Schema:
     try:
         schema = pq.read_schema(part)
+    except FileNotFoundError:
+        raise
     except (OSError, pa.ArrowException) as err:
         raise _unreadable(part, f"not a readable Parquet part ({str(err).strip().splitlines()[0]})") from None
     if "point_id" not in schema.names:
@@ -172,6 +253,8 @@ def _read_part(part: Path, columns: list | None = None) -> pa.Table:
     _read_schema(part)
     try:
         return pq.read_table(part, columns=columns)
+    except FileNotFoundError:
+        raise
     except (OSError, pa.ArrowException) as err:
         raise _unreadable(part, f"not a readable Parquet part ({str(err).strip().splitlines()[0]})") from None
 
