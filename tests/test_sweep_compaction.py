@@ -1,5 +1,6 @@
 """Compaction: many small parts become a few of a sensible size, with the same rows, columns,
-metadata and order, and a kill at any step leaves a table with every row exactly once."""
+metadata and order, and a kill at any step leaves a table with every row exactly once. A
+finished study's re-run answers from its record without planning."""
 import json
 import signal
 import subprocess
@@ -151,3 +152,22 @@ def test_a_search_ends_with_its_rounds_compacted_and_resumes_from_them(write_stu
     rows = read_results(study.output).column("trial_number").to_pylist()
     told = [t.number for t in trials if "illegal_reason" not in t.user_attrs]
     assert sorted(rows) == sorted(told) and len(trials) == 30
+
+
+def test_a_finished_study_reruns_from_its_record_without_planning(write_study, monkeypatch):
+    import sweep.execution.engine as engine
+
+    path = write_study(name="finished", gpus=8, space=SPACE)
+    first = run_study(load_study(path), executor="inprocess", part_rows=10, progress=False)
+    monkeypatch.setattr(engine, "plan_study", lambda study: pytest.fail("a finished study was planned again"))
+    again = run_study(load_study(path), executor="inprocess", progress=False)
+    assert (again.evaluated, again.skipped, again.legal) == (0, first.evaluated, first.legal)
+    assert (again.plan.total, again.plan.illegal, again.plan.illegal_examples) == \
+        (first.plan.total, first.plan.illegal, first.plan.illegal_examples)
+
+    monkeypatch.undo()  # a part gone, or the study edited: the record no longer answers
+    part_files(load_study(path).output)[-1].unlink()
+    assert run_study(load_study(path), executor="inprocess", progress=False).evaluated > 0
+    grown = run_study(load_study(write_study(name="finished", gpus=8, space={**SPACE, "zero": [0, 1, 2]})),
+                      executor="inprocess", progress=False)
+    assert grown.skipped == first.evaluated and grown.evaluated > 0

@@ -47,9 +47,9 @@ def run(args) -> int:
     if args.dry_run:
         plan = plan_study(study)
         if args.json:
-            print(json.dumps(plan_summary(study, plan)))
+            print(json.dumps(plan_summary(study, plan, len(plan.points))))
         else:
-            print_plan(wide_console(), study, plan)
+            print_plan(wide_console(), study, plan, len(plan.points))
         return 0
     executor = "local" if args.local else "ray"
     report = run_study(study, executor=executor, address=args.address, workers=args.workers, fresh=args.fresh,
@@ -58,7 +58,7 @@ def run(args) -> int:
     table = read_results(study.output)
     feasible = sum(table.column("feasible").to_pylist())
     if args.json:
-        print(json.dumps({**plan_summary(study, report.plan), "evaluated": report.evaluated,
+        print(json.dumps({**plan_summary(study, report.plan, report.legal), "evaluated": report.evaluated,
                           "feasible_evaluated": report.feasible, "infeasible_evaluated": report.infeasible,
                           "skipped": report.skipped, "seconds": round(report.seconds, 3),
                           "points_per_s": round(report.evaluated / report.seconds, 1) if report.seconds else None,
@@ -66,7 +66,7 @@ def run(args) -> int:
         return 0
     console = wide_console()
     plan = report.plan
-    print_plan(console, study, plan)
+    print_plan(console, study, plan, report.legal)
     unit = "points" if study.faults is None else "fault-sample rows"
     rate = f" in {report.seconds:.1f} s ({report.evaluated / report.seconds:,.0f} {unit}/s)" if report.seconds else ""
     console.print(f"evaluated {report.evaluated} {unit}{rate}: {report.feasible} fit in memory, "
@@ -111,9 +111,9 @@ def checked_output(folder: str) -> Path:
     return Path(folder)
 
 
-def plan_summary(study, plan) -> dict:
+def plan_summary(study, plan, legal: int) -> dict:
     return {"study": study.name, "output": str(study.output), "combinations": plan.total,
-            "legal": len(plan.points), "illegal": plan.illegal_count,
+            "legal": legal, "illegal": plan.illegal_count,
             "illegal_reasons": {reason_text(plan, p): n for p, n in plan.illegal.most_common()}}
 
 
@@ -124,9 +124,9 @@ def reason_text(plan, pattern: str) -> str:
     return plan.illegal_examples[pattern] if plan.illegal[pattern] == 1 else pattern
 
 
-def print_plan(console, study, plan) -> None:
+def print_plan(console, study, plan, legal: int) -> None:
     console.print(f"[bold]{study.name}[/]: {plan.total} combinations in the space, "
-                  f"{len(plan.points)} legal, {plan.illegal_count} illegal (not written)")
+                  f"{legal} legal, {plan.illegal_count} illegal (not written)")
     for pattern, count in plan.illegal.most_common(SHOWN_REASONS):
         console.print(f"  {count:>7}  illegal: {reason_text(plan, pattern)}", highlight=False, markup=False)
     if len(plan.illegal) > SHOWN_REASONS:

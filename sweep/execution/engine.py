@@ -1,9 +1,11 @@
 """Run a study end to end: plan, skip what the table already holds, evaluate the rest on
 an executor, write the results in parts as they stream in, and compact the small parts."""
+import hashlib
 import json
 import math
 import subprocess
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from importlib import metadata as package_metadata
 from pathlib import Path
@@ -20,7 +22,7 @@ from sweep.faults.draws import KEY_COLUMNS, fault_blocks, memory_fits
 from sweep.study.plan import Plan, definition_digests, locality_key, plan_study
 from .runner import make_executor, run_batches
 from sweep.study.space import AUTO
-from sweep.store.parts import DEFINITION_KEY, ResultStore
+from sweep.store.parts import DEFINITION_KEY, ResultStore, finished_summary
 from sweep.study.loader import Study
 from sweep.evaluation.context import WorkContext, knob_type, unit_columns
 
@@ -32,7 +34,8 @@ PART_SECONDS = 5.0
 @dataclass
 class SweepReport:
     """What one `rapid sweep` did, for the end-of-run summary."""
-    plan: Plan
+    plan: Plan  # without points when a finished study's re-run answered from its record
+    legal: int  # legal points in the plan
     skipped: int = 0  # already in the table from an earlier run
     evaluated: int = 0
     feasible: int = 0
@@ -45,13 +48,29 @@ def run_study(study: Study, executor: str = "ray", address: str | None = None, w
               fresh: bool = False, batch_points: int | None = None, part_rows: int = PART_ROWS,
               part_seconds: float = PART_SECONDS, progress: bool = True, wait: bool = False) -> SweepReport:
     """Plan the study (raises SpecError before touching the disk), then evaluate what is missing
-    while holding the output folder's lock (`wait`: queue behind another writer)."""
+    while holding the output folder's lock (`wait`: queue behind another writer). A finished
+    study whose table is as its run left it is answered from its record, without planning."""
+    key = finished_key(study)
+    summary = None if fresh else finished_summary(study.output, key)
+    if summary is not None:
+        plan = Plan((), (), (), Counter(summary["illegal"]), summary["examples"], summary["total"])
+        return SweepReport(plan, summary["legal"], skipped=summary["rows"])
     plan = plan_study(study)
     if executor == "ray":
         raycluster.preflight(address)
     with ResultStore(study.output, study_metadata(study), fresh=fresh, wait=wait) as store:
-        return _evaluate_missing(study, plan, store, executor, address, workers, batch_points, part_rows,
-                                 part_seconds, progress)
+        report = _evaluate_missing(study, plan, store, executor, address, workers, batch_points, part_rows,
+                                   part_seconds, progress)
+        store.compact(part_rows)
+        store.mark_finished(key, {"total": plan.total, "legal": report.legal, "illegal": dict(plan.illegal),
+                                  "examples": plan.illegal_examples, "rows": report.skipped + report.evaluated})
+        return report
+
+
+def finished_key(study: Study) -> str:
+    """A digest of everything a study's plan and rows depend on: the study text, the specs'
+    contents, the model and tool versions and the git commit."""
+    return hashlib.sha256(json.dumps(study_metadata(study), sort_keys=True).encode()).hexdigest()
 
 
 def _evaluate_missing(study, plan, store, executor, address, workers, batch_points, part_rows, part_seconds,
@@ -60,15 +79,14 @@ def _evaluate_missing(study, plan, store, executor, address, workers, batch_poin
     if study.faults is None:
         done = store.done_ids()
         todo = sorted((p for p in plan.points if p.point_id not in done), key=locality_key)
-        report = SweepReport(plan, skipped=len(plan.points) - len(todo))
+        report = SweepReport(plan, len(plan.points), skipped=len(plan.points) - len(todo))
         rows = len(todo)
     else:
         done = store.done_keys(KEY_COLUMNS)
         todo = fault_blocks(sorted(plan.points, key=locality_key), study.faults, done, memory_fits(context))
-        report = SweepReport(plan, skipped=len(done))  # rows: one per (point, sample)
+        report = SweepReport(plan, len(plan.points), skipped=len(done))  # rows: one per (point, sample)
         rows = sum(block.stop - block.start for block in todo)
     if not todo:
-        store.compact(part_rows)
         return report
     runner = make_executor(executor, context, address, workers)
     if progress:
@@ -93,7 +111,6 @@ def _evaluate_missing(study, plan, store, executor, address, workers, batch_poin
         parts.flush()  # whatever finished is kept, even when the run stops early
         runner.close()
     report.parts = parts.written
-    store.compact(part_rows)
     return report
 
 

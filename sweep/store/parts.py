@@ -39,6 +39,7 @@ from sweep.study.plan import definition_changes
 PART_PREFIX = "part-"
 TEMP_SUFFIX = ".tmp"
 LOCK_NAME = ".rapid.lock"
+FINISHED_NAME = "_finished.json"  # a finished study's plan summary, valid while the parts are as it lists them
 DEFINITION_KEY = "definition"  # metadata entry: JSON {component: digest}; parts of another are refused
 REPLACES_KEY = b"rapid_store.replaces"  # a merged part replaces every part named from this up to its own name
 _TEMP_WRITER = re.compile(r"\.(?P<host>[^.]+)\.(?P<pid>\d+)\.[0-9a-f]+" + re.escape(TEMP_SUFFIX) + "$")
@@ -128,6 +129,14 @@ class ResultStore:
                 table = _read_part(part)
                 _write_atomically(conform(table, target).replace_schema_metadata(schema.metadata), part)
 
+    def mark_finished(self, key: str, summary: dict) -> None:
+        """Record that the study `key` names is finished, with its plan `summary` and the parts
+        (name, bytes, mtime) it left, so a re-run can answer without planning."""
+        record = {"key": key, "summary": summary, "parts": _part_stamps(self.directory)}
+        temp = self.directory / f".{FINISHED_NAME}{TEMP_SUFFIX}"  # one writer: the lock holder
+        temp.write_text(json.dumps(record))
+        os.replace(temp, self.directory / FINISHED_NAME)
+
     def compact(self, rows: int) -> None:
         """Merge each run of consecutive parts that fits in `rows` rows into one part, after
         harmonising: rows, columns, the newest part's metadata and the order a reader sees
@@ -157,6 +166,25 @@ def _merge(run: list) -> None:
     _write_atomically(table.sort_by(sort_keys(table)).replace_schema_metadata(metadata), run[-1])
     for part in run[:-1]:
         part.unlink()
+
+
+def finished_summary(directory, key: str) -> dict | None:
+    """The plan summary `mark_finished` recorded for `key`, if the parts are still exactly those
+    it saw (a part added, removed, rewritten or compacted since means: plan again)."""
+    try:
+        record = json.loads((Path(directory) / FINISHED_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    if record.get("key") != key or record.get("parts") != _part_stamps(directory):
+        return None
+    return record["summary"]
+
+
+def _part_stamps(directory) -> list | None:
+    try:
+        return [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in _all_parts(directory)]
+    except FileNotFoundError:  # a writer removed a part meanwhile: no record matches
+        return None
 
 
 def _all_parts(directory) -> list:
