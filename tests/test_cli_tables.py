@@ -50,11 +50,11 @@ def test_a_dry_run_groups_illegal_points_under_a_pattern_not_one_points_numbers(
                        space={"tp": [1, 2, 3, 4, 6, 8], "pp": [1], "cp": [1], "micro_batch": [1]})
     assert main(["sweep", str(path), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "illegal: heads (N) not divisible by tp (N)" in out
+    assert "illegal: heads (32) not divisible by tp (N)" in out
     assert "(3)" not in out and "(6)" not in out
     assert main(["sweep", str(path), "--dry-run", "--json"]) == 0
     reasons = json.loads(capsys.readouterr().out)["illegal_reasons"]
-    assert reasons == {"heads (N) not divisible by tp (N)": plan_study(load_study(path)).illegal_count}
+    assert reasons == {"heads (32) not divisible by tp (N)": plan_study(load_study(path)).illegal_count}
 
 
 def test_an_infeasible_point_has_no_time_and_says_why(capsys):

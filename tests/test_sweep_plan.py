@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from core import SpecError
-from sweep.study.plan import PARALLELISM_FIELDS, Planner, plan_study
+from sweep.study.plan import PARALLELISM_FIELDS, Planner, group_reason, plan_study
 from sweep.study.loader import load_study
 
 
@@ -17,6 +17,13 @@ def test_grid_counts_every_combination_and_keeps_only_legal_points(write_study):
     assert len({p.point_id for p in plan.points}) == len(plan.points)
     for pattern, example in plan.illegal_examples.items():
         assert plan.illegal[pattern] >= 1 and example
+
+
+def test_a_group_of_illegal_points_keeps_the_numbers_its_members_share(write_study):
+    plan = plan_study(load_study(write_study(gpus=96, workload={"mode": "train", "global_batch": 192, "seq": 4096},
+                                             space={"tp": [1, 2, 3, 4, 6, 8], "pp": [1], "cp": [1], "micro_batch": [1]})))
+    assert list(plan.illegal_examples.values()) == ["heads (32) not divisible by tp (N)"]  # 32 heads in each, tp 3 or 6
+    assert group_reason("gpus (16) not divisible by tp (3)", ["16", None]) == "gpus (16) not divisible by tp (N)"
 
 
 def test_illegal_points_carry_their_reason(write_study):

@@ -114,20 +114,13 @@ def checked_output(folder: str) -> Path:
 def plan_summary(study, plan, legal: int) -> dict:
     return {"study": study.name, "output": str(study.output), "combinations": plan.total,
             "legal": legal, "illegal": plan.illegal_count,
-            "illegal_reasons": {reason_text(plan, p): n for p, n in plan.illegal.most_common()}}
-
-
-def reason_text(plan, pattern: str) -> str:
-    """How a group of illegal points reads: its pattern, numbers written N ("heads (N) not
-    divisible by tp (N)"), since the group's points have numbers of their own; a group of one
-    point, its reason as is."""
-    return plan.illegal_examples[pattern] if plan.illegal[pattern] == 1 else pattern
+            "illegal_reasons": {plan.illegal_examples[p]: n for p, n in plan.illegal.most_common()}}
 
 
 def print_plan(console, study, plan, legal: int) -> None:
     console.print(f"[bold]{study.name}[/]: {plan.total} combinations in the space, "
                   f"{legal} legal, {plan.illegal_count} illegal (not written)")
     for pattern, count in plan.illegal.most_common(SHOWN_REASONS):
-        console.print(f"  {count:>7}  illegal: {reason_text(plan, pattern)}", highlight=False, markup=False)
+        console.print(f"  {count:>7}  illegal: {plan.illegal_examples[pattern]}", highlight=False, markup=False)
     if len(plan.illegal) > SHOWN_REASONS:
         console.print(f"  {sum(c for _, c in plan.illegal.most_common()[SHOWN_REASONS:]):>7}  illegal for other reasons")

@@ -29,7 +29,7 @@ class Plan:
     models: tuple  # ModelSpec per model variant
     hardware: tuple  # HardwareSpec per hardware variant
     illegal: Counter  # reason pattern -> count
-    illegal_examples: dict  # reason pattern -> one full reason
+    illegal_examples: dict  # reason pattern -> the group's reason: numbers all its members share kept, others N
     total: int  # combinations in the space
 
     @property
@@ -99,19 +99,22 @@ def plan_study(study: Study) -> Plan:
             astra_network(study.hardware_spec(), study.gpus)
         except SpecError as err:
             raise SpecError(study.path, f"hardware ({study.hardware}): faults", err.value, err.allowed) from None
-    points, illegal, examples, total = {}, Counter(), {}, 0
+    points, illegal, shared, first, total = {}, Counter(), {}, {}, 0
     for choice in study.space.grid():
         total += 1
         point = planner.point(choice)
         if isinstance(point, str):
             pattern = reason_pattern(point)
             illegal[pattern] += 1
-            examples.setdefault(pattern, point)
+            numbers = _NUMBER.findall(point)
+            kept = shared.get(pattern, numbers)
+            shared[pattern] = [mine if mine == theirs else None for mine, theirs in zip(kept, numbers)]
+            first.setdefault(pattern, point)
         else:
             points[point.point_id] = point
     if not points:
         common = illegal.most_common(1)[0][0] if illegal else "empty space"
-        reason = examples.get(common, common)
+        reason = first.get(common, common)
         combinations = f"{total} combination{'s' if total != 1 else ''}"
         if reason in planner.gpu_count_reasons:  # most combinations do not divide the GPU count
             raise SpecError(study.path, "gpus", study.gpus,
@@ -119,6 +122,7 @@ def plan_study(study: Study) -> Plan:
         raise SpecError(study.path, "space", combinations,
                         f"no legal layout on gpus = {study.gpus}; most common reason: {reason}")
     models, hardware = planner.specs()
+    examples = {pattern: group_reason(first[pattern], shared[pattern]) for pattern in illegal}
     return Plan(tuple(points[k] for k in sorted(points)), models, hardware, illegal, examples, total)
 
 
@@ -139,6 +143,14 @@ def reason_pattern(reason: str) -> str:
     its kind, not as one member's numbers: "heads (32) not divisible by tp (3)" -> "heads (N)
     not divisible by tp (N)". Digits inside a name (fp8, llama3.1-8b) stay."""
     return _NUMBER.sub("N", reason)
+
+
+def group_reason(member: str, shared: list) -> str:
+    """A group's reason: `member`'s text with each number the group does not share (None in
+    `shared`) written N, so "gpus (16) not divisible by tp*pp*cp (N*N*N = N)" keeps the 16
+    every member has and drops the numbers that vary."""
+    slots = iter(shared)
+    return _NUMBER.sub(lambda number: next(slots) or "N", member)
 
 
 def point_id(study: Study, resolved: Resolved, model_digest: str, hardware_digest: str) -> str:
