@@ -4,7 +4,6 @@ no traceback, nothing written. Each case is (argv template, text of the files it
 expected substrings); `{tmp}` is the case's folder, `{study}`, `{model}`, `{hw}` and `{hf}`
 files written there."""
 import json
-import shutil
 from pathlib import Path
 
 import pyarrow as pa

@@ -4,8 +4,6 @@ import json
 import subprocess
 import sys
 
-import pytest
-
 import core
 from sweep.cli import main
 

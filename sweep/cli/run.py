@@ -1,7 +1,6 @@
 """`rapid run`: one configuration, as a readable breakdown or one JSON record."""
 import json
 import math
-from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
