@@ -55,6 +55,9 @@ def test_a_csv_is_timed_row_by_row_in_input_order(tmp_path, capsys):
     ("m,n,k,dtype\n1,2,3,bf16\n16,4,0,bf16\n", ["row 2", "'k' = 0", "positive integer"]),
     ("m,n,k,dtype\n16,4,4,int4\n", ["row 1", "'dtype' = int4", "bf16, fp16, fp8"]),
     ("m,k\n16,4\n", ["'n' = <missing>", "columns m, n, k"]),
+    ("m,n,k\n", ["no data rows"]),
+    ("m,n,k\n4096,8,8,9\n", ["row 1", "expected 3 values"]),
+    ("m,n,k,foo\n1,2,3,4\n", ["'foo'", "unknown column"]),
 ])
 def test_a_bad_csv_cell_is_one_line_naming_file_row_column_and_value(tmp_path, capsys, text, words):
     shapes = tmp_path / "bad.csv"
@@ -62,6 +65,14 @@ def test_a_bad_csv_cell_is_one_line_naming_file_row_column_and_value(tmp_path, c
     assert main(["gemm", "--hardware", HW, "--shapes", str(shapes)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(shapes) in err and all(w in err for w in words)
+
+
+def test_a_shapes_file_that_is_not_text_is_one_line(tmp_path, capsys):
+    shapes = tmp_path / "binary.csv"
+    shapes.write_bytes(b"\xff\xfe\x00m")
+    assert main(["gemm", "--hardware", HW, "--shapes", str(shapes)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "UTF-8" in err
 
 
 @pytest.mark.parametrize("argv, word", [

@@ -27,7 +27,8 @@ MiB = 2**20
 GiB = 2**30
 # The tables' GPU folders and our presets (Blackwell ones once they exist).
 PRESET_BY_GPU = {"a100_sxm": "a100-sxm4-80gb", "h100_sxm": "h100-sxm5-80gb", "h200_sxm": "h200-sxm-141gb",
-                 "b200_sxm": "b200-sxm-180gb", "gb200": "gb200-nvl72"}
+                 "b200_sxm": "b200-sxm-180gb", "b300_sxm": "b300-sxm-288gb", "gb200": "gb200-nvl72",
+                 "gb300": "gb300-nvl72"}
 GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}  # fp8 is per-tensor scaled, as ours
 ATTENTION_DTYPES = {"bfloat16": "bf16"}
 KV_BYTES = {"bfloat16": 2, "fp8": 1}

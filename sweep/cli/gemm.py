@@ -72,25 +72,35 @@ def _csv_shapes(path: Path, hw, default_dtype: str | None) -> list:
     """Rows of a shapes CSV; a bad cell is one line naming the file, row, column, value and what is allowed."""
     if not path.is_file():
         raise SpecError("command line", "--shapes", str(path), "no such file")
-    with open(path, newline="") as handle:
-        reader = csv.DictReader(handle)
-        header = [name.strip() for name in reader.fieldnames or ()]
-        missing = [c for c in CSV_COLUMNS[:3] if c not in header]
-        if missing:
-            raise SpecError(str(path), missing[0], "<missing>", f"the header needs columns {', '.join(CSV_COLUMNS[:3])} "
-                            "(dtype optional)")
-        shapes = []
-        for number, row in enumerate(reader, start=1):
-            row = {(key or "").strip(): (value or "").strip() for key, value in row.items()}
-            where = f"{path} row {number}"
-            dims = []
-            for column in CSV_COLUMNS[:3]:
-                text = row[column]
-                if not text.isdigit() or int(text) < 1:
-                    raise SpecError(where, column, text or "<empty>", "expected a positive integer")
-                dims.append(int(text))
-            dtype = row.get("dtype") or default_dtype
-            shapes.append((*dims, with_dtype(hw, dtype, where, "dtype") if dtype else hw))
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise SpecError("command line", "--shapes", str(path), "expected UTF-8 text (a CSV of m, n, k[, dtype])") from None
+    reader = csv.reader(lines)
+    header = [name.strip() for name in next(reader, [])]
+    missing = [c for c in CSV_COLUMNS[:3] if c not in header]
+    if missing:
+        raise SpecError(str(path), missing[0], "<missing>", f"the header needs columns {', '.join(CSV_COLUMNS[:3])} "
+                        "(dtype optional)")
+    unknown = [c for c in header if c not in CSV_COLUMNS]
+    if unknown:
+        raise SpecError(str(path), unknown[0], "<header>", f"unknown column (allowed: {', '.join(CSV_COLUMNS)})")
+    shapes = []
+    for number, cells in enumerate(reader, start=1):
+        where = f"{path} row {number}"
+        if len(cells) != len(header):
+            raise SpecError(where, "cells", len(cells), f"expected {len(header)} values, one per header column")
+        row = dict(zip(header, (cell.strip() for cell in cells)))
+        dims = []
+        for column in CSV_COLUMNS[:3]:
+            text = row[column]
+            if not text.isdigit() or int(text) < 1:
+                raise SpecError(where, column, text or "<empty>", "expected a positive integer")
+            dims.append(int(text))
+        dtype = row.get("dtype") or default_dtype
+        shapes.append((*dims, with_dtype(hw, dtype, where, "dtype") if dtype else hw))
+    if not shapes:
+        raise SpecError("command line", "--shapes", str(path), "no data rows under the header")
     return shapes
 
 
