@@ -21,8 +21,8 @@ def h100():
 
 def test_a_compute_bound_fp8_gemm_runs_at_the_fp8_peak(h100):
     fp8 = with_dtype(h100, "fp8", "test", "dtype")
-    bf16_s = ops.gemm(h100, 8192, 8192, 8192).time_s - ops._launch_s(h100)
-    fp8_s = ops.gemm(fp8, 8192, 8192, 8192).time_s - ops._launch_s(fp8)
+    bf16_s = ops.gemm(h100, 8192, 8192, 8192).time_s - ops.launch_s(h100)
+    fp8_s = ops.gemm(fp8, 8192, 8192, 8192).time_s - ops.launch_s(fp8)
     cal = fp8.calibration
     floor_s = 2 * 8192**3 / (fp8.gpu.flops("fp8") * cal.compute_efficiency * cal.fp8_efficiency)
     assert fp8_s >= floor_s

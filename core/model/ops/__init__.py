@@ -1,0 +1,10 @@
+"""Per-kernel time on one GPU, one module per kernel class: tiled GEMMs (gemm), fused
+attention (attention), bandwidth-bound elementwise kernels and FP8 casts (pointwise). Results
+are memoized by shape."""
+from .attention import FLASH_TILE_KV, causal_fraction, decode_attention, flash_attention
+from .common import KernelTime, launch_s, mixed_bandwidth_bps, stream_bandwidth_bps
+from .gemm import gemm
+from .pointwise import fp8_cast, pointwise
+
+__all__ = ["FLASH_TILE_KV", "KernelTime", "causal_fraction", "decode_attention", "flash_attention", "fp8_cast",
+           "gemm", "launch_s", "mixed_bandwidth_bps", "pointwise", "stream_bandwidth_bps"]

@@ -1,0 +1,94 @@
+"""Fused attention: FlashAttention-style prefill and training kernels, and the decode step's
+sweep of the KV cache."""
+from functools import lru_cache
+from math import ceil
+
+from ..specs import HardwareSpec
+from .common import KernelTime, launch_s, mixed_bandwidth_bps, stream_bandwidth_bps
+from .gemm import L2_USABLE_FRACTION
+
+SOFTMAX_FP32_OPS = 5  # scale, max, subtract, sum, rescale per attention score (the exp is apart)
+# The exponential runs on the special-function units, 16 results per SM per clock on every
+# architecture since Volta (CUDA C programming guide, arithmetic instruction throughput). On
+# H100 that is 3.9 T exp/s against 989 TFLOP/s of BF16 matmul (the FlashAttention-3 paper's
+# point): a FlashAttention-2-style kernel, which does not overlap the softmax with the
+# matmuls, spends a quarter (A100) to a half (H100) of its matmul time on exponentials.
+SFU_OPS_PER_SM_PER_CLOCK = 16
+FLASH_TILE_Q = 128
+FLASH_TILE_KV = 64
+# FlashAttention 1.x took twice FlashAttention-2's time for the same attention: the
+# flash-attention README's changelog entry "2.0: Complete rewrite, 2x faster" (fewer non-matmul
+# FLOPs, work split over the sequence as well as batch x heads, and between warps).
+FLASH1_SLOWDOWN = 2.0
+# FlashAttention 1.x's CUDA kernels exist for head dimensions 32, 64 and 128; any other runs on
+# the next one up, padded (csrc/flash_attn/fmha_api.cpp, run_fmha_fwd / run_fmha_bwd), as its
+# Triton kernels pad to the next power of two (flash_attn_triton.py, BLOCK_HEADDIM).
+FLASH1_HEAD_DIMS = (32, 64, 128)
+
+
+
+def causal_fraction(kv_len: int) -> float:
+    """Share of the score matrix a causal FlashAttention kernel computes: the lower triangle
+    plus the diagonal tiles it runs in full."""
+    return 0.5 * (1 + 1 / max(1, ceil(kv_len / FLASH_TILE_KV)))
+
+
+@lru_cache(maxsize=65536)
+def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int, head_dim: int,
+                    kv_groups: int, causal: bool, backward: bool = False, kernel: str = "flash") -> KernelTime:
+    """One fused attention kernel (FlashAttention-2 style): scores stay in SRAM.
+
+    `batch_heads` counts query heads; `kv_groups` is query heads per KV head (GQA).
+    Backward does five tile matmuls to forward's two and recomputes the scores. `kernel`
+    flash2 (FlashAttention-2) issues mma.sync, at the GPU's mma_sync_share of the rate; flash1
+    (FlashAttention 1.x) does FlashAttention-2's work in FLASH1_SLOWDOWN times its time, its
+    tile matmuls at the head dimension of the kernel it has (FLASH1_HEAD_DIMS)."""
+    gpu, cal = hw.gpu, hw.calibration
+    el = hw.act_bytes
+    visible = causal_fraction(kv_len) if causal else 1.0
+    scores = batch_heads * q_len * kv_len * visible
+    matmuls = 5 if backward else 2
+    flops = matmuls * 2.0 * scores * head_dim
+    tile_dim = next((d for d in FLASH1_HEAD_DIMS if d >= head_dim), head_dim) if kernel == "flash1" else head_dim
+    tiles = batch_heads * ceil(q_len / FLASH_TILE_Q)
+    per_sm = ceil(tiles / gpu.sm_count) / (tiles / gpu.sm_count)  # tail-wave under-fill
+    rate = gpu.flops(hw.act_dtype) * cal.compute_efficiency * cal.attention_efficiency
+    if kernel in ("flash2", "flash1"):
+        rate *= gpu.mma_sync_share
+    tensor_s = flops * tile_dim / head_dim / rate * per_sm
+    exp_rate = SFU_OPS_PER_SM_PER_CLOCK * gpu.sm_count * gpu.clock_hz
+    softmax_s = (2 if backward else 1) * scores * SOFTMAX_FP32_OPS / gpu.flops("fp32") * per_sm
+    softmax_s += scores / exp_rate * per_sm  # one exp per score, forward and recomputed in backward
+    q_bytes = batch_heads * q_len * head_dim * el
+    kv_bytes = 2 * (batch_heads // kv_groups) * kv_len * head_dim * el
+    kv_passes = ceil(q_len / FLASH_TILE_Q) * visible
+    l2_bytes = q_bytes * 2 + kv_bytes * max(1.0, kv_passes)
+    hbm_bytes = (q_bytes * 2 + kv_bytes) * (2 if backward else 1)
+    if kv_bytes > gpu.l2.capacity_bytes * L2_USABLE_FRACTION:
+        hbm_bytes = max(hbm_bytes, l2_bytes)
+    memory_s = max(hbm_bytes / mixed_bandwidth_bps(hw),
+                   l2_bytes / gpu.l2.bandwidth_bps)
+    busy_s = max(tensor_s + softmax_s, memory_s) * (FLASH1_SLOWDOWN if kernel == "flash1" else 1.0)
+    return KernelTime(busy_s + launch_s(hw), flops, hbm_bytes)
+
+
+@lru_cache(maxsize=65536)
+def decode_attention(hw: HardwareSpec, batch: int, heads: int, kv_heads: int, context: int,
+                     head_dim: int, kv_bytes_per_element: float = 0.0) -> KernelTime:
+    """One decode step's attention over a KV cache of `context` tokens. Memory sees the cache
+    once, as one long read stream (query heads sharing a KV head under GQA hit it in L2). The
+    kernel of this period (TensorRT-LLM's masked multi-head attention) runs one block per
+    sequence and query head, so the SMs process every query head's copy of its KV head's
+    cache: at `decode_attention_rate` elements per SM per cycle that, not bandwidth, bounds
+    long contexts. The cache is in the activation dtype unless `kv_bytes_per_element` says
+    otherwise; the step's queries in and outputs out move at the elementwise rate."""
+    kv_bytes = 2 * batch * kv_heads * context * head_dim * (kv_bytes_per_element or hw.act_bytes)
+    q_bytes = 2 * batch * heads * head_dim * hw.act_bytes
+    flops = 4.0 * batch * heads * context * head_dim
+    busy_s = max(kv_bytes / stream_bandwidth_bps(hw) + q_bytes / mixed_bandwidth_bps(hw),
+                 flops / hw.gpu.flops("fp32"))
+    rate = hw.calibration.decode_attention_rate
+    if rate > 0:
+        processed = 2.0 * batch * heads * context * head_dim
+        busy_s = max(busy_s, processed / (rate * hw.gpu.sm_count * hw.gpu.clock_hz))
+    return KernelTime(busy_s + launch_s(hw), flops, kv_bytes + q_bytes)

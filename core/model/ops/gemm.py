@@ -1,0 +1,70 @@
+"""Tiled GEMMs over the SRAM / L2 / HBM hierarchy, memoized by shape."""
+from functools import lru_cache
+from math import ceil, sqrt
+
+from ..specs import DTYPE_BYTES, HardwareSpec, activation_dtype
+from .common import KernelTime, launch_s, mixed_bandwidth_bps, stream_bandwidth_bps
+
+# (tile_m, tile_n, tile_k) candidates a GEMM library would pick from.
+GEMM_TILES = ((256, 128, 32), (128, 256, 32), (128, 128, 32), (128, 64, 64), (64, 128, 64),
+              (64, 64, 64), (64, 32, 64), (32, 64, 64))
+SPLIT_K = (1, 2, 4, 8, 16)
+PIPELINE_STAGES = 3  # shared-memory buffers per operand (cp.async multi-stage pipeline)
+L2_USABLE_FRACTION = 0.5  # of L2 a GEMM's operands can keep resident while streaming
+
+@lru_cache(maxsize=65536)
+def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = "",
+         weights: bool = True) -> KernelTime:
+    """C[m,n] = A[m,k] @ B[k,n], `batch` independent products, with operands in `dtype`
+    (default: the hardware's compute dtype) at that dtype's peak. FP8 GEMMs write their
+    output in BF16, as Transformer Engine's do. With `weights`, B is a weight matrix, swept
+    from HBM as one long read stream (stream_efficiency); activations in and out move at the
+    elementwise kernels' rate (memory_efficiency)."""
+    gpu, cal = hw.gpu, hw.calibration
+    dtype = dtype or hw.dtype
+    in_bytes = DTYPE_BYTES[dtype]
+    out_bytes = DTYPE_BYTES[activation_dtype(dtype)]
+    peak = gpu.flops(dtype) * cal.compute_efficiency * (cal.fp8_efficiency if dtype == "fp8" else 1.0)
+    per_sm_flops = peak / gpu.sm_count
+    per_sm_sram = gpu.sram.bandwidth_bps / gpu.sm_count
+    mixed_bw = mixed_bandwidth_bps(hw)
+    b_bw = stream_bandwidth_bps(hw) if weights else mixed_bw
+    unique_in = (m * k + k * n) * in_bytes * batch
+    out_total = m * n * out_bytes * batch
+    best = float("inf")
+    best_hbm = unique_in + out_total
+    for tm, tn, tk in GEMM_TILES:
+        smem = (tm + tn) * tk * in_bytes * PIPELINE_STAGES
+        accum = tm * tn * 4
+        if smem > gpu.sram.capacity_bytes or accum > gpu.register_bytes_per_sm / 2:
+            continue
+        ctas_per_sm = max(1, min(int(gpu.sram.capacity_bytes // smem),
+                                 int(gpu.register_bytes_per_sm / 2 // accum)))
+        tiles_m, tiles_n = ceil(m / tm), ceil(n / tn)
+        for split in SPLIT_K:
+            k_part = ceil(k / split)
+            if split > 1 and (k_part < 4 * tk or tiles_m * tiles_n * batch >= gpu.sm_count):
+                break
+            k_pad = ceil(k_part / tk) * tk
+            tiles = tiles_m * tiles_n * batch * split
+            per_sm_tiles = ceil(tiles / gpu.sm_count)
+            compute_s = per_sm_tiles * 2.0 * tm * tn * k_pad / per_sm_flops
+            sram_s = per_sm_tiles * (tm + tn) * k_pad * in_bytes / per_sm_sram
+            l2_bytes = tiles * (tm + tn) * k_pad * in_bytes + out_total * split
+            l2_s = l2_bytes / gpu.l2.bandwidth_bps
+            a_reads = b_reads = 1
+            if unique_in > gpu.l2.capacity_bytes * L2_USABLE_FRACTION:
+                # Operands no longer stay resident: A is re-read once per group of tile
+                # columns running together, B once per group of tile rows.
+                slots = gpu.sm_count * ctas_per_sm
+                rows = min(tiles_m, max(1, int(sqrt(slots))))
+                cols = min(tiles_n, max(1, slots // rows))
+                a_reads, b_reads = ceil(tiles_n / cols), ceil(tiles_m / rows)
+            a_bytes = m * k * in_bytes * batch * a_reads
+            b_bytes = k * n * in_bytes * batch * b_reads
+            activation_bytes = a_bytes + out_total + (2 * m * n * 4 * batch * split if split > 1 else 0)
+            hbm_s = activation_bytes / mixed_bw + b_bytes / b_bw
+            time_s = max(compute_s, sram_s, l2_s, hbm_s)
+            if time_s < best:
+                best, best_hbm = time_s, activation_bytes + b_bytes
+    return KernelTime(best + launch_s(hw), 2.0 * m * n * k * batch, best_hbm)
