@@ -16,9 +16,13 @@ SCHEDULES = ("1f1b", "gpipe", "interleaved")
 TOPOLOGIES = ("switch", "ring", "ring-uni", "fully-connected", "mesh", "mesh2d", "torus2d",
               "kingmesh2d", "hypercube", "fattree")
 PARALLEL_AXES = ("tp", "cp", "ep", "dp", "pp")
-DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
-DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
-COMPUTE_DTYPES = ("bf16", "fp16", "fp8")
+# mxfp8 and nvfp4 are Blackwell's block-scaled formats (OCP MX: an E8M0 scale per 32 FP8
+# elements; NVIDIA's NVFP4: an E4M3 scale per 16 FP4 elements); their element bytes here leave
+# the scales out.
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4")
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "mxfp8": 1, "nvfp4": 0.5}
+COMPUTE_DTYPES = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4")
+LOW_PRECISION_DTYPES = ("fp8", "mxfp8", "nvfp4")  # GEMM-only formats: the rest of the step stays in BF16
 # Storage formats an inference KV cache can take (tf32 is a tensor-core input mode, not one).
 KV_DTYPES = ("fp32", "bf16", "fp16", "fp8")
 # The largest batch, sequence or token count a workload may name: attention kernels index
@@ -57,9 +61,10 @@ def hash_once(cls):
 
 
 def activation_dtype(compute_dtype: str) -> str:
-    """What activations, attention, norms and weights' working copies are kept in: FP8
-    training (Transformer Engine) runs only the GEMMs in FP8 and keeps the rest in BF16."""
-    return "bf16" if compute_dtype == "fp8" else compute_dtype
+    """What activations, attention, norms and weights' working copies are kept in: FP8 (and
+    MXFP8, NVFP4) training (Transformer Engine) runs only the GEMMs in the low-precision format
+    and keeps the rest in BF16."""
+    return "bf16" if compute_dtype in LOW_PRECISION_DTYPES else compute_dtype
 
 
 @dataclass(frozen=True)
