@@ -451,6 +451,7 @@ def _calibration(raw, source: str) -> Calibration:
         raise SpecError(source, "calibration.inherits", parent, f"expected a GPU preset: {', '.join(list_presets()['gpus'])}")
     base = load_hardware(parent).calibration if parent is not None else Calibration()
     calibration = Calibration(
+        sustained_clock=c.number("sustained_clock", base.sustained_clock, high=1.0),
         compute_efficiency=c.number("compute_efficiency", base.compute_efficiency, high=1.0),
         fp8_efficiency=c.number("fp8_efficiency", base.fp8_efficiency, high=1.0),
         attention_efficiency=c.number("attention_efficiency", base.attention_efficiency, high=1.0),

@@ -208,6 +208,10 @@ class LinkFault:
 @dataclass(frozen=True)
 class Calibration:
     """The few factors fitted per GPU preset; see the preset file for what and on which rows."""
+    # Share of the boost clock a GPU holds through a whole training step or serving run (power
+    # and thermal limits); it scales every kernel's compute-bound time. Kernels timed alone, as
+    # the measured kernel tables are, run at 1.
+    sustained_clock: float = 1.0
     compute_efficiency: float = 1.0
     fp8_efficiency: float = 1.0  # FP8 GEMMs' achieved share of the FP8 peak, relative to compute_efficiency
     attention_efficiency: float = 1.0  # fused attention's tensor-core share, relative to compute_efficiency

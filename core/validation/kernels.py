@@ -8,6 +8,7 @@ ops.decode_attention (one decode step), and collectives.collective_time over one
 dimension. What the tables hold that we do not model (fp8_block, nvfp4 and weight-only GEMMs,
 FP8 attention, sliding windows, GPUs without a preset) is counted as skipped, with the reason."""
 import functools
+from dataclasses import replace
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -57,6 +58,12 @@ def kv_bucket(bytes_: float) -> str:
 
 def message_bucket(bytes_: float) -> str:
     return "<1 MiB" if bytes_ < MiB else ">=1 MiB"
+
+
+def kernels_alone(hw):
+    """The hardware as the tables measured it: each kernel timed on its own at full clock,
+    with none of a whole step's clock throttling (calibration.sustained_clock)."""
+    return replace(hw, calibration=replace(hw.calibration, sustained_clock=1.0))
 
 
 @functools.lru_cache(maxsize=None)
@@ -175,7 +182,7 @@ def kernel_groups(root: Path = KERNELS_DIR, gpus=None, max_rows: int | None = No
                     skipped.append({"suite": SUITE, "gpu": gpu_dir.name, "framework": framework, "table": table,
                                     "reason": "no GPU preset", "rows": rows})
                     continue
-                hw = with_dtype(load_hardware(preset), "bf16", preset, "dtype")
+                hw = kernels_alone(with_dtype(load_hardware(preset), "bf16", preset, "dtype"))
                 values, latency_ms = _read(path, columns, max_rows)
                 groups, reasons = defaultdict(lambda: ([], [])), Counter()
                 for row, measured_ms in zip(zip(*values), latency_ms):
@@ -196,4 +203,4 @@ def kernel_groups(root: Path = KERNELS_DIR, gpus=None, max_rows: int | None = No
     return records, skipped
 
 
-__all__ = ["KERNELS_DIR", "error_summary", "kernel_groups"]
+__all__ = ["KERNELS_DIR", "error_summary", "kernel_groups", "kernels_alone"]

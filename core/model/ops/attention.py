@@ -52,12 +52,13 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     tile_dim = next((d for d in FLASH1_HEAD_DIMS if d >= head_dim), head_dim) if kernel == "flash1" else head_dim
     tiles = batch_heads * ceil(q_len / FLASH_TILE_Q)
     per_sm = ceil(tiles / gpu.sm_count) / (tiles / gpu.sm_count)  # tail-wave under-fill
-    rate = gpu.flops(hw.act_dtype) * cal.compute_efficiency * cal.attention_efficiency
+    clock = cal.sustained_clock
+    rate = gpu.flops(hw.act_dtype) * clock * cal.compute_efficiency * cal.attention_efficiency
     if kernel in ("flash2", "flash1"):
         rate *= gpu.mma_sync_share
     tensor_s = flops * tile_dim / head_dim / rate * per_sm
-    exp_rate = SFU_OPS_PER_SM_PER_CLOCK * gpu.sm_count * gpu.clock_hz
-    softmax_s = (2 if backward else 1) * scores * SOFTMAX_FP32_OPS / gpu.flops("fp32") * per_sm
+    exp_rate = SFU_OPS_PER_SM_PER_CLOCK * gpu.sm_count * gpu.clock_hz * clock
+    softmax_s = (2 if backward else 1) * scores * SOFTMAX_FP32_OPS / (gpu.flops("fp32") * clock) * per_sm
     softmax_s += scores / exp_rate * per_sm  # one exp per score, forward and recomputed in backward
     q_bytes = batch_heads * q_len * head_dim * el
     kv_bytes = 2 * (batch_heads // kv_groups) * kv_len * head_dim * el
@@ -82,13 +83,14 @@ def decode_attention(hw: HardwareSpec, batch: int, heads: int, kv_heads: int, co
     cache: at `decode_attention_rate` elements per SM per cycle that, not bandwidth, bounds
     long contexts. The cache is in the activation dtype unless `kv_bytes_per_element` says
     otherwise; the step's queries in and outputs out move at the elementwise rate."""
+    clock = hw.calibration.sustained_clock
     kv_bytes = 2 * batch * kv_heads * context * head_dim * (kv_bytes_per_element or hw.act_bytes)
     q_bytes = 2 * batch * heads * head_dim * hw.act_bytes
     flops = 4.0 * batch * heads * context * head_dim
     busy_s = max(kv_bytes / stream_bandwidth_bps(hw) + q_bytes / mixed_bandwidth_bps(hw),
-                 flops / hw.gpu.flops("fp32"))
+                 flops / (hw.gpu.flops("fp32") * clock))
     rate = hw.calibration.decode_attention_rate
     if rate > 0:
         processed = 2.0 * batch * heads * context * head_dim
-        busy_s = max(busy_s, processed / (rate * hw.gpu.sm_count * hw.gpu.clock_hz))
+        busy_s = max(busy_s, processed / (rate * hw.gpu.sm_count * hw.gpu.clock_hz * clock))
     return KernelTime(busy_s + launch_s(hw), flops, kv_bytes + q_bytes)

@@ -24,7 +24,8 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     dtype = dtype or hw.dtype
     in_bytes = DTYPE_BYTES[dtype]
     out_bytes = DTYPE_BYTES[activation_dtype(dtype)]
-    peak = gpu.flops(dtype) * cal.compute_efficiency * (cal.fp8_efficiency if dtype == "fp8" else 1.0)
+    peak = (gpu.flops(dtype) * cal.sustained_clock * cal.compute_efficiency
+            * (cal.fp8_efficiency if dtype == "fp8" else 1.0))
     per_sm_flops = peak / gpu.sm_count
     per_sm_sram = gpu.sram.bandwidth_bps / gpu.sm_count
     mixed_bw = mixed_bandwidth_bps(hw)

@@ -9,7 +9,7 @@ from .common import KernelTime, launch_s, mixed_bandwidth_bps
 def pointwise(hw: HardwareSpec, bytes_moved: float, flops: float = 0.0) -> KernelTime:
     """An elementwise or reduction kernel: bytes read plus written over HBM bandwidth."""
     memory_s = bytes_moved / mixed_bandwidth_bps(hw)
-    compute_s = flops / hw.gpu.flops("fp32")
+    compute_s = flops / (hw.gpu.flops("fp32") * hw.calibration.sustained_clock)
     return KernelTime(max(memory_s, compute_s) + launch_s(hw), flops, bytes_moved)
 
 
