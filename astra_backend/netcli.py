@@ -1,10 +1,11 @@
 """`rapid net`: simulate one collective on a network file and print time, bandwidths and busiest links."""
 import argparse
 import json
+import re
 import sys
 
 from .configs import load_network_file
-from .errors import AstraError
+from .errors import AstraError, NetworkSpecError
 from .network import COLLECTIVES, Network
 from .spec import HardFault, SoftFault
 from .trace import ALGORITHMS
@@ -68,6 +69,31 @@ def parse_fault(text):
     return HardFault(a, b) if factor == 0 else SoftFault(a, b, factor)
 
 
+def top_links(text) -> int:
+    """--top K: how many busiest links to list, an integer >= 0."""
+    top = _integer(text, "--top")
+    if top < 0:
+        raise AstraError(f"--top: {top} must be an integer >= 0")
+    return top
+
+
+def network_with_faults(spec, fault_texts) -> Network:
+    """The network of `spec` with the --fault options applied; a fault the network refuses is
+    reported with the option as the user wrote it, not the simulator's internal field name."""
+    faults = [(text, parse_fault(text)) for text in fault_texts]
+    soft = [(text, f) for text, f in faults if isinstance(f, SoftFault)]
+    hard = [(text, f) for text, f in faults if isinstance(f, HardFault)]
+    try:
+        return Network(spec, [f for _, f in soft], [f for _, f in hard])
+    except NetworkSpecError as exc:
+        internal = re.match(r"(soft|hard)_faults\[(\d+)\](?:\.(?:a|b))?: (.*)", str(exc))
+        if internal is None:
+            raise
+        text = (soft if internal[1] == "soft" else hard)[int(internal[2])][0]
+        raise AstraError(f"--fault {text!r}: {internal[3]} (link ends are node ids: the NPUs from 0, then the "
+                         "switches)") from None
+
+
 def _simulate(args):
     kind = args.collective.lower().replace("-", "_")
     kind = {"allreduce": "all_reduce", "reducescatter": "reduce_scatter", "allgather": "all_gather",
@@ -78,12 +104,10 @@ def _simulate(args):
         size = parse_bytes(args.size)
     except ValueError as exc:
         raise AstraError(f"--size: {exc}") from None
-    faults = [parse_fault(f) for f in args.fault]
     npus = _integer(args.npus, "--npus") if args.npus is not None else None
     if npus is not None and npus < 1:
         raise AstraError(f"--npus: {npus} must be an integer >= 1")
-    network = Network(load_network_file(args.network, npus), [f for f in faults if isinstance(f, SoftFault)],
-                      [f for f in faults if isinstance(f, HardFault)])
+    network = network_with_faults(load_network_file(args.network, npus), args.fault)
     group = _parse_group(args.group) if args.group else None
     chunks = _integer(args.chunks, "--chunks")
     if kind == "send_recv":
@@ -114,12 +138,12 @@ def _format_time(t):
 def run(args) -> int:
     """Runs `rapid net`; returns the exit status (2 on bad input, with one line on stderr)."""
     try:
-        top = _integer(args.top, "--top")
+        top = top_links(args.top)
         network, result = _simulate(args)
     except (AstraError, ValueError) as exc:
         print(f"rapid net: error: {exc}", file=sys.stderr)
         return 2
-    busiest = result.links.busiest(max(top, 0))
+    busiest = result.links.busiest(top)
     if args.json:
         print(json.dumps({"time_s": result.time_s, "algbw_gbps": result.algbw_gbps, "busbw_gbps": result.busbw_gbps,
                           "kind": result.kind, "algorithm": result.algorithm, "size_bytes": result.size_bytes,

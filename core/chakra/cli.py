@@ -5,8 +5,8 @@ import json
 import sys
 
 import numpy as np
-from astra_backend import AstraError, HardFault, Network, SoftFault, load_network_file
-from astra_backend.netcli import parse_fault
+from astra_backend import AstraError, load_network_file
+from astra_backend.netcli import network_with_faults, top_links
 
 from .replay import build_trace, exposed_comm_s, load_comm_groups, load_system_algorithms, trace_files
 from core.errors import SpecError
@@ -22,19 +22,18 @@ def add_arguments(parser: argparse.ArgumentParser):
                              "(default ring)")
     parser.add_argument("--fault", action="append", default=[], metavar="SRC-DST:FACTOR",
                         help="degrade link SRC-DST to FACTOR of its bandwidth (0 removes it); repeatable")
-    parser.add_argument("--top", type=int, default=5, metavar="K", help="how many of the busiest links to show")
+    parser.add_argument("--top", default="5", metavar="K", help="how many of the busiest links to show")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def replay(args) -> dict:
     """The replay's report as a plain dict (what --json prints)."""
+    top = top_links(args.top)
     files = trace_files(args.prefix)
     groups = load_comm_groups(args.comm_groups) if args.comm_groups else None
     algorithms = load_system_algorithms(args.system) if args.system else None
     chakra = build_trace(files, groups, algorithms)
-    faults = [parse_fault(f) for f in args.fault]
-    network = Network(load_network_file(args.network, chakra.ranks),
-                      [f for f in faults if isinstance(f, SoftFault)], [f for f in faults if isinstance(f, HardFault)])
+    network = network_with_faults(load_network_file(args.network, chakra.ranks), args.fault)
     if network.num_npus < chakra.ranks:
         raise SpecError(str(args.network), "npus", network.num_npus,
                         f"at least the trace's {chakra.ranks} ranks ({files[0].parent}: {len(files)} rank files)")
@@ -43,7 +42,7 @@ def replay(args) -> dict:
     return {"end_time_s": float(result.time_s), "ranks": chakra.ranks, "nodes": int(chakra.trace.rank.size),
             "rank_end_s": [float(t) for t in result.rank_finish_s[:chakra.ranks]],
             "rank_exposed_comm_s": [float(t) for t in exposed],
-            "num_npus": network.num_npus, "busiest_links": result.links.busiest(max(args.top, 0))}
+            "num_npus": network.num_npus, "busiest_links": result.links.busiest(top)}
 
 
 def run(args) -> int:
