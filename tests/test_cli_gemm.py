@@ -79,6 +79,7 @@ def test_a_shapes_file_that_is_not_text_is_one_line(tmp_path, capsys):
     (["--m", "1", "--n", "1", "--k", "1", "--tp", "2"], "--shard"),
     (["--m", "1", "--n", "1"], "--k"),
     (["--m", "1", "--n", "1", "--k", "1", "--tp", "2", "--shard", "k", "--gather"], "--gather"),
+    (["--m", "1", "--n", "1", "--k", "1", "--shard", "k"], "needs --tp 2 or more"),
 ])
 def test_missing_or_conflicting_options_are_one_line(capsys, argv, word):
     assert main(["gemm", "--hardware", HW, *argv]) == 2

@@ -41,6 +41,8 @@ def run(args) -> int:
         raise SpecError("command line", "--hardware", "<missing>", "give a preset name or a file")
     if args.tp > 1 and not args.shard:
         raise SpecError("command line", "--shard", "<missing>", f"with --tp {args.tp}, give one of m, n, k")
+    if args.shard and args.tp < 2:
+        raise SpecError("command line", "--shard", args.shard, "needs --tp 2 or more (a GEMM on one rank is not split)")
     if args.gather and args.shard not in ("m", "n"):
         raise SpecError("command line", "--gather", "set", "needs --shard m or n (k all-reduces C already)")
     hw = load_hardware(args.hardware)
