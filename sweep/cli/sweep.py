@@ -7,7 +7,7 @@ from core import SpecError
 from .args import POSITIVE, check_folder_path
 from sweep.execution.engine import run_study
 from sweep.faults.summary import faults_summary
-from sweep.study.plan import plan_study
+from sweep.study.grid import plan_study
 from sweep.store.query import knob_columns, query, render, summary_columns, wide_console
 from sweep.store.parts import ResultStore, part_files, read_results
 from sweep.study.loader import load_study

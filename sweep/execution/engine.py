@@ -19,7 +19,8 @@ from core import MODEL_VERSION
 
 from . import raycluster
 from sweep.faults.draws import KEY_COLUMNS, fault_blocks, memory_fits
-from sweep.study.plan import Plan, definition_digests, locality_key, plan_study
+from sweep.study.grid import plan_study
+from sweep.study.plan import Plan, definition_digests, locality_key
 from .runner import make_executor, run_batches
 from sweep.study.space import AUTO
 from sweep.store.parts import DEFINITION_KEY, ResultStore, finished_summary
@@ -53,7 +54,7 @@ def run_study(study: Study, executor: str = "ray", address: str | None = None, w
     key = finished_key(study)
     summary = None if fresh else finished_summary(study.output, key)
     if summary is not None:
-        plan = Plan((), (), (), Counter(summary["illegal"]), summary["examples"], summary["total"])
+        plan = Plan((), (), (), Counter(summary["illegal"]), summary["examples"], summary["total"], summary["legal"])
         return SweepReport(plan, summary["legal"], skipped=summary["rows"])
     plan = plan_study(study)
     if executor == "ray":
