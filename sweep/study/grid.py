@@ -73,7 +73,7 @@ class GridPlanner:
         self.planner = Planner(study)  # the per-point path: reason texts and the spec variants
         knobs = self.space.knobs
         self.sizes = [len(k.values) for k in knobs]
-        self.total = math.prod(self.sizes)
+        self.total = grid_size(self.space)
         self.strides = [math.prod(self.sizes[i + 1:]) for i in range(len(knobs))]
         self.position = {k.name: i for i, k in enumerate(knobs)}
         model_names = {name for name, _ in self.space._model_paths} | {VARIANT_KNOB}
@@ -168,12 +168,14 @@ class GridPlanner:
                                        "which check_layout accepts: the two rule books differ")
                 self.rejections.add(reason, count, start + row)
 
-    def points(self, chunk: Chunk) -> list:
-        """The chunk's legal combinations as Points (needs the chunk's ids)."""
+    def points(self, chunk: Chunk, skip: set = frozenset()) -> list:
+        """The chunk's legal combinations as Points (needs the chunk's ids), but those in `skip`."""
         knobs = self.space.knobs
         field_at = {name: i for i, name in enumerate(PARALLELISM_FIELDS)}
         out = []
         for row, point_id in zip(chunk.legal.tolist(), chunk.ids):
+            if point_id in skip:
+                continue
             par = tuple(values[codes[row]] for codes, values in (chunk.columns[n] for n in PARALLELISM_FIELDS))
             values = tuple(par[field_at[k.name]] if k.name in field_at else k.values[(chunk.start + row)
                                                                                     // stride % size]
@@ -199,6 +201,11 @@ class GridPlanner:
                             f"no legal layout in the space ({combinations}; most common reason: {reason})")
         raise SpecError(self.study.path, "space", combinations,
                         f"no legal layout on gpus = {self.study.gpus}; most common reason: {reason}")
+
+
+def grid_size(space) -> int:
+    """Combinations in the grid of the space's listed values (a range lists none)."""
+    return math.prod(len(k.values) for k in space.knobs)
 
 
 def _group_key(codes: list, sizes: list, rows: int) -> np.ndarray:
