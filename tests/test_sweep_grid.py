@@ -7,6 +7,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from core import SpecError
+from sweep.cli import main
+from sweep.execution.engine import run_study
+from sweep.store.parts import part_files, read_results
+from sweep.study import grid as grid_module
 from sweep.study.grid import GridPlanner, plan_study
 from sweep.study.loader import load_study
 from sweep.study.plan import Planner, group_reason, reason_pattern, _NUMBER
@@ -127,3 +131,33 @@ def test_a_space_without_a_legal_point_is_refused_as_before(write_study):
     with pytest.raises(SpecError) as raised:
         plan_study(study)
     assert "no legal layout" in str(raised.value)
+
+
+def comparable(folder):
+    table = read_results(folder)
+    return table.drop_columns(["eval_time_s"]).replace_schema_metadata(None)
+
+
+def test_a_run_planned_in_small_chunks_and_resumed_writes_the_one_shot_table(write_study, monkeypatch):
+    one_shot = load_study(write_study(name="one-shot"))
+    run_study(one_shot, executor="inprocess", progress=False)
+    chunked = load_study(write_study(name="chunked"))
+    monkeypatch.setattr(grid_module, "CHUNK_COMBINATIONS", 7)
+    first = run_study(chunked, executor="inprocess", batch_points=16, progress=False, part_rows=32)
+    for part in part_files(chunked.output)[::2]:  # lose every other part, as a killed run loses the unwritten
+        part.unlink()
+    (chunked.output / "_finished.json").unlink()
+    again = run_study(chunked, executor="inprocess", batch_points=16, progress=False)
+    assert first.evaluated == first.legal and again.skipped + again.evaluated == again.legal == first.legal
+    assert 0 < again.evaluated < first.evaluated
+    assert comparable(chunked.output).equals(comparable(one_shot.output))
+
+
+def test_a_grid_above_the_limit_needs_yes(write_study, capsys):
+    huge = {"micro_batch": list(range(1, 101)), "virtual_stages": list(range(1, 101)),
+            "first_stage_layers": list(range(100)), "last_stage_layers": list(range(100)), "tp": [1, 2]}
+    path = write_study(space=huge)
+    assert main(["sweep", str(path), "--dry-run", "--json"]) == 2
+    err = capsys.readouterr().err
+    # 100**4 * tp 2 * the small study's pp 3, cp 2, zero 2, recompute 2 and bandwidth 2
+    assert err.count("\n") == 1 and "9,600,000,000 combinations" in err and "--yes" in err

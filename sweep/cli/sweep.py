@@ -7,7 +7,7 @@ from pathlib import Path
 from core import SpecError
 
 from .args import POSITIVE, check_folder_path
-from sweep.execution.engine import progress_bar, run_study
+from sweep.execution.engine import SHOW_PLANNING_ABOVE, planning_bar, run_study
 from sweep.execution.rates import last_rate, remember_rate
 from sweep.faults.summary import faults_summary
 from sweep.study.grid import grid_size, plan_study
@@ -54,7 +54,7 @@ def run(args) -> int:
     announce_size(study, "plan" if args.dry_run else f"run {study.backend}", quiet, args.yes)
     if args.dry_run:
         start = time.perf_counter()
-        with progress_bar(not quiet, grid_size(study.space), "combinations", "planning") as bar:
+        with planning_bar(not quiet, grid_size(study.space)) as bar:
             plan = plan_study(study, points=False, progress=bar.advance)
         remember_rate("plan", plan.total, time.perf_counter() - start)
         if args.json:
@@ -101,7 +101,7 @@ def announce_size(study, kind: str, quiet: bool, yes: bool) -> None:
     how long they take; above ASK_ABOVE, go on only with --yes or the user's answer."""
     total = grid_size(study.space)
     rate = last_rate(kind)
-    if not quiet:
+    if not quiet and total > SHOW_PLANNING_ABOVE:
         minutes = f"about {total / rate / 60:,.1f} min on this machine at the last measured rate" if rate else \
             "no rate measured on this machine yet"
         print(f"{total:,} combinations; {minutes}", file=sys.stderr)

@@ -58,10 +58,10 @@ def run_study(study: Study, executor: str = "ray", address: str | None = None, w
     if summary is not None:
         plan = Plan((), (), (), Counter(summary["illegal"]), summary["examples"], summary["total"], summary["legal"])
         return SweepReport(plan, summary["legal"], skipped=summary["rows"])
-    with progress_bar(progress, grid_size(study.space), "combinations", "planning") as bar:
-        plan = plan_study(study, points=study.faults is not None, progress=bar.advance)
     if executor == "ray":
         raycluster.preflight(address)
+    with planning_bar(progress, grid_size(study.space)) as bar:
+        plan = plan_study(study, points=study.faults is not None, progress=bar.advance)
     start = time.perf_counter()
     with ResultStore(study.output, study_metadata(study), fresh=fresh, wait=wait) as store:
         report = _evaluate_missing(study, plan, store, executor, address, workers, batch_points, part_rows,
@@ -246,3 +246,11 @@ class _Bar:
 
 def progress_bar(enabled: bool, total: int, unit: str = "points", label: str = "evaluating"):
     return _Bar(total, unit, label) if enabled else _NoBar()
+
+
+SHOW_PLANNING_ABOVE = 100_000  # combinations; smaller grids plan in well under a second
+
+
+def planning_bar(enabled: bool, combinations: int):
+    """A bar over the combinations planned, for grids large enough to take a while."""
+    return progress_bar(enabled and combinations > SHOW_PLANNING_ABOVE, combinations, "combinations", "planning")

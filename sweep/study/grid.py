@@ -103,8 +103,10 @@ class GridPlanner:
         return {k.name: k.values[(number // stride) % size]
                 for k, stride, size in zip(self.space.knobs, self.strides, self.sizes)}
 
-    def chunks(self, size: int = CHUNK_COMBINATIONS, ids: bool = False):
-        """Every chunk in grid order; rejections and the legal count accumulate as they go."""
+    def chunks(self, size: int | None = None, ids: bool = False):
+        """Every chunk in grid order (CHUNK_COMBINATIONS each unless `size`); rejections and the
+        legal count accumulate as they go."""
+        size = size or CHUNK_COMBINATIONS
         for start in range(0, self.total, size):
             chunk = self.chunk(start, min(self.total, start + size), ids)
             yield chunk
