@@ -6,8 +6,8 @@
   points/s over the command's wall time, and the driver's peak RSS (target 20,000 points/s);
 - the finished grid run again: seconds (target 10 s), nothing evaluated.
 
-Each command runs in a fresh process; peak RSS is the child's (the driver's) maximum resident
-set. Pass --scale 0.1 for a quick look (fewer bandwidth values)."""
+Each command runs in a fresh process; peak RSS is the largest maximum resident set of that
+process and its workers (the driver's, as a rule). Pass --scale 0.1 for a quick look (fewer bandwidth values)."""
 import argparse
 import json
 import resource
@@ -39,7 +39,8 @@ def study(folder: Path, name: str, bandwidths: int, flops: int, recompute: list)
 
 
 def rapid(*args) -> tuple:
-    """(wall seconds, peak RSS MiB of the command, its JSON summary) of `rapid sweep ARGS --json`."""
+    """(wall seconds, peak RSS MiB of the largest process so far, its JSON summary) of
+    `rapid sweep ARGS --json`."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "sweep.cli", "sweep", *args, "--json", "--yes"],
@@ -65,7 +66,7 @@ def main() -> None:
         seconds, mib, summary = rapid(str(grid), "--local", "--workers", "2")
         print(f"--local --workers 2: {summary['combinations']:,} combinations, {summary['evaluated']:,} points "
               f"evaluated in {seconds:.1f} s whole command = {summary['evaluated'] / seconds:,.0f} points/s "
-              f"({summary['points_per_s']:,.0f} points/s while evaluating), driver peak RSS {mib:.0f} MiB")
+              f"({summary['points_per_s']:,.0f} points/s while evaluating), largest process peak RSS {mib:.0f} MiB")
         seconds, mib, summary = rapid(str(grid), "--local", "--workers", "2")
         print(f"finished re-run: {summary['evaluated']} evaluated, {summary['skipped']:,} skipped in {seconds:.1f} s")
 

@@ -1,12 +1,16 @@
 """The grid planned as arrays (sweep.study.grid) against the per-point path it replaces for
 grids: on random small spaces, the same legal points (ids, values, layouts), the same reasons
 with the same counts and examples, and the same study error for a space without a legal point."""
+import ast
+import inspect
+import textwrap
 from collections import Counter
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from core import SpecError
+from core import SpecError, check_layout
+from core.model.layout_masks import REASON_INPUTS
 from sweep.cli import main
 from sweep.execution.engine import run_study
 from sweep.store.parts import part_files, read_results
@@ -161,3 +165,11 @@ def test_a_grid_above_the_limit_needs_yes(write_study, capsys):
     err = capsys.readouterr().err
     # 100**4 * tp 2 * the small study's pp 3, cp 2, zero 2, recompute 2 and bandwidth 2
     assert err.count("\n") == 1 and "9,600,000,000 combinations" in err and "--yes" in err
+
+
+def test_the_masks_have_one_rule_per_reason_check_layout_gives():
+    """A rule added to check_layout without its mask (core/model/layout_masks.py) fails here."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(check_layout)))
+    reasons = [node for node in ast.walk(tree) if isinstance(node, ast.Return)
+               and not (isinstance(node.value, ast.Constant) and node.value.value is None)]
+    assert len(reasons) == len(REASON_INPUTS)
