@@ -14,7 +14,7 @@ from pathlib import Path
 from sweep.execution.engine import run_study, work_context
 from sweep.faults.evaluate import evaluate_blocks
 from sweep.faults.draws import FaultBlock, memory_fits
-from sweep.study.plan import plan_study
+from sweep.study.grid import plan_study
 from sweep.study.loader import load_study
 
 STUDY = Path(__file__).resolve().parent.parent / "studies" / "paper_fault_sensitivity.yaml"

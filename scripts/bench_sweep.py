@@ -16,7 +16,8 @@ import yaml
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 from sweep.execution.engine import work_context  # noqa: E402
-from sweep.study.plan import locality_key, plan_study  # noqa: E402
+from sweep.study.grid import plan_study  # noqa: E402
+from sweep.study.plan import locality_key  # noqa: E402
 from sweep.execution.runner import make_executor, run_batches  # noqa: E402
 from sweep.study.loader import load_study  # noqa: E402
 

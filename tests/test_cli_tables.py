@@ -16,7 +16,7 @@ from sweep.execution.engine import run_study
 from sweep.search.loop import best_rows, run_search
 from sweep.store.parts import read_results
 from sweep.study.loader import load_study
-from sweep.study.plan import plan_study
+from sweep.study.grid import plan_study
 from sweep.study.space import AUTO
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,7 +19,7 @@ from sweep.metrics import AGGREGATES, METRICS
 from sweep.search.loop import SAMPLER_COLUMN, TRIAL_COLUMN
 from sweep.study.faults_block import FAULT_KEYS, STRAGGLER_KEYS
 from sweep.study.loader import OPTIONAL_WORKLOAD_KEYS, STUDY_KEYS, WORKLOAD_KEYS, load_study
-from sweep.study.plan import plan_study
+from sweep.study.grid import plan_study
 from sweep.study.search_block import REFINE_KEYS, SAMPLERS, SEARCH_KEYS
 from sweep.study.space import PARALLEL_KNOBS, RANGE_KEYS, SPEC_KNOB_ALIASES
 

@@ -3,7 +3,7 @@ import re
 from pathlib import Path
 
 from sweep.cli import main
-from sweep.study.plan import plan_study
+from sweep.study.grid import plan_study
 from sweep.study.loader import load_study
 
 README = Path(__file__).resolve().parent.parent / "README.md"

@@ -7,6 +7,7 @@ import ray
 from ray.cluster_utils import Cluster
 
 from sweep.execution.engine import run_study
+from sweep.study.grid import plan_study
 from sweep.store.parts import part_files, read_results
 from sweep.study.loader import load_study
 
@@ -44,4 +45,5 @@ def test_removing_a_worker_node_mid_study_completes_every_point(cluster, write_s
         killer.join()
     assert removed.is_set(), "the study finished before the node could be removed"
     ids = read_results(study.output).column("point_id").to_pylist()
-    assert ids == sorted(p.point_id for p in report.plan.points)
+    assert ids == sorted(p.point_id for p in plan_study(study).points)
+    assert report.evaluated == report.legal == len(ids)

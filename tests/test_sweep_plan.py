@@ -5,7 +5,8 @@ import sys
 import pytest
 
 from core import SpecError
-from sweep.study.plan import PARALLELISM_FIELDS, Planner, group_reason, plan_study
+from sweep.study.grid import plan_study
+from sweep.study.plan import PARALLELISM_FIELDS, Planner, group_reason
 from sweep.study.loader import load_study
 
 
@@ -40,7 +41,7 @@ def test_illegal_points_carry_their_reason(write_study):
 def test_point_id_is_stable_across_processes(write_study):
     path = write_study()
     ids = [p.point_id for p in plan_study(load_study(path)).points]
-    script = ("import sys; from sweep.study.plan import plan_study; from sweep.study.loader import load_study; "
+    script = ("import sys; from sweep.study.grid import plan_study; from sweep.study.loader import load_study; "
               "print(','.join(p.point_id for p in plan_study(load_study(sys.argv[1])).points))")
     other = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, check=True)
     assert other.stdout.strip().split(",") == ids
@@ -54,7 +55,7 @@ def test_point_id_changes_with_anything_that_changes_the_prediction(write_study)
 
 
 def test_placement_is_a_knob(write_study):
-    from sweep.study.plan import plan_study
+    from sweep.study.grid import plan_study
     from sweep.study.loader import load_study
 
     plan = plan_study(load_study(write_study(space={"tp": [8], "pp": [1], "cp": [1], "zero": [1],

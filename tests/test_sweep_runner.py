@@ -3,7 +3,7 @@ import os
 import signal
 
 from sweep.execution.engine import work_context
-from sweep.study.plan import plan_study
+from sweep.study.grid import plan_study
 from sweep.execution.runner import LocalExecutor, run_batches
 from sweep.study.loader import load_study
 

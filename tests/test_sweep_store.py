@@ -7,6 +7,7 @@ import pytest
 
 from sweep.execution.engine import run_study
 from sweep.store.parts import ResultStore, part_files, read_metadata, read_results
+from sweep.study.grid import plan_study
 from sweep.study.loader import load_study
 
 
@@ -20,8 +21,9 @@ def finished(write_study):
 def test_one_row_per_legal_point_with_knobs_metrics_and_breakdown(finished):
     study, report = finished
     table = read_results(study.output)
-    assert table.num_rows == len(report.plan.points) == report.evaluated
-    assert table.column("point_id").to_pylist() == sorted(p.point_id for p in report.plan.points)
+    points = plan_study(study).points
+    assert table.num_rows == len(points) == report.evaluated == report.legal
+    assert table.column("point_id").to_pylist() == sorted(p.point_id for p in points)
     for column in ("tp", "pp", "cp", "dp", "zero", "micro_batch", "recompute", "hardware_gpu_hbm_bandwidth",
                    "feasible", "infeasible_reason", "step_time_s", "mfu", "memory_peak_gib",
                    "breakdown_compute_s", "memory_optimizer_gib", "eval_time_s"):

@@ -1,18 +1,22 @@
 """`rapid sweep STUDY`: run a study file and print what happened and the best configurations."""
 import json
+import sys
+import time
 from pathlib import Path
 
 from core import SpecError
 
 from .args import POSITIVE, check_folder_path
-from sweep.execution.engine import run_study
+from sweep.execution.engine import SHOW_PLANNING_ABOVE, planning_bar, run_study
+from sweep.execution.rates import last_rate, remember_rate
 from sweep.faults.summary import faults_summary
-from sweep.study.plan import plan_study
+from sweep.study.grid import grid_size, plan_study
 from sweep.store.query import knob_columns, query, render, summary_columns, wide_console
 from sweep.store.parts import ResultStore, part_files, read_results
 from sweep.study.loader import load_study
 
 SHOWN_REASONS = 5
+ASK_ABOVE = 10**8  # combinations; a larger grid runs only when the user says so
 
 
 def add_arguments(parser) -> None:
@@ -32,6 +36,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--part-rows", type=POSITIVE, default=20_000, help="rows per Parquet part at most")
     parser.add_argument("--top", type=POSITIVE, default=10, help="best configurations to print")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--yes", action="store_true",
+                        help=f"run a grid of more than {ASK_ABOVE:,} combinations without asking")
 
 
 def run(args) -> int:
@@ -44,17 +50,22 @@ def run(args) -> int:
                             "--dry-run plans a grid; a search asks its points as it goes (drop --dry-run)")
         from . import search as cmd_search  # Optuna, only for a study with a search: block
         return cmd_search.run(study, args)
+    quiet = args.quiet or args.json
+    announce_size(study, "plan" if args.dry_run else f"run {study.backend}", quiet, args.yes)
     if args.dry_run:
-        plan = plan_study(study)
+        start = time.perf_counter()
+        with planning_bar(not quiet, grid_size(study.space)) as bar:
+            plan = plan_study(study, points=False, progress=bar.advance)
+        remember_rate("plan", plan.total, time.perf_counter() - start)
         if args.json:
-            print(json.dumps(plan_summary(study, plan, len(plan.points))))
+            print(json.dumps(plan_summary(study, plan, plan.legal)))
         else:
-            print_plan(wide_console(), study, plan, len(plan.points))
+            print_plan(wide_console(), study, plan, plan.legal)
         return 0
     executor = "local" if args.local else "ray"
     report = run_study(study, executor=executor, address=args.address, workers=args.workers, fresh=args.fresh,
                        batch_points=args.batch_points, part_rows=args.part_rows,
-                       progress=not (args.quiet or args.json), wait=args.wait)
+                       progress=not quiet, wait=args.wait)
     table = read_results(study.output)
     feasible = sum(table.column("feasible").to_pylist())
     if args.json:
@@ -83,6 +94,24 @@ def run(args) -> int:
                  columns=summary_columns(table, knob_columns(study.output)))
     render(best, "table", title=f"top {best.num_rows} by {by}", console=console)
     return 0
+
+
+def announce_size(study, kind: str, quiet: bool, yes: bool) -> None:
+    """Say how many combinations the grid holds and, from the last rate measured here, about
+    how long they take; above ASK_ABOVE, go on only with --yes or the user's answer."""
+    total = grid_size(study.space)
+    rate = last_rate(kind)
+    if not quiet and total > SHOW_PLANNING_ABOVE:
+        minutes = f"about {total / rate / 60:,.1f} min on this machine at the last measured rate" if rate else \
+            "no rate measured on this machine yet"
+        print(f"{total:,} combinations; {minutes}", file=sys.stderr)
+    if total <= ASK_ABOVE or yes:
+        return
+    if sys.stdin.isatty() and not quiet:
+        if input(f"{total:,} combinations is more than {ASK_ABOVE:,}; go on? [y/N] ").strip().lower() in ("y", "yes"):
+            return
+    raise SpecError(study.path, "space", f"{total:,} combinations",
+                    f"more than {ASK_ABOVE:,}: narrow the space, or pass --yes to run them all")
 
 
 def compact(study, args) -> int:

@@ -1,6 +1,7 @@
 """Run a study end to end: plan, skip what the table already holds, evaluate the rest on
 an executor, write the results in parts as they stream in, and compact the small parts."""
 import hashlib
+import itertools
 import json
 import math
 import subprocess
@@ -18,8 +19,10 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColu
 from core import MODEL_VERSION
 
 from . import raycluster
+from .rates import remember_rate
 from sweep.faults.draws import KEY_COLUMNS, fault_blocks, memory_fits
-from sweep.study.plan import Plan, definition_digests, locality_key, plan_study
+from sweep.study.grid import GridPlanner, grid_size, plan_study
+from sweep.study.plan import Plan, definition_digests, locality_key
 from .runner import make_executor, run_batches
 from sweep.study.space import AUTO
 from sweep.store.parts import DEFINITION_KEY, ResultStore, finished_summary
@@ -53,18 +56,22 @@ def run_study(study: Study, executor: str = "ray", address: str | None = None, w
     key = finished_key(study)
     summary = None if fresh else finished_summary(study.output, key)
     if summary is not None:
-        plan = Plan((), (), (), Counter(summary["illegal"]), summary["examples"], summary["total"])
+        plan = Plan((), (), (), Counter(summary["illegal"]), summary["examples"], summary["total"], summary["legal"])
         return SweepReport(plan, summary["legal"], skipped=summary["rows"])
-    plan = plan_study(study)
     if executor == "ray":
         raycluster.preflight(address)
+    with planning_bar(progress, grid_size(study.space)) as bar:
+        plan = plan_study(study, points=study.faults is not None, progress=bar.advance)
+    start = time.perf_counter()
     with ResultStore(study.output, study_metadata(study), fresh=fresh, wait=wait) as store:
         report = _evaluate_missing(study, plan, store, executor, address, workers, batch_points, part_rows,
                                    part_seconds, progress)
         store.compact(part_rows)
         store.mark_finished(key, {"total": plan.total, "legal": report.legal, "illegal": dict(plan.illegal),
                                   "examples": plan.illegal_examples, "rows": report.skipped + report.evaluated})
-        return report
+    if report.evaluated:
+        remember_rate(f"run {study.backend}", plan.total, time.perf_counter() - start)
+    return report
 
 
 def finished_key(study: Study) -> str:
@@ -78,21 +85,23 @@ def _evaluate_missing(study, plan, store, executor, address, workers, batch_poin
     context = work_context(study, plan.models, plan.hardware)
     if study.faults is None:
         done = store.done_ids()
-        todo = sorted((p for p in plan.points if p.point_id not in done), key=locality_key)
-        report = SweepReport(plan, len(plan.points), skipped=len(plan.points) - len(todo))
-        rows = len(todo)
+        report = SweepReport(plan, plan.legal)
+        rows = max(0, plan.legal - len(done))  # done rows of points the space still holds, as a rule all
+        todo = _grid_points(study, done, report)
     else:
         done = store.done_keys(KEY_COLUMNS)
         todo = fault_blocks(sorted(plan.points, key=locality_key), study.faults, done, memory_fits(context))
         report = SweepReport(plan, len(plan.points), skipped=len(done))  # rows: one per (point, sample)
         rows = sum(block.stop - block.start for block in todo)
-    if not todo:
+    todo = iter(todo)
+    first = next(todo, None)  # planned up to the first point not done (all of them in a finished table)
+    if first is None:
         return report
+    todo = itertools.chain([first], todo)
     runner = make_executor(executor, context, address, workers)
     if progress:
         Console(stderr=True).print(runner.note, highlight=False)
-    size = batch_points or max(1, min(MAX_BATCH_POINTS, math.ceil(len(todo) / (runner.workers * 8))))
-    batches = [todo[i:i + size] for i in range(0, len(todo), size)]
+    size = batch_points or max(1, min(MAX_BATCH_POINTS, math.ceil(rows / (runner.workers * 8))))
     parts = _PartBuffer(store, part_rows, part_seconds)
     start = time.perf_counter()
     try:
@@ -105,13 +114,35 @@ def _evaluate_missing(study, plan, store, executor, address, workers, batch_poin
                 parts.add(table)
                 bar.advance(table.num_rows)
 
-            run_batches(runner, batches, on_table)
+            run_batches(runner, _batches(todo, size), on_table)
         report.seconds = time.perf_counter() - start  # the progress bar's span: one rate, not two
     finally:
         parts.flush()  # whatever finished is kept, even when the run stops early
         runner.close()
     report.parts = parts.written
     return report
+
+
+def _grid_points(study, done: set, report: SweepReport):
+    """The grid's legal points not in `done`, planned a chunk at a time (the driver holds one
+    chunk's points, not the study's), each chunk in dispatch order; skipped ones are counted."""
+    grid = GridPlanner(study)
+    for chunk in grid.chunks(ids=True):
+        todo = grid.points(chunk, skip=done)
+        report.skipped += len(chunk.legal) - len(todo)
+        yield from sorted(todo, key=locality_key)
+
+
+def _batches(points, size: int):
+    """Consecutive runs of `size` points (or fault blocks), pulled as the executor asks."""
+    batch = []
+    for point in points:
+        batch.append(point)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def work_context(study: Study, models: tuple = (), hardware: tuple = ()) -> WorkContext:
@@ -192,10 +223,11 @@ class _NoBar:
 
 
 class _Bar:
-    """A rich progress bar on stderr: points (or trials) done, rate, elapsed and ETA."""
+    """A rich progress bar on stderr: points (or trials, or combinations planned) done, rate,
+    elapsed and ETA."""
 
-    def __init__(self, total: int, unit: str):
-        self.progress = Progress(TextColumn("evaluating"), BarColumn(), MofNCompleteColumn(), _RateColumn(unit),
+    def __init__(self, total: int, unit: str, label: str):
+        self.progress = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), _RateColumn(unit),
                                  TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
                                  console=Console(stderr=True))
         self.task = self.progress.add_task(unit, total=total)
@@ -212,5 +244,13 @@ class _Bar:
         return False
 
 
-def progress_bar(enabled: bool, total: int, unit: str = "points"):
-    return _Bar(total, unit) if enabled else _NoBar()
+def progress_bar(enabled: bool, total: int, unit: str = "points", label: str = "evaluating"):
+    return _Bar(total, unit, label) if enabled else _NoBar()
+
+
+SHOW_PLANNING_ABOVE = 100_000  # combinations; smaller grids plan in well under a second
+
+
+def planning_bar(enabled: bool, combinations: int):
+    """A bar over the combinations planned, for grids large enough to take a while."""
+    return progress_bar(enabled and combinations > SHOW_PLANNING_ABOVE, combinations, "combinations", "planning")

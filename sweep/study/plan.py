@@ -1,13 +1,13 @@
-"""From a study to the points worth evaluating: enumerate (grid) or sample (`sweep.search.loop`),
-reject illegal layouts with their reason, and give every point a stable id."""
+"""From a study to the points worth evaluating, one point at a time: a sampled point
+(`sweep.search.loop`) or one member of a group of rejections (`sweep.study.grid`, which plans
+a grid as arrays), rejected with its reason or given its stable id."""
 import hashlib
 import json
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass
 
-from core import MODEL_VERSION, SpecError, check_layout
-from core.replay.network import astra_network
+from core import MODEL_VERSION, check_layout
 
 from .space import PARALLEL_KNOBS, VARIANT_KNOB, Resolved
 from .loader import Study
@@ -31,6 +31,7 @@ class Plan:
     illegal: Counter  # reason pattern -> count
     illegal_examples: dict  # reason pattern -> the group's reason: numbers all its members share kept, others N
     total: int  # combinations in the space
+    legal: int  # legal points (the length of `points` when they were asked for)
 
     @property
     def illegal_count(self) -> int:
@@ -89,41 +90,6 @@ PARALLELISM_FIELDS = ("dp", "tp", "pp", "cp", "ep", "sp", "zero", "micro_batch",
                       "overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm", "overlap_p2p_comm",
                       "grad_dtype", "fp8_params", "master_weights", "optimizer_dtype",
                       "grad_accumulation_fusion", "fused_cross_entropy")
-
-
-def plan_study(study: Study) -> Plan:
-    """Every legal point of the grid; a space with none is a study error."""
-    planner = Planner(study)
-    if study.backend != "analytical" and study.hardware_spec().faults:
-        try:
-            astra_network(study.hardware_spec(), study.gpus)
-        except SpecError as err:
-            raise SpecError(study.path, f"hardware ({study.hardware}): faults", err.value, err.allowed) from None
-    points, illegal, shared, first, total = {}, Counter(), {}, {}, 0
-    for choice in study.space.grid():
-        total += 1
-        point = planner.point(choice)
-        if isinstance(point, str):
-            pattern = reason_pattern(point)
-            illegal[pattern] += 1
-            numbers = _NUMBER.findall(point)
-            kept = shared.get(pattern, numbers)
-            shared[pattern] = [mine if mine == theirs else None for mine, theirs in zip(kept, numbers)]
-            first.setdefault(pattern, point)
-        else:
-            points[point.point_id] = point
-    if not points:
-        common = illegal.most_common(1)[0][0] if illegal else "empty space"
-        reason = first.get(common, common)
-        combinations = f"{total} combination{'s' if total != 1 else ''}"
-        if reason in planner.gpu_count_reasons:  # most combinations do not divide the GPU count
-            raise SpecError(study.path, "gpus", study.gpus,
-                            f"no legal layout in the space ({combinations}; most common reason: {reason})")
-        raise SpecError(study.path, "space", combinations,
-                        f"no legal layout on gpus = {study.gpus}; most common reason: {reason}")
-    models, hardware = planner.specs()
-    examples = {pattern: group_reason(first[pattern], shared[pattern]) for pattern in illegal}
-    return Plan(tuple(points[k] for k in sorted(points)), models, hardware, illegal, examples, total)
 
 
 def locality_key(point: Point) -> tuple:

@@ -1,0 +1,306 @@
+"""The grid planned as arrays: combinations numbered 0..total-1 (knob indices in mixed radix,
+the first knob slowest, as `Space.grid` walks them), planned in chunks of bounded size.
+
+Legality comes from core.layout_failures, a mask per check_layout rule; each reason's text
+from the per-point path (`Planner.point`) called once per group of rejected combinations
+sharing what the text depends on. Point ids are the per-point path's (`point_id`), the JSON
+it hashes assembled from per-value fragments, a chunk at a time."""
+import hashlib
+import json
+import math
+from collections import Counter
+from dataclasses import MISSING, asdict, dataclass, fields
+
+import numpy as np
+
+from core import MODEL_VERSION, Parallelism, SpecError
+from core.model.layout_masks import REASON_INPUTS, layout_failures
+from core.replay.network import astra_network
+
+from .loader import Study
+from .plan import PARALLELISM_FIELDS, Plan, Planner, Point, group_reason, reason_pattern, _NUMBER
+from .space import AUTO, VARIANT_KNOB
+
+CHUNK_COMBINATIONS = 1 << 17
+FRAGMENT_TABLE = 4096  # joint JSON fragments of several Parallelism fields, per id column
+GPU_COUNT_RULE = 1  # Space.resolve's rule; check_layout's rules follow it
+GPU_COUNT_INPUTS = ("tp", "pp", "cp")
+
+
+@dataclass
+class Chunk:
+    """Combinations [start, stop): the legal ones (combination numbers) and, when asked, their ids."""
+    start: int
+    stop: int
+    legal: np.ndarray
+    columns: dict  # Parallelism field -> (codes per combination in the chunk, values)
+    model_codes: np.ndarray
+    hardware_codes: np.ndarray
+    ids: list | None = None
+
+
+class Rejections:
+    """Illegal combinations grouped by reason pattern, as the per-point path groups them: the
+    count, the text of the first member in grid order, and the numbers every member shares."""
+
+    def __init__(self):
+        self.counts = Counter()
+        self.first = {}  # pattern -> (combination number, reason)
+        self.shared = {}
+
+    def add(self, reason: str, count: int, number: int) -> None:
+        pattern = reason_pattern(reason)
+        self.counts[pattern] += count
+        if pattern not in self.first or number < self.first[pattern][0]:
+            self.first[pattern] = (number, reason)
+        numbers = _NUMBER.findall(reason)
+        kept = self.shared.get(pattern, numbers)
+        self.shared[pattern] = [mine if mine == theirs else None for mine, theirs in zip(kept, numbers)]
+
+    def ordered(self) -> Counter:
+        """The counts in the order the per-point path meets the patterns (ties keep it)."""
+        return Counter({p: self.counts[p] for p in sorted(self.counts, key=lambda p: self.first[p][0])})
+
+    def examples(self) -> dict:
+        return {pattern: group_reason(self.first[pattern][1], self.shared[pattern]) for pattern in self.counts}
+
+
+class GridPlanner:
+    """A study's grid as numbered combinations: legality, reasons, ids and points per chunk."""
+
+    def __init__(self, study: Study):
+        self.study, self.space = study, study.space
+        self.planner = Planner(study)  # the per-point path: reason texts and the spec variants
+        knobs = self.space.knobs
+        self.sizes = [len(k.values) for k in knobs]
+        self.total = grid_size(self.space)
+        self.strides = [math.prod(self.sizes[i + 1:]) for i in range(len(knobs))]
+        self.position = {k.name: i for i, k in enumerate(knobs)}
+        model_names = {name for name, _ in self.space._model_paths} | {VARIANT_KNOB}
+        hardware_names = {name for name, _ in self.space._hardware_paths} | {VARIANT_KNOB}
+        self.model_axes = [i for i, k in enumerate(knobs) if k.name in model_names]
+        self.hardware_axes = [i for i, k in enumerate(knobs) if k.name in hardware_names]
+        self.rejections = Rejections()
+        self.legal = 0
+        if self.total:
+            self.model_table = self._variants(self.model_axes, "model_knobs", self.planner._models, study.model_spec)
+            self.hardware_table = self._variants(self.hardware_axes, "hardware_knobs", self.planner._hardware,
+                                                 study.hardware_spec)
+            self.models, self.hardware = self.planner.specs()
+            self._id_texts = _IdTexts(self)
+
+    def _variants(self, axes: list, field: str, cache: dict, load) -> np.ndarray:
+        """Spec index (into the planner's cache) per combination of the `axes` knobs' values."""
+        first = self.choice(0)
+        table = []
+        for combo in np.ndindex(*(self.sizes[i] for i in axes)):
+            choice = {**first, **{self.space.knobs[i].name: self.space.knobs[i].values[j] for i, j in zip(axes, combo)}}
+            table.append(self.planner._variant(cache, getattr(self.space.resolve(choice), field), load)[0])
+        return np.array(table, np.int64)
+
+    def choice(self, number: int) -> dict:
+        """Combination `number` as {knob name: value}."""
+        return {k.name: k.values[(number // stride) % size]
+                for k, stride, size in zip(self.space.knobs, self.strides, self.sizes)}
+
+    def chunks(self, size: int | None = None, ids: bool = False):
+        """Every chunk in grid order (CHUNK_COMBINATIONS each unless `size`); rejections and the
+        legal count accumulate as they go."""
+        size = size or CHUNK_COMBINATIONS
+        for start in range(0, self.total, size):
+            chunk = self.chunk(start, min(self.total, start + size), ids)
+            yield chunk
+
+    def chunk(self, start: int, stop: int, ids: bool = False) -> Chunk:
+        numbers = np.arange(start, stop, dtype=np.int64)
+        index = [(numbers // stride) % size if size > 1 else np.zeros(len(numbers), np.int64)
+                 for stride, size in zip(self.strides, self.sizes)]
+        columns, gpu_count_broken = self._columns(index)
+        model_codes = self.model_table[_mixed(index, self.model_axes, self.sizes)]
+        hardware_codes = self.hardware_table[_mixed(index, self.hardware_axes, self.sizes)]
+        failed = layout_failures(columns, self.models, model_codes, self.hardware, hardware_codes,
+                                 self.study.workload, self.study.gpus)
+        failed = np.where(failed > 0, failed + GPU_COUNT_RULE, 0).astype(np.int8)
+        failed[gpu_count_broken] = GPU_COUNT_RULE
+        codes = {**{name: c for name, (c, _) in columns.items()}, "model": model_codes, "hardware": hardware_codes}
+        sizes = {**{name: len(values) for name, (_, values) in columns.items()}, "model": len(self.models),
+                 "hardware": len(self.hardware)}
+        self._reject(start, failed, codes, sizes)
+        legal = np.flatnonzero(failed == 0)
+        self.legal += len(legal)
+        chunk = Chunk(start, stop, legal, columns, model_codes, hardware_codes)
+        if ids:
+            chunk.ids = self._id_texts.ids(chunk)
+        return chunk
+
+    def _columns(self, index: list) -> tuple:
+        """(codes, values) per Parallelism field as Space.resolve fills them, and where dp = auto
+        meets a tp*pp*cp that does not divide the GPU count."""
+        columns = {}
+        for name in PARALLELISM_FIELDS:
+            knob = self.space.knobs[self.position[name]]
+            values = knob.values
+            if name == "placement":
+                values = tuple(tuple(v.split(",")) for v in values)
+            columns[name] = (index[self.position[name]], values)
+        tp, pp, cp = (np.asarray(columns[n][1])[columns[n][0]] for n in ("tp", "pp", "cp"))
+        broken = np.zeros(len(tp), bool)
+        if columns["dp"][1] == (AUTO,):
+            inner = tp * pp * cp
+            broken = self.study.gpus % inner != 0
+            dp_values, dp_codes = np.unique(np.maximum(1, self.study.gpus // inner), return_inverse=True)
+            columns["dp"] = (dp_codes.reshape(-1), tuple(dp_values.tolist()))
+        if columns["sp"][1] == (AUTO,):
+            columns["sp"] = (((tp > 1) & (self.study.mode == "train")).astype(np.int64), (False, True))
+        return columns, broken
+
+    def _reject(self, start: int, failed: np.ndarray, codes: dict, sizes: dict) -> None:
+        """Group the chunk's rejections by what their reason's text depends on; the text of
+        each group from the per-point path."""
+        for rule in np.unique(failed[failed > 0]).tolist():
+            rows = np.flatnonzero(failed == rule)
+            inputs = GPU_COUNT_INPUTS if rule == GPU_COUNT_RULE else REASON_INPUTS[rule - GPU_COUNT_RULE - 1]
+            _, first, counts = np.unique(_group_key([codes[name][rows] for name in inputs],
+                                                    [sizes[name] for name in inputs], len(rows)),
+                                         return_index=True, return_counts=True)
+            for row, count in zip(rows[first].tolist(), counts.tolist()):
+                reason = self.planner.point(self.choice(start + row))
+                if not isinstance(reason, str):
+                    raise RuntimeError(f"core.layout_failures rule {rule} rejects combination {start + row}, "
+                                       "which check_layout accepts: the two rule books differ")
+                self.rejections.add(reason, count, start + row)
+
+    def points(self, chunk: Chunk, skip: set = frozenset()) -> list:
+        """The chunk's legal combinations as Points (needs the chunk's ids), but those in `skip`."""
+        knobs = self.space.knobs
+        field_at = {name: i for i, name in enumerate(PARALLELISM_FIELDS)}
+        out = []
+        for row, point_id in zip(chunk.legal.tolist(), chunk.ids):
+            if point_id in skip:
+                continue
+            par = tuple(values[codes[row]] for codes, values in (chunk.columns[n] for n in PARALLELISM_FIELDS))
+            values = tuple(par[field_at[k.name]] if k.name in field_at else k.values[(chunk.start + row)
+                                                                                    // stride % size]
+                           for k, stride, size in zip(knobs, self.strides, self.sizes))
+            values = tuple(",".join(v) if k.name == "placement" else v for k, v in zip(knobs, values))
+            out.append(Point(point_id, values, par, int(chunk.model_codes[row]), int(chunk.hardware_codes[row])))
+        return out
+
+    def reasons(self) -> tuple:
+        """(pattern counts, pattern examples) of the chunks planned so far."""
+        return self.rejections.ordered(), self.rejections.examples()
+
+    def refuse_empty(self) -> None:
+        """A space without a legal point is a study error, worded as the per-point path words it."""
+        if self.legal:
+            return
+        counts = self.rejections.ordered()
+        common = counts.most_common(1)[0][0] if counts else "empty space"
+        reason = self.rejections.first[common][1] if counts else common
+        combinations = f"{self.total} combination{'s' if self.total != 1 else ''}"
+        if reason in self.planner.gpu_count_reasons:  # most combinations do not divide the GPU count
+            raise SpecError(self.study.path, "gpus", self.study.gpus,
+                            f"no legal layout in the space ({combinations}; most common reason: {reason})")
+        raise SpecError(self.study.path, "space", combinations,
+                        f"no legal layout on gpus = {self.study.gpus}; most common reason: {reason}")
+
+
+def grid_size(space) -> int:
+    """Combinations in the grid of the space's listed values (a range lists none)."""
+    return math.prod(len(k.values) for k in space.knobs)
+
+
+def _group_key(codes: list, sizes: list, rows: int) -> np.ndarray:
+    """One integer per row for its tuple of codes (the codes themselves, stacked, when their
+    combinations would overflow 64 bits)."""
+    if math.prod(sizes) >= 1 << 62:
+        return np.unique(np.stack(codes), axis=1, return_inverse=True)[1].reshape(-1)
+    key = np.zeros(rows, np.int64)
+    for column, size in zip(codes, sizes):
+        key = key * size + column
+    return key
+
+
+def _mixed(index: list, axes: list, sizes: list) -> np.ndarray:
+    """The combination number of the `axes` knobs' indices alone (0 without such knobs)."""
+    code = np.zeros(len(index[0]), np.int64)
+    for axis in axes:
+        code = code * sizes[axis] + index[axis]
+    return code
+
+
+class _IdTexts:
+    """Point ids a chunk at a time: `plan.point_id`'s JSON from per-value fragments."""
+    SENTINEL = "\x01parallelism\x01"
+
+    def __init__(self, grid: GridPlanner):
+        study = grid.study
+        self.grid = grid
+        digests = grid.planner._digest
+        self.model_digests = [digests(spec) for spec in grid.models]
+        self.hardware_digests = [digests(spec) for spec in grid.hardware]
+        whole = _json({"model": _MODEL, "hardware": _HARDWARE, "gpus": study.gpus, "workload": asdict(study.workload),
+                       "parallelism": self.SENTINEL, "backend": study.backend, "model_version": MODEL_VERSION})
+        self.head, self.tail = whole.split(_json(self.SENTINEL))
+        defaults = {f.name: f.default for f in fields(Parallelism) if f.default is not MISSING}
+        self.fields = sorted(defaults)
+        self.defaults = defaults
+        self.heads = {}
+
+    def ids(self, chunk: Chunk) -> list:
+        legal = chunk.legal
+        pairs = chunk.model_codes[legal] * len(self.hardware_digests) + chunk.hardware_codes[legal]
+        unique, inverse = np.unique(pairs, return_inverse=True)
+        columns = [np.array([self._head(int(p)) + "{" for p in unique], dtype=object)[inverse.reshape(-1)]]
+        table, codes, constant = [""], np.zeros(len(legal), np.int64), ""
+        for i, name in enumerate(self.fields):
+            field_codes, values = chunk.columns.get(name, (None, (self.defaults[name],)))
+            fragments = [f'{"," if i else ""}"{name}":{_json(value)}' for value in values]
+            if len(fragments) == 1:
+                constant += fragments[0]
+                continue
+            if len(table) * len(fragments) > FRAGMENT_TABLE:  # one column per table of joint fragments
+                columns.append(np.array(table, dtype=object)[codes])
+                table, codes = [""], np.zeros(len(legal), np.int64)
+            table = [before + constant + after for before in table for after in fragments]
+            codes = codes * len(fragments) + field_codes[legal]
+            constant = ""
+        table = [text + constant + "}" + self.tail for text in table]
+        columns.append(np.array(table, dtype=object)[codes])
+        sha256 = hashlib.sha256
+        return [sha256("".join(parts).encode()).hexdigest()[:16] for parts in zip(*(c.tolist() for c in columns))]
+
+    def _head(self, pair: int) -> str:
+        if pair not in self.heads:
+            model, hardware = divmod(pair, len(self.hardware_digests))
+            self.heads[pair] = self.head.replace(_MODEL, self.model_digests[model]).replace(
+                _HARDWARE, self.hardware_digests[hardware])
+        return self.heads[pair]
+
+
+_MODEL, _HARDWARE = "@model-digest@", "@hardware-digest@"
+
+
+def _json(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def plan_study(study: Study, points: bool = True, progress=None) -> Plan:
+    """Every legal point of the grid (only their count with `points=False`); a space with none
+    is a study error. `progress(combinations)` is called after each chunk."""
+    if study.backend != "analytical" and study.hardware_spec().faults:
+        try:
+            astra_network(study.hardware_spec(), study.gpus)
+        except SpecError as err:
+            raise SpecError(study.path, f"hardware ({study.hardware}): faults", err.value, err.allowed) from None
+    grid = GridPlanner(study)
+    found = []
+    for chunk in grid.chunks(ids=points):
+        if points:
+            found += grid.points(chunk)
+        if progress:
+            progress(chunk.stop - chunk.start)
+    grid.refuse_empty()
+    illegal, examples = grid.reasons()
+    return Plan(tuple(sorted(found, key=lambda p: p.point_id)), grid.models, grid.hardware, illegal, examples,
+                grid.total, grid.legal)
