@@ -1,17 +1,24 @@
 """One configuration in, one flat record out: the question every other part asks."""
 import functools
 import math
+from dataclasses import replace
 
 from .errors import SpecError
 from core.model.graph import build_layer, train_shape
 from core.model.layout import check_layout, group_spans
 from core.model.memory import GiB, MemoryEstimate, inference_memory, training_memory
 from core.model.specs import HardwareSpec, ModelSpec, Parallelism, TrainWorkload
+from core.model.energy import power_limited
 from core.model.inference import infer_request
+from core.model.power import energy_j
 from core.model.training import train_step
 
 BACKENDS = ("analytical", "astra-hierarchical", "astra-flattened")
 UNTIMED = ("step_time_s", "mfu", "tokens_per_s", "ttft_s", "tpot_s")
+# Power and energy figures (core/model/power.py); absent (None) where the hardware file gives
+# no power figures or the point is untimed.
+ENERGY = ("power_avg_w", "gpu_clock_share", "energy_per_step_j", "energy_per_token_j", "energy_per_request_j",
+          "energy_per_output_token_j", "run_days", "run_mwh")
 # Figures the executors report beside the breakdown that overlap its parts (a phase's total,
 # all DP traffic hidden or not): kept apart so that the breakdown sums to step_time_s.
 DETAIL_KEYS = ("prefill_s", "decode_s", "dp_comm_total_s")
@@ -30,10 +37,14 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
     if reason:
         raise SpecError("", "parallelism", _layout_text(par), reason)
     record = _memory_fields(estimate_memory(model, hw, par, work))
+    record.update({key: None for key in ENERGY})
     if not record["feasible"] and not time_infeasible:
         record.update({key: math.nan for key in UNTIMED})
         record["breakdown"], record["detail"] = {}, {}
         return record
+    work_done = physical_clock = None
+    if hw.gpu.power is not None:
+        hw, work_done, physical_clock = power_limited(model, hw, par, work, gpus)
     if backend != "analytical":
         record.update(_astra_timing(model, hw, par, work, gpus, backend, emit_traces))
     elif isinstance(work, TrainWorkload):
@@ -42,7 +53,32 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
         record.update(_infer_timing(model, hw, par, work, gpus))
     breakdown = record["breakdown"]
     record["detail"] = {key: breakdown.pop(key) for key in DETAIL_KEYS if key in breakdown}
+    if work_done is not None:
+        record.update(energy_fields(hw, par, work, gpus, record["step_time_s"], work_done.at_clock(physical_clock)))
     return record
+
+
+def energy_fields(hw: HardwareSpec, par: Parallelism, work, gpus: int, step_s: float, work_done) -> dict:
+    """Power and energy of a timed point: `work_done` is one GPU's Activity at its physical
+    clock, `step_s` the step (or request) as the chosen backend timed it. Facility figures
+    (node overhead, PUE) go into the energies, not into the GPU's power."""
+    power = hw.gpu.power
+    gpu_j = energy_j(power, replace(work_done, time_s=step_s))
+    facility_j = (gpu_j + power.node_overhead_w * step_s) * power.pue
+    fields = {"power_avg_w": gpu_j / step_s, "gpu_clock_share": work_done.clock,
+              "energy_per_step_j": facility_j * gpus}
+    if isinstance(work, TrainWorkload):
+        tokens = work.global_batch * work.seq
+        fields["energy_per_token_j"] = facility_j * gpus / tokens
+        if work.tokens_total:
+            steps = work.tokens_total / tokens
+            fields["run_days"] = steps * step_s / 86400
+            fields["run_mwh"] = steps * facility_j * gpus / 3.6e9
+        return fields
+    per_request = facility_j * par.tp * par.pp / work.batch
+    fields["energy_per_request_j"] = per_request
+    fields["energy_per_output_token_j"] = per_request / work.decode
+    return fields
 
 
 def estimate_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work,
