@@ -42,19 +42,22 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
         record.update({key: math.nan for key in UNTIMED})
         record["breakdown"], record["detail"] = {}, {}
         return record
-    work_done = physical_clock = None
+    timed, work_done, physical_clock = hw, None, None
+    analytical = _train_timing if isinstance(work, TrainWorkload) else _infer_timing
+    timing = None
     if hw.gpu.power is not None:
-        hw, work_done, physical_clock = power_limited(model, hw, par, work, gpus)
+        # the power limit's clock is solved on the closed forms, cheap beside a replay
+        timing = analytical(model, hw, par, work, gpus)
+        timed, work_done, physical_clock = power_limited(model, hw, par, work, gpus, timing["step_time_s"])
     if backend != "analytical":
-        record.update(_astra_timing(model, hw, par, work, gpus, backend, emit_traces))
-    elif isinstance(work, TrainWorkload):
-        record.update(_train_timing(model, hw, par, work, gpus))
-    else:
-        record.update(_infer_timing(model, hw, par, work, gpus))
+        timing = _astra_timing(model, timed, par, work, gpus, backend, emit_traces)
+    elif timing is None or timed is not hw:
+        timing = analytical(model, timed, par, work, gpus)
+    record.update(timing)
     breakdown = record["breakdown"]
     record["detail"] = {key: breakdown.pop(key) for key in DETAIL_KEYS if key in breakdown}
     if work_done is not None:
-        record.update(energy_fields(hw, par, work, gpus, record["step_time_s"], work_done.at_clock(physical_clock)))
+        record.update(energy_fields(timed, par, work, gpus, record["step_time_s"], work_done.at_clock(physical_clock)))
     return record
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from dataclasses import replace
 
 from core.evaluation import estimate_memory, evaluate
-from core.model.energy import power_limited
+from core.model.energy import power_limited, step_seconds
 from core.model.power import energy_j
 from core.model.loader import load_hardware, load_model
 from core.model.specs import InferWorkload, ModelSpec, MoESpec, Parallelism
@@ -117,7 +117,8 @@ def _at_pace_j(model: ModelSpec, hw, par: Parallelism, work: InferWorkload, row:
     tokens at its measured throughput, the GPUs idling in between: the power model alone, with
     the serving engine's pace given. Energy is linear in the idle power, hence the second
     figure (scripts/fit_idle_power.py fits the idle power on it)."""
-    hw_timed, work_done, clock = power_limited(model, hw, par, work, par.tp * par.pp)
+    gpus = par.tp * par.pp
+    hw_timed, work_done, clock = power_limited(model, hw, par, work, gpus, step_seconds(model, hw, par, work, gpus))
     per_token = par.tp * par.pp / (work.batch * work.decode)
     measured_s = work.batch * work.decode / _number(row["other_metrics"], "token_tput_tok_s")
     spread = replace(work_done.at_clock(clock), time_s=max(measured_s, work_done.time_s))
