@@ -126,3 +126,41 @@ def test_a_hardware_file_without_power_figures_has_no_energy_columns(tmp_path):
     assert hw.gpu.power is None
     record = evaluate(core.load_model("llama3.1-8b"), hw, Parallelism(tp=8), TrainWorkload(8, 2048), 8)
     assert record["step_time_s"] > 0 and record["power_avg_w"] is None and record["energy_per_token_j"] is None
+
+
+def test_a_study_sweeps_the_power_limit_and_writes_energy_and_cost_columns(write_study):
+    from sweep.execution.engine import run_study
+    from sweep.store.parts import read_results
+    from sweep.study.loader import load_study
+
+    path = write_study(hardware="h100-sxm5-80gb", workload={"mode": "train", "global_batch": 8, "seq": 2048,
+                                                             "tokens_total": 1e9},
+                       cost={"gpu_hour_usd": 2.0, "kwh_usd": 0.1},
+                       space={"hardware.gpu.power_limit": ["700 W", "300 W"]})
+    study = load_study(path)
+    run_study(study, executor="inprocess", progress=False)
+    rows = read_results(study.output).to_pandas()
+    timed = rows[rows.feasible]
+    assert not timed.empty and sorted(timed.hardware_gpu_power_limit_w.unique()) == [300.0, 700.0]
+    for column in ("power_avg_w", "energy_per_token_j", "run_mwh", "usd_per_million_tokens", "run_usd"):
+        assert timed[column].notna().all(), column
+    capped = timed[timed.hardware_gpu_power_limit_w == 300.0]
+    assert (capped.power_avg_w < 300).all()
+
+
+def test_energy_columns_are_search_objectives():
+    from sweep.study.search_block import objective_column
+
+    assert objective_column("energy_per_token_j", "study.yaml", "search.objectives") == "energy_per_token_j"
+    assert objective_column("usd_per_million_tokens", "study.yaml", "search.objectives") == "usd_per_million_tokens"
+
+
+def test_the_power_model_at_each_runs_measured_pace_meets_the_20_percent_target_on_ml_energy():
+    from core.validation.suites import SUITES, summary
+
+    at_pace, _ = SUITES["energy_at_pace"]()
+    whole, unfit = SUITES["energy"]()
+    assert len(at_pace) == len(whole) == 314 and unfit == []
+    assert summary(at_pace)["energy_at_pace"]["mean_abs_error_pct"] <= 20.0
+    # the whole model misses: its batch time is far shorter than vLLM 0.5.4's runs (docs/energy.md)
+    assert summary(whole)["energy"]["mean_abs_error_pct"] > 20.0

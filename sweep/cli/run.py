@@ -203,7 +203,11 @@ def _cost(args) -> CostSpec | None:
     given = {"gpu_hour_usd": args.gpu_hour_usd, "kwh_usd": args.kwh_usd}
     if all(value is None for value in given.values()):
         return None
-    return parse_cost({key: value for key, value in given.items() if value is not None}, "command line")
+    for key, value in given.items():
+        if value is None or not 0 <= value < 1e6:
+            raise SpecError("command line", "--" + key.replace("_", "-"), "<missing>" if value is None else value,
+                            "expected a price in US dollars (a number >= 0); give both --gpu-hour-usd and --kwh-usd")
+    return parse_cost(given, "command line")
 
 
 def _jsonable(value):
