@@ -109,14 +109,18 @@ def parse_frequency(text, source: str = "", field: str = "clock") -> float:
     return value * scale
 
 
-def parse_power(text, source: str = "", field: str = "power") -> float:
-    """Watts."""
-    allowed = "expected a power such as 700 W or 1.2 kW"
+def _prefixed(text, source: str, field: str, allowed: str, symbol: str, prefixes: dict) -> float:
+    """A non-negative number with a prefixed unit symbol (`1.2 kW`, `0.6 pJ`); no unit: the base unit."""
     value, unit = _split(text, source, field, allowed)
-    scale = 1.0 if unit == "" else (_DECIMAL.get(unit[:-1]) if unit.endswith("W") else None)
+    scale = 1.0 if unit == "" else (prefixes.get(unit[:-len(symbol)]) if unit.endswith(symbol) else None)
     if scale is None or value < 0:
         raise SpecError(source, field, text, allowed)
     return value * scale
+
+
+def parse_power(text, source: str = "", field: str = "power") -> float:
+    """Watts."""
+    return _prefixed(text, source, field, "expected a power such as 700 W or 1.2 kW", "W", _DECIMAL)
 
 
 _SMALL = {"": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9, "p": 1e-12, "f": 1e-15}
@@ -124,12 +128,7 @@ _SMALL = {"": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9, "p": 1e-12, "f": 1e-15}
 
 def parse_energy(text, source: str = "", field: str = "energy") -> float:
     """Joules (an energy per FLOP or per byte is written `0.6 pJ`)."""
-    allowed = "expected an energy such as 0.6 pJ or 30 pJ"
-    value, unit = _split(text, source, field, allowed)
-    scale = 1.0 if unit == "" else (_SMALL.get(unit[:-1]) if unit.endswith("J") else None)
-    if scale is None or value < 0:
-        raise SpecError(source, field, text, allowed)
-    return value * scale
+    return _prefixed(text, source, field, "expected an energy such as 0.6 pJ or 30 pJ", "J", _SMALL)
 
 
 # (column suffix, parser) for a quantity written with units, in the order they are tried

@@ -115,14 +115,17 @@ def test_bad_power_fields_are_refused_in_one_line(overrides, field):
         core.load_hardware("h100-sxm5-80gb", overrides)
 
 
-def test_a_hardware_file_without_power_figures_has_no_energy_columns(tmp_path):
+def _bare_hardware(tmp_path) -> str:
+    """The A100 preset without its power fields, as a file."""
     text = (core.model.loader.PRESET_DIR / "gpus" / "a100-sxm4-80gb.yaml").read_text()
-    kept = [line for line in text.splitlines()
-            if not line.strip().startswith(("tdp:", "power_limit:", "idle_power:", "active_power:", "flop_energy:",
-                                            "hbm_energy:", "link_energy:", "node_overhead:", "pue:"))]
+    fields = tuple(f"{name}:" for name in core.model.loader.POWER_FIELDS)
     path = tmp_path / "bare.yaml"
-    path.write_text("\n".join(kept))
-    hw = core.load_hardware(str(path))
+    path.write_text("\n".join(line for line in text.splitlines() if not line.strip().startswith(fields)))
+    return str(path)
+
+
+def test_a_hardware_file_without_power_figures_has_no_energy_columns(tmp_path):
+    hw = core.load_hardware(_bare_hardware(tmp_path))
     assert hw.gpu.power is None
     record = evaluate(core.load_model("llama3.1-8b"), hw, Parallelism(tp=8), TrainWorkload(8, 2048), 8)
     assert record["step_time_s"] > 0 and record["power_avg_w"] is None and record["energy_per_token_j"] is None
@@ -164,3 +167,20 @@ def test_the_power_model_at_each_runs_measured_pace_meets_the_20_percent_target_
     assert summary(at_pace)["energy_at_pace"]["mean_abs_error_pct"] <= 20.0
     # the whole model misses: its batch time is far shorter than vLLM 0.5.4's runs (docs/energy.md)
     assert summary(whole)["energy"]["mean_abs_error_pct"] > 20.0
+
+
+def test_a_cost_block_on_hardware_without_power_figures_is_refused(write_study, tmp_path):
+    from sweep.study.loader import load_study
+
+    path = write_study(hardware=_bare_hardware(tmp_path), cost={"gpu_hour_usd": 2.0, "kwh_usd": 0.1},
+                       space={"hardware.gpu.hbm.bandwidth": ["2039 GB/s"]})
+    with pytest.raises(SpecError, match="needs power figures"):
+        load_study(path)
+
+
+def test_power_and_energy_units():
+    from core.units import parse_energy, parse_power
+
+    assert (parse_power("700 W"), parse_power("1.2 kW"), parse_energy("0.6 pJ")) == (700.0, 1200.0, 0.6e-12)
+    with pytest.raises(SpecError, match="expected a power"):
+        parse_power("5 J")

@@ -12,8 +12,8 @@ from .power import Activity, busy_power_w, whole_step_clock
 from .specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism, TrainWorkload
 from .training import edge_ops, layer_profile, optimizer_step_s, train_step
 
-# The clock share the compute-bound time is probed at: a step timed at PROBE_CLOCK of its
-# clock runs (1 / PROBE_CLOCK - 1) * its compute-bound seconds longer. Near the shares a power
+# The clock share the compute-bound time is probed at: kernels timed at PROBE_CLOCK of their
+# clock run (1 / PROBE_CLOCK - 1) * their compute-bound seconds longer. Near the shares a power
 # limit leaves (0.7-1), so kernels that turn compute-bound only far below are not counted.
 PROBE_CLOCK = 0.8
 # Bytes each GPU sends per byte of a collective's buffer (ring algorithms, large groups): an
@@ -45,7 +45,7 @@ def _decode_sums(model: ModelSpec, hw: HardwareSpec, batch: int, context: int, t
 
 
 def _sums(op_list: tuple, hw: HardwareSpec, only_core: bool = False) -> tuple:
-    """(seconds, {dtype: FLOPs}, HBM bytes, link bytes) of a layer pass's ops: attention's
+    """(seconds, ((dtype, FLOPs), ...), HBM bytes, link bytes) of a layer pass's ops: attention's
     core runs in the activation dtype, the GEMMs in the compute dtype."""
     seconds = hbm = link = 0.0
     flops = {}

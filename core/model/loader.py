@@ -408,7 +408,8 @@ def _power(f, peak: dict) -> PowerSpec | None:
                         f"expected a limit above the idle power ({idle:g} W): the GPU could run nothing")
     energies = f.raw("flop_energy")
     if not isinstance(energies, dict):
-        raise SpecError(f.source, f.name("flop_energy"), energies, "expected a mapping dtype -> energy per FLOP (0.6 pJ)")
+        raise SpecError(f.source, f.name("flop_energy"), energies,
+                        "expected a mapping dtype -> energy per FLOP (0.6 pJ)")
     missing = [dtype for dtype in peak if dtype not in energies]
     unknown = [dtype for dtype in energies if dtype not in peak]
     if missing or unknown:
@@ -427,7 +428,8 @@ def _power(f, peak: dict) -> PowerSpec | None:
 def _pue(f) -> float:
     value = f.raw("pue", 1.0)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1.0 <= value <= 10.0:
-        raise SpecError(f.source, f.name("pue"), value, "expected a power usage effectiveness in [1, 10] (1: no facility overhead)")
+        raise SpecError(f.source, f.name("pue"), value,
+                        "expected a power usage effectiveness in [1, 10] (1: no facility overhead)")
     return float(value)
 
 

@@ -139,7 +139,8 @@ def comparisons() -> tuple:
     cases, unfit = [], []
     for row in rows():
         record = predict(row)
-        name = f"{row['model'].split('/')[-1]} {row['gpu'].split('-')[0]}x{row['num_gpus']} {row['batch_or_concurrency'].split()[0]}"
+        name = (f"{row['model'].split('/')[-1]} {row['gpu'].split('-')[0]}x{row['num_gpus']} "
+                f"{row['batch_or_concurrency'].split()[0]}")
         if record["batch"] == 0:
             unfit.append((f"energy {name}", "weights alone do not fit"))
             continue

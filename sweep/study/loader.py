@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core import BACKENDS, InferWorkload, SpecError, TrainWorkload, load_hardware, load_model
+from core.evaluation import ENERGY
 from core.model.specs import COMPUTE_DTYPES, KV_DTYPES, MAX_WORKLOAD_SIZE, WORKLOAD_SIZE_ALLOWED
 from core.textfile import parse_mapping, read_text
 
+from sweep.metrics import COST
 from .cost_block import CostSpec, parse_cost
 from .space import SPEC_KNOB_ALIASES, Space, Variant, parse_space
 
@@ -115,6 +117,7 @@ def load_study(path, output: str | None = None) -> Study:
                   baseline=baseline, search=search,
                   cost=parse_cost(data["cost"], source) if data.get("cost") is not None else None)
     _check_specs(study)
+    _check_energy_asked(study, data)
     if data.get("faults") is not None:
         study = replace(study, faults=_faults(data["faults"], study))
     return study
@@ -215,6 +218,18 @@ def _tokens_total(data: dict, source: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e18:
         raise SpecError(source, "workload.tokens_total", value, "expected a number of tokens such as 15e12")
     return float(value)
+
+
+def _check_energy_asked(study: Study, data: dict) -> None:
+    """A cost block, or a search on energy or dollars, needs a hardware file with power figures."""
+    asked = [("cost", data.get("cost"))] if study.cost is not None else []
+    if study.search is not None:
+        asked += [("search.objectives", column) for column, _ in study.search.objectives if column in ENERGY + COST]
+        asked += [("search.constraints", column) for column, *_ in study.search.constraints if column in ENERGY + COST]
+    if asked and study.hardware_spec().gpu.power is None:
+        field, value = asked[0]
+        raise SpecError(study.path, field, value, f"needs power figures the hardware file {study.hardware} does not give "
+                        "(gpu.tdp, idle_power, ...: docs/hardware.md)")
 
 
 def _check_specs(study: Study) -> None:
