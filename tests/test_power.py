@@ -149,6 +149,11 @@ def test_a_study_sweeps_the_power_limit_and_writes_energy_and_cost_columns(write
         assert timed[column].notna().all(), column
     capped = timed[timed.hardware_gpu_power_limit_w == 300.0]
     assert (capped.power_avg_w < 300).all()
+    from sweep.report.page import build_report
+
+    section = next(s for s in build_report(study.output).sections if s.title == "Power and energy")
+    points = section.figures[0].data[1]  # the trade-off's layouts (data[0] is its front)
+    assert points.marker.colorbar.title.text == "power limit (W)" and len(points.x) == len(timed)
 
 
 def test_energy_columns_are_search_objectives():
