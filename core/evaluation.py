@@ -61,6 +61,24 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
     return record
 
 
+def slowed_energy_fields(record: dict, hw: HardwareSpec, gpus: int, slowdown: float) -> dict:
+    """A timed record's energy fields when its step takes `slowdown` times as long with the
+    same work (a fault sample's slower links, a straggler): the GPUs wait the extra time out
+    at their idle floor (with node overhead and PUE in the energies)."""
+    if record.get("power_avg_w") is None or slowdown is None or math.isnan(slowdown):
+        return {key: None for key in ENERGY}
+    power, step_s = hw.gpu.power, record["step_time_s"]
+    extra_s = step_s * (slowdown - 1.0)
+    facility_j = (power.idle_w + power.node_overhead_w) * power.pue * extra_s * gpus
+    scale = (record["energy_per_step_j"] + facility_j) / record["energy_per_step_j"]
+    fields = {key: None if record[key] is None else record[key] * scale for key in ENERGY}
+    fields["power_avg_w"] = (record["power_avg_w"] * step_s + power.idle_w * extra_s) / (step_s + extra_s)
+    fields["gpu_clock_share"] = record["gpu_clock_share"]
+    if record["run_days"] is not None:
+        fields["run_days"] = record["run_days"] * slowdown
+    return fields
+
+
 def energy_fields(hw: HardwareSpec, par: Parallelism, work, gpus: int, step_s: float, work_done) -> dict:
     """Power and energy of a timed point: `work_done` is one GPU's Activity at its physical
     clock, `step_s` the step (or request) as the chosen backend timed it. Facility figures

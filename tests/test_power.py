@@ -189,3 +189,18 @@ def test_power_and_energy_units():
     assert (parse_power("700 W"), parse_power("1.2 kW"), parse_energy("0.6 pJ")) == (700.0, 1200.0, 0.6e-12)
     with pytest.raises(SpecError, match="expected a power"):
         parse_power("5 J")
+
+
+def test_a_fault_samples_slower_step_idles_through_its_extra_time():
+    from core.evaluation import ENERGY, slowed_energy_fields
+
+    hw = core.load_hardware("h100-sxm5-80gb", {"gpu.pue": 1.5, "gpu.node_overhead": "20 W"})  # idle floor 180 W
+    record = {key: None for key in ENERGY}
+    record.update(step_time_s=10.0, power_avg_w=500.0, gpu_clock_share=0.9, energy_per_step_j=4 * 5200 * 1.5,
+                  energy_per_token_j=1.0, run_days=2.0, run_mwh=3.0)
+    slowed = slowed_energy_fields(record, hw, 4, 1.5)  # 5 s more at (180 + 20) W x 1.5, on 4 GPUs
+    scale = (4 * 5200 * 1.5 + 200 * 1.5 * 5 * 4) / (4 * 5200 * 1.5)
+    assert slowed["energy_per_step_j"] == pytest.approx(4 * 5200 * 1.5 * scale)
+    assert slowed["energy_per_token_j"] == pytest.approx(scale) and slowed["run_mwh"] == pytest.approx(3 * scale)
+    assert slowed["power_avg_w"] == pytest.approx((500 * 10 + 180 * 5) / 15) and slowed["run_days"] == 3.0
+    assert slowed["energy_per_request_j"] is None and slowed["gpu_clock_share"] == 0.9
