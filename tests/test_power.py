@@ -139,7 +139,9 @@ def test_a_study_sweeps_the_power_limit_and_writes_energy_and_cost_columns(write
     path = write_study(hardware="h100-sxm5-80gb", workload={"mode": "train", "global_batch": 8, "seq": 2048,
                                                              "tokens_total": 1e9},
                        cost={"gpu_hour_usd": 2.0, "kwh_usd": 0.1},
-                       space={"hardware.gpu.power_limit": ["700 W", "300 W"]})
+                       space={"tp": [4, 8], "pp": [1, 2], "cp": [1], "zero": [1], "micro_batch": [1],
+                              "recompute": ["none"], "hardware.gpu.hbm.bandwidth": ["3350 GB/s"],
+                              "hardware.gpu.power_limit": ["700 W", "300 W"]})
     study = load_study(path)
     run_study(study, executor="inprocess", progress=False)
     rows = read_results(study.output).to_pandas()
