@@ -17,9 +17,9 @@ from dataclasses import dataclass, replace
 
 from .specs import PowerSpec
 
-# The lowest clock share the limit may push a GPU to: about a third of the boost clock, the
-# bottom of the range NVIDIA's power capping reaches before the limit's floor (nvidia-smi's
-# minimum power limit) stops it. Below it the limit is not met and the GPU runs at the floor.
+# The lowest clock share the limit may push a GPU to, an assumption: about a third of the
+# boost clock (nvidia-smi also refuses limits far below the TDP). A limit the work still
+# exceeds there is not met: the GPU runs at this floor.
 CLOCK_FLOOR = 0.35
 _BISECTIONS = 30  # the clock to within 1e-9 of the boost clock
 
@@ -61,9 +61,9 @@ def power_w(power: PowerSpec, work: Activity) -> float:
 
 def busy_power_w(power: PowerSpec, work: Activity) -> float:
     """Average watts while kernels run: what the limit holds down. The board's power
-    controller averages over windows (~100 ms) longer than a kernel but shorter than a
-    pipeline bubble or an exposed gradient reduction, so it sees the mix of a layer's kernels,
-    not the step's idle stretches."""
+    controller is taken to average over windows longer than a kernel but shorter than a
+    pipeline bubble or an exposed gradient reduction (an assumption, not a measured window),
+    so it sees the mix of a layer's kernels, not the step's idle stretches."""
     if work.busy_s <= 0:
         return power.idle_w
     return energy_j(power, replace(work, time_s=work.busy_s)) / work.busy_s
