@@ -1,17 +1,24 @@
 """One configuration in, one flat record out: the question every other part asks."""
 import functools
 import math
+from dataclasses import replace
 
 from .errors import SpecError
 from core.model.graph import build_layer, train_shape
 from core.model.layout import check_layout, group_spans
 from core.model.memory import GiB, MemoryEstimate, inference_memory, training_memory
 from core.model.specs import HardwareSpec, ModelSpec, Parallelism, TrainWorkload
+from core.model.energy import power_limited
 from core.model.inference import infer_request
+from core.model.power import energy_j
 from core.model.training import train_step
 
 BACKENDS = ("analytical", "astra-hierarchical", "astra-flattened")
 UNTIMED = ("step_time_s", "mfu", "tokens_per_s", "ttft_s", "tpot_s")
+# Power and energy figures (core/model/power.py); absent (None) where the hardware file gives
+# no power figures or the point is untimed.
+ENERGY = ("power_avg_w", "gpu_clock_share", "energy_per_step_j", "energy_per_token_j", "energy_per_request_j",
+          "energy_per_output_token_j", "run_days", "run_mwh")
 # Figures the executors report beside the breakdown that overlap its parts (a phase's total,
 # all DP traffic hidden or not): kept apart so that the breakdown sums to step_time_s.
 DETAIL_KEYS = ("prefill_s", "decode_s", "dp_comm_total_s")
@@ -30,19 +37,69 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
     if reason:
         raise SpecError("", "parallelism", _layout_text(par), reason)
     record = _memory_fields(estimate_memory(model, hw, par, work))
+    record.update({key: None for key in ENERGY})
     if not record["feasible"] and not time_infeasible:
         record.update({key: math.nan for key in UNTIMED})
         record["breakdown"], record["detail"] = {}, {}
         return record
+    timed, work_done, physical_clock = hw, None, None
+    analytical = _train_timing if isinstance(work, TrainWorkload) else _infer_timing
+    timing = None
+    if hw.gpu.power is not None:
+        # the power limit's clock is solved on the closed forms, cheap beside a replay
+        timing = analytical(model, hw, par, work, gpus)
+        timed, work_done, physical_clock = power_limited(model, hw, par, work, gpus, timing["step_time_s"])
     if backend != "analytical":
-        record.update(_astra_timing(model, hw, par, work, gpus, backend, emit_traces))
-    elif isinstance(work, TrainWorkload):
-        record.update(_train_timing(model, hw, par, work, gpus))
-    else:
-        record.update(_infer_timing(model, hw, par, work, gpus))
+        timing = _astra_timing(model, timed, par, work, gpus, backend, emit_traces)
+    elif timing is None or timed is not hw:
+        timing = analytical(model, timed, par, work, gpus)
+    record.update(timing)
     breakdown = record["breakdown"]
     record["detail"] = {key: breakdown.pop(key) for key in DETAIL_KEYS if key in breakdown}
+    if work_done is not None:
+        record.update(energy_fields(timed, par, work, gpus, record["step_time_s"], work_done.at_clock(physical_clock)))
     return record
+
+
+def slowed_energy_fields(record: dict, hw: HardwareSpec, gpus: int, slowdown: float) -> dict:
+    """A timed record's energy fields when its step takes `slowdown` times as long with the
+    same work (a fault sample's slower links, a straggler): the GPUs wait the extra time out
+    at their idle floor (with node overhead and PUE in the energies)."""
+    if record.get("power_avg_w") is None or slowdown is None or math.isnan(slowdown):
+        return {key: None for key in ENERGY}
+    power, step_s = hw.gpu.power, record["step_time_s"]
+    extra_s = step_s * (slowdown - 1.0)
+    facility_j = (power.idle_w + power.node_overhead_w) * power.pue * extra_s * gpus
+    scale = (record["energy_per_step_j"] + facility_j) / record["energy_per_step_j"]
+    fields = {key: None if record[key] is None else record[key] * scale for key in ENERGY}
+    fields["power_avg_w"] = (record["power_avg_w"] * step_s + power.idle_w * extra_s) / (step_s + extra_s)
+    fields["gpu_clock_share"] = record["gpu_clock_share"]
+    if record["run_days"] is not None:
+        fields["run_days"] = record["run_days"] * slowdown
+    return fields
+
+
+def energy_fields(hw: HardwareSpec, par: Parallelism, work, gpus: int, step_s: float, work_done) -> dict:
+    """Power and energy of a timed point: `work_done` is one GPU's Activity at its physical
+    clock, `step_s` the step (or request) as the chosen backend timed it. Facility figures
+    (node overhead, PUE) go into the energies, not into the GPU's power."""
+    power = hw.gpu.power
+    gpu_j = energy_j(power, replace(work_done, time_s=step_s))
+    facility_j = (gpu_j + power.node_overhead_w * step_s) * power.pue
+    fields = {"power_avg_w": gpu_j / step_s, "gpu_clock_share": work_done.clock,
+              "energy_per_step_j": facility_j * gpus}
+    if isinstance(work, TrainWorkload):
+        tokens = work.global_batch * work.seq
+        fields["energy_per_token_j"] = facility_j * gpus / tokens
+        if work.tokens_total:
+            steps = work.tokens_total / tokens
+            fields["run_days"] = steps * step_s / 86400
+            fields["run_mwh"] = steps * facility_j * gpus / 3.6e9
+        return fields
+    per_request = facility_j * par.tp * par.pp / work.batch
+    fields["energy_per_request_j"] = per_request
+    fields["energy_per_output_token_j"] = per_request / work.decode
+    return fields
 
 
 def estimate_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work,

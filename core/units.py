@@ -109,11 +109,33 @@ def parse_frequency(text, source: str = "", field: str = "clock") -> float:
     return value * scale
 
 
+def _prefixed(text, source: str, field: str, allowed: str, symbol: str, prefixes: dict) -> float:
+    """A non-negative number with a prefixed unit symbol (`1.2 kW`, `0.6 pJ`); no unit: the base unit."""
+    value, unit = _split(text, source, field, allowed)
+    scale = 1.0 if unit == "" else (prefixes.get(unit[:-len(symbol)]) if unit.endswith(symbol) else None)
+    if scale is None or value < 0:
+        raise SpecError(source, field, text, allowed)
+    return value * scale
+
+
+def parse_power(text, source: str = "", field: str = "power") -> float:
+    """Watts."""
+    return _prefixed(text, source, field, "expected a power such as 700 W or 1.2 kW", "W", _DECIMAL)
+
+
+_SMALL = {"": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9, "p": 1e-12, "f": 1e-15}
+
+
+def parse_energy(text, source: str = "", field: str = "energy") -> float:
+    """Joules (an energy per FLOP or per byte is written `0.6 pJ`)."""
+    return _prefixed(text, source, field, "expected an energy such as 0.6 pJ or 30 pJ", "J", _SMALL)
+
+
 # (column suffix, parser) for a quantity written with units, in the order they are tried
 QUANTITY_KINDS = (("bps", parse_bandwidth), ("flops", parse_flops), ("hz", parse_frequency),
-                  ("s", parse_time), ("bytes", parse_bytes))
+                  ("s", parse_time), ("bytes", parse_bytes), ("w", parse_power))
 # each kind's base unit as the parsers read it back: a value drawn in base units keeps its unit
-BASE_UNITS = {"bps": "B/s", "flops": "FLOP/s", "hz": "Hz", "s": "s", "bytes": "B"}
+BASE_UNITS = {"bps": "B/s", "flops": "FLOP/s", "hz": "Hz", "s": "s", "bytes": "B", "w": "W"}
 
 
 def quantity(text) -> tuple[str, float] | None:

@@ -1,4 +1,7 @@
 """The metric columns every results table may carry, and which way is better."""
-METRICS = ("step_time_s", "mfu", "tokens_per_s", "ttft_s", "tpot_s", "memory_peak_gib")
-HIGHER_IS_BETTER = ("mfu", "tokens_per_s")
+from core.evaluation import ENERGY
+
+COST = ("usd_per_step", "usd_per_million_tokens", "run_usd")  # with the study's cost: block (sweep/study/cost_block.py)
+METRICS = ("step_time_s", "mfu", "tokens_per_s", "ttft_s", "tpot_s", "memory_peak_gib", *ENERGY, *COST)
+HIGHER_IS_BETTER = ("mfu", "tokens_per_s", "gpu_clock_share")
 AGGREGATES = ("slowdown_p50", "slowdown_p95", "slowdown_max", "step_time_p95_s")  # per point, over fault samples

@@ -26,6 +26,7 @@ class Op:
     # gather and last scatter of a pass); a chunk of a pipelined exchange (userbuffers) stays
     # inside its hidden collective there, the closed form's share standing for it.
     exposed_runs_alone: bool = False
+    hbm_bytes: float = 0.0  # HBM traffic of a compute op (the power model's, core/model/power.py)
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ def _comm(name: str, collective: str, axis: str, bytes_: float, cover_s: float =
 
 def _compute(name: str, kernel: ops.KernelTime, saved: float = 0.0, core: bool = False) -> Op:
     return Op(name, "compute", time_s=kernel.time_s, flops=kernel.flops, saved_bytes=saved,
-              attention_core=core)
+              attention_core=core, hbm_bytes=kernel.hbm_bytes)
 
 
 def _plus(*kernels: ops.KernelTime) -> ops.KernelTime:

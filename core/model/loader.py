@@ -11,8 +11,9 @@ from pathlib import Path
 from core import units
 from core.errors import SpecError
 from core.textfile import parse_mapping, read_text
-from .specs import (ACTIVATIONS, ATTENTION_KERNELS, COMPUTE_DTYPES, DTYPES, NORMS, POSITION_EMBEDDINGS, TOPOLOGIES,
-                    Calibration, GpuSpec, HardwareSpec, LinkFault, MemoryLevel, ModelSpec, MoESpec, NetworkDim)
+from .specs import (ACTIVATIONS, ATTENTION_KERNELS, COMPUTE_DTYPES, DTYPES, NORMS, POSITION_EMBEDDINGS, POWER_CLOCKS,
+                    TOPOLOGIES, Calibration, GpuSpec, HardwareSpec, LinkFault, MemoryLevel, ModelSpec, MoESpec,
+                    NetworkDim, PowerSpec)
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -149,7 +150,9 @@ _UNIT_HINTS = {units.parse_bandwidth: "bytes/s; write e.g. 3350 GB/s or 400 Gb/s
                units.parse_bytes: "bytes; write e.g. 80 GiB or 228 KiB",
                units.parse_time: "seconds; write e.g. 4 us or 1.2 ms",
                units.parse_flops: "FLOP/s; write e.g. 989.5 TFLOP/s",
-               units.parse_frequency: "Hz; write e.g. 1830 MHz"}
+               units.parse_frequency: "Hz; write e.g. 1830 MHz",
+               units.parse_power: "watts; write e.g. 700 W",
+               units.parse_energy: "joules; write e.g. 0.6 pJ"}
 
 
 def _quantity(value, parse, source: str, field: str) -> float:
@@ -374,9 +377,60 @@ def _gpu_from_mapping(data, source: str) -> GpuSpec:
         hbm=_memory_level(f.raw("hbm", required=True), source, "gpu.hbm.", "capacity"),
         launch_overhead_s=f.unit("launch_overhead", units.parse_time, "4 us"),
         mma_sync_share=f.number("mma_sync_share", 1.0, high=1.0),
+        power=_power(f, dict(peak)),
     )
     f.done()
     return gpu
+
+
+POWER_FIELDS = ("tdp", "power_limit", "idle_power", "active_power", "flop_energy", "hbm_energy", "link_energy",
+                "power_clock", "node_overhead", "pue")
+
+
+def _power(f, peak: dict) -> PowerSpec | None:
+    """The gpu block's power figures: all of them or none (then nothing is said about power,
+    and energy columns stay empty rather than read as zero)."""
+    given = [key for key in POWER_FIELDS if f.data.get(key) is not None]
+    if not given:
+        f.seen.update(POWER_FIELDS)
+        return None
+    for key in ("tdp", "idle_power", "active_power", "flop_energy", "hbm_energy", "link_energy"):
+        if f.data.get(key) is None:
+            raise SpecError(f.source, f.name(key), "<missing>",
+                            f"required once any power field is given ({', '.join(given)}); see docs/hardware.md")
+    tdp = f.unit("tdp", units.parse_power)
+    limit = f.unit("power_limit", units.parse_power, BaseUnits(tdp))
+    idle = f.unit("idle_power", units.parse_power)
+    if tdp <= 0:
+        raise SpecError(f.source, f.name("tdp"), f.data["tdp"], "expected a positive power such as 700 W")
+    if not idle < limit:
+        raise SpecError(f.source, f.name("power_limit"), f.data.get("power_limit", f.data["tdp"]),
+                        f"expected a limit above the idle power ({idle:g} W): the GPU could run nothing")
+    energies = f.raw("flop_energy")
+    if not isinstance(energies, dict):
+        raise SpecError(f.source, f.name("flop_energy"), energies,
+                        "expected a mapping dtype -> energy per FLOP (0.6 pJ)")
+    missing = [dtype for dtype in peak if dtype not in energies]
+    unknown = [dtype for dtype in energies if dtype not in peak]
+    if missing or unknown:
+        raise SpecError(f.source, f.name("flop_energy"), energies,
+                        f"expected one energy per dtype of gpu.peak_flops ({', '.join(peak)})")
+    flop_energy = tuple((dtype, _quantity(value, units.parse_energy, f.source, f.name(f"flop_energy.{dtype}")))
+                        for dtype, value in energies.items())
+    return PowerSpec(tdp_w=tdp, limit_w=limit, idle_w=idle, active_w=f.unit("active_power", units.parse_power),
+                     flop_energy_j=flop_energy, hbm_energy_j_per_byte=f.unit("hbm_energy", units.parse_energy),
+                     link_energy_j_per_byte=f.unit("link_energy", units.parse_energy),
+                     clock=f.choice("power_clock", POWER_CLOCKS, "relative"),
+                     node_overhead_w=f.unit("node_overhead", units.parse_power, 0),
+                     pue=_pue(f))
+
+
+def _pue(f) -> float:
+    value = f.raw("pue", 1.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1.0 <= value <= 10.0:
+        raise SpecError(f.source, f.name("pue"), value,
+                        "expected a power usage effectiveness in [1, 10] (1: no facility overhead)")
+    return float(value)
 
 
 def _network_from_list(items, source: str) -> tuple:

@@ -156,6 +156,31 @@ class MemoryLevel:
     bandwidth_bps: float
 
 
+POWER_CLOCKS = ("relative", "absolute")
+
+
+@dataclass(frozen=True)
+class PowerSpec:
+    """What one GPU board draws (core/model/power.py): a static floor, SM activity while a
+    kernel runs, an energy per tensor-core FLOP per dtype and per byte of HBM and link
+    traffic, all at the boost clock; and the power limit that holds the clock back."""
+    tdp_w: float  # the board's default power limit, the one the calibration was fitted under
+    limit_w: float  # the limit the GPU runs at (sweepable: hardware.gpu.power_limit)
+    idle_w: float  # clocks up, memory allocated, nothing running (leakage, HBM refresh, board)
+    active_w: float  # SM clock tree, schedulers, L2 while any kernel runs, at the boost clock
+    flop_energy_j: tuple  # ((dtype, joules per FLOP), ...) at the boost clock and voltage
+    hbm_energy_j_per_byte: float
+    link_energy_j_per_byte: float  # NVLink / NIC traffic, the GPU's side of it
+    # relative: the limit's clock over the default limit's scales calibration.sustained_clock;
+    # absolute: the power model's clock is the whole-step clock (sustained_clock left at 1)
+    clock: str = "relative"
+    node_overhead_w: float = 0.0  # per GPU: host CPUs, NICs, switches, fans (facility figures)
+    pue: float = 1.0  # facility power over IT power
+
+    def flop_energy(self, dtype: str) -> float:
+        return dict(self.flop_energy_j)[dtype]
+
+
 @hash_once
 @dataclass(frozen=True)
 class GpuSpec:
@@ -171,6 +196,7 @@ class GpuSpec:
     # Share of the tensor-core rate a kernel issuing the pre-Hopper mma.sync reaches
     # (FlashAttention-2 on Hopper, which lacks warpgroup MMA and TMA); 1 before Hopper.
     mma_sync_share: float = 1.0
+    power: PowerSpec | None = None  # None: the hardware file gives no power figures
 
     def flops(self, dtype: str) -> float:
         return dict(self.peak_flops)[dtype]
@@ -324,6 +350,7 @@ class TrainWorkload:
     # Tokens per document when short documents are packed into each sequence (THD format,
     # attention within a document only); 0: one document per sequence.
     document: int = 0
+    tokens_total: float = 0.0  # a whole run's training tokens (run_days, run_mwh); 0: not asked
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ from core.model.loader import load_hardware, load_model
 from core.model.memory import GiB
 from core.model.specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism, TrainWorkload
 
+from . import energy
+
 DATA_DIR = Path(__file__).parent / "data"
 HARDWARE = "a100-sxm4-80gb"
 
@@ -224,6 +226,14 @@ def excluded_rows(suites) -> list:
             for row in corpus.published_cases(suite) if not row.usable]
 
 
+def energy_cases(suite: str, hw: HardwareSpec | None = None) -> tuple:
+    """ML.ENERGY v2's vLLM runs (core/validation/energy.py); each row names its GPU, so `hw`
+    is not used. A row whose weights do not fit is a verdict (it ran, so it fits)."""
+    cases, unfit = energy.comparisons()
+    verdicts = [Verdict(name, True, False, detail) for name, detail in unfit] if suite == "energy" else []
+    return [Case(*case) for case in cases if case[0] == suite], verdicts
+
+
 def _family(name: str) -> str:
     """GPU family of a preset or published GPU name: H200 rows share H100's factors."""
     name = name.lower()
@@ -232,7 +242,8 @@ def _family(name: str) -> str:
 
 PUBLISHED_SUITES = ("h100_dense", "moe", "trtllm", "collectives", "memory_h100")
 SUITES = {"training": training_cases, "a100_training": framework_training_cases, "inference": inference_cases,
-          "memory": memory_cases,
+          "memory": memory_cases, "energy": functools.partial(energy_cases, "energy"),
+          "energy_at_pace": functools.partial(energy_cases, "energy_at_pace"),
           **{name: functools.partial(published_cases, name) for name in PUBLISHED_SUITES}}
 
 

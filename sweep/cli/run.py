@@ -11,6 +11,7 @@ from core.model.specs import (COMPUTE_DTYPES, GRAD_DTYPES, KV_DTYPES, MASTER_WEI
 from core.model.loader import load_hardware, load_model, with_dtype
 
 from .args import POSITIVE, check_folder_path
+from sweep.study.cost_block import CostSpec, cost_fields, parse_cost
 from sweep.study.loader import OPTIONAL_WORKLOAD_KEYS, WORKLOAD_KEYS
 
 
@@ -71,6 +72,12 @@ def add_arguments(parser) -> None:
                         help="closed forms, or a replay on the compiled network simulator")
     parser.add_argument("--emit-traces", metavar="DIR",
                         help="with an astra backend: write the replayed graph as Chakra traces <model>.<rank>.et")
+    parser.add_argument("--power-limit", default=None,
+                        help="GPU power limit, e.g. 500 W (default: the hardware's; it lowers the clock)")
+    parser.add_argument("--tokens-total", type=float, default=None,
+                        help="a training run's tokens: adds its days, MWh (and dollars with a price)")
+    parser.add_argument("--gpu-hour-usd", type=float, default=None, help="price of a GPU-hour, for the cost lines")
+    parser.add_argument("--kwh-usd", type=float, default=None, help="price of a kilowatt-hour, for the cost lines")
     parser.add_argument("--json", action="store_true", help="print one JSON record")
 
 
@@ -122,7 +129,8 @@ def parse_config(args):
         raise SpecError("command line", "--model", "<missing>", "give a preset name or a file")
     if not args.hardware:
         raise SpecError("command line", "--hardware", "<missing>", "give a preset name or a file")
-    model, hw = load_model(args.model), load_hardware(args.hardware)
+    model = load_model(args.model)
+    hw = load_hardware(args.hardware, {"gpu.power_limit": args.power_limit} if args.power_limit else None)
     if args.dtype:
         hw = with_dtype(hw, args.dtype, "command line", "--dtype")
     tp, pp, cp, ep = (_positive(f"--{a}", getattr(args, a)) for a in ("tp", "pp", "cp", "ep"))
@@ -156,8 +164,11 @@ def parse_config(args):
                       fused_cross_entropy=args.fused_cross_entropy)
     if train:
         global_batch = args.global_batch if args.global_batch is not None else dp * par.micro_batch
+        tokens_total = args.tokens_total or 0.0
+        if not 0 <= tokens_total < 1e18:
+            raise SpecError("command line", "--tokens-total", tokens_total, "expected a number of tokens such as 15e12")
         work = TrainWorkload(global_batch=_workload_size("--global-batch", global_batch),
-                             seq=_workload_size("--seq", args.seq or DEFAULT_SEQ))
+                             seq=_workload_size("--seq", args.seq or DEFAULT_SEQ), tokens_total=tokens_total)
     else:
         sizes = {name: getattr(args, name) or default for name, default in INFERENCE_DEFAULTS.items()}
         work = InferWorkload(**{name: _workload_size(f"--{name}", value) for name, value in sizes.items()},
@@ -178,12 +189,25 @@ def run(args) -> int:
         check_folder_path("--emit-traces", args.emit_traces)
     # a layout that does not fit is not timed, as in a sweep: its time metrics are null
     record = evaluate(model, hw, par, work, gpus, backend=args.backend, emit_traces=args.emit_traces)
+    record.update(cost_fields(record, _cost(args), work, gpus, par))
     if args.json:
         print(json.dumps(_jsonable({**record, "parameters": model.total_params(),
                                     "active_parameters": model.active_params()}), sort_keys=True))
     else:
         _print_table(model, hw, par, work, gpus, record, args.emit_traces)
     return 0
+
+
+def _cost(args) -> CostSpec | None:
+    """The prices given on the command line: both or neither."""
+    given = {"gpu_hour_usd": args.gpu_hour_usd, "kwh_usd": args.kwh_usd}
+    if all(value is None for value in given.values()):
+        return None
+    for key, value in given.items():
+        if value is None or not 0 <= value < 1e6:
+            raise SpecError("command line", "--" + key.replace("_", "-"), "<missing>" if value is None else value,
+                            "expected a price in US dollars (a number >= 0); give both --gpu-hour-usd and --kwh-usd")
+    return parse_cost(given, "command line")
 
 
 def _jsonable(value):
@@ -254,3 +278,31 @@ def _print_table(model, hw, par, work, gpus, record, emit_traces=None) -> None:
     if work.mode == "infer":
         line += f"   TTFT {_seconds(record['ttft_s'])}   time per output token {_seconds(record['tpot_s'])}"
     console.print(line)
+    _print_energy(console, hw, record)
+
+
+def _print_energy(console, hw, record) -> None:
+    """Power, energy and (with prices) cost lines of a timed point."""
+    if record["power_avg_w"] is None:
+        if hw.gpu.power is None:
+            console.print("power: not modelled: the hardware file gives no gpu power figures (tdp, idle_power, ...)")
+        return
+    power = hw.gpu.power
+    console.print(f"power {record['power_avg_w']:.0f} W per GPU (limit {power.limit_w:.0f} W, clock "
+                  f"{100 * record['gpu_clock_share']:.0f} % of boost)   energy {record['energy_per_step_j'] / 1e3:,.2f} kJ "
+                  f"per {'step' if record['energy_per_token_j'] is not None else 'request batch'}"
+                  + (f" (node overhead {power.node_overhead_w:.0f} W per GPU, PUE {power.pue:g})"
+                     if power.node_overhead_w or power.pue != 1 else ""))
+    if record["energy_per_token_j"] is not None:
+        line = f"energy {record['energy_per_token_j']:.3g} J per token"
+    else:
+        line = (f"energy {record['energy_per_request_j']:.4g} J per request, "
+                f"{record['energy_per_output_token_j']:.3g} J per output token")
+    if record["run_days"] is not None:
+        line += f"   run {record['run_days']:,.1f} days, {record['run_mwh']:,.0f} MWh"
+    console.print(line)
+    if record["usd_per_step"] is not None:
+        line = f"cost ${record['usd_per_step']:,.4g} per step, ${record['usd_per_million_tokens']:,.4g} per million tokens"
+        if record["run_usd"] is not None:
+            line += f", ${record['run_usd']:,.0f} for the run"
+        console.print(line)

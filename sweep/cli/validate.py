@@ -7,7 +7,11 @@ from rich.console import Console
 from rich.table import Table
 
 from core.units import format_quantity
+from core.validation.energy import grouped_errors
 from core.validation.suites import GROUPED_SUITES, SUITES, excluded_rows, grouped_suite, run_all, summary
+
+
+ENERGY_SUITES = ("energy", "energy_at_pace")
 
 
 def add_arguments(parser) -> None:
@@ -57,6 +61,10 @@ def run(args) -> int:
         console.print(table)
         console.print(f"  mean |error| {numbers['mean_abs_error_pct']:.1f} %   "
                       f"max |error| {numbers['max_abs_error_pct']:.1f} %")
+        if suite in ENERGY_SUITES:
+            for kind, groups in grouped_errors([c for c in cases if c.suite == suite]).items():
+                console.print(f"  by {kind}: " + "; ".join(f"{name} {mean:+.0f} % (|{absolute:.0f}| %, {n})"
+                                                          for name, n, mean, absolute in groups))
         reasons = Counter(reason for name, _, reason in excluded if name == suite)
         if reasons:
             console.print(f"  not counted: {sum(reasons.values())} rows: "

@@ -19,6 +19,7 @@ class WorkContext:
     knob_fields: tuple  # of pa.Field, one per knob, in `Space.knobs` order
     unit_columns: tuple = ()  # ((knob index, column, {written value: number}), ...) for unit strings
     faults: object = None  # a sweep.study.faults_block.FaultSpec: batches are then FaultBlocks, one row per sample
+    cost: object = None  # a sweep.study.cost_block.CostSpec: the dollar columns
 
 
 def unit_columns(knobs: tuple) -> tuple:

@@ -8,6 +8,7 @@ import pyarrow as pa
 
 from core import Parallelism, evaluate
 from sweep.metrics import METRICS
+from sweep.study.cost_block import cost_fields
 from sweep.study.plan import PARALLELISM_FIELDS
 
 from .context import WorkContext
@@ -27,8 +28,10 @@ def evaluate_points(context: WorkContext, points: list) -> pa.Table:
     for p in points:
         par = Parallelism(**dict(zip(PARALLELISM_FIELDS, p.parallelism)))
         start = time.perf_counter()
-        records.append(evaluate(context.models[p.model_index], context.hardware[p.hardware_index], par,
-                                context.workload, context.gpus, backend=context.backend))
+        record = evaluate(context.models[p.model_index], context.hardware[p.hardware_index], par,
+                          context.workload, context.gpus, backend=context.backend)
+        record.update(cost_fields(record, context.cost, context.workload, context.gpus, par))
+        records.append(record)
         seconds.append(time.perf_counter() - start)
     columns["feasible"] = [r["feasible"] for r in records]
     columns["infeasible_reason"] = [r["infeasible_reason"] for r in records]

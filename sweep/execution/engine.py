@@ -154,7 +154,7 @@ def work_context(study: Study, models: tuple = (), hardware: tuple = ()) -> Work
     fields = tuple(pa.field(k.column, auto_types[k.name] if k.values == (AUTO,) else knob_type(k.probe_values))
                    for k in study.space.knobs)
     return WorkContext(models, hardware, study.workload, study.gpus, study.backend, constants, fields,
-                       unit_columns(study.space.knobs), study.faults)
+                       unit_columns(study.space.knobs), study.faults, study.cost)
 
 
 def study_metadata(study: Study) -> dict:

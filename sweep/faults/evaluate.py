@@ -8,8 +8,10 @@ import numpy as np
 import pyarrow as pa
 
 from core import Parallelism
+from core.evaluation import ENERGY, slowed_energy_fields
 from sweep.evaluation.points import evaluate_points
 from sweep.store.parts import conform, unified_schema
+from sweep.study.cost_block import cost_fields
 from sweep.study.faults_block import FaultSpec
 from sweep.study.plan import PARALLELISM_FIELDS
 
@@ -75,15 +77,36 @@ def evaluate_blocks(context, blocks: list) -> pa.Table:
                                 ("fault_replayed", replayed), ("fault_reason", reason)):
                 columns[name].append(value)
             seconds.append(time.perf_counter() - start)
-        tables.append(_sample_rows(row, columns, seconds))
+        tables.append(_sample_rows(row, columns, seconds, _slowed_energy(context, block.point, row, columns)))
     schema = unified_schema([t.schema for t in tables])
     return pa.concat_tables([conform(t, schema) for t in tables])
 
 
-def _sample_rows(row: pa.Table, columns: dict, seconds: list) -> pa.Table:
-    """The point's row repeated per sample, its timing metrics scaled by each sample's slowdown."""
+def _slowed_energy(context, point, row: pa.Table, columns: dict) -> dict:
+    """Energy and cost columns per sample ({column: values}): the slower step's GPUs idle
+    through the extra time (core.evaluation.slowed_energy_fields), at the study's prices."""
+    base = {name: row.column(name)[0].as_py() for name in (*ENERGY, "step_time_s") if name in row.column_names}
+    if base.get("power_avg_w") is None:
+        return {}
+    hw = context.hardware[point.hardware_index]
+    par = Parallelism(**dict(zip(PARALLELISM_FIELDS, point.parallelism)))
+    values = {}
+    for slowdown in columns["slowdown"]:
+        fields = slowed_energy_fields(base, hw, context.gpus, float("nan") if slowdown is None else slowdown)
+        timed = {**fields, "step_time_s": None if slowdown is None else base["step_time_s"] * slowdown}
+        fields.update(cost_fields(timed, context.cost, context.workload, context.gpus, par))
+        for name, value in fields.items():
+            values.setdefault(name, []).append(value)
+    return values
+
+
+def _sample_rows(row: pa.Table, columns: dict, seconds: list, energy: dict) -> pa.Table:
+    """The point's row repeated per sample, its timing metrics scaled by each sample's slowdown
+    and its energy and cost columns (`energy`) taken as the sample's."""
     n = len(seconds)
     table = row.take([0] * n)
+    for name, values in energy.items():
+        table = table.set_column(table.column_names.index(name), name, pa.array(values, pa.float64()))
     slowdown = pa.array(columns["slowdown"], pa.float64())
     for name in ("step_time_s", "mfu", "tokens_per_s"):
         if name in table.column_names:

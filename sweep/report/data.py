@@ -93,7 +93,7 @@ class ReportData:
 # spec knobs (`hardware.gpu.hbm.bandwidth` -> column hardware_gpu_hbm_bandwidth), stored in base
 # units: (name ending, multiplier to the unit readers use, that unit), first match wins
 SPEC_UNITS = (("link_bandwidth", 8e-9, "Gb/s"), ("bandwidth", 1e-12, "TB/s"), ("l2_capacity", 1e-6, "MB"),
-              ("capacity", 1e-9, "GB"), ("latency", 1e6, "us"))
+              ("capacity", 1e-9, "GB"), ("latency", 1e6, "us"), ("power_limit", 1.0, "W"))
 ACRONYMS = {"hbm": "HBM", "l2": "L2", "ib": "IB", "nvlink": "NVLink", "sm": "SM", "gpu": "GPU"}
 
 

@@ -5,7 +5,8 @@ A view whose data the table lacks is left out, not drawn empty: a grid gets the 
 breakdown, memory and knob views; a fault study adds slowdown spreads and the worst
 links; a search adds, in its own objectives, its history, trade-off front and parameter
 importances; an inference study adds throughput against TTFT and TPOT; a study with
-hardware variants adds their speedup over the baseline."""
+hardware variants adds their speedup over the baseline; a table with energy columns adds the
+power-time trade-off and the points with the fewest joules per token."""
 import html
 import json
 from dataclasses import dataclass, field
@@ -16,7 +17,8 @@ from plotly.offline import get_plotlyjs
 
 from core import SpecError
 
-from . import faults as report_faults, grid as report_grid, inference as report_inference, search as report_search
+from . import energy as report_energy, faults as report_faults, grid as report_grid, inference as report_inference
+from . import search as report_search
 from .data import ReportData, load_report_data
 
 
@@ -54,6 +56,7 @@ def build_report(folder) -> Report:
     if report_inference.is_inference_table(data):
         _add(sections, "Serving: throughput and latency",
              [report_inference.throughput_latency(data), report_inference.top_throughput(data)])
+    _add(sections, "Power and energy", [report_energy.power_time(data), report_energy.fewest_joules(data)])
     _add(sections, "Hardware variants", [report_grid.variant_speedup(data)])
     _add(sections, "Layouts ranked", [report_grid.ranked(data)], notes=[n for n in (broken_note(data),) if n])
     _add(sections, "The fastest layouts up close", [report_grid.breakdown(data), report_grid.memory(data)])

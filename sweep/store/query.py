@@ -16,7 +16,8 @@ from sweep.metrics import HIGHER_IS_BETTER
 
 from .parts import part_files, read_metadata
 
-SUMMARY_METRICS = ("step_time_s", "ttft_s", "tpot_s", "mfu", "tokens_per_s", "memory_peak_gib")
+SUMMARY_METRICS = ("step_time_s", "ttft_s", "tpot_s", "mfu", "tokens_per_s", "memory_peak_gib", "energy_per_token_j",
+                   "energy_per_output_token_j", "usd_per_million_tokens")
 FORMATS = ("table", "csv", "json")
 READ_ONLY = {"enable_external_access": False, "lock_configuration": True}  # --sql reads no file, writes none
 WIDE_COLUMNS = 240  # when printing to a file or pipe, where rich would otherwise assume 80

@@ -10,19 +10,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core import BACKENDS, InferWorkload, SpecError, TrainWorkload, load_hardware, load_model
+from core.evaluation import ENERGY
 from core.model.specs import COMPUTE_DTYPES, KV_DTYPES, MAX_WORKLOAD_SIZE, WORKLOAD_SIZE_ALLOWED
 from core.textfile import parse_mapping, read_text
 
+from sweep.metrics import COST
+from .cost_block import CostSpec, parse_cost
 from .space import SPEC_KNOB_ALIASES, Space, Variant, parse_space
 
 if TYPE_CHECKING:
     from .search_block import SearchSpec
 
 STUDY_KEYS = ("name", "description", "model", "hardware", "overrides", "gpus", "workload", "space",
-              "backend", "output", "seed", "variants", "baseline", "search", "faults")
+              "backend", "output", "seed", "variants", "baseline", "search", "faults", "cost")
 REQUIRED_KEYS = ("name", "model", "hardware", "gpus", "workload", "space")
 WORKLOAD_KEYS = {"train": ("global_batch", "seq"), "infer": ("batch", "prompt", "decode")}
-OPTIONAL_WORKLOAD_KEYS = {"train": (), "infer": ("kv_dtype",)}  # the KV cache's dtype; default: the activations'
+OPTIONAL_WORKLOAD_KEYS = {"train": ("tokens_total",), "infer": ("kv_dtype",)}  # the KV cache's dtype; default: the activations'
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 SPEC_PREFIXES = ("model.", "hardware.")
 
@@ -46,6 +49,7 @@ class Study:
     baseline: str = ""  # the variant speedups are measured against ("" without variants)
     search: "SearchSpec | None" = None  # sample the space with Optuna instead of walking the grid
     faults: object = None  # sweep.study.faults_block.FaultSpec when the study samples link faults and stragglers
+    cost: CostSpec | None = None  # prices for the dollar columns (sweep/study/cost_block.py)
 
     @property
     def mode(self) -> str:
@@ -110,8 +114,10 @@ def load_study(path, output: str | None = None) -> Study:
     study = Study(name=name, path=source, text=text, model=data["model"], hardware=data["hardware"],
                   model_overrides=model_overrides, hardware_overrides=hardware_overrides, gpus=gpus,
                   workload=workload, space=space, backend=backend, output=Path(output), seed=seed,
-                  baseline=baseline, search=search)
+                  baseline=baseline, search=search,
+                  cost=parse_cost(data["cost"], source) if data.get("cost") is not None else None)
     _check_specs(study)
+    _check_energy_asked(study, data)
     if data.get("faults") is not None:
         study = replace(study, faults=_faults(data["faults"], study))
     return study
@@ -194,11 +200,36 @@ def _workload(data, source: str):
             raise SpecError(source, f"workload.{key}", value if key in data else "<missing>", WORKLOAD_SIZE_ALLOWED)
         sizes[key] = value
     if mode == "train":
-        return TrainWorkload(**sizes)
+        return TrainWorkload(**sizes, tokens_total=_tokens_total(data, source))
     kv_dtype = data.get("kv_dtype", "")
     if kv_dtype != "" and kv_dtype not in KV_DTYPES:
         raise SpecError(source, "workload.kv_dtype", kv_dtype, f"expected one of {', '.join(KV_DTYPES)}")
     return InferWorkload(**sizes, kv_dtype=kv_dtype)
+
+
+def _tokens_total(data: dict, source: str) -> float:
+    """A whole run's training tokens (15e12 for Llama 3), 0 when not given."""
+    value = data.get("tokens_total", 0)
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e18:
+        raise SpecError(source, "workload.tokens_total", value, "expected a number of tokens such as 15e12")
+    return float(value)
+
+
+def _check_energy_asked(study: Study, data: dict) -> None:
+    """A cost block, or a search on energy or dollars, needs a hardware file with power figures."""
+    asked = [("cost", data.get("cost"))] if study.cost is not None else []
+    if study.search is not None:
+        asked += [("search.objectives", column) for column, _ in study.search.objectives if column in ENERGY + COST]
+        asked += [("search.constraints", column) for column, *_ in study.search.constraints if column in ENERGY + COST]
+    if asked and study.hardware_spec().gpu.power is None:
+        field, value = asked[0]
+        raise SpecError(study.path, field, value, f"needs power figures the hardware file {study.hardware} does not give "
+                        "(gpu.tdp, idle_power, ...: docs/hardware.md)")
 
 
 def _check_specs(study: Study) -> None:

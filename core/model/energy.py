@@ -1,0 +1,159 @@
+"""What one GPU keeps busy over a training step or an inference request (core/model/power.py's
+`Activity`), and the clock its power limit leaves the step: the bridge from the operator
+model's times, FLOPs and bytes to watts and joules."""
+from dataclasses import replace
+from functools import lru_cache
+
+from . import ops
+from .graph import LayerShape, build_decode_layer, build_layer, train_shape
+from .inference import decode_steps, infer_request, request_flops
+from .layout import group_spans, stage_layers
+from .power import Activity, busy_power_w, whole_step_clock
+from .specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism, TrainWorkload
+from .training import edge_ops, layer_profile, optimizer_step_s, train_step
+
+# The clock share the compute-bound time is probed at: kernels timed at PROBE_CLOCK of their
+# clock run (1 / PROBE_CLOCK - 1) * their compute-bound seconds longer. Near the shares a power
+# limit leaves (0.7-1), so kernels that turn compute-bound only far below are not counted.
+PROBE_CLOCK = 0.8
+# Bytes each GPU sends per byte of a collective's buffer (ring algorithms, large groups): an
+# all-reduce sends the buffer twice (reduce-scatter, then all-gather), the rest once.
+WIRE_BYTES = {"all_reduce": 2.0}
+
+
+@lru_cache(maxsize=4096)
+def at_kernel_clock(hw: HardwareSpec, clock: float) -> HardwareSpec:
+    """The hardware with every kernel's compute-bound time at `clock` of the boost clock (one
+    object per clock, so the model's memos hit on it)."""
+    if clock == hw.calibration.sustained_clock:
+        return hw
+    return replace(hw, calibration=replace(hw.calibration, sustained_clock=clock))
+
+
+@lru_cache(maxsize=16384)
+def _graph_sums(graph, hw: HardwareSpec, part: str) -> tuple:
+    """_sums of a layer graph's `forward`, `backward` or `core` (attention's core, forward),
+    memoized on the graph, which hashes once."""
+    if part == "core":
+        return _sums(graph.forward, hw, only_core=True)
+    return _sums(getattr(graph, part), hw)
+
+
+@lru_cache(maxsize=16384)
+def _decode_sums(model: ModelSpec, hw: HardwareSpec, batch: int, context: int, tp: int, kv_bytes: float) -> tuple:
+    return _sums(build_decode_layer(model, hw, batch, context, tp, kv_bytes), hw)
+
+
+def _sums(op_list: tuple, hw: HardwareSpec, only_core: bool = False) -> tuple:
+    """(seconds, ((dtype, FLOPs), ...), HBM bytes, link bytes) of a layer pass's ops: attention's
+    core runs in the activation dtype, the GEMMs in the compute dtype."""
+    seconds = hbm = link = 0.0
+    flops = {}
+    for op in op_list:
+        if only_core and not op.attention_core:
+            continue
+        if op.kind == "compute":
+            seconds += op.time_s
+            hbm += op.hbm_bytes
+            dtype = hw.act_dtype if op.attention_core else hw.dtype
+            flops[dtype] = flops.get(dtype, 0.0) + op.flops
+        else:
+            link += op.bytes_ * WIRE_BYTES.get(op.collective, 1.0)
+    return seconds, tuple(flops.items()), hbm, link
+
+
+def _add(into: dict, flops: tuple, scale: float) -> None:
+    for dtype, count in flops:
+        into[dtype] = into.get(dtype, 0.0) + count * scale
+
+
+def _train_work(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: TrainWorkload, gpus: int) -> tuple:
+    """(busy seconds, ((dtype, FLOPs), ...), HBM bytes, link bytes) of one GPU over a step,
+    averaged over the pipeline stages (every stage's GPUs wait out the same step)."""
+    dims = hw.dims_for(gpus)
+    spans = group_spans(par, dims)
+    spans_key = tuple(sorted((axis, spans.get(axis, ())) for axis in ("tp", "cp", "ep", "etp")))
+    shape = train_shape(par, work)
+    prof = layer_profile(model, hw, dims, shape, spans_key, par.recompute)
+    micro = work.global_batch // (par.dp * par.micro_batch)
+    layers = sum(stage_layers(model.layers, par)) / par.pp
+    passes = [_graph_sums(prof.graph, hw, "forward"), _graph_sums(prof.graph, hw, "backward")]
+    if par.recompute == "full":
+        passes.append(passes[0])
+    elif par.recompute == "selective":
+        passes.append(_graph_sums(prof.graph, hw, "core"))
+    flops, busy, hbm, link = {}, 0.0, 0.0, 0.0
+    for seconds, pass_flops, pass_hbm, pass_link in passes:
+        busy += seconds * layers * micro
+        hbm += pass_hbm * layers * micro
+        link += pass_link * layers * micro
+        _add(flops, pass_flops, layers * micro)
+    tokens, h = shape.tokens, model.hidden
+    busy += sum(edge_ops(model, hw, tokens, par.tp)) * micro / par.pp
+    _add(flops, ((hw.act_dtype, 6.0 * tokens * h * model.vocab / par.tp),), micro / par.pp)  # LM head
+    optimizer_s = optimizer_step_s(model, hw, par)
+    busy += optimizer_s
+    hbm += optimizer_s * ops.mixed_bandwidth_bps(hw)  # bandwidth-bound: its seconds are its bytes
+    params = model.total_params() / (par.tp * par.pp)
+    if par.dp * par.cp > 1:
+        link += params * 4 * WIRE_BYTES["all_reduce"]  # gradients (FP32 main gradients, at most)
+    if par.pp > 1:
+        link += 2 * micro * tokens * h * hw.act_bytes / par.tp * (par.pp - 1) / par.pp
+    return busy, tuple(sorted(flops.items())), hbm, link
+
+
+def _infer_work(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: InferWorkload, gpus: int) -> tuple:
+    """(busy seconds, ((dtype, FLOPs), ...), HBM bytes, link bytes) of one GPU of a replica
+    over a request: its stages run one after another, each GPU its share of the layers."""
+    _, _, _, breakdown, _ = infer_request(model, hw, par, work, gpus)
+    b, prompt, steps = work.batch, work.prompt, decode_steps(work.decode)
+    share = model.layers / par.pp
+    prefill = build_layer(model, hw, LayerShape(b, prompt, prompt, par.tp, par.sp, 1, 1))
+    _, _, prefill_hbm, prefill_link = _graph_sums(prefill, hw, "forward")
+    kv = work.kv_bytes(hw)
+    first = _decode_sums(model, hw, b, prompt + 1, par.tp, kv)
+    last = _decode_sums(model, hw, b, prompt + max(1, steps), par.tp, kv)
+    head_bytes = model.hidden * model.vocab / par.tp * hw.act_bytes * (1 + steps) / par.pp  # LM head weights
+    hbm = share * (prefill_hbm + steps * (first[2] + last[2]) / 2) + head_bytes
+    link = share * (prefill_link + steps * (first[3] + last[3]) / 2)
+    flops = ((hw.dtype, request_flops(model, work) / (par.tp * par.pp)),)
+    return breakdown["compute_s"] / par.pp, flops, hbm, link
+
+
+def step_seconds(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: int) -> float:
+    """The closed forms' training step or inference request time."""
+    if isinstance(work, TrainWorkload):
+        return train_step(model, hw, par, work, gpus)[0]
+    return infer_request(model, hw, par, work, gpus)[0]
+
+
+def activity(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: int, time_s: float,
+             probe: bool = True) -> Activity:
+    """One GPU's Activity over a training step or an inference request of `time_s` seconds at
+    the hardware's kernel clock; with `probe`, the compute-bound share of its busy time from a
+    second count at PROBE_CLOCK of that clock (else none: the Activity cannot change its
+    clock). The wall time's compute-bound part is taken as the busy time's: a caller that
+    settles on another clock times the step again there (core.evaluate does)."""
+    measure = _train_work if isinstance(work, TrainWorkload) else _infer_work
+    clock = hw.calibration.sustained_clock
+    busy_s, flops, hbm, link = measure(model, hw, par, work, gpus)
+    if not probe:
+        return Activity(time_s, busy_s, flops, hbm, link, clock=clock)
+    slow_busy_s = measure(model, at_kernel_clock(hw, clock * PROBE_CLOCK), par, work, gpus)[0]
+    bound_s = max(0.0, slow_busy_s - busy_s) / (1.0 / PROBE_CLOCK - 1.0)
+    return Activity(time_s, busy_s, flops, hbm, link, bound_s, bound_s, clock)
+
+
+def power_limited(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: int, time_s: float) -> tuple:
+    """(hardware at the kernel clock the power limit leaves, one GPU's Activity there, its
+    physical clock share), from the step or request timed at `hw` in `time_s`: the clock falls
+    where the limit is below what the kernels draw (power.whole_step_clock) and compute-bound
+    time stretches. A step that stays under both limits at the boost clock needs no probe."""
+    power = hw.gpu.power
+    clock = hw.calibration.sustained_clock
+    plain = activity(model, hw, par, work, gpus, time_s, probe=False)
+    if clock == 1.0 and busy_power_w(power, plain) <= min(power.limit_w, power.tdp_w):
+        return hw, plain, 1.0
+    work_done = activity(model, hw, par, work, gpus, time_s)
+    kernel_clock, physical = whole_step_clock(power, work_done, clock)
+    return at_kernel_clock(hw, kernel_clock), work_done.at_clock(kernel_clock), physical

@@ -1,0 +1,109 @@
+"""Watts and joules of one GPU from what it keeps busy, and the clock a power limit leaves it.
+
+A span of work (a training step, an inference request, a serving run) is an `Activity`: its
+wall time, the time a kernel runs, tensor-core FLOPs per dtype, HBM and link bytes, and how
+much of that time is compute-bound (scales with the clock). Its energy at clock share `r`
+(of the boost clock) is
+
+    idle_w * time + active_w * r * v(r)^2 * busy + v(r)^2 * sum(flop_energy * FLOPs)
+        + hbm_energy * HBM bytes + link_energy * link bytes
+
+with v(r) the voltage share. In the DVFS range voltage roughly tracks frequency, so v = r:
+SM power goes as f*V^2 ~ r^3 per busy second and a FLOP's switching energy as V^2 ~ r^2,
+while HBM and links run on their own clocks and voltages. A limit below what the work would
+draw at the boost clock lowers r until the power while kernels run meets it (busy_power_w);
+compute-bound time then stretches by 1/r, memory-bound time does not."""
+from dataclasses import dataclass, replace
+
+from .specs import PowerSpec
+
+# The lowest clock share the limit may push a GPU to, an assumption: about a third of the
+# boost clock (nvidia-smi also refuses limits far below the TDP). A limit the work still
+# exceeds there is not met: the GPU runs at this floor.
+CLOCK_FLOOR = 0.35
+_BISECTIONS = 30  # the clock to within 1e-9 of the boost clock
+
+
+@dataclass(frozen=True)
+class Activity:
+    """What one GPU does over `time_s` at the clock it was timed at (`clock` of the boost);
+    `compute_bound_s` of the wall time, and `busy_compute_bound_s` of the busy time, scale
+    with 1 / clock."""
+    time_s: float
+    busy_s: float
+    flops: tuple  # ((dtype, FLOPs), ...)
+    hbm_bytes: float
+    link_bytes: float = 0.0
+    compute_bound_s: float = 0.0
+    busy_compute_bound_s: float = 0.0
+    clock: float = 1.0
+
+    def at_clock(self, clock: float) -> "Activity":
+        """The same work at another clock share: compute-bound time stretched or shrunk."""
+        stretch = self.clock / clock - 1.0
+        return Activity(self.time_s + self.compute_bound_s * stretch, self.busy_s + self.busy_compute_bound_s * stretch,
+                        self.flops, self.hbm_bytes, self.link_bytes, self.compute_bound_s * (stretch + 1.0),
+                        self.busy_compute_bound_s * (stretch + 1.0), clock)
+
+
+def energy_j(power: PowerSpec, work: Activity) -> float:
+    """Joules one GPU spends on `work` at the clock share it was timed at."""
+    v2 = work.clock ** 2
+    flop_j = sum(count * power.flop_energy(dtype) for dtype, count in work.flops)
+    return (power.idle_w * work.time_s + power.active_w * work.clock * v2 * work.busy_s + v2 * flop_j
+            + power.hbm_energy_j_per_byte * work.hbm_bytes + power.link_energy_j_per_byte * work.link_bytes)
+
+
+def power_w(power: PowerSpec, work: Activity) -> float:
+    """Average watts one GPU draws over `work`."""
+    return energy_j(power, work) / work.time_s if work.time_s > 0 else power.idle_w
+
+
+def busy_power_w(power: PowerSpec, work: Activity) -> float:
+    """Average watts while kernels run: what the limit holds down. The board's power
+    controller is taken to average over windows longer than a kernel but shorter than a
+    pipeline bubble or an exposed gradient reduction (an assumption, not a measured window),
+    so it sees the mix of a layer's kernels, not the step's idle stretches."""
+    if work.busy_s <= 0:
+        return power.idle_w
+    return energy_j(power, replace(work, time_s=work.busy_s)) / work.busy_s
+
+
+def clock_under(power: PowerSpec, work: Activity, limit_w: float) -> float:
+    """The clock share (of the boost clock) at which `work` draws at most `limit_w` while its
+    kernels run: 1 when the boost clock stays under it, CLOCK_FLOOR when even that is over.
+    Busy power at clock r is idle + active r^3 + (r^2 FLOP energy + HBM and link energy) /
+    busy seconds at r, rising with r; solved by bisection on those few numbers."""
+    flop_j = sum(count * power.flop_energy(dtype) for dtype, count in work.flops)
+    fixed_j = power.hbm_energy_j_per_byte * work.hbm_bytes + power.link_energy_j_per_byte * work.link_bytes
+
+    def watts(r: float) -> float:
+        busy_s = work.busy_s + work.busy_compute_bound_s * (work.clock / r - 1.0)
+        if busy_s <= 0:
+            return power.idle_w
+        return power.idle_w + power.active_w * r ** 3 + (r * r * flop_j + fixed_j) / busy_s
+
+    if watts(1.0) <= limit_w:
+        return 1.0
+    low, high = CLOCK_FLOOR, 1.0
+    if watts(low) > limit_w:
+        return low
+    for _ in range(_BISECTIONS):
+        mid = (low + high) / 2
+        if watts(mid) > limit_w:
+            high = mid
+        else:
+            low = mid
+    return low
+
+
+def whole_step_clock(power: PowerSpec, work: Activity, sustained_clock: float) -> tuple:
+    """(clock share the step's kernels run at, the GPU's physical clock share) under the
+    power limit. `relative`: the fitted sustained_clock holds at the default limit (tdp) and
+    moves by the ratio of the model's clocks at the set limit and at the default one, so the
+    throttling the fit already holds is not counted twice; `absolute`: the model's clock alone."""
+    at_limit = clock_under(power, work, power.limit_w)
+    if power.clock == "absolute":
+        return at_limit, at_limit
+    at_default = at_limit if power.limit_w == power.tdp_w else clock_under(power, work, power.tdp_w)
+    return min(1.0, sustained_clock * at_limit / at_default), at_limit

@@ -1,0 +1,51 @@
+"""The study's `cost:` block: what a GPU-hour and a kilowatt-hour cost, and the dollar columns
+they give each timed row."""
+from dataclasses import dataclass
+
+from core.errors import SpecError
+from core.model.specs import TrainWorkload
+
+COST_KEYS = ("gpu_hour_usd", "kwh_usd")
+
+
+@dataclass(frozen=True)
+class CostSpec:
+    gpu_hour_usd: float
+    kwh_usd: float
+
+
+def parse_cost(data, source: str) -> CostSpec:
+    """Both prices, each a non-negative number of US dollars."""
+    if not isinstance(data, dict):
+        raise SpecError(source, "cost", data, "expected a mapping {gpu_hour_usd: 2.5, kwh_usd: 0.08}")
+    for key in data:
+        if key not in COST_KEYS:
+            raise SpecError(source, f"cost.{key}", data[key], f"unknown field (allowed: {', '.join(COST_KEYS)})")
+    prices = {}
+    for key in COST_KEYS:
+        value = data.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e6:
+            raise SpecError(source, f"cost.{key}", value if key in data else "<missing>",
+                            "expected a price in US dollars (a number >= 0)")
+        prices[key] = float(value)
+    return CostSpec(**prices)
+
+
+def cost_fields(record: dict, cost: CostSpec | None, work, gpus: int, par) -> dict:
+    """usd_per_step, usd_per_million_tokens (training tokens, or output tokens served) and,
+    for a training run with tokens_total, run_usd; None where there is no cost block, no
+    timing or no energy figure."""
+    fields = {"usd_per_step": None, "usd_per_million_tokens": None, "run_usd": None}
+    step_s, energy = record.get("step_time_s"), record.get("energy_per_step_j")
+    if cost is None or energy is None or step_s is None or step_s != step_s:
+        return fields
+    usd = gpus * cost.gpu_hour_usd * step_s / 3600 + energy / 3.6e6 * cost.kwh_usd
+    if isinstance(work, TrainWorkload):
+        tokens = work.global_batch * work.seq
+        if work.tokens_total:
+            fields["run_usd"] = usd * work.tokens_total / tokens
+    else:
+        tokens = par.dp * work.batch * work.decode
+    fields["usd_per_step"] = usd
+    fields["usd_per_million_tokens"] = usd / tokens * 1e6
+    return fields
