@@ -11,8 +11,8 @@ from pathlib import Path
 from core import units
 from core.errors import SpecError
 from core.textfile import parse_mapping, read_text
-from .specs import (ACTIVATIONS, ATTENTION_KERNELS, COMPUTE_DTYPES, DTYPES, NORMS, POSITION_EMBEDDINGS, TOPOLOGIES,
-                    Calibration, GpuSpec, HardwareSpec, LinkFault, MemoryLevel, ModelSpec, MoESpec, NetworkDim)
+from .specs import (ACTIVATIONS, ATTENTION_KERNELS, COMPUTE_DTYPES, DTYPES, FP8_RECIPES, NORMS, POSITION_EMBEDDINGS,
+                    RECIPES_BY_DTYPE, TOPOLOGIES, Calibration, GpuSpec, HardwareSpec, LinkFault, MemoryLevel, ModelSpec, MoESpec, NetworkDim)
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -476,10 +476,20 @@ def hardware_from_mapping(data: dict, source: str) -> HardwareSpec:
         calibration=calibration, dtype=f.choice("dtype", DTYPES, "bf16"),
         source=str(f.raw("source", "")),
         faults=_faults_from_list(f.raw("faults", []), source),
+        fp8_recipe=f.choice("fp8_recipe", FP8_RECIPES) if f.raw("fp8_recipe", "") != "" else "",
     )
     f.done()
     _check_rated(spec, spec.dtype, DTYPES, source, "dtype")
+    _check_recipe(spec.dtype, spec.fp8_recipe, source, "fp8_recipe")
     return spec
+
+
+def _check_recipe(dtype: str, recipe: str, source: str, field: str) -> None:
+    """Refuse a scaling recipe the dtype does not take, naming those it does."""
+    if recipe and recipe not in RECIPES_BY_DTYPE.get(dtype, ()):
+        allowed = RECIPES_BY_DTYPE.get(dtype)
+        raise SpecError(source, field, recipe, f"dtype {dtype} takes " + (
+            f"fp8_recipe {', '.join(allowed)}" if allowed else "no fp8_recipe (its GEMMs are not low-precision)"))
 
 
 def _check_rated(hw: HardwareSpec, dtype: str, allowed: tuple, source: str, field: str) -> None:
@@ -528,9 +538,14 @@ def load_hardware(ref, overrides: dict | None = None) -> HardwareSpec:
     return _load_hardware_cached(*_resolve(ref, "gpus"), _freeze(overrides))
 
 
-def with_dtype(hw: HardwareSpec, dtype: str, source: str, field: str) -> HardwareSpec:
-    """The hardware computing in `dtype`, which its GPU must have a peak for."""
+def with_dtype(hw: HardwareSpec, dtype: str, source: str, field: str, recipe: str = "",
+               recipe_field: str = "fp8_recipe") -> HardwareSpec:
+    """The hardware computing in `dtype`, which its GPU must have a peak for, its low-precision
+    GEMMs scaled by `recipe` ("" = the dtype's default), which must fit the dtype."""
     if dtype not in COMPUTE_DTYPES:
         raise SpecError(source, field, dtype, f"expected one of {', '.join(COMPUTE_DTYPES)}")
     _check_rated(hw, dtype, COMPUTE_DTYPES, source, field)
-    return dataclasses.replace(hw, dtype=dtype)
+    if recipe and recipe not in FP8_RECIPES:
+        raise SpecError(source, recipe_field, recipe, f"expected one of {', '.join(FP8_RECIPES)}")
+    _check_recipe(dtype, recipe, source, recipe_field)
+    return dataclasses.replace(hw, dtype=dtype, fp8_recipe=recipe)
