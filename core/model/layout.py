@@ -2,7 +2,8 @@
 from functools import lru_cache
 from math import ceil, prod
 
-from .specs import KV_DTYPES, LOW_PRECISION_DTYPES, HardwareSpec, InferWorkload, ModelSpec, Parallelism, TrainWorkload
+from .specs import (KV_DTYPES, LOW_PRECISION_DTYPES, RECIPES_BY_DTYPE, HardwareSpec, InferWorkload, ModelSpec,
+                    Parallelism, TrainWorkload)
 
 Span = tuple  # ((dim_index, ranks_in_that_dim), ...): a group's extent per network dimension
 PLACEMENT = ("tp", "cp", "dp", "pp")
@@ -196,12 +197,23 @@ TRAINING_ONLY = ("zero", "ep", "etp", "micro_batch", "recompute", "schedule", "v
 _TRAINING_DEFAULTS = {name: getattr(Parallelism(), name) for name in TRAINING_ONLY}
 
 
+def recipe_mismatch(dtype: str, recipe: str) -> str:
+    """Why a scaling recipe does not fit the dtype ("" when it does or none is set)."""
+    if not recipe or recipe in RECIPES_BY_DTYPE.get(dtype, ()):
+        return ""
+    allowed = RECIPES_BY_DTYPE.get(dtype)
+    return f"dtype {dtype} takes " + (f"fp8_recipe {', '.join(allowed)}" if allowed
+                                      else "no fp8_recipe (its GEMMs are not low-precision)")
+
+
 def _knob_text(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def check_layout(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: int) -> str | None:
     """None if the layout can run at all, else the reason it cannot (memory aside)."""
+    if recipe_mismatch(hw.dtype, hw.fp8_recipe):
+        return f"fp8_recipe {hw.fp8_recipe}: {recipe_mismatch(hw.dtype, hw.fp8_recipe)}"
     if sorted(par.placement) != sorted(PLACEMENT):
         return f"placement {','.join(par.placement)} is not an order of {', '.join(PLACEMENT)}"
     if par.gpus != gpus:

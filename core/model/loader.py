@@ -11,8 +11,9 @@ from pathlib import Path
 from core import units
 from core.errors import SpecError
 from core.textfile import parse_mapping, read_text
+from .layout import recipe_mismatch
 from .specs import (ACTIVATIONS, ATTENTION_KERNELS, COMPUTE_DTYPES, DTYPES, FP8_RECIPES, NORMS, POSITION_EMBEDDINGS,
-                    RECIPES_BY_DTYPE, TOPOLOGIES, Calibration, GpuSpec, HardwareSpec, LinkFault, MemoryLevel, ModelSpec, MoESpec, NetworkDim)
+                    TOPOLOGIES, Calibration, GpuSpec, HardwareSpec, LinkFault, MemoryLevel, ModelSpec, MoESpec, NetworkDim)
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -480,16 +481,7 @@ def hardware_from_mapping(data: dict, source: str) -> HardwareSpec:
     )
     f.done()
     _check_rated(spec, spec.dtype, DTYPES, source, "dtype")
-    _check_recipe(spec.dtype, spec.fp8_recipe, source, "fp8_recipe")
     return spec
-
-
-def _check_recipe(dtype: str, recipe: str, source: str, field: str) -> None:
-    """Refuse a scaling recipe the dtype does not take, naming those it does."""
-    if recipe and recipe not in RECIPES_BY_DTYPE.get(dtype, ()):
-        allowed = RECIPES_BY_DTYPE.get(dtype)
-        raise SpecError(source, field, recipe, f"dtype {dtype} takes " + (
-            f"fp8_recipe {', '.join(allowed)}" if allowed else "no fp8_recipe (its GEMMs are not low-precision)"))
 
 
 def _check_rated(hw: HardwareSpec, dtype: str, allowed: tuple, source: str, field: str) -> None:
@@ -511,11 +503,19 @@ def _parsed(text: str, source: str, as_json: bool) -> dict:
     return parse_mapping(text, source, Path(source).name, as_json)
 
 
-def _with_overrides(text: str, source: str, as_json: bool, frozen: tuple) -> dict:
+# Top-level hardware fields a file may leave out that an override (a study knob) may still set.
+HARDWARE_OVERRIDABLE_OPTIONAL = ("fp8_recipe",)
+
+
+def _with_overrides(text: str, source: str, as_json: bool, frozen: tuple, optional: tuple = ()) -> dict:
     """A private copy of the parsed file with the overrides applied (the cached parse stays
-    untouched)."""
+    untouched); `optional` top-level fields absent from the file may be overridden too."""
     raw, overrides = _parsed(text, source, as_json), {k: json.loads(v) for k, v in frozen}
-    return apply_overrides(raw, overrides, source) if overrides else copy.deepcopy(raw)
+    if not overrides:
+        return copy.deepcopy(raw)
+    if isinstance(raw, dict):
+        raw = {**{key: None for key in optional}, **raw}
+    return apply_overrides(raw, overrides, source)
 
 
 @lru_cache(maxsize=512)
@@ -525,7 +525,8 @@ def _load_model_cached(text: str, source: str, as_json: bool, frozen: tuple) -> 
 
 @lru_cache(maxsize=512)
 def _load_hardware_cached(text: str, source: str, as_json: bool, frozen: tuple) -> HardwareSpec:
-    return hardware_from_mapping(_with_overrides(text, source, as_json, frozen), source)
+    return hardware_from_mapping(_with_overrides(text, source, as_json, frozen, HARDWARE_OVERRIDABLE_OPTIONAL),
+                                 source)
 
 
 def load_model(ref, overrides: dict | None = None) -> ModelSpec:
@@ -547,5 +548,7 @@ def with_dtype(hw: HardwareSpec, dtype: str, source: str, field: str, recipe: st
     _check_rated(hw, dtype, COMPUTE_DTYPES, source, field)
     if recipe and recipe not in FP8_RECIPES:
         raise SpecError(source, recipe_field, recipe, f"expected one of {', '.join(FP8_RECIPES)}")
-    _check_recipe(dtype, recipe, source, recipe_field)
+    unfit = recipe_mismatch(dtype, recipe)
+    if unfit:
+        raise SpecError(source, recipe_field, recipe, unfit)
     return dataclasses.replace(hw, dtype=dtype, fp8_recipe=recipe)

@@ -8,6 +8,7 @@ from rich.table import Table
 from core import BACKENDS, InferWorkload, Parallelism, SpecError, TrainWorkload, estimate_memory, evaluate, list_presets
 from core.model.specs import (COMPUTE_DTYPES, FP8_RECIPES, GRAD_DTYPES, KV_DTYPES, MASTER_WEIGHTS, MAX_WORKLOAD_SIZE,
                               OPTIMIZER_DTYPES, RECOMPUTE, SCHEDULES, WORKLOAD_SIZE_ALLOWED)
+from core.model.layout import recipe_mismatch
 from core.model.loader import load_hardware, load_model, with_dtype
 
 from .args import POSITIVE, check_folder_path
@@ -143,6 +144,8 @@ def parse_config(args):
     model, hw = load_model(args.model), load_hardware(args.hardware)
     if args.dtype or args.fp8_recipe:
         hw = with_dtype(hw, args.dtype or hw.dtype, "command line", "--dtype", args.fp8_recipe, "--fp8-recipe")
+    elif recipe_mismatch(hw.dtype, hw.fp8_recipe):
+        raise SpecError(args.hardware, "fp8_recipe", hw.fp8_recipe, recipe_mismatch(hw.dtype, hw.fp8_recipe))
     tp, pp, cp, ep = (_positive(f"--{a}", getattr(args, a)) for a in ("tp", "pp", "cp", "ep"))
     inner = tp * pp * cp
     if args.dp == "auto":
