@@ -236,7 +236,8 @@ def _seconds(value: float) -> str:
 def _print_table(model, hw, par, work, gpus, record, emit_traces=None) -> None:
     console = Console()
     layout = (f"dp={par.dp} tp={par.tp} pp={par.pp} cp={par.cp} ep={par.ep} sp={'on' if par.sp else 'off'} "
-              f"zero={par.zero} recompute={par.recompute} schedule={par.schedule}")
+              f"zero={par.zero} recompute={par.recompute} schedule={par.schedule} dtype={hw.dtype}"
+              + (f" ({hw.recipe})" if hw.recipe else ""))
     console.print(f"[bold]{model.name}[/] ({_parameters(model)}) on {gpus} x {hw.name}  ({work.mode})  {layout}")
     step = record["step_time_s"]
     label = "iteration" if work.mode == "train" else "request"
