@@ -67,7 +67,7 @@ def test_folded_experts_are_laid_out_afresh_over_a_stage():
 def test_a_folded_moe_replay_matches_the_closed_forms():
     h100 = core.load_hardware("h100-sxm5-80gb")
     model, work = core.load_model("mixtral-8x7b"), core.TrainWorkload(16, 4096)
-    par = core.Parallelism(tp=2, dp=8, ep=8, etp=1, sp=True, zero=1, recompute="full")
+    par = core.Parallelism(tp=2, dp=8, ep=8, etp=1, sp=True, zero=1, recompute="full", overlap_grad_reduce=False, overlap_param_gather=False)
     replay, closed = (core.evaluate(model, h100, par, work, 16, backend=backend, time_infeasible=True)["step_time_s"]
                       for backend in (HIER, "analytical"))
     assert replay == pytest.approx(closed, rel=0.01)
@@ -76,7 +76,8 @@ def test_a_folded_moe_replay_matches_the_closed_forms():
 def test_an_moe_replay_matches_the_closed_forms_with_expert_gradients_across_nodes(a100):
     # 16 GPUs, ep 4 inside a node: each expert shard's 4 replicas sit 4 ranks apart, on two nodes,
     # and the gradients are reduced after the backward (no contention with the pipeline)
-    model, par = core.load_model("mixtral-8x7b"), core.Parallelism(dp=16, ep=4, zero=1, recompute="full")
+    model, par = core.load_model("mixtral-8x7b"), core.Parallelism(dp=16, ep=4, zero=1, recompute="full",
+                                                                   overlap_grad_reduce=False, overlap_param_gather=False)
     work = core.TrainWorkload(global_batch=32, seq=4096)
     replay, closed = (core.evaluate(model, a100, par, work, 16, backend=backend, time_infeasible=True)["step_time_s"]
                       for backend in (HIER, "analytical"))
@@ -177,7 +178,7 @@ def test_a_send_held_up_by_a_busy_peer_is_pipeline_bubble_not_traffic(a100):
     # two stages: stage 0's sends finish only when stage 1 can take them; what they wait is
     # the bubble the closed form counts, and only the transfer itself is communication
     model, work = core.load_model("llama2-7b"), core.TrainWorkload(8, 2048)
-    par = core.Parallelism(pp=2, dp=4, recompute="full")
+    par = core.Parallelism(pp=2, dp=4, recompute="full", zero=0, overlap_grad_reduce=False)
     closed, replayed = (core.evaluate(model, a100, par, work, 8, backend=backend)["breakdown"]
                         for backend in ("analytical", HIER))
     assert replayed["bubble_s"] == pytest.approx(closed["bubble_s"], rel=0.1)

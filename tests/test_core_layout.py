@@ -36,11 +36,14 @@ def test_knobs_that_would_change_nothing_are_refused_not_ignored(a100):
     def reason(workload=work, **kw):
         return core.check_layout(dense, a100, core.Parallelism(**kw), workload, 16)
 
-    assert "needs dtype fp8, not bf16" in reason(dp=16, fp8_params=True)
-    assert "needs zero >= 1" in reason(dp=16, overlap_param_gather=True)
+    assert "needs dtype fp8, mxfp8, nvfp4, not bf16" in reason(dp=16, fp8_params=True)
+    assert "needs zero >= 1" in reason(dp=16, zero=0, overlap_param_gather=True)
+    assert "needs zero 3" in reason(dp=16, reshard_after_forward=False)
+    assert reason(dp=16, zero=3, reshard_after_forward=False) is None
     assert reason(dp=16, zero=1, overlap_param_gather=True) is None
     assert "needs schedule interleaved" in reason(dp=16, overlap_p2p_comm=True)
-    assert "needs sp" in reason(tp=2, dp=8, overlap_tp_comm=True)
+    assert "needs sp" in reason(tp=2, dp=8, sp=False, overlap_tp_comm=True)
+    assert reason(tp=2, dp=8, overlap_tp_comm=True) is None  # sp is on by default with tp > 1
     assert "no experts" in reason(tp=2, dp=8, sp=True, etp=1)
     assert "need pp > 1" in reason(dp=16, first_stage_layers=4, last_stage_layers=4)
     assert "give both" in reason(dp=4, pp=4, first_stage_layers=4)
@@ -48,7 +51,9 @@ def test_knobs_that_would_change_nothing_are_refused_not_ignored(a100):
     assert reason(request, dp=16, recompute="full", micro_batch=2) == (
         "micro_batch = 2, recompute = full: training knobs, which the inference model does not take")
     # checked first: no rule for training knobs suggests another training knob
-    assert "training knobs" in reason(request, dp=16, overlap_param_gather=True)
+    assert "training knobs" in reason(request, dp=16, overlap_param_gather=False)
+    # the distributed optimizer is a default, not a setting: inference takes it and refuses ZeRO 0
+    assert "zero = 0" in reason(request, dp=16, zero=0)
 
 
 def test_expert_parallelism_spans_context_parallel_ranks_before_data_parallel_ones(a100):

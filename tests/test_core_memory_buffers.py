@@ -86,7 +86,7 @@ def test_the_breakdown_says_which_buffers_it_counts():
     text = estimate_memory(SMALL, H100_FP8, par, core.TrainWorkload(2, 4096)).describe()
     assert "gradients: bf16 buckets, full" in text
     assert "optimizer: none master weights + bf16 Adam moments, sharded over dp*cp = 2" in text
-    assert "fp8_weights: TE fp8 copies + transposes" in text and "reserved: 2 GiB runtime" in text
+    assert "fp8_weights: TE fp8 (delayed) rowwise + columnwise copies" in text and "reserved: 2 GiB runtime" in text
 
 
 def test_the_breakdown_names_the_dispatchers_kept_tensors_unless_layers_are_recomputed():

@@ -24,10 +24,11 @@ from sweep.study.loader import load_study
 REPLAYS = ("astra-hierarchical", "astra-flattened")
 SEQ = 4096
 REQUEST = core.InferWorkload(batch=8, prompt=512, decode=16)
+PLAIN_DP = {"zero": 0, "overlap_grad_reduce": False}  # gradients all-reduced after the backward, alone
 LAYOUTS = {  # name: (parallelism, gpus, workload)
-    "train-dp2-tp4-pp1": (core.Parallelism(dp=2, tp=4, pp=1, sp=True), 8, core.TrainWorkload(16, SEQ)),
-    "train-tp8-pp1": (core.Parallelism(tp=8, pp=1, sp=True), 8, core.TrainWorkload(8, SEQ)),
-    "train-tp4-pp2": (core.Parallelism(tp=4, pp=2, sp=True), 8, core.TrainWorkload(16, SEQ)),
+    "train-dp2-tp4-pp1": (core.Parallelism(dp=2, tp=4, pp=1, sp=True, **PLAIN_DP), 8, core.TrainWorkload(16, SEQ)),
+    "train-tp8-pp1": (core.Parallelism(tp=8, pp=1, sp=True, **PLAIN_DP), 8, core.TrainWorkload(8, SEQ)),
+    "train-tp4-pp2": (core.Parallelism(tp=4, pp=2, sp=True, **PLAIN_DP), 8, core.TrainWorkload(16, SEQ)),
     "infer-tp4-pp2": (core.Parallelism(tp=4, pp=2), 8, REQUEST),
     "infer-tp4-pp1": (core.Parallelism(tp=4, pp=1), 4, REQUEST),
     "infer-tp8-pp1": (core.Parallelism(tp=8, pp=1), 8, REQUEST),
@@ -162,7 +163,7 @@ def test_protocol_startup_is_labelled_as_its_collective():
 def test_sweep_table_has_a_comm_column_for_tp_only_inference(write_study):
     study = load_study(write_study(name="infer-tp", gpus=4, backend="astra-hierarchical",
                                    workload={"mode": "infer", "batch": 4, "prompt": 256, "decode": 8},
-                                   space={"tp": [4], "pp": [1], "cp": [1], "zero": [0], "micro_batch": [1],
+                                   space={"tp": [4], "pp": [1], "cp": [1], "micro_batch": [1],
                                           "recompute": ["none"], "hardware.gpu.hbm.bandwidth": ["2039 GB/s"]}))
     run_study(study, executor="inprocess", progress=False)
     table = read_results(study.output).filter(pc.field("feasible"))

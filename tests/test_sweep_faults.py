@@ -132,7 +132,7 @@ def test_faults_are_drawn_per_layout_by_the_fields_it_sets():
     from sweep.faults.draws import layout_text
     from sweep.study.plan import PARALLELISM_FIELDS
 
-    layout = core.Parallelism(tp=2, pp=4, zero=1)
+    layout = core.Parallelism(tp=2, pp=4, zero=1, sp=False, overlap_grad_reduce=False, overlap_param_gather=False)
     assert layout_text(tuple(getattr(layout, f) for f in PARALLELISM_FIELDS)) == '{"pp": 4, "tp": 2, "zero": 1}'
 
 

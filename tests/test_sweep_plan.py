@@ -70,7 +70,24 @@ def test_new_parallelism_fields_are_knobs_with_todays_defaults(write_study):
     fields = [dict(zip(PARALLELISM_FIELDS, p.parallelism)) for p in plan.points]
     assert {f["overlap_tp_comm"] for f in fields} == {False, True}
     assert {(f["grad_dtype"], f["etp"], f["overlap_grad_reduce"], f["fp8_params"]) for f in fields} == \
-        {("bf16", 0, False, False)}
+        {("bf16", 0, True, False)}
+
+
+def test_training_knobs_default_to_megatron_core_recipes_and_each_turns_off():
+    """Distributed optimizer with both overlaps, and sequence parallelism whenever tp > 1."""
+    from sweep.study.space import parse_space
+    names = ("sp", "zero", "overlap_grad_reduce", "overlap_param_gather", "reshard_after_forward")
+
+    def resolved(space, mode="train"):
+        parsed = parse_space(space, "study.yaml", mode, 16)
+        return {tuple(getattr(parsed.resolve(choice).parallelism, n) for n in names) for choice in parsed.grid()}
+
+    assert resolved({"tp": [1]}) == {(False, 1, True, True, True)}
+    assert resolved({"tp": [2]}) == {(True, 1, True, True, True)}
+    assert resolved({"tp": [2]}, "infer") == {(False, 1, True, True, True)}  # no SP in inference
+    off = {"tp": [2], "sp": [False], "zero": [0], "overlap_grad_reduce": [False]}
+    assert resolved(off) == {(False, 0, False, False, True)}  # param gather follows zero: nothing to gather
+    assert resolved({"zero": [3], "reshard_after_forward": [False]}) == {(False, 3, True, False, False)}
 
 
 def test_optimizer_state_knobs_default_to_megatron_and_reject_unknown_kinds(write_study):

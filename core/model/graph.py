@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from . import ops
-from .specs import DTYPE_BYTES, HardwareSpec, ModelSpec, hash_once
+from .specs import DTYPE_BYTES, LOW_PRECISION_DTYPES, HardwareSpec, ModelSpec, hash_once, quantized_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +54,8 @@ class LayerShape:
 
 def train_shape(par, work) -> LayerShape:
     """The layer one rank runs per training micro-batch."""
-    return LayerShape(par.micro_batch, work.seq // par.cp, work.seq, par.tp, par.sp, par.cp, par.ep,
-                      etp=par.expert_tp, tp_overlap=par.overlap_tp_comm and par.sp and par.tp > 1,
+    return LayerShape(par.micro_batch, work.seq // par.cp, work.seq, par.tp, par.training_sp, par.cp, par.ep,
+                      etp=par.expert_tp, tp_overlap=par.overlap_tp_comm and par.training_sp and par.tp > 1,
                       document=work.document,
                       grad_accumulate="" if par.grad_accumulation_fusion else par.grad_dtype)
 
@@ -85,10 +85,11 @@ def _plus(*kernels: ops.KernelTime) -> ops.KernelTime:
 
 def _gemm_ops(hw, name, m, n, k, saved, batch=1, core=False, accumulate=""):
     """Forward op plus its two backward GEMMs (input gradient, weight gradient), each with
-    the FP8 casts it needs under FP8 training: the input (with its transpose, kept for the
-    weight gradient) before the forward, the output gradient (and transpose) before the
-    backward. Weights are cast once per step (Transformer Engine caches them across
-    micro-batches), so that cast is left to the optimizer step's traffic.
+    the quantizations it needs under low-precision training (ops.fp8_cast, by recipe): the
+    input (with its columnwise copy, kept for the weight gradient) before the forward, the
+    output gradient (and its columnwise copy) before the backward. Weights are quantized once
+    per step (Transformer Engine caches them across micro-batches): the optimizer step's
+    (training.weight_quantize_s).
     `batch` GEMMs of one shape run as Transformer Engine's GroupedLinear runs a rank's
     experts: one cuBLAS GEMM each, spread over 4 streams (nvte_multi_stream_cublas_gemm)
     that fill one another's tail waves, so the batched GEMM's time plus a launch per extra
@@ -112,10 +113,13 @@ def _gemm_ops(hw, name, m, n, k, saved, batch=1, core=False, accumulate=""):
     return fwd, (dgrad, wgrad)
 
 
-def gemm_input_bytes(hw: HardwareSpec) -> int:
-    """Bytes per element of a linear layer's input kept for its weight gradient: Transformer
-    Engine saves the FP8 copy it cast for the forward GEMM (one byte), not the BF16 input."""
-    return DTYPE_BYTES["fp8"] if hw.dtype == "fp8" else hw.act_bytes
+def gemm_input_bytes(hw: HardwareSpec) -> float:
+    """Bytes per element of a linear layer's input kept for its weight gradient: under a
+    low-precision recipe Transformer Engine saves the quantized copy the weight-gradient GEMM
+    reads (with its block scales), not the BF16 input."""
+    if hw.dtype in LOW_PRECISION_DTYPES:
+        return quantized_bytes(hw.dtype, hw.recipe)
+    return hw.act_bytes
 
 
 def _attention_gemm_ops(hw, name, m, n, k, batch):

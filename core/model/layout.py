@@ -2,7 +2,8 @@
 from functools import lru_cache
 from math import ceil, prod
 
-from .specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism, TrainWorkload
+from .specs import (KV_DTYPES, LOW_PRECISION_DTYPES, RECIPES_BY_DTYPE, HardwareSpec, InferWorkload, ModelSpec,
+                    Parallelism, TrainWorkload)
 
 Span = tuple  # ((dim_index, ranks_in_that_dim), ...): a group's extent per network dimension
 PLACEMENT = ("tp", "cp", "dp", "pp")
@@ -189,11 +190,20 @@ def pipeline_order(schedule: str, pp: int, chunks: int, stage: int, micro: int) 
 # optimizer; its timing runs experts unsplit, so ep and etp would shard their memory alone):
 # set away from their defaults in inference they are refused rather than ignored, so a study
 # does not write identical rows under different knobs.
-TRAINING_ONLY = ("ep", "etp", "micro_batch", "recompute", "schedule", "virtual_stages", "overlap_grad_reduce",
+TRAINING_ONLY = ("zero", "ep", "etp", "micro_batch", "recompute", "schedule", "virtual_stages", "overlap_grad_reduce",
                  "overlap_param_gather", "overlap_tp_comm", "overlap_p2p_comm", "grad_dtype",
                  "grad_accumulation_fusion", "fused_cross_entropy", "fp8_params", "master_weights",
-                 "optimizer_dtype")
-_TRAINING_DEFAULTS = {name: Parallelism.__dataclass_fields__[name].default for name in TRAINING_ONLY}
+                 "optimizer_dtype", "reshard_after_forward", "expandable_segments")
+_TRAINING_DEFAULTS = {name: getattr(Parallelism(), name) for name in TRAINING_ONLY}
+
+
+def recipe_mismatch(dtype: str, recipe: str) -> str:
+    """Why a scaling recipe does not fit the dtype ("" when it does or none is set)."""
+    if not recipe or recipe in RECIPES_BY_DTYPE.get(dtype, ()):
+        return ""
+    allowed = RECIPES_BY_DTYPE.get(dtype)
+    return f"dtype {dtype} takes " + (f"fp8_recipe {', '.join(allowed)}" if allowed
+                                      else "no fp8_recipe (its GEMMs are not low-precision)")
 
 
 def _knob_text(value) -> str:
@@ -202,6 +212,8 @@ def _knob_text(value) -> str:
 
 def check_layout(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: int) -> str | None:
     """None if the layout can run at all, else the reason it cannot (memory aside)."""
+    if recipe_mismatch(hw.dtype, hw.fp8_recipe):
+        return f"fp8_recipe {hw.fp8_recipe}: {recipe_mismatch(hw.dtype, hw.fp8_recipe)}"
     if sorted(par.placement) != sorted(PLACEMENT):
         return f"placement {','.join(par.placement)} is not an order of {', '.join(PLACEMENT)}"
     if par.gpus != gpus:
@@ -209,8 +221,9 @@ def check_layout(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpu
     if isinstance(work, InferWorkload):  # first, so that no rule below suggests a training knob
         if par.cp > 1:
             return "context parallelism is modelled for training only"
-        if par.zero:
-            return "ZeRO applies to training only"
+        if work.kv_dtype == "nvfp4" and "nvfp4" not in dict(hw.gpu.peak_flops):
+            others = ", ".join(d for d in KV_DTYPES if d != "nvfp4")
+            return f"kv_dtype nvfp4 needs a GPU with an nvfp4 peak (Blackwell); on {hw.gpu.name} expected one of {others}"
         unused = [f"{name} = {_knob_text(getattr(par, name))}" for name in TRAINING_ONLY
                   if getattr(par, name) != _TRAINING_DEFAULTS[name]]
         if unused:
@@ -250,19 +263,22 @@ def check_layout(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpu
                     "expert grid's pipelines are the dense ones (Megatron-Core)")
     if par.etp and model.moe is None:
         return f"etp = {par.etp} but the model has no experts"
-    if par.fp8_params and hw.dtype != "fp8":
-        return f"fp8_params keeps the weights its FP8 GEMMs read: it needs dtype fp8, not {hw.dtype}"
+    if par.fp8_params and hw.dtype not in LOW_PRECISION_DTYPES:
+        return (f"fp8_params keeps the weights its low-precision GEMMs read: it needs dtype "
+                f"{', '.join(LOW_PRECISION_DTYPES)}, not {hw.dtype}")
     if par.overlap_param_gather and par.zero == 0:
         return "overlap_param_gather gathers the distributed optimizer's parameter shards: it needs zero >= 1"
+    if not par.reshard_after_forward and par.zero < 3:
+        return "reshard_after_forward false keeps ZeRO-3's gathered parameters: it needs zero 3"
     if par.overlap_p2p_comm and par.schedule != "interleaved":
         return "overlap_p2p_comm hides a chunk's send behind the next chunk: it needs schedule interleaved"
-    if par.overlap_tp_comm and not par.sp:
+    if par.overlap_tp_comm and not par.training_sp:
         return "overlap_tp_comm pipelines the sequence-parallel collectives with their GEMMs: it needs sp"
     if model.moe is not None and model.moe.expert_ffn_hidden % par.expert_tp:
         return f"expert_ffn_hidden ({model.moe.expert_ffn_hidden}) not divisible by etp ({par.expert_tp})"
     if par.etp < 0 or (par.etp and par.etp > par.tp * par.cp * par.dp):
         return f"etp ({par.etp}) must be 0 (= tp) or a positive degree no larger than dp*cp*tp"
-    if par.sp and par.tp == 1:
+    if par.sp is True and par.tp == 1:
         return "sequence parallelism needs tp > 1"
     if par.schedule == "interleaved" and par.virtual_stages < 2:
         return "the interleaved schedule needs virtual_stages >= 2"
@@ -277,7 +293,7 @@ def check_layout(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpu
                     f"({par.dp}*{par.micro_batch} = {per_step})")
         if work.seq % par.cp:
             return f"seq ({work.seq}) not divisible by cp ({par.cp})"
-        if par.sp and (work.seq // par.cp) % par.tp:
+        if par.training_sp and (work.seq // par.cp) % par.tp:
             return f"seq/cp ({work.seq // par.cp}) not divisible by tp ({par.tp}) for sequence parallelism"
         if par.schedule == "interleaved" and (work.global_batch // per_step) % par.pp:
             return "the interleaved schedule needs micro-batches divisible by pp"

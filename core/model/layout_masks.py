@@ -9,16 +9,17 @@ import math
 
 import numpy as np
 
-from .layout import PLACEMENT, TRAINING_ONLY, _TRAINING_DEFAULTS, _split_layers
-from .specs import InferWorkload, TrainWorkload
+from .layout import PLACEMENT, TRAINING_ONLY, _TRAINING_DEFAULTS, _split_layers, recipe_mismatch
+from .specs import LOW_PRECISION_DTYPES, InferWorkload, TrainWorkload
 
 # Per rule (index + 1 is its number): the columns its reason's text depends on ("model" and
 # "hardware" are the spec variants' codes).
 REASON_INPUTS = (
+    ("hardware",),                                      # fp8_recipe does not fit the dtype
     ("placement",),                                     # placement not an order of PLACEMENT
     ("dp", "tp", "pp", "cp"),                           # dp*tp*pp*cp != gpus
     (),                                                 # inference: cp > 1
-    (),                                                 # inference: zero
+    ("hardware",),                                      # inference: nvfp4 KV cache without an nvfp4 peak
     TRAINING_ONLY,                                      # inference: training knobs set
     ("model", "tp"),                                    # heads % tp
     ("model", "tp"),                                    # kv_heads and tp
@@ -32,8 +33,9 @@ REASON_INPUTS = (
     ("placement",),                                     # experts: placement starts tp, cp
     ("placement",),                                     # experts: pp not outermost
     ("etp",),                                           # etp without experts
-    ("hardware",),                                      # fp8_params needs fp8
-    (), (), (),                                         # overlap_param_gather, overlap_p2p_comm, overlap_tp_comm
+    ("hardware",),                                      # fp8_params needs a low-precision dtype
+    (), (), (), (),                                     # overlap_param_gather, reshard_after_forward,
+                                                        # overlap_p2p_comm, overlap_tp_comm
     ("model", "etp", "tp"),                             # expert_ffn_hidden % etp
     ("etp",),                                           # etp range
     (), (), (),                                         # sp with tp 1, interleaved: vs >= 2, pp >= 2
@@ -54,7 +56,8 @@ def layout_failures(columns: dict, models: tuple, model_codes: np.ndarray, hardw
     col = {name: _Column(codes, values) for name, (codes, values) in columns.items()}
     v = {name: c.array() for name, c in col.items() if name not in ("placement", "schedule", "recompute",
                                                                          "grad_dtype", "master_weights",
-                                                                         "optimizer_dtype")}
+                                                                         "optimizer_dtype", "sp",
+                                                                         "overlap_param_gather")}
     expert_tp = np.where(v["etp"] != 0, v["etp"], v["tp"])
     interleaved = col["schedule"].map(lambda s: s == "interleaved")
     moe = np.array([m.moe is not None for m in models])[model_codes]
@@ -68,7 +71,12 @@ def layout_failures(columns: dict, models: tuple, model_codes: np.ndarray, hardw
     par_gpus = v["dp"] * v["tp"] * v["pp"] * v["cp"]
     uses_experts = (v["ep"] > 1) | (expert_tp != v["tp"])
     first_last = (v["first_stage_layers"] != 0) | (v["last_stage_layers"] != 0)
+    # The planner resolves sp and overlap_param_gather's `auto` before the rules, so here they
+    # are what Parallelism.training_sp and its resolved overlap_param_gather are.
+    sp = training_sp = col["sp"].map(bool)
+    param_gather = col["overlap_param_gather"].map(bool)
     rules = [
+        np.array([bool(recipe_mismatch(hw.dtype, hw.fp8_recipe)) for hw in hardware])[hardware_codes],
         col["placement"].map(lambda p: sorted(p) != sorted(PLACEMENT)),
         par_gpus != gpus,
     ]
@@ -77,7 +85,10 @@ def layout_failures(columns: dict, models: tuple, model_codes: np.ndarray, hardw
         unused = np.zeros(n, bool)
         for name in TRAINING_ONLY:
             unused |= col[name].map(lambda value, name=name: value != _TRAINING_DEFAULTS[name])
-        rules += [v["cp"] > 1, v["zero"] != 0, unused]
+        nvfp4_kv = work.kv_dtype == "nvfp4"
+        rules += [v["cp"] > 1,
+                  np.array([nvfp4_kv and "nvfp4" not in dict(hw.gpu.peak_flops) for hw in hardware])[hardware_codes],
+                  unused]
     else:
         rules += [np.zeros(n, bool)] * 3
     rules += [
@@ -94,13 +105,14 @@ def layout_failures(columns: dict, models: tuple, model_codes: np.ndarray, hardw
         uses_experts & (v["pp"] > 1) & col["placement"].map(lambda p: p[-1] != "pp")
         & (v["ep"] * expert_tp != v["tp"] * v["cp"]),
         (v["etp"] != 0) & ~moe,
-        v["fp8_params"] & ~np.array([hw.dtype == "fp8" for hw in hardware])[hardware_codes],
-        v["overlap_param_gather"] & (v["zero"] == 0),
-        v["overlap_p2p_comm"] & ~interleaved,
-        v["overlap_tp_comm"] & ~v["sp"],
+        col["fp8_params"].map(bool) & ~np.array([hw.dtype in LOW_PRECISION_DTYPES for hw in hardware])[hardware_codes],
+        param_gather & (v["zero"] == 0),
+        ~col["reshard_after_forward"].map(bool) & (v["zero"] < 3),
+        col["overlap_p2p_comm"].map(bool) & ~interleaved,
+        col["overlap_tp_comm"].map(bool) & ~training_sp,
         moe & (spec["expert_ffn"] % expert_tp != 0),
         (v["etp"] < 0) | ((v["etp"] != 0) & (v["etp"] > v["tp"] * v["cp"] * v["dp"])),
-        v["sp"] & (v["tp"] == 1),
+        sp & (v["tp"] == 1),
         interleaved & (v["virtual_stages"] < 2),
         interleaved & (v["pp"] < 2),
         ~interleaved & (v["virtual_stages"] != 1),
@@ -111,7 +123,7 @@ def layout_failures(columns: dict, models: tuple, model_codes: np.ndarray, hardw
         rules += [
             work.global_batch % per_step != 0,
             work.seq % v["cp"] != 0,
-            v["sp"] & (seq_per_cp % v["tp"] != 0),
+            training_sp & (seq_per_cp % v["tp"] != 0),
             interleaved & ((work.global_batch // per_step) % v["pp"] != 0),
         ]
     else:

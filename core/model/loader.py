@@ -11,9 +11,10 @@ from pathlib import Path
 from core import units
 from core.errors import SpecError
 from core.textfile import parse_mapping, read_text
-from .specs import (ACTIVATIONS, ATTENTION_KERNELS, COMPUTE_DTYPES, DTYPES, NORMS, POSITION_EMBEDDINGS, POWER_CLOCKS,
-                    TOPOLOGIES, Calibration, GpuSpec, HardwareSpec, LinkFault, MemoryLevel, ModelSpec, MoESpec,
-                    NetworkDim, PowerSpec)
+from .layout import recipe_mismatch
+from .specs import (ACTIVATIONS, ATTENTION_KERNELS, COMPUTE_DTYPES, DTYPES, FP8_RECIPES, NORMS, POSITION_EMBEDDINGS,
+                    POWER_CLOCKS, TOPOLOGIES, Calibration, GpuSpec, HardwareSpec, LinkFault, MemoryLevel, ModelSpec,
+                    MoESpec, NetworkDim, PowerSpec)
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -530,6 +531,7 @@ def hardware_from_mapping(data: dict, source: str) -> HardwareSpec:
         calibration=calibration, dtype=f.choice("dtype", DTYPES, "bf16"),
         source=str(f.raw("source", "")),
         faults=_faults_from_list(f.raw("faults", []), source),
+        fp8_recipe=f.choice("fp8_recipe", FP8_RECIPES) if f.raw("fp8_recipe", "") != "" else "",
     )
     f.done()
     _check_rated(spec, spec.dtype, DTYPES, source, "dtype")
@@ -555,11 +557,19 @@ def _parsed(text: str, source: str, as_json: bool) -> dict:
     return parse_mapping(text, source, Path(source).name, as_json)
 
 
-def _with_overrides(text: str, source: str, as_json: bool, frozen: tuple) -> dict:
+# Top-level hardware fields a file may leave out that an override (a study knob) may still set.
+HARDWARE_OVERRIDABLE_OPTIONAL = ("fp8_recipe",)
+
+
+def _with_overrides(text: str, source: str, as_json: bool, frozen: tuple, optional: tuple = ()) -> dict:
     """A private copy of the parsed file with the overrides applied (the cached parse stays
-    untouched)."""
+    untouched); `optional` top-level fields absent from the file may be overridden too."""
     raw, overrides = _parsed(text, source, as_json), {k: json.loads(v) for k, v in frozen}
-    return apply_overrides(raw, overrides, source) if overrides else copy.deepcopy(raw)
+    if not overrides:
+        return copy.deepcopy(raw)
+    if isinstance(raw, dict):
+        raw = {**{key: None for key in optional}, **raw}
+    return apply_overrides(raw, overrides, source)
 
 
 @lru_cache(maxsize=512)
@@ -569,7 +579,8 @@ def _load_model_cached(text: str, source: str, as_json: bool, frozen: tuple) -> 
 
 @lru_cache(maxsize=512)
 def _load_hardware_cached(text: str, source: str, as_json: bool, frozen: tuple) -> HardwareSpec:
-    return hardware_from_mapping(_with_overrides(text, source, as_json, frozen), source)
+    return hardware_from_mapping(_with_overrides(text, source, as_json, frozen, HARDWARE_OVERRIDABLE_OPTIONAL),
+                                 source)
 
 
 def load_model(ref, overrides: dict | None = None) -> ModelSpec:
@@ -582,9 +593,16 @@ def load_hardware(ref, overrides: dict | None = None) -> HardwareSpec:
     return _load_hardware_cached(*_resolve(ref, "gpus"), _freeze(overrides))
 
 
-def with_dtype(hw: HardwareSpec, dtype: str, source: str, field: str) -> HardwareSpec:
-    """The hardware computing in `dtype`, which its GPU must have a peak for."""
+def with_dtype(hw: HardwareSpec, dtype: str, source: str, field: str, recipe: str = "",
+               recipe_field: str = "fp8_recipe") -> HardwareSpec:
+    """The hardware computing in `dtype`, which its GPU must have a peak for, its low-precision
+    GEMMs scaled by `recipe` ("" = the dtype's default), which must fit the dtype."""
     if dtype not in COMPUTE_DTYPES:
         raise SpecError(source, field, dtype, f"expected one of {', '.join(COMPUTE_DTYPES)}")
     _check_rated(hw, dtype, COMPUTE_DTYPES, source, field)
-    return dataclasses.replace(hw, dtype=dtype)
+    if recipe and recipe not in FP8_RECIPES:
+        raise SpecError(source, recipe_field, recipe, f"expected one of {', '.join(FP8_RECIPES)}")
+    unfit = recipe_mismatch(dtype, recipe)
+    if unfit:
+        raise SpecError(source, recipe_field, recipe, unfit)
+    return dataclasses.replace(hw, dtype=dtype, fp8_recipe=recipe)

@@ -7,34 +7,38 @@ from math import ceil
 
 from .graph import LayerGraph
 from .layout import stage_layers, warmup_forwards
-from .specs import DTYPE_BYTES, HardwareSpec, ModelSpec, Parallelism
+from .specs import DTYPE_BYTES, LOW_PRECISION_DTYPES, HardwareSpec, ModelSpec, Parallelism, quantized_bytes
 
 GiB = 2**30
 # Bytes per parameter of the optimizer's master weights (specs.MASTER_WEIGHTS): apex's
 # store_param_remainders keeps the 16 low bits of each FP32 weight (an int16 shard).
 MASTER_WEIGHT_BYTES = {"fp32": DTYPE_BYTES["fp32"], "bf16": DTYPE_BYTES["bf16"], "remainders": 2, "none": 0}
 ADAM_MOMENTS = 2  # first and second moment, each in the optimizer dtype
-# Transformer Engine under FP8 training keeps, per weight, the FP8 copy its forward GEMM reads
-# and that copy's transpose for the input-gradient GEMM (Hopper's FP8 GEMM takes only the TN
-# layout): cached across micro-batches (TE 1.8 Linear: FP8 workspace `with_transpose` while
-# grad is enabled; TE 2.x: the weight quantizer's rowwise and columnwise usage). With FP8
-# weights (fp8_params) only the transpose comes on top.
-FP8_WEIGHT_COPY_BYTES = DTYPE_BYTES["fp8"]
-FP8_TRANSPOSE_BYTES = DTYPE_BYTES["fp8"]
+# Transformer Engine under low-precision training keeps, per weight, the quantized copy its
+# forward GEMM reads and the columnwise copy for the input-gradient GEMM (per-tensor FP8: the
+# transpose, as Hopper's FP8 GEMM takes only the TN layout; block-scaled formats: a second copy
+# scaled along the other dimension), both with their block scales, cached across micro-batches
+# (TE 1.8 Linear: FP8 workspace `with_transpose` while grad is enabled; TE 2.x: the weight
+# quantizer's rowwise and columnwise usage). With quantized weights (fp8_params) only the
+# columnwise copy comes on top.
 # What the CUDA caching allocator and the runtime hold beyond live tensors: the CUDA context,
 # cuBLAS workspaces and NCCL buffers (a fixed amount), plus blocks freed but kept cached
 # and split (fragmentation, a share of what is allocated). Cross-check: Megatron-Bridge's
 # Moonlight 16B runs on H100 (memory_h100.csv) peak at 36.6 GB allocated with ~40 GB
 # reserved; 2 GiB + 5 % of 36.6 GB gives 40.6 GB.
-# Not modelled: the fragmentation of the caching allocator without expandable segments
-# (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), whose fixed-size segments never merge.
-# Megatron-Bridge's memory-tuning skill (nemo-mbridge-perf-memory-tuning SKILL.md) has Llama 3
-# 70B SFT go out of memory at 58.8 GB allocated without them (so >= 26 GB, 45 %, held beyond the
-# live tensors) and pass at ~59 GB with them; no published figure ties that gap to allocation
-# sizes or to the schedule, so the reserve below has no term for it and that run (memory_h100
-# MEM-L70B-SFT-base) stays a known miss.
+# That 5 % is the allocator with expandable segments (PYTORCH_CUDA_ALLOC_CONF=
+# expandable_segments:True, in NeMo's and Megatron-Bridge's launch templates), whose segments
+# grow in place. PyTorch's default fixed-size segments never merge: a block freed inside one
+# serves only requests that fit it, so memory cached but unusable grows. Megatron-Bridge's
+# memory-tuning skill (nemo-mbridge-perf-memory-tuning SKILL.md, 'Measured Results') has Llama 3
+# 70B SFT on 32 H100s go out of memory at 58.8 GB (54.8 GiB) allocated without them and pass
+# with them: the 79.6 GiB device less the 2 GiB runtime reserve leaves 22.9 GiB, 42 % of the
+# allocated bytes, that fixed segments held beyond the live tensors. That single measurement
+# isolates the effect; the share below is its lower bound, not a figure fitted across rows (no
+# other visible run states that it ran without expandable segments).
 RUNTIME_RESERVE_BYTES = 2.0 * GiB
 FRAGMENTATION = 0.05
+FIXED_SEGMENT_FRAGMENTATION = 0.42
 
 
 @dataclass(frozen=True)
@@ -118,9 +122,10 @@ def _param_parts(model: ModelSpec, t: int, ep: int, etp: int, split: tuple) -> t
     return tuple(tuple(part) for part in parts)
 
 
-def weight_bytes(hw: HardwareSpec, par: Parallelism) -> int:
-    """Bytes per parameter of the weights the GPUs compute with (and ZeRO gathers)."""
-    return DTYPE_BYTES["fp8"] if par.fp8_params else hw.act_bytes
+def weight_bytes(hw: HardwareSpec, par: Parallelism) -> float:
+    """Bytes per parameter of the weights the GPUs compute with (and ZeRO gathers): the
+    quantized copy with its block scales under fp8_params, else the 16-bit working copy."""
+    return quantized_bytes(hw.dtype, hw.recipe, weights=True) if par.fp8_params else hw.act_bytes
 
 
 def grad_bytes(par: Parallelism) -> int:
@@ -134,12 +139,21 @@ def optimizer_bytes(par: Parallelism) -> int:
     return MASTER_WEIGHT_BYTES[par.master_weights] + ADAM_MOMENTS * DTYPE_BYTES[par.optimizer_dtype]
 
 
-def fp8_weight_bytes(hw: HardwareSpec, par: Parallelism) -> int:
-    """Bytes per parameter Transformer Engine keeps beside the weights under FP8 compute: the
-    FP8 copy and its transpose, or the transpose alone when the weights are FP8 already."""
-    if hw.dtype != "fp8":
+def fp8_weight_bytes(hw: HardwareSpec, par: Parallelism) -> float:
+    """Bytes per parameter Transformer Engine keeps beside the weights under low-precision
+    compute: the rowwise and columnwise quantized copies, or the columnwise one alone when the
+    weights are quantized already (fp8_params)."""
+    if hw.dtype not in LOW_PRECISION_DTYPES:
         return 0
-    return FP8_TRANSPOSE_BYTES + (0 if par.fp8_params else FP8_WEIGHT_COPY_BYTES)
+    return quantized_bytes(hw.dtype, hw.recipe, weights=True) * (1 if par.fp8_params else 2)
+
+
+def inference_weight_bytes(hw: HardwareSpec) -> float:
+    """Bytes per parameter of an inference engine's weights: stored in the compute format, FP4
+    and block-scaled FP8 with their scales (one per 16 or 32 elements along the reduction)."""
+    if hw.dtype in LOW_PRECISION_DTYPES:
+        return quantized_bytes(hw.dtype, hw.recipe)
+    return DTYPE_BYTES[hw.dtype]
 
 
 def logit_bytes_per_element(hw: HardwareSpec, par: Parallelism) -> int:
@@ -188,7 +202,7 @@ def training_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, graph:
     allocates them in its first step)."""
     el = hw.act_bytes
     t = par.tp
-    layer_input = tokens * model.hidden * el / (t if par.sp else 1)
+    layer_input = tokens * model.hidden * el / (t if par.training_sp else 1)
     per_layer = saved_per_layer(graph, par.recompute, layer_input)
     full_layer = saved_per_layer(graph, "none", layer_input)
     shard, expert_shard = par.dp * par.cp, expert_data_parallel(par)  # ZeRO shards over replicas
@@ -202,11 +216,13 @@ def training_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, graph:
         params = dense + expert
         sharded = dense / shard + expert / expert_shard
         optimized = sharded if par.zero >= 1 else params  # ZeRO 1+: optimizer state, 2+: gradients, 3: weights
-        held = sharded if par.zero >= 3 else params  # ZeRO 3 gathers a layer's weights (and FP8 copies) to use it
-        states = (held * w_bytes, (sharded if par.zero >= 2 else params) * g_bytes, held * cache_bytes)
+        resharded = par.zero >= 3 and par.reshard_after_forward
+        held = sharded if resharded else params  # ZeRO 3 gathers a layer's weights (and FP8 copies) to use it
+        kept_shard = sharded if par.zero >= 3 and not par.reshard_after_forward else 0.0  # beside the gathered copy
+        states = ((held + kept_shard) * w_bytes, (sharded if par.zero >= 2 else params) * g_bytes, held * cache_bytes)
         activations = split[stage] * per_layer * in_flight(par, microbatches, stage)
         transient = layer_transient
-        if par.zero >= 3:
+        if resharded:  # the layer in use and the one prefetched
             transient += 2 * params / split[stage] * w_bytes
         if stage == par.pp - 1:
             transient += tokens * model.vocab / t * logit_bytes_per_element(hw, par)
@@ -217,8 +233,9 @@ def training_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, graph:
         if total > most:  # the peak grows with the allocated bytes
             best, most = (stage, states, step if at_step else backward, at_step), total
     stage, (weights, grads, cache), (optimizer, activations, transient), at_step = best
+    fragmentation = FRAGMENTATION if par.expandable_segments else FIXED_SEGMENT_FRAGMENTATION
     return MemoryEstimate(weights, grads, optimizer, activations, transient, 0.0, hw.gpu.hbm.capacity_bytes,
-                          stage, cache, buffers=partial(_training_buffers, hw, par, microbatches, stage, at_step,
+                          stage, cache, fragmentation, buffers=partial(_training_buffers, hw, par, microbatches, stage, at_step,
                                                         model.moe is not None))
 
 
@@ -241,7 +258,7 @@ def _training_buffers(hw: HardwareSpec, par: Parallelism, microbatches: int, sta
                       moe: bool) -> tuple:
     """What each kind of a training estimate counts, as the breakdown names it."""
     sharded = f"sharded over dp*cp = {par.dp * par.cp}"
-    weights = "fp8" if par.fp8_params else hw.act_dtype
+    weights = hw.dtype if par.fp8_params else hw.act_dtype
     grads = f"{par.grad_dtype} buckets, " + (sharded if par.zero >= 2 else "full")
     state = (f"{par.master_weights} master weights + {par.optimizer_dtype} Adam moments, "
              + (sharded if par.zero >= 1 else "unsharded"))
@@ -254,10 +271,13 @@ def _training_buffers(hw: HardwareSpec, par: Parallelism, microbatches: int, sta
         moment = [("activations", f"{in_flight(par, microbatches, stage):.2f} micro-batches in flight, "
                                   f"recompute {par.recompute}{dispatcher}"),
                   ("transient", "one layer's working tensors" + (_logits_text(par) if stage == par.pp - 1 else ""))]
-    out = [("weights", weights + (f", {sharded}" if par.zero >= 3 else "")), ("gradients", grads),
+    if par.zero >= 3:
+        weights += f", {sharded}" + ("" if par.reshard_after_forward else ", the stage's gathered copy kept all step")
+    out = [("weights", weights), ("gradients", grads),
            ("optimizer", state), *moment]
     if fp8_weight_bytes(hw, par):
-        out.append(("fp8_weights", "TE fp8 transposes" if par.fp8_params else "TE fp8 copies + transposes"))
+        copies = "columnwise copies" if par.fp8_params else "rowwise + columnwise copies"
+        out.append(("fp8_weights", f"TE {hw.dtype} ({hw.recipe}) {copies}"))
     return tuple(out)
 
 
@@ -276,7 +296,7 @@ def inference_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, batch
     transient = prefill_workspace_bytes(model, hw, t, batch * prompt) + batch * model.vocab / t * 4
     best = None
     for stage, params in enumerate(stage_params(model, par)):
-        estimate = MemoryEstimate(params * DTYPE_BYTES[hw.dtype], 0.0, 0.0, 0.0, transient, kv_cache,
+        estimate = MemoryEstimate(params * inference_weight_bytes(hw), 0.0, 0.0, 0.0, transient, kv_cache,
                                   hw.gpu.hbm.capacity_bytes, stage, fragmentation=0.0)
         if best is None or estimate.peak_bytes > best.peak_bytes:
             best = estimate

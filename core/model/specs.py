@@ -23,8 +23,23 @@ DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4")
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "mxfp8": 1, "nvfp4": 0.5}
 COMPUTE_DTYPES = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4")
 LOW_PRECISION_DTYPES = ("fp8", "mxfp8", "nvfp4")  # GEMM-only formats: the rest of the step stays in BF16
-# Storage formats an inference KV cache can take (tf32 is a tensor-core input mode, not one).
-KV_DTYPES = ("fp32", "bf16", "fp16", "fp8")
+# How Transformer Engine scales a low-precision tensor. "delayed": one FP32 scale per tensor from
+# the amax history of earlier steps (the cast records this step's amax in passing); "current":
+# one FP32 scale per tensor from this tensor's own amax, an extra reduction pass before each
+# cast; "block-scaled": a scale per small block, computed inside the cast (FP8: TE's
+# Float8BlockScaling, an FP32 scale per 1x128 tile; MXFP8 and NVFP4 are block-scaled by
+# definition).
+FP8_RECIPES = ("delayed", "current", "block-scaled")
+RECIPES_BY_DTYPE = {"fp8": FP8_RECIPES, "mxfp8": ("block-scaled",), "nvfp4": ("block-scaled",)}
+DEFAULT_RECIPE = {"fp8": "delayed", "mxfp8": "block-scaled", "nvfp4": "block-scaled"}  # Megatron-Core's --fp8-recipe
+# (elements per scale, bytes per scale) of a block-scaled tensor: MXFP8's E8M0 byte per 32,
+# NVFP4's E4M3 byte per 16 (plus one FP32 scale per tensor, negligible), TE's FP8 blocks an FP32
+# scale per 128 (weights: per 128x128, 2D; NVFP4 weights: per 16x16, 2D).
+BLOCK_SCALES = {"fp8": (128, 4), "mxfp8": (32, 1), "nvfp4": (16, 1)}
+WEIGHT_BLOCK_SCALES = {"fp8": (128 * 128, 4), "mxfp8": (32, 1), "nvfp4": (16 * 16, 1)}
+# Storage formats an inference KV cache can take (tf32 is a tensor-core input mode, not one);
+# nvfp4 (TensorRT-LLM's FP4 KV cache, with its per-16 E4M3 scales) needs a GPU with an FP4 peak.
+KV_DTYPES = ("fp32", "bf16", "fp16", "fp8", "nvfp4")
 # The largest batch, sequence or token count a workload may name: attention kernels index
 # tokens with int32 (FlashAttention's and cuDNN's cu_seqlens), so no run goes past it.
 MAX_WORKLOAD_SIZE = 2**31 - 1
@@ -58,6 +73,20 @@ def hash_once(cls):
 
     cls.__hash__, cls.__getstate__ = __hash__, __getstate__
     return cls
+
+
+def quantized_bytes(dtype: str, recipe: str, weights: bool = False) -> float:
+    """Bytes per element of one quantized copy (rowwise or columnwise) of a tensor: the
+    element plus its share of the block scales (per-tensor recipes add none)."""
+    if recipe != "block-scaled":
+        return DTYPE_BYTES[dtype]
+    elements, scale_bytes = (WEIGHT_BLOCK_SCALES if weights else BLOCK_SCALES)[dtype]
+    return DTYPE_BYTES[dtype] + scale_bytes / elements
+
+
+def kv_element_bytes(kv_dtype: str) -> float:
+    """Bytes per KV-cache element: the element plus, for NVFP4, its block scale."""
+    return quantized_bytes(kv_dtype, "block-scaled") if kv_dtype == "nvfp4" else DTYPE_BYTES[kv_dtype]
 
 
 def activation_dtype(compute_dtype: str) -> str:
@@ -264,6 +293,12 @@ class HardwareSpec:
     dtype: str = "bf16"
     source: str = ""
     faults: tuple = ()  # of LinkFault
+    fp8_recipe: str = ""  # one of RECIPES_BY_DTYPE[dtype]; "" = the dtype's default (DEFAULT_RECIPE)
+
+    @cached_property
+    def recipe(self) -> str:
+        """How the low-precision GEMMs' inputs are scaled; "" when the GEMMs run in 16 bits or more."""
+        return self.fp8_recipe or DEFAULT_RECIPE.get(self.dtype, "")
 
     @cached_property
     def act_dtype(self) -> str:
@@ -299,8 +334,10 @@ class Parallelism:
     pp: int = 1
     cp: int = 1
     ep: int = 1
-    sp: bool = False
-    zero: int = 0
+    # sequence parallelism; None: Megatron-Core's and NeMo's recipes, on whenever tp > 1 in
+    # training (training_sp), off in inference (engines keep the whole sequence on each TP rank)
+    sp: bool | None = None
+    zero: int = 1  # 1: Megatron-Core's distributed optimizer (ZeRO-1 over dp*cp), the recipes' default
     micro_batch: int = 1
     recompute: str = "none"
     schedule: str = "1f1b"
@@ -310,10 +347,11 @@ class Parallelism:
     first_stage_layers: int = 0  # 0 = Megatron's split; else the first pipeline stage's layer count
     last_stage_layers: int = 0
     # Data-parallel traffic as Megatron-Core runs it: gradients reduced bucket by bucket during
-    # the last micro-batch's backward, parameters gathered during the next forward. Off by
-    # default, as in Megatron-LM without --overlap-grad-reduce / --overlap-param-gather.
-    overlap_grad_reduce: bool = False
-    overlap_param_gather: bool = False
+    # the last micro-batch's backward, parameters gathered during the next forward. On by
+    # default, as in NeMo's and Megatron-Core's performance recipes; overlap_param_gather None:
+    # on whenever there are parameter shards to gather (1 <= zero <= 2).
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool | None = None
     grad_dtype: str = "fp32"  # main-gradient buffers and their reduction (fp32, or bf16)
     # Weight gradients added into the main gradients inside the weight-gradient GEMM (Megatron's
     # --gradient-accumulation-fusion, on by default); off, a kernel of its own adds them (PyTorch
@@ -332,10 +370,28 @@ class Parallelism:
     fp8_params: bool = False  # weights kept in FP8 (no BF16 working copy)
     master_weights: str = "fp32"  # one of MASTER_WEIGHTS, sharded like the optimizer state
     optimizer_dtype: str = "fp32"  # Adam moments' dtype (apex's `dtype`, TE's precision-aware optimizer)
+    # ZeRO-3 / FSDP: free each layer's gathered parameters after its forward (True, FSDP's
+    # default) or keep them gathered until the step ends (False, torchtitan's choice under
+    # pipeline parallelism): a stage's full weights held, gathered once per step instead of
+    # once per micro-batch forward and again for its backward.
+    reshard_after_forward: bool = True
+    # PyTorch's caching allocator growing its segments in place (PYTORCH_CUDA_ALLOC_CONF=
+    # expandable_segments:True, in NeMo's and Megatron-Bridge's launch templates); off, PyTorch's
+    # default fixed-size segments, which fragment (memory.FIXED_SEGMENT_FRAGMENTATION).
+    expandable_segments: bool = True
+
+    def __post_init__(self):
+        if self.overlap_param_gather is None:
+            object.__setattr__(self, "overlap_param_gather", 1 <= self.zero <= 2)
 
     @property
     def gpus(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def training_sp(self) -> bool:
+        """Sequence parallelism in training: as set, else on whenever tp > 1."""
+        return self.tp > 1 if self.sp is None else self.sp
 
     @property
     def expert_tp(self) -> int:
@@ -361,5 +417,5 @@ class InferWorkload:
     kv_dtype: str = ""  # KV-cache element type; empty = the activation dtype
     mode: str = "infer"  # replicas are the layout's dp: independent copies serving requests
 
-    def kv_bytes(self, hw: HardwareSpec) -> int:
-        return DTYPE_BYTES[self.kv_dtype] if self.kv_dtype else hw.act_bytes
+    def kv_bytes(self, hw: HardwareSpec) -> float:
+        return kv_element_bytes(self.kv_dtype) if self.kv_dtype else hw.act_bytes

@@ -11,7 +11,7 @@ from .graph import LayerGraph, LayerShape, build_layer, train_shape
 from .layout import group_spans, merge_spans, pipeline_order, stage_layers
 from . import memory
 from .memory import expert_data_parallel, stage_param_parts
-from .specs import HardwareSpec, ModelSpec, Parallelism, TrainWorkload
+from .specs import LOW_PRECISION_DTYPES, HardwareSpec, ModelSpec, Parallelism, TrainWorkload
 
 ADAM_BYTES_PER_PARAM = 30  # read fp32 master, moments and gradient; write them and the bf16 copy
 
@@ -192,7 +192,22 @@ def optimizer_step_s(model: ModelSpec, hw: HardwareSpec, par: Parallelism) -> fl
     parameters shard over the dp*cp replicas, experts over their expert data-parallel ones."""
     adam = ops.pointwise(hw, _sharded_stage_params(model, par, par.zero >= 1) * ADAM_BYTES_PER_PARAM)
     zero_grads = ops.pointwise(hw, _sharded_stage_params(model, par, par.zero >= 2) * memory.grad_bytes(par))
-    return adam.time_s + zero_grads.time_s
+    return adam.time_s + zero_grads.time_s + weight_quantize_s(model, hw, par)
+
+
+def weight_quantize_s(model: ModelSpec, hw: HardwareSpec, par: Parallelism) -> float:
+    """Transformer Engine's quantization of the updated weights, once per step (its copies are
+    cached across micro-batches): read the working copy, write the quantized copies
+    (memory.fp8_weight_bytes), after an amax pass where the recipe scales per tensor from the
+    tensor itself (current; NVFP4's per-tensor scale). With fp8_params the optimizer writes the
+    quantized weights and only the columnwise copy is made. ZeRO-3 quantizes each rank's shard."""
+    if hw.dtype not in LOW_PRECISION_DTYPES:
+        return 0.0
+    params = _sharded_stage_params(model, par, par.zero >= 3)
+    read = params * memory.weight_bytes(hw, par)
+    cast = ops.pointwise(hw, read + params * memory.fp8_weight_bytes(hw, par)).time_s
+    amax = ops.pointwise(hw, read).time_s if hw.recipe == "current" or hw.dtype == "nvfp4" else 0.0
+    return cast + amax
 
 
 def _sharded_stage_params(model: ModelSpec, par: Parallelism, sharded: bool) -> float:
@@ -238,10 +253,12 @@ def data_parallel(model, hw, par, dims, spans, prof, split, micro) -> tuple:
     buffers of their own and reduces them there (its DistributedDataParallel's expert-parallel
     buffers), so both collectives run, one after the other, on the DP communication stream.
     ZeRO-3 / FSDP prefetches each layer's parameters while the layer before runs and
-    scatters its gradients during the backward, so a layer's traffic hides behind its pass.
+    scatters its gradients during the backward, so a layer's traffic hides behind its pass;
+    with reshard_after_forward off it gathers each layer once per step, in the first
+    micro-batch's forward, and keeps it for every later pass.
     Otherwise gradients are all-reduced (ZeRO 0) or reduce-scattered (ZeRO 1-2, the
     distributed optimizer, which then all-gathers the updated parameters):
-    - without overlap (2021-era Megatron, the default), after the pipeline drains, on every
+    - without overlap (2021-era Megatron), after the pipeline drains, on every
       stage at once: fully exposed;
     - with overlap_grad_reduce, bucket by bucket while the last micro-batch's backward runs:
       what the backward cannot cover is exposed, and never less than the last bucket;
@@ -271,14 +288,20 @@ def data_parallel(model, hw, par, dims, spans, prof, split, micro) -> tuple:
         scatter = sync("reduce_scatter", dense, expert, gradient_bytes)
         gather_s, scatter_s = sum(gather.values()), sum(scatter.values())
         unhidden = zero3_unhidden_share(split[stage])
+        # reshard_after_forward: every layer of every micro-batch gathers again, forward and
+        # backward; kept gathered, each layer gathers once per step, in the first forward
+        regather = par.reshard_after_forward
+        backward_gather_s = gather_s if regather else 0.0
         # beside the backward: the gather and what of the scatter can hide, one after the other
-        behind_backward = _uncovered(gather_s + (1 - unhidden) * scatter_s, backward_s)
-        scale = micro * split[stage]  # every layer of every micro-batch gathers again
+        behind_backward = _uncovered(backward_gather_s + (1 - unhidden) * scatter_s, backward_s)
+        scale = micro * split[stage]
+        gathers = scale if regather else split[stage]
         exposed = {}
-        add_times(exposed, gather, scale * max(unhidden, _uncovered(gather_s, prof.forward.total_s)))
-        add_times(exposed, gather, scale * behind_backward)
+        add_times(exposed, gather, gathers * max(unhidden, _uncovered(gather_s, prof.forward.total_s)))
+        if regather:
+            add_times(exposed, gather, scale * behind_backward)
         add_times(exposed, scatter, scale * (unhidden + (1 - unhidden) * behind_backward))
-        return scale * (2 * gather_s + scatter_s), exposed
+        return gathers * gather_s * (2 if regather else 1) + scale * scatter_s, exposed
     bucket = ddp_bucket_params(par.dp * par.cp)
     worst, seen = None, set()
     for stage, ((dense, expert), layers) in enumerate(zip(parts, split)):

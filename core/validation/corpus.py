@@ -308,16 +308,18 @@ def _layout(*, dp: int, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1, etp:
             micro_batch: int = 1, recompute: str = "none", overlap_grad_reduce: bool = False,
             overlap_param_gather: bool = False, first_stage_layers: int | None = None,
             last_stage_layers: int | None = None, master_weights: str = "fp32",
-            optimizer_dtype: str = "fp32") -> dict:
+            optimizer_dtype: str = "fp32", expandable_segments: bool = True) -> dict:
     """A layout dict with the contract's keys. etp defaults to tp (Megatron-Core's default);
-    sp defaults to on when tp > 1 and is always off at tp 1, where it does nothing."""
+    sp defaults to on when tp > 1 and is always off at tp 1, where it does nothing;
+    expandable_segments (PyTorch's allocator setting) defaults to on, as the launch templates of
+    NeMo and Megatron-Bridge set it, unless a row says it ran without."""
     return {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": tp if etp is None else etp,
             "virtual_stages": virtual_stages, "sp": (tp > 1 if sp is None else sp) and tp > 1,
             "zero": zero, "distributed_optimizer": distributed_optimizer, "micro_batch": micro_batch,
             "recompute": recompute, "overlap_grad_reduce": overlap_grad_reduce,
             "overlap_param_gather": overlap_param_gather, "first_stage_layers": first_stage_layers,
             "last_stage_layers": last_stage_layers, "master_weights": master_weights,
-            "optimizer_dtype": optimizer_dtype}
+            "optimizer_dtype": optimizer_dtype, "expandable_segments": expandable_segments}
 
 
 # Megatron's distributed optimizer (fp32 main weights and Adam state sharded over dp, ZeRO-1)
@@ -840,6 +842,9 @@ def _memory_case(row: _Row) -> PublishedCase:
     recompute = row.text("recompute") or "none"
     if not row.text("recompute"):
         notes.append("recompute not stated: none taken")
+    if "without expandable_segments" in row.text("outcome"):
+        layout_extra["expandable_segments"] = False
+        notes.append("ran without expandable segments (PyTorch's default allocator), as its outcome says")
     layout = _layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=row.integer("ep", 1), virtual_stages=row.integer("vp", 1),
                      micro_batch=micro_batch, recompute=recompute.split()[0], **layout_extra)
     source = _source(row, _MEMORY_SOURCES)

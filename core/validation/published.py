@@ -21,7 +21,9 @@ def hardware_for(case):
     name = next((preset for key, preset in HARDWARE_BY_GPU if key in gpu), None)
     if name is None:
         raise ValueError(f"{case.case_id}: no preset for hardware {case.hardware!r}")
-    return with_dtype(load_hardware(name), case.precision.get("compute", "bf16"), case.case_id, "precision.compute")
+    dtype = case.precision.get("compute", "bf16")
+    recipe = (case.precision.get("fp8_recipe") or "") if dtype == "fp8" else ""
+    return with_dtype(load_hardware(name), dtype, case.case_id, "precision.compute", recipe, "precision.fp8_recipe")
 
 
 # NeMo 24.03.01 (the long-sequence table) ran attention at the rate of FlashAttention-2-class
@@ -119,15 +121,18 @@ def layout_for(case, training: bool) -> Parallelism:
     # Pipeline sends overlap the next chunk under the interleaved schedule: Megatron-LM's
     # default (core_v0.10 arguments: --no-overlap-p2p-communication opts out), which NeMo's
     # MegatronCommOverlapCallback also sets for vp > 1.
-    return Parallelism(**ints, sp=sp,
+    # Every data-parallel knob stated, as each source ran it (not Parallelism's defaults);
+    # inference rows leave them at the defaults, which the inference model does not take.
+    optimizer = dict(zero=zero, overlap_grad_reduce=bool(lay.get("overlap_grad_reduce")),
+                     overlap_param_gather=bool(lay.get("overlap_param_gather")),
+                     expandable_segments=lay.get("expandable_segments", True)) if training else {}
+    return Parallelism(**ints, **optimizer, sp=sp,
                        grad_dtype="bf16" if recipe else "fp32",
                        overlap_tp_comm=recipe and sp and (
                            not fine_tuning(case) or case.source in TP_OVERLAP_FINE_TUNING_SOURCES),
                        overlap_p2p_comm=training and virtual > 1,
-                       zero=zero, recompute=recompute, virtual_stages=virtual,
+                       recompute=recompute, virtual_stages=virtual,
                        schedule="interleaved" if virtual > 1 else "1f1b",
-                       overlap_grad_reduce=bool(lay.get("overlap_grad_reduce")),
-                       overlap_param_gather=bool(lay.get("overlap_param_gather")),
                        fused_cross_entropy=training and case.source.startswith(FUSED_CROSS_ENTROPY_SOURCES),
                        master_weights=lay.get("master_weights") or "fp32",
                        optimizer_dtype=lay.get("optimizer_dtype") or "fp32",

@@ -67,7 +67,7 @@ def _gpt(row: dict):
 def _gpt_layout(row: dict, recompute: str, sp: bool) -> Parallelism:
     chunks = INTERLEAVED_CHUNKS.get(row["model"], 1)
     return Parallelism(dp=int(row.get("dp", 1)), tp=int(row["tp"]), pp=int(row["pp"]), sp=sp,
-                       micro_batch=int(row["micro_batch"]), recompute=recompute,
+                       zero=0, overlap_grad_reduce=False, micro_batch=int(row["micro_batch"]), recompute=recompute,
                        schedule="interleaved" if chunks > 1 else "1f1b", virtual_stages=chunks)
 
 
@@ -141,7 +141,8 @@ def framework_training_cases(hw: HardwareSpec | None = None) -> tuple:
     cases, verdicts = [], []
     for row in _rows(FRAMEWORK_ROWS):
         par = Parallelism(dp=int(row["dp"]), zero=int(row["zero"]), micro_batch=int(row["micro_batch"]),
-                          recompute=row["recompute"], overlap_grad_reduce=True, grad_accumulation_fusion=False,
+                          recompute=row["recompute"], overlap_grad_reduce=True, overlap_param_gather=False,
+                          grad_accumulation_fusion=False,
                           fused_cross_entropy=True)
         work = TrainWorkload(global_batch=int(row["global_batch"]), seq=int(row["seq_len"]))
         record = evaluate(_framework_model(row), hw, par, work, int(row["gpus"]), time_infeasible=True)

@@ -6,8 +6,9 @@ from rich.console import Console
 from rich.table import Table
 
 from core import BACKENDS, InferWorkload, Parallelism, SpecError, TrainWorkload, estimate_memory, evaluate, list_presets
-from core.model.specs import (COMPUTE_DTYPES, GRAD_DTYPES, KV_DTYPES, MASTER_WEIGHTS, MAX_WORKLOAD_SIZE,
+from core.model.specs import (COMPUTE_DTYPES, FP8_RECIPES, GRAD_DTYPES, KV_DTYPES, MASTER_WEIGHTS, MAX_WORKLOAD_SIZE,
                               OPTIMIZER_DTYPES, RECOMPUTE, SCHEDULES, WORKLOAD_SIZE_ALLOWED)
+from core.model.layout import recipe_mismatch
 from core.model.loader import load_hardware, load_model, with_dtype
 
 from .args import POSITIVE, check_folder_path
@@ -30,12 +31,6 @@ def add_arguments(parser) -> None:
                         help="layers on the first pipeline stage (default: Megatron's split)")
     parser.add_argument("--last-stage-layers", type=int, default=0,
                         help="layers on the last pipeline stage (default: Megatron's split)")
-    parser.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3),
-                        help="ZeRO stage (1 = Megatron's distributed optimizer)")
-    parser.add_argument("--overlap-grad-reduce", action="store_true",
-                        help="reduce gradients bucket by bucket during the backward (Megatron-Core)")
-    parser.add_argument("--overlap-param-gather", action="store_true",
-                        help="gather updated parameters during the next forward (Megatron-Core)")
     parser.add_argument("--overlap-tp-comm", action="store_true",
                         help="pipeline the sequence-parallel collectives with their GEMMs (TE userbuffers)")
     parser.add_argument("--overlap-p2p-comm", action="store_true",
@@ -51,9 +46,6 @@ def add_arguments(parser) -> None:
                         help="optimizer's master weights: fp32 (Megatron-Core), remainders or none/bf16 (apex)")
     parser.add_argument("--optimizer-dtype", default="fp32", choices=OPTIMIZER_DTYPES,
                         help="dtype of Adam's two moments")
-    parser.add_argument("--dtype", default=None, choices=COMPUTE_DTYPES,
-                        help="compute dtype (default: the hardware file's); fp8 runs GEMMs in FP8 only")
-    parser.add_argument("--fp8-params", action="store_true", help="keep weights in FP8 (no BF16 copy)")
     parser.add_argument("--kv-dtype", default=None, choices=KV_DTYPES,
                         help="inference KV-cache dtype (default: the activation dtype)")
     parser.add_argument("--recompute", default="none", choices=RECOMPUTE)
@@ -79,6 +71,30 @@ def add_arguments(parser) -> None:
     parser.add_argument("--gpu-hour-usd", type=float, default=None, help="price of a GPU-hour, for the cost lines")
     parser.add_argument("--kwh-usd", type=float, default=None, help="price of a kilowatt-hour, for the cost lines")
     parser.add_argument("--json", action="store_true", help="print one JSON record")
+    _add_precision_and_optimizer(parser.add_argument_group(
+        "precision and data parallelism (defaults: Megatron-Core / NeMo performance recipes)"))
+
+
+def _add_precision_and_optimizer(group) -> None:
+    group.add_argument("--dtype", default=None, choices=COMPUTE_DTYPES,
+                       help="compute dtype (default: the hardware file's); fp8, mxfp8 and nvfp4 run the GEMMs "
+                            "only in that format")
+    group.add_argument("--fp8-recipe", default="", choices=FP8_RECIPES,
+                       help="how low-precision GEMM inputs are scaled (default: delayed for fp8; mxfp8 and "
+                            "nvfp4 are block-scaled)")
+    group.add_argument("--fp8-params", action="store_true", help="keep weights quantized (no BF16 copy)")
+    group.add_argument("--zero", type=int, default=None, choices=(0, 1, 2, 3),
+                       help="ZeRO stage (default 1: Megatron-Core's distributed optimizer; 0 turns it off)")
+    group.add_argument("--overlap-grad-reduce", action=_BooleanFlag, default=None,
+                       help="reduce gradients bucket by bucket during the backward (default: on)")
+    group.add_argument("--overlap-param-gather", action=_BooleanFlag, default=None,
+                       help="gather updated parameters during the next forward (default: on with zero 1 or 2)")
+    group.add_argument("--reshard-after-forward", action=_BooleanFlag, default=None,
+                       help="ZeRO-3: free gathered parameters after each forward (default: on); "
+                            "--no-reshard-after-forward keeps them gathered all step")
+    group.add_argument("--expandable-segments", action=_BooleanFlag, default=None,
+                       help="PyTorch allocator segments that grow in place (default: on, as NeMo's launch "
+                            "templates set); --no-expandable-segments: fixed-size segments, which fragment")
 
 
 class _BooleanFlag:
@@ -108,6 +124,9 @@ def _at_least_zero(name: str, value: int) -> int:
 
 
 DEFAULT_SEQ = 2048
+# data-parallel flags left to Parallelism's defaults unless given
+OPTIMIZER_FLAGS = ("zero", "overlap_grad_reduce", "overlap_param_gather", "reshard_after_forward",
+                   "expandable_segments")
 INFERENCE_DEFAULTS = {"batch": 1, "prompt": 512, "decode": 128}
 # the workload's fields, as a study names them, are the flags of one mode
 MODE_ONLY = {mode: keys + OPTIONAL_WORKLOAD_KEYS[mode] for mode, keys in WORKLOAD_KEYS.items()}
@@ -131,8 +150,10 @@ def parse_config(args):
         raise SpecError("command line", "--hardware", "<missing>", "give a preset name or a file")
     model = load_model(args.model)
     hw = load_hardware(args.hardware, {"gpu.power_limit": args.power_limit} if args.power_limit else None)
-    if args.dtype:
-        hw = with_dtype(hw, args.dtype, "command line", "--dtype")
+    if args.dtype or args.fp8_recipe:
+        hw = with_dtype(hw, args.dtype or hw.dtype, "command line", "--dtype", args.fp8_recipe, "--fp8-recipe")
+    elif recipe_mismatch(hw.dtype, hw.fp8_recipe):
+        raise SpecError(args.hardware, "fp8_recipe", hw.fp8_recipe, recipe_mismatch(hw.dtype, hw.fp8_recipe))
     tp, pp, cp, ep = (_positive(f"--{a}", getattr(args, a)) for a in ("tp", "pp", "cp", "ep"))
     inner = tp * pp * cp
     if args.dp == "auto":
@@ -150,13 +171,13 @@ def parse_config(args):
     _check_mode_flags(args)
     train = args.mode == "train"
     sp = args.sp if args.sp is not None else (train and tp > 1)
-    par = Parallelism(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, sp=sp, zero=args.zero,
+    optimizer = {name: getattr(args, name) for name in OPTIMIZER_FLAGS if getattr(args, name) is not None}
+    par = Parallelism(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, sp=sp, **optimizer,
                       micro_batch=_positive("--micro-batch", args.micro_batch), recompute=args.recompute,
                       schedule=args.schedule, virtual_stages=_positive("--virtual-stages", args.virtual_stages),
                       placement=tuple(args.placement.split(",")), etp=_at_least_zero("--etp", args.etp),
                       first_stage_layers=_at_least_zero("--first-stage-layers", args.first_stage_layers),
                       last_stage_layers=_at_least_zero("--last-stage-layers", args.last_stage_layers),
-                      overlap_grad_reduce=args.overlap_grad_reduce, overlap_param_gather=args.overlap_param_gather,
                       overlap_tp_comm=args.overlap_tp_comm, overlap_p2p_comm=args.overlap_p2p_comm,
                       grad_dtype=args.grad_dtype, fp8_params=args.fp8_params,
                       master_weights=args.master_weights, optimizer_dtype=args.optimizer_dtype,
@@ -239,7 +260,8 @@ def _seconds(value: float) -> str:
 def _print_table(model, hw, par, work, gpus, record, emit_traces=None) -> None:
     console = Console()
     layout = (f"dp={par.dp} tp={par.tp} pp={par.pp} cp={par.cp} ep={par.ep} sp={'on' if par.sp else 'off'} "
-              f"zero={par.zero} recompute={par.recompute} schedule={par.schedule}")
+              f"zero={par.zero} recompute={par.recompute} schedule={par.schedule} dtype={hw.dtype}"
+              + (f" ({hw.recipe})" if hw.recipe else ""))
     console.print(f"[bold]{model.name}[/] ({_parameters(model)}) on {gpus} x {hw.name}  ({work.mode})  {layout}")
     step = record["step_time_s"]
     label = "iteration" if work.mode == "train" else "request"

@@ -150,7 +150,7 @@ def work_context(study: Study, models: tuple = (), hardware: tuple = ()) -> Work
     variants points index into (a search ships its variants with each batch instead)."""
     constants = (("model", study.model), ("hardware", study.hardware), ("gpus", study.gpus),
                  ("backend", study.backend)) + tuple(asdict(study.workload).items())
-    auto_types = {"dp": pa.int64(), "sp": pa.bool_()}
+    auto_types = {"dp": pa.int64(), "sp": pa.bool_(), "overlap_param_gather": pa.bool_()}
     fields = tuple(pa.field(k.column, auto_types[k.name] if k.values == (AUTO,) else knob_type(k.probe_values))
                    for k in study.space.knobs)
     return WorkContext(models, hardware, study.workload, study.gpus, study.backend, constants, fields,

@@ -56,12 +56,17 @@ def sample_faults(spec: FaultSpec, point, index: int, candidates: tuple, gpus: i
                   tuple(spec.straggler_factor.draw(rng, stragglers)))
 
 
+# The layout the draws are keyed against: Parallelism's defaults before they became Megatron-Core's
+# (no sequence parallelism, ZeRO 0, no overlap), fixed so that the change left every draw as it was.
+DRAW_REFERENCE = Parallelism(sp=False, zero=0, overlap_grad_reduce=False, overlap_param_gather=False)
+
+
 @lru_cache(maxsize=1024)  # one point's samples share it
 def layout_text(parallelism: tuple) -> str:
-    """A layout as the fields it sets away from Parallelism's defaults, by name: a field added to
+    """A layout as the fields it sets away from DRAW_REFERENCE, by name: a field added to
     Parallelism later (at its default) leaves every layout's text, and so its draws, as they were."""
-    defaults = Parallelism()
-    changed = {name: value for name, value in zip(PARALLELISM_FIELDS, parallelism) if value != getattr(defaults, name)}
+    changed = {name: value for name, value in zip(PARALLELISM_FIELDS, parallelism)
+               if value != getattr(DRAW_REFERENCE, name)}
     return json.dumps(changed, sort_keys=True)
 
 

@@ -152,6 +152,9 @@ class GridPlanner:
             columns["dp"] = (dp_codes.reshape(-1), tuple(dp_values.tolist()))
         if columns["sp"][1] == (AUTO,):
             columns["sp"] = (((tp > 1) & (self.study.mode == "train")).astype(np.int64), (False, True))
+        if columns["overlap_param_gather"][1] == (AUTO,):
+            zero = np.asarray(columns["zero"][1])[columns["zero"][0]]
+            columns["overlap_param_gather"] = (((zero >= 1) & (zero <= 2)).astype(np.int64), (False, True))
         return columns, broken
 
     def _reject(self, start: int, failed: np.ndarray, codes: dict, sizes: dict) -> None:

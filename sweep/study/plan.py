@@ -89,7 +89,8 @@ PARALLELISM_FIELDS = ("dp", "tp", "pp", "cp", "ep", "sp", "zero", "micro_batch",
                       "virtual_stages", "placement", "etp", "first_stage_layers", "last_stage_layers",
                       "overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm", "overlap_p2p_comm",
                       "grad_dtype", "fp8_params", "master_weights", "optimizer_dtype",
-                      "grad_accumulation_fusion", "fused_cross_entropy")
+                      "grad_accumulation_fusion", "fused_cross_entropy", "reshard_after_forward",
+                      "expandable_segments")
 
 
 def locality_key(point: Point) -> tuple:

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 
 from core import Parallelism, SpecError
-from core.model.specs import COMPUTE_DTYPES, GRAD_DTYPES, MASTER_WEIGHTS, OPTIMIZER_DTYPES, RECOMPUTE, SCHEDULES
+from core.model.specs import COMPUTE_DTYPES, FP8_RECIPES, GRAD_DTYPES, MASTER_WEIGHTS, OPTIMIZER_DTYPES, RECOMPUTE, SCHEDULES
 from core.units import BASE_UNITS, QUANTITY_KINDS, quantity
 
 AUTO = "auto"
@@ -20,7 +20,7 @@ PARALLEL_KNOBS = {
     "cp": (1, "a list of positive integers"),
     "ep": (1, "a list of positive integers"),
     "sp": (AUTO, "a list of true/false, or auto = on when tp > 1 in training"),
-    "zero": (0, "a list of ZeRO stages 0, 1, 2, 3"),
+    "zero": (1, "a list of ZeRO stages 0, 1, 2, 3 (1: the distributed optimizer)"),
     "micro_batch": (1, "a list of positive integers"),
     "recompute": ("none", f"a list of {', '.join(RECOMPUTE)}"),
     "schedule": ("1f1b", f"a list of {', '.join(SCHEDULES)}"),
@@ -29,8 +29,8 @@ PARALLEL_KNOBS = {
     "etp": (0, "a list of integers >= 0 (0 = tp)"),
     "first_stage_layers": (0, "a list of integers >= 0 (0 = Megatron's split)"),
     "last_stage_layers": (0, "a list of integers >= 0 (0 = Megatron's split)"),
-    "overlap_grad_reduce": (False, "a list of true/false"),
-    "overlap_param_gather": (False, "a list of true/false"),
+    "overlap_grad_reduce": (True, "a list of true/false"),
+    "overlap_param_gather": (AUTO, "a list of true/false, or auto = on when zero is 1 or 2"),
     "overlap_tp_comm": (False, "a list of true/false"),
     "overlap_p2p_comm": (False, "a list of true/false"),
     "grad_dtype": ("fp32", f"a list of {', '.join(GRAD_DTYPES)}"),
@@ -39,14 +39,18 @@ PARALLEL_KNOBS = {
     "fp8_params": (False, "a list of true/false"),
     "grad_accumulation_fusion": (True, "a list of true/false"),
     "fused_cross_entropy": (False, "a list of true/false"),
+    "reshard_after_forward": (True, "a list of true/false (false: ZeRO-3 keeps parameters gathered all step)"),
+    "expandable_segments": (True, "a list of true/false (false: PyTorch's fixed-size allocator segments)"),
 }
 BOOL_KNOBS = ("sp", "overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm", "overlap_p2p_comm",
-              "fp8_params", "grad_accumulation_fusion", "fused_cross_entropy")
+              "fp8_params", "grad_accumulation_fusion", "fused_cross_entropy", "reshard_after_forward",
+              "expandable_segments")
 COUNT_KNOBS = ("etp", "first_stage_layers", "last_stage_layers")  # 0 means "derived"
 CHOICE_KNOBS = {"grad_dtype": GRAD_DTYPES, "master_weights": MASTER_WEIGHTS, "optimizer_dtype": OPTIMIZER_DTYPES}
 SPEC_KNOB_PREFIXES = ("model.", "hardware.")
 # Short knobs that stand for a spec path: `dtype: [bf16, fp8]` is `hardware.dtype`.
-SPEC_KNOB_ALIASES = {"dtype": "hardware.dtype"}
+SPEC_KNOB_ALIASES = {"dtype": "hardware.dtype", "fp8_recipe": "hardware.fp8_recipe"}
+CHOICE_SPEC_KNOBS = {"dtype": COMPUTE_DTYPES, "fp8_recipe": FP8_RECIPES}
 PLACEMENT_AXES = ("tp", "cp", "dp", "pp")
 VARIANT_KNOB = "variant"
 # parallelism knobs that may be integer ranges, with their smallest legal value
@@ -180,6 +184,8 @@ class Space:
             par["dp"] = max(1, self.gpus // inner)
         if par["sp"] == AUTO:
             par["sp"] = self.mode == "train" and par["tp"] > 1
+        if par["overlap_param_gather"] == AUTO:
+            par["overlap_param_gather"] = 1 <= par["zero"] <= 2
         values = tuple(par.get(name, choice[name]) for name in self.names)
         par["placement"] = tuple(par["placement"].split(","))
         model = tuple((path, self._by_name[n].spec_value(choice[n])) for n, path in self._model_paths)
@@ -216,16 +222,16 @@ def parse_space(data, source: str, mode: str, gpus: int, variants: tuple = ()) -
         if name not in PARALLEL_KNOBS and not is_spec and name not in SPEC_KNOB_ALIASES:
             allowed = ", ".join(PARALLEL_KNOBS)
             raise SpecError(source, field, raw,
-                            f"unknown knob (allowed: {allowed}, dtype, or model.<path> / hardware.<path>)")
+                            f"unknown knob (allowed: {allowed}, dtype, fp8_recipe, or model.<path> / hardware.<path>)")
         if isinstance(raw, dict):
             given[name] = Knob(name, (), _range(name, raw, source, field))
         elif name in PARALLEL_KNOBS:
             given[name] = Knob(name, _parallel_values(name, raw, source, field))
-        elif name == "dtype":
+        elif name in CHOICE_SPEC_KNOBS:
             values = tuple(_as_list(raw, source, field))
             for value in values:
-                if value not in COMPUTE_DTYPES:
-                    raise SpecError(source, field, value, f"expected a list of {', '.join(COMPUTE_DTYPES)}")
+                if value not in CHOICE_SPEC_KNOBS[name]:
+                    raise SpecError(source, field, value, f"expected a list of {', '.join(CHOICE_SPEC_KNOBS[name])}")
             given[name] = Knob(name, values)
         else:
             given[name] = Knob(name, _spec_values(raw, source, field))

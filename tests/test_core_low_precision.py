@@ -1,0 +1,125 @@
+"""FP8, MXFP8 and NVFP4 under Transformer Engine's recipes (issue 21, point 5): bytes per
+quantized element, the quantization kernels' time, the weight copies in memory, FP4 weights and
+KV cache in inference, and the refusals of a dtype or recipe that does not fit."""
+import pytest
+
+import core
+from core import SpecError
+from core.model import ops
+from core.model.graph import gemm_input_bytes
+from core.model.loader import load_hardware, with_dtype
+from core.model.memory import fp8_weight_bytes, inference_weight_bytes, weight_bytes
+from core.model.specs import kv_element_bytes, quantized_bytes
+from sweep.cli import main
+
+B200 = load_hardware("b200-sxm-180gb")
+H100 = load_hardware("h100-sxm5-80gb")
+
+
+def on(hw, dtype, recipe=""):
+    return with_dtype(hw, dtype, "test", "dtype", recipe)
+
+
+def test_a_quantized_element_carries_its_share_of_the_block_scales():
+    assert quantized_bytes("fp8", "delayed") == quantized_bytes("fp8", "current") == 1  # one scale per tensor
+    assert quantized_bytes("fp8", "block-scaled") == 1 + 4 / 128  # an FP32 scale per 1x128 tile
+    assert quantized_bytes("mxfp8", "block-scaled") == 1 + 1 / 32  # an E8M0 byte per 32
+    assert quantized_bytes("nvfp4", "block-scaled") == 0.5 + 1 / 16  # an E4M3 byte per 16
+    assert quantized_bytes("nvfp4", "block-scaled", weights=True) == 0.5 + 1 / 256  # 16x16 blocks
+    assert kv_element_bytes("nvfp4") == 0.5625 and kv_element_bytes("fp8") == 1
+
+
+def test_each_dtype_takes_its_default_recipe_and_only_the_recipes_that_fit():
+    assert (on(H100, "fp8").recipe, on(B200, "mxfp8").recipe, on(B200, "nvfp4").recipe) == (
+        "delayed", "block-scaled", "block-scaled")
+    assert on(H100, "bf16").recipe == ""
+    assert on(H100, "fp8", "current").recipe == "current"
+    with pytest.raises(SpecError, match="dtype mxfp8 takes fp8_recipe block-scaled"):
+        on(B200, "mxfp8", "delayed")
+    with pytest.raises(SpecError, match="dtype bf16 takes no fp8_recipe"):
+        on(H100, "bf16", "current")
+    with pytest.raises(SpecError, match="expected one of delayed, current, block-scaled"):
+        on(H100, "fp8", "tensorwise")
+    with pytest.raises(SpecError, match="has no nvfp4 peak"):
+        on(H100, "nvfp4")
+
+
+def test_quantization_reads_the_bf16_tensor_and_writes_each_copy_by_recipe():
+    elements = 1 << 24
+    read = 2 * elements
+
+    def kernels(hw, *moved):
+        return sum(ops.pointwise(hw, bytes_).time_s for bytes_ in moved)
+
+    delayed = on(H100, "fp8")
+    assert ops.fp8_cast(delayed, elements, True).time_s == pytest.approx(kernels(delayed, read + 2 * elements))
+    current = on(H100, "fp8", "current")  # an amax pass first
+    assert ops.fp8_cast(current, elements, True).time_s == pytest.approx(
+        kernels(current, read, read + 2 * elements))
+    mx = on(B200, "mxfp8")
+    assert ops.fp8_cast(mx, elements, True).time_s == pytest.approx(kernels(mx, read + 2 * elements * (1 + 1 / 32)))
+    fp4 = on(B200, "nvfp4")  # amax, rowwise cast; then the Hadamard-transformed columnwise copy's amax and cast
+    copy = elements * (0.5 + 1 / 16)
+    assert ops.fp8_cast(fp4, elements, False).time_s == pytest.approx(kernels(fp4, read, read + copy))
+    assert ops.fp8_cast(fp4, elements, True).time_s == pytest.approx(kernels(fp4, read, read + copy, read, read + copy))
+    assert ops.fp8_cast(B200, elements, True).time_s == 0  # bf16: no quantization
+
+
+def test_saved_gemm_inputs_and_weight_copies_follow_the_format():
+    par, fp8_weights = core.Parallelism(), core.Parallelism(fp8_params=True)
+    mx, fp4 = on(B200, "mxfp8"), on(B200, "nvfp4")
+    assert gemm_input_bytes(B200) == 2 and gemm_input_bytes(on(H100, "fp8")) == 1
+    assert gemm_input_bytes(mx) == 1 + 1 / 32 and gemm_input_bytes(fp4) == 0.5625
+    assert fp8_weight_bytes(on(H100, "fp8"), par) == 2  # FP8 copy + transpose, as before
+    assert fp8_weight_bytes(mx, par) == 2 * (1 + 1 / 32)  # rowwise + columnwise copies
+    assert fp8_weight_bytes(mx, fp8_weights) == 1 + 1 / 32 == weight_bytes(mx, fp8_weights)
+    assert fp8_weight_bytes(fp4, par) == 2 * (0.5 + 1 / 256)
+    assert weight_bytes(fp4, par) == 2  # the BF16 working copy
+    assert fp8_weight_bytes(B200, par) == 0
+
+
+def test_fp4_inference_stores_fp4_weights_and_an_fp4_kv_cache_with_their_scales():
+    model, par = core.load_model("llama3.1-70b"), core.Parallelism(tp=8)
+    request = core.InferWorkload(batch=8, prompt=1024, decode=128, kv_dtype="nvfp4")
+    fp4 = on(B200, "nvfp4")
+    assert inference_weight_bytes(fp4) == 0.5625 and inference_weight_bytes(on(H100, "fp8")) == 1
+    memory = core.estimate_memory(model, fp4, par, request)
+    fp8_kv = core.estimate_memory(model, fp4, par, core.InferWorkload(8, 1024, 128, kv_dtype="fp8"))
+    assert memory.kv_cache_bytes == pytest.approx(0.5625 * fp8_kv.kv_cache_bytes)
+    bf16_weights = core.estimate_memory(model, B200, par, request).weights_bytes
+    assert memory.weights_bytes == pytest.approx(bf16_weights * 0.5625 / 2)
+    assert core.evaluate(model, fp4, par, request, 8)["step_time_s"] > 0
+    reason = core.check_layout(model, H100, par, request, 8)
+    assert reason.startswith("kv_dtype nvfp4 needs a GPU with an nvfp4 peak (Blackwell)")
+
+
+@pytest.mark.parametrize("dtype", ("bf16", "fp8", "mxfp8", "nvfp4"))
+def test_a_70b_layout_runs_on_blackwell_in_every_dtype(dtype):
+    model, par = core.load_model("llama3.1-70b"), core.Parallelism(tp=4, pp=4, dp=4, recompute="selective")
+    record = core.evaluate(model, on(B200, dtype), par, core.TrainWorkload(64, 8192), 64)
+    assert record["feasible"] and record["step_time_s"] > 0
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--dtype", "nvfp4", "--fp8-recipe", "delayed"], "'--fp8-recipe' = delayed: dtype nvfp4 takes fp8_recipe block-scaled"),
+    (["--dtype", "bf16", "--fp8-recipe", "current"], "dtype bf16 takes no fp8_recipe"),
+])
+def test_rapid_run_refuses_a_recipe_the_dtype_does_not_take_in_one_line(argv, expected, capsys):
+    assert main(["run", "--model", "llama3.1-8b", "--hardware", "b200-sxm-180gb", "--gpus", "8", "--tp", "8",
+                 *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and expected in err, err
+
+
+def test_a_study_sweeps_dtypes_and_recipes_and_counts_the_pairs_that_do_not_fit(write_study):
+    from sweep.study.loader import load_study
+    from sweep.study.plan import plan_study
+    plan = plan_study(load_study(write_study(hardware="b200-sxm-180gb", space={
+        "tp": [2], "pp": [1], "cp": [1], "zero": [1], "micro_batch": [1], "recompute": ["none"],
+        "hardware.gpu.hbm.bandwidth": ["7.7 TB/s"], "dtype": ["fp8", "mxfp8", "nvfp4"],
+        "fp8_recipe": ["delayed", "block-scaled"]})))
+    pairs = {(plan.hardware[p.hardware_index].dtype, plan.hardware[p.hardware_index].recipe) for p in plan.points}
+    assert pairs == {("fp8", "delayed"), ("fp8", "block-scaled"), ("mxfp8", "block-scaled"),
+                     ("nvfp4", "block-scaled")}
+    assert plan.illegal_count == 2
+    assert "fp8_recipe delayed: dtype mxfp8 takes fp8_recipe block-scaled" in plan.illegal_examples.values()
