@@ -419,7 +419,11 @@ def _experts(model, hw, shape, add, fwd, bwd, T_norm):
     gated = model.activation == "swiglu"
     local_experts = moe.experts // shape.ep
     sent = routed_rows(model, T_norm)
-    received = sent * etp  # balanced routing: a rank receives as many rows as it sends, per ETP peer
+    # Without sequence parallelism every TP rank holds all the tokens (tensor-parallel inference
+    # engines' MoE): with etp = tp each runs its share of every expert's FFN on all of them, no
+    # ETP gather, and the partial outputs are all-reduced over TP as after a row-parallel GEMM.
+    replicated = etp > 1 and etp == shape.tp and not shape.sp
+    received = sent if replicated else sent * etp  # balanced routing: as many rows received as sent, per ETP peer
     rows = max(1, round(received / local_experts))
     ffn = moe.expert_ffn_hidden // etp
     add(_gemm_ops(hw, "router", T_norm, moe.experts, h, T_norm * h * el, accumulate=shape.grad_accumulate))
@@ -429,7 +433,7 @@ def _experts(model, hw, shape, add, fwd, bwd, T_norm):
     if shape.ep > 1:
         fwd.append(_comm("moe.dispatch", "all_to_all", "ep", a2a))
         bwd.append((_comm("moe.dispatch.bwd", "all_to_all", "ep", a2a),))
-    if etp > 1:
+    if etp > 1 and not replicated:
         fwd.append(_comm("moe.etp_allgather", "all_gather", etp_axis, received * h * el))
         bwd.append((_comm("moe.etp_reducescatter.bwd", "reduce_scatter", etp_axis, received * h * el),))
     if local_experts > 1:
@@ -442,13 +446,16 @@ def _experts(model, hw, shape, add, fwd, bwd, T_norm):
                   batch=local_experts, accumulate=shape.grad_accumulate))
     if local_experts > 1:
         add(_copy_ops(hw, "moe.unsort_chunks", received * h * el))
-    if etp > 1:
+    if etp > 1 and not replicated:
         fwd.append(_comm("moe.etp_reducescatter", "reduce_scatter", etp_axis, received * h * el))
         bwd.append((_comm("moe.etp_allgather.bwd", "all_gather", etp_axis, received * h * el),))
     if shape.ep > 1:
         fwd.append(_comm("moe.combine", "all_to_all", "ep", a2a))
         bwd.append((_comm("moe.combine.bwd", "all_to_all", "ep", a2a),))
     add(_unpermute_ops(hw, T_norm * h * el, sent * h * el, unpermute_saved_bytes(moe, T_norm, sent, h, el)))
+    if replicated:
+        fwd.append(_comm("moe.allreduce", "all_reduce", "tp", T_norm * h * el))
+        bwd.append((_comm("moe.allreduce.bwd", "all_reduce", "tp", T_norm * h * el),))
 
 
 def routing_saved_bytes(moe, tokens: float) -> float:

@@ -139,11 +139,12 @@ class _Config:
         return value
 
 
-def model_from_hf(data: dict, source: str) -> ModelSpec:
+def model_from_hf(data: dict, source: str, name: str = "") -> ModelSpec:
     """A Hugging Face config.json of a family in HF_MODEL_TYPES (a multimodal wrapper's
-    text_config for those in HF_WRAPPERS)."""
+    text_config for those in HF_WRAPPERS), named `name`, else its _name_or_path, else after
+    its file."""
     model_type = data.get("model_type", "<missing>")
-    name = data.get("_name_or_path") or _name_from_path(source)
+    name = name or data.get("_name_or_path") or _name_from_path(source)
     prefix = ""
     tied = data.get("tie_word_embeddings")
     if model_type in HF_WRAPPERS:

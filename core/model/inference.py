@@ -55,8 +55,8 @@ def decode_points(model: ModelSpec, first: int, last: int) -> tuple:
     if limit and last > limit:
         if first >= limit:
             return ((limit, steps),)
-        before = limit - first
-        return ((first, before / 2), (limit, before / 2 + last - limit + 1))
+        before = limit - first  # steps at contexts first .. limit - 1, then flat at the window
+        return ((first, before / 2), (limit - 1, before / 2), (limit, last - limit + 1))
     return ((first, steps / 2), (last, steps / 2))
 
 

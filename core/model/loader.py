@@ -167,7 +167,7 @@ _PLAIN_NUMBER = re.compile(r"\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*")
 
 def model_from_mapping(data: dict, source: str) -> ModelSpec:
     if "model_type" in data or "num_hidden_layers" in data:
-        return model_from_hf(data, source)
+        return model_from_hf(data, source, _default_name(source) if source.startswith(PRESET_SOURCE) else "")
     f = _Fields(data, source)
     hidden = f.integer("hidden")
     heads = f.integer("heads")
