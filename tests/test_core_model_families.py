@@ -188,3 +188,27 @@ def test_presets_name_the_model_and_count_it():
         assert model.name == preset
         assert model.total_params() / 1e9 == pytest.approx(total_b, rel=0.02)
         assert model.active_params() / 1e9 == pytest.approx(active_b, rel=0.02)
+
+
+@needs_models
+def test_group_limited_routing_halves_deepseek_v3s_traffic_between_nodes():
+    """DeepSeek-V3's tokens reach at most topk_group = 4 of the 8 expert groups (nodes), one copy
+    per node: 4 of its 8 expert copies cross the node boundary; inside the node all 8 move."""
+    from core.model.graph import _comm
+    from core.model.layout import group_spans
+    from core.model.training import time_ops
+    model = load("deepseek-ai--DeepSeek-V3")
+    hw = core.load_hardware("h100-sxm5-80gb")
+    dims = hw.dims_for(256)
+    spans = group_spans(Parallelism(dp=32, tp=8, ep=64, etp=1), dims)
+    assert len(spans["ep"]) == 2  # 8 GPUs per node, 8 nodes
+    op = _comm("moe.dispatch", "all_to_all", "ep", 64e6)
+    limited = dataclasses.replace(op, outer_share=0.5)
+    whole, half = (dict(time_ops(hw, dims, spans, [o]).comm_s) for o in (op, limited))
+    nvlink, ib = dims[0].name, dims[1].name
+    assert half[nvlink] == pytest.approx(whole[nvlink])
+    assert half[ib] < whole[ib]
+    moe_spec = next(spec for spec, _ in model.layer_groups() if spec.moe is not None)
+    shape = LayerShape(1, 4096, 4096, 8, True, 1, 64, etp=1)
+    dispatch = next(o for o in build_layer(moe_spec, hw, shape).forward if o.name == "moe.dispatch")
+    assert dispatch.outer_share == 4 / 8

@@ -2,7 +2,7 @@
 Megatron-style tensor / sequence / context / expert parallelism: compute kernels with
 their modelled times and the bytes each keeps alive for backward, and communication
 nodes with their group axis, collective and size."""
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from . import ops
@@ -28,6 +28,10 @@ class Op:
     # gather and last scatter of a pass); a chunk of a pipelined exchange (userbuffers) stays
     # inside its hidden collective there, the closed form's share standing for it.
     exposed_runs_alone: bool = False
+    # Share of the bytes that leave the group's first network dimension (node): group-limited
+    # routing sends a token to experts on at most groups_per_token nodes, one copy per node
+    # (DeepEP), not one per expert; 1 = every byte, as the collective has it.
+    outer_share: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -430,9 +434,10 @@ def _experts(model, hw, shape, add, fwd, bwd, T_norm):
     add(_routing_ops(hw, routing_saved_bytes(moe, T_norm)))
     add(_permute_ops(hw, T_norm * h * el, sent * h * el, sent * INDEX_BYTES))
     a2a = sent * h * el
+    outer = node_limited_share(moe)
     if shape.ep > 1:
-        fwd.append(_comm("moe.dispatch", "all_to_all", "ep", a2a))
-        bwd.append((_comm("moe.dispatch.bwd", "all_to_all", "ep", a2a),))
+        fwd.append(replace(_comm("moe.dispatch", "all_to_all", "ep", a2a), outer_share=outer))
+        bwd.append((replace(_comm("moe.dispatch.bwd", "all_to_all", "ep", a2a), outer_share=outer),))
     if etp > 1 and not replicated:
         fwd.append(_comm("moe.etp_allgather", "all_gather", etp_axis, received * h * el))
         bwd.append((_comm("moe.etp_reducescatter.bwd", "reduce_scatter", etp_axis, received * h * el),))
@@ -450,12 +455,21 @@ def _experts(model, hw, shape, add, fwd, bwd, T_norm):
         fwd.append(_comm("moe.etp_reducescatter", "reduce_scatter", etp_axis, received * h * el))
         bwd.append((_comm("moe.etp_allgather.bwd", "all_gather", etp_axis, received * h * el),))
     if shape.ep > 1:
-        fwd.append(_comm("moe.combine", "all_to_all", "ep", a2a))
-        bwd.append((_comm("moe.combine.bwd", "all_to_all", "ep", a2a),))
+        fwd.append(replace(_comm("moe.combine", "all_to_all", "ep", a2a), outer_share=outer))
+        bwd.append((replace(_comm("moe.combine.bwd", "all_to_all", "ep", a2a), outer_share=outer),))
     add(_unpermute_ops(hw, T_norm * h * el, sent * h * el, unpermute_saved_bytes(moe, T_norm, sent, h, el)))
     if replicated:
         fwd.append(_comm("moe.allreduce", "all_reduce", "tp", T_norm * h * el))
         bwd.append((_comm("moe.allreduce.bwd", "all_reduce", "tp", T_norm * h * el),))
+
+
+def node_limited_share(moe) -> float:
+    """Share of a token's top_k expert copies that cross nodes under group-limited routing
+    (DeepSeek-V3: 8 groups, one per node of its EP group, a token's experts in at most 4):
+    one copy per node reached, groups_per_token of them, instead of top_k; 1 without a limit."""
+    if not moe.groups_per_token:
+        return 1.0
+    return min(1.0, moe.groups_per_token / moe.top_k)
 
 
 def routing_saved_bytes(moe, tokens: float) -> float:

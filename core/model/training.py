@@ -45,7 +45,11 @@ def time_ops(hw: HardwareSpec, dims: tuple, spans: dict, op_list, skip_core: boo
             compute += op.time_s
             flops += op.flops
             continue
-        per_dim = collective_time(hw, dims, op.collective, op.bytes_, spans.get(op.axis, ()))
+        span = spans.get(op.axis, ())
+        per_dim = collective_time(hw, dims, op.collective, op.bytes_, span)
+        if op.outer_share != 1.0 and len(span) > 1:  # all-to-all: each dimension moves its own bytes
+            per_dim = collective_time(hw, dims, op.collective, op.bytes_, span[:1])
+            add_times(per_dim, collective_time(hw, dims, op.collective, op.bytes_ * op.outer_share, span[1:]))
         total = sum(per_dim.values())
         if total <= 0:
             continue
