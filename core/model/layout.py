@@ -264,8 +264,8 @@ def check_layout(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpu
         return f"heads ({model.heads}) not divisible by tp ({par.tp})"
     if model.kv_heads % par.tp and par.tp % model.kv_heads:
         return f"kv_heads ({model.kv_heads}) and tp ({par.tp}) do not divide one another"
-    recurrent = model.recurrent if any(spec.mixer in ("linear", "mamba") for spec, _ in model.layer_groups()) else None
-    if recurrent is not None:
+    recurrent = model.recurrent
+    if recurrent is not None and any(spec.mixer in ("linear", "mamba") for spec, _ in model.layer_groups()):
         if recurrent.heads % par.tp or recurrent.key_heads % par.tp and par.tp % recurrent.key_heads:
             return (f"{recurrent.kind} heads ({recurrent.heads} value, {recurrent.key_heads} key/group) "
                     f"not divisible by tp ({par.tp})")

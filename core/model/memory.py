@@ -232,15 +232,21 @@ def training_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, shape:
     el = hw.act_bytes
     t = par.tp
     layer_input = tokens * model.hidden * el / (t if par.sp else 1)
-    saved = stage_saved_bytes(model, hw, par, shape, par.recompute, layer_input)
-    full_layer = max(saved_per_layer(build_layer(spec, hw, shape), "none", layer_input)
-                     for spec, _ in model.layer_groups())
+    split = stage_layers(model.layers, par)
+    if model.uniform:  # one graph: the warm sweep's path
+        graph = build_layer(model, hw, shape)
+        per_layer = saved_per_layer(graph, par.recompute, layer_input)
+        saved = tuple(layers * per_layer for layers in split)
+        full_layer = saved_per_layer(graph, "none", layer_input)
+    else:
+        saved = stage_saved_bytes(model, hw, par, shape, par.recompute, layer_input)
+        full_layer = max(saved_per_layer(build_layer(spec, hw, shape), "none", layer_input)
+                         for spec, _ in model.layer_groups())
     shard, expert_shard = par.dp * par.cp, expert_data_parallel(par)  # ZeRO shards over replicas
     w_bytes, g_bytes, cache_bytes = weight_bytes(hw, par), grad_bytes(par), fp8_weight_bytes(hw, par)
     state_bytes, copy_bytes = optimizer_bytes(par), step_transient_bytes(par)
     early_state_bytes = MASTER_WEIGHT_BYTES[par.master_weights] if first_iteration else state_bytes
     layer_transient = 4 * tokens * model.hidden * el + (full_layer if par.recompute == "full" else 0.0)
-    split = stage_layers(model.layers, par)
     best, most = None, -1.0
     for stage, (dense, expert) in enumerate(stage_param_parts(model, par)):
         params = dense + expert

@@ -224,7 +224,7 @@ class ModelSpec:
         """Weight matrices in one FFN: 3 for SwiGLU (gate, up, down), 2 for GELU."""
         return 3 if self.activation == "swiglu" else 2
 
-    @property
+    @cached_property
     def uniform(self) -> bool:
         """Every layer alike and nothing beside them: one layer graph serves the whole model."""
         return not self.layer_kinds and not self.mtp_layers

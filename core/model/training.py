@@ -150,8 +150,9 @@ def train_step(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Train
         layer_comm_s = sum(layer_comm.values())
         stage_layer_compute = [layers * layer_compute for layers in split]
         stage_layer_comm = [layers * layer_comm_s for layers in split]
-        stage_forward = [layers * prof.forward.total_s for layers in split]
-        stage_backward = [layers * (prof.backward.total_s + prof.recompute.total_s) for layers in split]
+        forward_s, backward_s = prof.forward.total_s, prof.backward.total_s + prof.recompute.total_s
+        stage_forward = [layers * forward_s for layers in split]
+        stage_backward = [layers * backward_s for layers in split]
     else:
         stages = stage_profiles(model, hw, dims, shape, spans_key, par.recompute, par)
         comms = []
