@@ -212,3 +212,15 @@ def test_group_limited_routing_halves_deepseek_v3s_traffic_between_nodes():
     shape = LayerShape(1, 4096, 4096, 8, True, 1, 64, etp=1)
     dispatch = next(o for o in build_layer(moe_spec, hw, shape).forward if o.name == "moe.dispatch")
     assert dispatch.outer_share == 4 / 8
+
+
+@needs_models
+def test_rapid_run_prints_the_models_name_and_counts(capsys):
+    from sweep.cli import main
+    path = MODELS / "deepseek-ai--DeepSeek-V3.json"
+    argv = ["run", "--model", str(path), "--hardware", "h100-sxm5-80gb", "--gpus", "16", "--tp", "8", "--pp", "2",
+            "--mode", "infer", "--batch", "4", "--prompt", "1024", "--decode", "16"]
+    assert main(argv) == 0
+    header = capsys.readouterr().out.split(" on ")[0]
+    assert header.split()[0] == "DeepSeek-V3" and "671.03 B parameters, 37.55 B active" in header
+    assert "11.61 B in 1 MTP module" in header
