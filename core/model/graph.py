@@ -263,8 +263,9 @@ def _gqa_mixer(model, hw, shape, add, enter_tp):
     d = model.head_dim
     q_dim, kv_dim = heads * d, kv_heads * d
     gate = q_dim if model.attention_gate else 0
-    qkv_out = T * (q_dim + gate + 2 * kv_dim) * el  # Q, K, V (and gate): kept for attention's backward
-    enter_tp("attn", _gemm_ops(hw, "qkv", T, q_dim + gate + 2 * kv_dim, h, T_norm * h * gemm_input_bytes(hw) + qkv_out,
+    kv = model.kv_tensors * kv_dim
+    qkv_out = T * (q_dim + gate + kv) * el  # Q, K, V (and gate): kept for attention's backward
+    enter_tp("attn", _gemm_ops(hw, "qkv", T, q_dim + gate + kv, h, T_norm * h * gemm_input_bytes(hw) + qkv_out,
                                 accumulate=shape.grad_accumulate))
     if model.position_embedding == "rotary":
         rot = T * (q_dim + kv_dim) * el
@@ -286,7 +287,7 @@ def _gqa_mixer(model, hw, shape, add, enter_tp):
         core.append(_attention_gemm_ops(hw, "context", shape.seq, d, shape.kv_seq, batch_heads))
         attn_fwd = [pair[0] for pair in core]
         attn_bwd = tuple(op for pair in reversed(core) for op in pair[1])
-    return attn_fwd, attn_bwd, 2 * T * kv_dim * el * shape.cp, q_dim
+    return attn_fwd, attn_bwd, T * kv * el * shape.cp, q_dim
 
 
 def _mla_mixer(model, hw, shape, add, enter_tp):
@@ -596,10 +597,11 @@ def _decode_gqa(model, hw, batch, context, tp, kv_bytes):
     d = model.head_dim
     q_dim, kv_dim = heads * d, kv_heads * d
     gate = q_dim if model.attention_gate else 0
-    out = [_compute("qkv", ops.gemm(hw, batch, q_dim + gate + 2 * kv_dim, h))]
+    kv = model.kv_tensors * kv_dim
+    out = [_compute("qkv", ops.gemm(hw, batch, q_dim + gate + kv, h))]
     if model.position_embedding == "rotary":
         out.append(_compute("rotary", ops.pointwise(hw, 2 * batch * (q_dim + kv_dim) * el)))
-    out.append(_compute("kv_append", ops.pointwise(hw, 2 * batch * kv_dim * (el + kv_bytes))))
+    out.append(_compute("kv_append", ops.pointwise(hw, batch * kv * (el + kv_bytes))))
     out.append(_compute("attention", ops.decode_attention(hw, batch, heads, kv_heads, context, d, kv_bytes)))
     if gate:
         out.append(_compute("attn_gate", ops.pointwise(hw, 3 * batch * q_dim * el)))

@@ -4,6 +4,7 @@ is costed (HF_COSTED: it changes compute, memory or communication and is modelle
 at a value that is not) or costs nothing (HF_COSTLESS: names, token ids, initialisation, norm
 epsilon, rotary details, router loss and scoring terms, generation defaults); any other key
 is refused by name."""
+from dataclasses import replace
 from pathlib import Path
 
 from core.errors import SpecError
@@ -43,12 +44,17 @@ HF_COSTED = {
                    "num_experts_per_tok", "moe_intermediate_size", "moe_shared_expert_intermediate_size", "n_group",
                    "topk_group", "sliding_window", "mlp_bias", "use_bias", "mamba_proj_bias", "hidden_dropout",
                    "mamba_ssm_cache_dtype"),
+    "gemma4_text": (*_HF_SHAPE, "hidden_activation", "attention_bias", "layer_types", "sliding_window",
+                    "global_head_dim", "num_global_key_value_heads", "attention_k_eq_v", "enable_moe_block",
+                    "num_experts", "top_k_experts", "moe_intermediate_size", "hidden_size_per_layer_input",
+                    "num_kv_shared_layers", "use_double_wide_mlp"),
     "minimax_m2": (*_HF_SHAPE, "attn_type_list", "num_local_experts", "num_experts_per_tok", "shared_intermediate_size",
                    "use_mtp", "num_mtp_modules", "mtp_transformer_layers", "quantization_config"),
 }
 # Multimodal wrappers: the decoder's keys sit under text_config; the vision (and audio) tower
 # runs only on media inputs, which rapid-sweep's text workloads do not have.
-HF_WRAPPERS = {"llama4": "llama4_text", "qwen3_5_moe": "qwen3_5_moe_text", "kimi_k25": "kimi_k2"}
+HF_WRAPPERS = {"llama4": "llama4_text", "qwen3_5_moe": "qwen3_5_moe_text", "kimi_k25": "kimi_k2",
+               "gemma4": "gemma4_text"}
 _WRAPPER_KEYS = ("model_type", "text_config", "vision_config", "audio_config", "tie_word_embeddings", "architectures",
                  "auto_map", "transformers_version", "torch_dtype", "dtype", "bos_token_id", "eos_token_id",
                  "pad_token_id", "initializer_range", "image_token_id", "video_token_id", "audio_token_id",
@@ -87,6 +93,7 @@ _EXTRA_COSTLESS = {
                    "partial_rotary_factor", "rescale_prenorm_residual", "residual_in_fp32", "routed_scaling_factor",
                    "time_step_floor", "time_step_max", "time_step_min", "use_conv_bias", "use_mamba_kernels",
                    "expand"),
+    "gemma4_text": ("final_logit_softcapping", "use_bidirectional_attention", "vocab_size_per_layer_input"),
     "minimax_m2": (*_HF_ROUTER, "qk_norm_type", "use_qk_norm", "rotary_dim", "scoring_func", "use_routing_bias"),
 }
 HF_COSTLESS = {family: _HF_ANY + _EXTRA_COSTLESS.get(family, ())
@@ -94,7 +101,8 @@ HF_COSTLESS = {family: _HF_ANY + _EXTRA_COSTLESS.get(family, ())
 # keys accepted only at the value that costs nothing (biases, dropout, switches off)
 HF_NEUTRAL = {"attention_bias": False, "mlp_bias": False, "attention_dropout": 0, "hidden_dropout": 0,
               "use_bias": False, "mamba_proj_bias": False, "is_encoder_decoder": False, "add_cross_attention": False,
-              "chunk_size_feed_forward": 0}
+              "chunk_size_feed_forward": 0, "hidden_size_per_layer_input": 0, "num_kv_shared_layers": 0,
+              "use_double_wide_mlp": False}
 # families whose biases are modelled (their parameters counted; the adds ride in the GEMM epilogue)
 _BIASED = ("gpt_oss",)
 QWEN_MAX_WINDOW_LAYERS = 28  # transformers' default max_window_layers for the Qwen families
@@ -263,7 +271,7 @@ def _typed_layers(c: _Config, layers: int, windows: dict) -> list:
 
 
 def _with_ffn(kinds: list, moe_layers) -> list:
-    return [LayerKind(k.mixer, k.window, k.chunk, "moe" if i in moe_layers else "dense") for i, k in enumerate(kinds)]
+    return [replace(k, ffn="moe" if i in moe_layers else "dense") for i, k in enumerate(kinds)]
 
 
 def _read_llama_like(c: _Config, model_type: str, name: str) -> ModelSpec:
@@ -460,6 +468,36 @@ def _read_minimax(c: _Config, model_type: str, name: str) -> ModelSpec:
                  weight_dtype=weights, expert_weight_dtype=experts)
 
 
+def _read_gemma4(c: _Config, model_type: str, name: str) -> ModelSpec:
+    """Gemma 4: sliding-window (sliding_window) and global layers by layer_types; the global
+    ones with heads of global_head_dim and, under attention_k_eq_v, num_global_key_value_heads
+    KV heads whose values are their keys (no value projection, one cached tensor); a gated GELU
+    MLP (hidden_activation); with enable_moe_block, an MoE block (num_experts, top_k_experts,
+    moe_intermediate_size) beside the dense MLP on every layer, costed as an MoE with a shared
+    expert of intermediate_size."""
+    act = c.data.get("hidden_activation", "gelu_pytorch_tanh")
+    if act not in HF_ACTIVATIONS:
+        c.fail("hidden_activation", f"expected one of {', '.join(HF_ACTIVATIONS)}")
+    base = _base(c, model_type, name)
+    layers = base["layers"]
+    k_eq_v = c.flag("attention_k_eq_v")
+    global_kv = c.int("num_global_key_value_heads", base["kv_heads"]) if k_eq_v else 0
+    if global_kv and base["heads"] % global_kv:
+        c.fail("num_global_key_value_heads", f"expected a divisor of num_attention_heads ({base['heads']})")
+    global_kind = LayerKind(head_dim=c.int("global_head_dim", 0, minimum=0), kv_heads=global_kv, value_is_key=k_eq_v)
+    if c.has("layer_types"):
+        kinds = [k if k.window else global_kind
+                 for k in _typed_layers(c, layers, {"full_attention": 0, "sliding_attention": None})]
+    else:
+        kinds = [global_kind] * layers
+    if base["attention_head_dim"] == 0:
+        base["attention_head_dim"] = c.int("head_dim", base["hidden"] // base["heads"])
+    moe = None
+    if c.flag("enable_moe_block"):
+        moe = _moe(c, "num_experts", "moe_intermediate_size", top_key="top_k_experts", shared=base["ffn_hidden"])
+    return _spec(base, _with_ffn(kinds, range(layers) if moe else ()), moe=moe)
+
+
 _READERS = {"deepseek_v3": _read_deepseek, "kimi_k2": _read_deepseek, "glm_moe_dsa": _read_deepseek,
             "gpt_oss": _read_gpt_oss, "llama4_text": _read_llama4, "qwen3_5_moe_text": _read_qwen3_5,
-            "nemotron_h": _read_nemotron_h, "minimax_m2": _read_minimax}
+            "nemotron_h": _read_nemotron_h, "minimax_m2": _read_minimax, "gemma4_text": _read_gemma4}

@@ -356,7 +356,7 @@ def layer_cache_bytes(spec: ModelSpec, tp: int, tokens: int, kv_bytes: float) ->
     kept = min(tokens, spec.window or spec.chunk or tokens)
     if spec.mla is not None:
         return kept * (spec.mla.latent_dim + spec.mla.index_head_dim * bool(spec.mla.index_topk)) * kv_bytes
-    return 2 * kept * max(1, spec.kv_heads // tp) * spec.head_dim * kv_bytes
+    return spec.kv_tensors * kept * max(1, spec.kv_heads // tp) * spec.head_dim * kv_bytes
 
 
 def kv_cache_bytes_per_token(model: ModelSpec, kv_bytes: float, tp: int = 1) -> float:

@@ -168,6 +168,11 @@ class LayerKind:
     window: int = 0
     chunk: int = 0
     ffn: str = "dense"
+    # where this kind's attention has a shape of its own (Gemma 4's global layers: wider heads,
+    # fewer KV heads, values that are the keys); 0 / False = the model's
+    head_dim: int = 0
+    kv_heads: int = 0
+    value_is_key: bool = False
 
 
 @hash_once
@@ -200,6 +205,7 @@ class ModelSpec:
     recurrent: RecurrentSpec | None = None
     attention_bias: bool = False  # biases on the q, k, v and output projections (gpt-oss)
     attention_gate: bool = False  # a sigmoid output gate from the query projection (Qwen3.5)
+    value_is_key: bool = False  # no value projection: attention's values are its keys (Gemma 4's global layers)
     mtp_layers: int = 0  # multi-token-prediction modules (DeepSeek-V3) trained beside the model
     # The checkpoint's weight formats (WEIGHT_FORMAT_BYTES) from its quantization_config, which
     # an inference engine serves as they are: the layers' weights (DeepSeek's FP8 blocks) and
@@ -248,8 +254,14 @@ class ModelSpec:
         if self.mla is not None:
             return _mla_params(self.mla, h, self.heads)
         gate = self.q_dim if self.attention_gate else 0
-        bias = (self.q_dim + 2 * self.kv_dim + h) if self.attention_bias else 0
-        return h * (self.q_dim + gate + 2 * self.kv_dim) + self.q_dim * h + bias
+        kv = self.kv_tensors * self.kv_dim
+        bias = (self.q_dim + kv + h) if self.attention_bias else 0
+        return h * (self.q_dim + gate + kv) + self.q_dim * h + bias
+
+    @property
+    def kv_tensors(self) -> int:
+        """Tensors attention projects and caches per KV head: keys and values, or keys alone."""
+        return 1 if self.value_is_key else 2
 
     def mlp_params(self) -> int:
         """Dense FFN parameters, or all experts' for MoE (router included)."""
@@ -321,8 +333,14 @@ def _mla_params(mla: MLASpec, hidden: int, heads: int) -> int:
 @lru_cache(maxsize=1024)
 def _kind_spec(model: ModelSpec, kind: LayerKind) -> ModelSpec:
     moe = model.moe if kind.ffn == "moe" else None
+    shape = {}
+    if kind.head_dim:
+        shape["attention_head_dim"] = kind.head_dim
+    if kind.kv_heads:
+        shape["kv_heads"] = kind.kv_heads
     return replace(model, layer_kinds=(), mtp_layers=0, mixer=kind.mixer, window=kind.window, chunk=kind.chunk,
-                   moe=moe, ffn_hidden=0 if kind.ffn == "none" else model.ffn_hidden)
+                   moe=moe, ffn_hidden=0 if kind.ffn == "none" else model.ffn_hidden,
+                   value_is_key=kind.value_is_key, **shape)
 
 
 @lru_cache(maxsize=8192)
