@@ -4,7 +4,7 @@ import math
 from dataclasses import replace
 
 from .errors import SpecError
-from core.model.graph import build_layer, train_shape
+from core.model.graph import train_shape
 from core.model.layout import check_layout, group_spans
 from core.model.memory import GiB, MemoryEstimate, inference_memory, training_memory
 from core.model.specs import HardwareSpec, ModelSpec, Parallelism, TrainWorkload
@@ -33,6 +33,9 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
     gpus = par.gpus if gpus is None else gpus
     if backend not in BACKENDS:
         raise SpecError("", "backend", backend, f"expected one of {', '.join(BACKENDS)}")
+    if backend != "analytical" and not model.uniform:
+        raise SpecError("", "backend", backend, f"{model.name}'s layers differ (or it trains MTP modules); the replay "
+                        "backends replay one layer shape: use the analytical backend")
     reason = check_layout(model, hw, par, work, gpus)
     if reason:
         raise SpecError("", "parallelism", _layout_text(par), reason)
@@ -109,8 +112,7 @@ def estimate_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work,
     if isinstance(work, TrainWorkload):
         shape = train_shape(par, work)
         micro = work.global_batch // (par.dp * par.micro_batch)
-        return training_memory(model, hw, par, build_layer(model, hw, shape), micro, shape.tokens,
-                               first_iteration)
+        return training_memory(model, hw, par, shape, micro, shape.tokens, first_iteration)
     return inference_memory(model, hw, par, work.batch, work.prompt, work.decode, work.kv_bytes(hw))
 
 

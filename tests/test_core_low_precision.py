@@ -113,7 +113,7 @@ def test_rapid_run_refuses_a_recipe_the_dtype_does_not_take_in_one_line(argv, ex
 
 def test_a_study_sweeps_dtypes_and_recipes_and_counts_the_pairs_that_do_not_fit(write_study):
     from sweep.study.loader import load_study
-    from sweep.study.plan import plan_study
+    from sweep.study.grid import plan_study
     plan = plan_study(load_study(write_study(hardware="b200-sxm-180gb", space={
         "tp": [2], "pp": [1], "cp": [1], "zero": [1], "micro_batch": [1], "recompute": ["none"],
         "hardware.gpu.hbm.bandwidth": ["7.7 TB/s"], "dtype": ["fp8", "mxfp8", "nvfp4"],

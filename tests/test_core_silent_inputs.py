@@ -9,7 +9,11 @@ import yaml
 
 from core import SpecError
 from core.model import loader
+from core.model.graph import LayerShape, attended_keys, build_layer
 from core.model.loader import PRESET_DIR, load_hardware, load_model, with_dtype
+from core.model.memory import inference_memory
+from core.model.ops import causal_fraction
+from core.model.specs import Parallelism
 from sweep.study.loader import load_study
 from sweep.study.space import parse_space
 
@@ -132,25 +136,42 @@ def test_an_unknown_moe_key_lists_capacity_factor(tmp_path):
 
 # Hugging Face configs
 
-def test_a_window_shorter_than_the_longest_sequence_is_refused_by_name(tmp_path):
-    message = refusal(load_model, write(tmp_path, MISTRAL, "config.json"))
-    assert "field 'sliding_window' = 4096" in message and "at most 4096 tokens" in message
+def test_mistral_sliding_window_bounds_attention_and_the_kv_cache(tmp_path):
+    windowed = load_model(write(tmp_path, MISTRAL, "config.json"))
+    full = load_model(write(tmp_path, {**MISTRAL, "sliding_window": None}, "config.json"))
+    assert (windowed.window, full.window) == (4096, 0)
+    assert windowed.total_params() == full.total_params() == 7_241_728_000
+    # a cache of 8192 + 8192 tokens keeps the last 4096 of them: K and V of 8 heads x 128, 32 layers, 2 bytes
+    h100 = load_hardware("h100-sxm5-80gb")
+    one = [inference_memory(m, h100, Parallelism(), 1, 8192, 8192, 2).kv_cache_bytes for m in (windowed, full)]
+    assert one == [2 * 4096 * 8 * 128 * 32 * 2, 2 * 16384 * 8 * 128 * 32 * 2]
+    # a query past the first window sees 4096 keys: the 32k-token layer's attention costs far less
+    shape = LayerShape(1, 32768, 32768, 1, False, 1, 1)
+    attention = [next(op for op in build_layer(m, h100, shape).forward if op.name == "attention") for m in (windowed, full)]
+    assert attention[0].flops == pytest.approx(attention[1].flops * attended_keys(32768, 4096) / (32768 * causal_fraction(32768)))
 
 
 def test_a_window_no_sequence_reaches_costs_as_full_attention(tmp_path):
     spans = load_model(write(tmp_path, {**MISTRAL, "max_position_embeddings": 4096}, "config.json"))
     none = load_model(write(tmp_path, {**MISTRAL, "sliding_window": None}, "config.json"))
     assert spans.total_params() == none.total_params() == 7_241_728_000
+    h100 = load_hardware("h100-sxm5-80gb")
+    shape = LayerShape(1, 4096, 4096, 1, False, 1, 1)
+    assert build_layer(spans, h100, shape) == build_layer(none, h100, shape)
 
 
-def test_qwen_sliding_layers_are_refused_unless_no_layer_slides(tmp_path):
+def test_qwen_sliding_layers_slide_from_max_window_layers(tmp_path):
     dense = {k: v for k, v in QWEN2_MOE.items() if k not in ("num_experts", "num_experts_per_tok",
              "moe_intermediate_size", "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers")}
-    qwen2 = {**dense, "model_type": "qwen2", "use_sliding_window": True, "sliding_window": 4096}
-    assert "field 'use_sliding_window' = True" in refusal(load_model, write(tmp_path, qwen2, "config.json"))
-    assert load_model(write(tmp_path, {**qwen2, "max_window_layers": 24}, "config.json")).layers == 24
+    qwen2 = load_model(write(tmp_path, {**dense, "model_type": "qwen2", "use_sliding_window": True, "sliding_window": 4096},
+                             "config.json"))
+    assert [kind.window for kind in qwen2.layer_kinds] == [0] * 21 + [4096] * 3
+    assert load_model(write(tmp_path, {**dense, "model_type": "qwen2", "use_sliding_window": True,
+                                       "sliding_window": 4096, "max_window_layers": 24}, "config.json")).uniform
     kinds = {**dense, "model_type": "qwen2", "sliding_window": 4096, "layer_types": ["full_attention"] * 23 + ["sliding_attention"]}
-    assert "field 'layer_types'" in refusal(load_model, write(tmp_path, kinds, "config.json"))
+    assert [kind.window for kind in load_model(write(tmp_path, kinds, "config.json")).layer_kinds] == [0] * 23 + [4096]
+    bad = {**kinds, "layer_types": ["full_attention"] * 23 + ["chunked_attention"]}
+    assert "field 'layer_types'" in refusal(load_model, write(tmp_path, bad, "config.json"))
 
 
 def test_qwen2_moe_shared_expert_is_modelled_as_in_yaml(tmp_path):
@@ -164,13 +185,14 @@ def test_qwen2_moe_shared_expert_is_modelled_as_in_yaml(tmp_path):
         load_model(write(tmp_path, {**QWEN2_MOE, "shared_expert_intermediate_size": 0}, "config.json")).active_params()
 
 
-@pytest.mark.parametrize("changes, field", [
-    ({"decoder_sparse_step": 2, "mlp_only_layers": [0, 1, 2, 3]}, "mlp_only_layers"),
-    ({"decoder_sparse_step": 2}, "decoder_sparse_step"),
-])
-def test_qwen_moe_with_dense_layers_is_refused(tmp_path, changes, field):
-    message = refusal(load_model, write(tmp_path, {**QWEN2_MOE, **changes}, "config.json"))
-    assert f"field '{field}'" in message and "every layer alike" in message
+def test_qwen_moe_dense_layers_are_modelled(tmp_path):
+    model = load_model(write(tmp_path, {**QWEN2_MOE, "decoder_sparse_step": 2, "mlp_only_layers": [0, 1, 2, 3]},
+                             "config.json"))
+    moe_layers = [i for i, kind in enumerate(model.layer_kinds) if kind.ffn == "moe"]
+    assert moe_layers == [5, 7, 9, 11, 13, 15, 17, 19, 21, 23]  # (i + 1) % 2 == 0, not listed
+    all_moe = load_model(write(tmp_path, QWEN2_MOE, "config.json"))
+    dense_mlp = 3 * 2048 * 5632
+    assert model.total_params() == all_moe.total_params() - 14 * (all_moe.mlp_params() - dense_mlp)
 
 
 def test_qwen3_moe_has_no_shared_expert_key(tmp_path):

@@ -9,6 +9,7 @@ import pytest
 from core.errors import SpecError
 from core.model import ops
 from core.model.loader import load_hardware
+from core.model.ops.mla import mla_decode
 from core.validation.kernels import KERNELS_DIR, error_summary, kernel_groups
 from sweep.cli import main
 
@@ -62,3 +63,25 @@ def test_validate_json_carries_the_groups(monkeypatch, capsys):
     assert main(["validate", "--suite", "kernels", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["cases"] == [] and out["groups"] and all(FIELDS <= g.keys() for g in out["groups"])
+
+
+def test_hand_made_mla_decode_and_moe_rows_are_compared_with_our_kernels(tmp_path):
+    mla = tmp_path / "h100_sxm" / "mla" / "trtllm" / "0.1"
+    moe = tmp_path / "h100_sxm" / "moe" / "vllm" / "0.1"
+    mla.mkdir(parents=True)
+    moe.mkdir(parents=True)
+    pq.write_table(pa.table({"batch_size": [64], "num_heads": [16], "step": [4095], "mla_dtype": ["bfloat16"],
+                             "kv_cache_dtype": ["bfloat16"], "latency": [0.2]}), mla / "generation_mla_perf.parquet")
+    pq.write_table(pa.table({"kernel_source": ["triton"], "moe_dtype": ["bfloat16"], "num_tokens": [64],
+                             "hidden_size": [4096], "inter_size": [1536], "topk": [8], "num_experts": [128],
+                             "moe_tp_size": [1], "moe_ep_size": [1], "distribution": ["balanced"], "latency": [0.5]}),
+                   moe / "moe_perf.parquet")
+    records, _ = kernel_groups(tmp_path)
+    hw = load_hardware("h100-sxm5-80gb")
+    decode_s = mla_decode(hw, 64, 16, 4096, 512, 64, 2).time_s
+    # 512 routed rows over 128 experts: 4 rows each, one grouped GEMM up (gate and up), one down
+    moe_s = (ops.gemm(hw, 4, 2 * 1536, 4096, 128).time_s + ops.pointwise(hw, 3 * 4 * 128 * 1536 * 2).time_s
+             + ops.gemm(hw, 4, 4096, 1536, 128).time_s)
+    by_kernel = {r["kernel"]: r["median_error_pct"] for r in records}
+    assert by_kernel["mla.decode"] == pytest.approx(100 * (decode_s / 0.2e-3 - 1))
+    assert by_kernel["moe.experts"] == pytest.approx(100 * (moe_s / 0.5e-3 - 1))

@@ -7,7 +7,7 @@ from functools import lru_cache
 from . import ops
 from .graph import LayerShape, build_decode_layer, build_layer, train_shape
 from .inference import decode_steps, infer_request, request_flops
-from .layout import group_spans, stage_layers
+from .layout import group_spans
 from .power import Activity, busy_power_w, whole_step_clock
 from .specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism, TrainWorkload
 from .training import edge_ops, layer_profile, optimizer_step_s, train_step
@@ -74,20 +74,21 @@ def _train_work(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Trai
     spans = group_spans(par, dims)
     spans_key = tuple(sorted((axis, spans.get(axis, ())) for axis in ("tp", "cp", "ep", "etp")))
     shape = train_shape(par, work)
-    prof = layer_profile(model, hw, dims, shape, spans_key, par.recompute)
     micro = work.global_batch // (par.dp * par.micro_batch)
-    layers = sum(stage_layers(model.layers, par)) / par.pp
-    passes = [_graph_sums(prof.graph, hw, "forward"), _graph_sums(prof.graph, hw, "backward")]
-    if par.recompute == "full":
-        passes.append(passes[0])
-    elif par.recompute == "selective":
-        passes.append(_graph_sums(prof.graph, hw, "core"))
     flops, busy, hbm, link = {}, 0.0, 0.0, 0.0
-    for seconds, pass_flops, pass_hbm, pass_link in passes:
-        busy += seconds * layers * micro
-        hbm += pass_hbm * layers * micro
-        link += pass_link * layers * micro
-        _add(flops, pass_flops, layers * micro)
+    for spec, count in model.layer_groups():  # each kind of layer once, weighted by its count
+        graph = layer_profile(spec, hw, dims, shape, spans_key, par.recompute).graph
+        layers = count / par.pp
+        passes = [_graph_sums(graph, hw, "forward"), _graph_sums(graph, hw, "backward")]
+        if par.recompute == "full":
+            passes.append(passes[0])
+        elif par.recompute == "selective":
+            passes.append(_graph_sums(graph, hw, "core"))
+        for seconds, pass_flops, pass_hbm, pass_link in passes:
+            busy += seconds * layers * micro
+            hbm += pass_hbm * layers * micro
+            link += pass_link * layers * micro
+            _add(flops, pass_flops, layers * micro)
     tokens, h = shape.tokens, model.hidden
     busy += sum(edge_ops(model, hw, tokens, par.tp)) * micro / par.pp
     _add(flops, ((hw.act_dtype, 6.0 * tokens * h * model.vocab / par.tp),), micro / par.pp)  # LM head
@@ -107,15 +108,17 @@ def _infer_work(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Infe
     over a request: its stages run one after another, each GPU its share of the layers."""
     _, _, _, breakdown, _ = infer_request(model, hw, par, work, gpus)
     b, prompt, steps = work.batch, work.prompt, decode_steps(work.decode)
-    share = model.layers / par.pp
-    prefill = build_layer(model, hw, LayerShape(b, prompt, prompt, par.tp, par.sp, 1, 1))
-    _, _, prefill_hbm, prefill_link = _graph_sums(prefill, hw, "forward")
     kv = work.kv_bytes(hw)
-    first = _decode_sums(model, hw, b, prompt + 1, par.tp, kv)
-    last = _decode_sums(model, hw, b, prompt + max(1, steps), par.tp, kv)
-    head_bytes = model.hidden * model.vocab / par.tp * hw.act_bytes * (1 + steps) / par.pp  # LM head weights
-    hbm = share * (prefill_hbm + steps * (first[2] + last[2]) / 2) + head_bytes
-    link = share * (prefill_link + steps * (first[3] + last[3]) / 2)
+    hbm = model.hidden * model.vocab / par.tp * hw.act_bytes * (1 + steps) / par.pp  # LM head weights
+    link = 0.0
+    for spec, count in model.layer_groups():  # each kind of layer once, weighted by its count
+        share = count / par.pp
+        prefill = build_layer(spec, hw, LayerShape(b, prompt, prompt, par.tp, par.sp, 1, 1))
+        _, _, prefill_hbm, prefill_link = _graph_sums(prefill, hw, "forward")
+        first = _decode_sums(spec, hw, b, prompt + 1, par.tp, kv)
+        last = _decode_sums(spec, hw, b, prompt + max(1, steps), par.tp, kv)
+        hbm += share * (prefill_hbm + steps * (first[2] + last[2]) / 2)
+        link += share * (prefill_link + steps * (first[3] + last[3]) / 2)
     flops = ((hw.dtype, request_flops(model, work) / (par.tp * par.pp)),)
     return breakdown["compute_s"] / par.pp, flops, hbm, link
 

@@ -2,10 +2,12 @@
 Megatron-style tensor / sequence / context / expert parallelism: compute kernels with
 their modelled times and the bytes each keeps alive for backward, and communication
 nodes with their group axis, collective and size."""
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from . import ops
+from .ops.mla import mla_decode
+from .ops.recurrent import SCAN_CHUNK, STATE_BYTES, chunked_scan, recurrent_step
 from .specs import DTYPE_BYTES, LOW_PRECISION_DTYPES, HardwareSpec, ModelSpec, hash_once, quantized_bytes
 
 
@@ -27,6 +29,10 @@ class Op:
     # inside its hidden collective there, the closed form's share standing for it.
     exposed_runs_alone: bool = False
     hbm_bytes: float = 0.0  # HBM traffic of a compute op (the power model's, core/model/power.py)
+    # Share of the bytes that leave the group's first network dimension (node): group-limited
+    # routing sends a token to experts on at most groups_per_token nodes, one copy per node
+    # (DeepEP), not one per expert; 1 = every byte, as the collective has it.
+    outer_share: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -140,13 +146,11 @@ def _pointwise_ops(hw, name, read_bytes, write_bytes, saved, core=False):
 
 @lru_cache(maxsize=4096)
 def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerGraph:
+    if not model.uniform:
+        raise ValueError(f"{model.name}: its layers differ; build each spec of model.layer_groups()")
     el = hw.act_bytes
     t, T, h = shape.tp, shape.tokens, model.hidden
     T_norm = T // t if shape.sp else T  # tokens a rank holds outside the TP region
-    heads = model.heads // t
-    kv_heads = max(1, model.kv_heads // t)
-    d = model.head_dim
-    q_dim, kv_dim = heads * d, kv_heads * d
     fwd, bwd = [], []  # bwd: groups of backward ops in time order, the groups in forward order
 
     def add(pair):
@@ -191,9 +195,82 @@ def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerG
 
     norm_io = T_norm * h * el
     gin = gemm_input_bytes(hw)
-    add(_pointwise_ops(hw, "norm1", norm_io, norm_io, norm_io))
-    qkv_out = T * (q_dim + 2 * kv_dim) * el  # Q, K, V: kept for attention's backward
-    enter_tp("attn", _gemm_ops(hw, "qkv", T, q_dim + 2 * kv_dim, h, T_norm * h * gin + qkv_out,
+    mask = T_norm * h if model.dropout else 0.0
+    if model.mixer != "none":
+        add(_pointwise_ops(hw, "norm1", norm_io, norm_io, norm_io))
+        if model.mixer != "attention":
+            out_proj = _recurrent_mixer(model, hw, shape, add, enter_tp)
+        else:
+            if model.mla is not None:
+                attn_fwd, attn_bwd, kv_bytes, o_in = _mla_mixer(model, hw, shape, add, enter_tp)
+            else:
+                attn_fwd, attn_bwd, kv_bytes, o_in = _gqa_mixer(model, hw, shape, add, enter_tp)
+            if shape.cp > 1:
+                cover = sum(op.time_s for op in attn_fwd)
+                fwd.append(_comm("cp.kv_allgather", "all_gather", "cp", kv_bytes, cover))
+                attn_bwd = (_comm("cp.kv_allgather.bwd", "all_gather", "cp", kv_bytes, cover), *attn_bwd,
+                            _comm("cp.dkv_reducescatter.bwd", "reduce_scatter", "cp", kv_bytes, cover))
+            fwd.extend(attn_fwd)
+            bwd.append(attn_bwd)
+            if model.attention_gate:  # output * sigmoid(gate), the gate from the query projection
+                gated = T * o_in * el
+                add(_pointwise_ops(hw, "attn_gate", 2 * gated, gated, 2 * gated))
+            out_proj = _gemm_ops(hw, "attn_out", T, h, o_in, T * o_in * gin, accumulate=shape.grad_accumulate)
+        add(out_proj)
+        leave_tp("attn", out_proj)
+        add(_pointwise_ops(hw, "residual1", 2 * norm_io, norm_io + mask, mask))
+    if model.moe is not None or model.ffn_hidden:
+        add(_pointwise_ops(hw, "norm2", norm_io, norm_io, norm_io))
+        _mlp(model, hw, shape, add, enter_tp, leave_tp, fwd, bwd, T_norm)
+        add(_pointwise_ops(hw, "residual2", 2 * norm_io, norm_io + mask, mask))
+    backward = tuple(op for group in reversed(bwd) for op in group)
+    return LayerGraph(tuple(fwd), backward)
+
+
+def attended_keys(kv_len: int, window: int) -> int:
+    """Keys a query sees on average under causal attention limited to the last `window`
+    tokens (sliding window; DeepSeek sparse attention's top-k alike): all before it up to
+    the window, then the window; 0 when the window does not bind (the causal kernel applies)."""
+    if not 0 < window < kv_len:
+        return 0
+    return max(1, round(window * (1 - window / (2 * kv_len))))
+
+
+def _flash_pair(model, hw, shape, blocks_per_doc, d, groups, window):
+    """The fused attention kernel and its backward over the layer's documents (packed THD
+    documents, or Llama 4's attention chunks: attention within each only), each causal or
+    limited to `window` keys per query (attended_keys)."""
+    span = shape.kv_seq
+    if 0 < shape.document < span:
+        span = shape.document
+    if 0 < model.chunk < span:
+        span = model.chunk
+    docs = max(1, shape.kv_seq // span)
+    blocks, q_len, kv_len = blocks_per_doc * docs, max(1, shape.seq // docs), shape.kv_seq // docs
+    keys = attended_keys(kv_len, window)
+    causal = not keys
+    kv_len = keys or kv_len
+    kernel = ops.flash_attention(hw, blocks, q_len, kv_len, d, groups, causal, kernel=model.attention_kernel)
+    back = ops.flash_attention(hw, blocks, q_len, kv_len, d, groups, causal, backward=True,
+                               kernel=model.attention_kernel)
+    return kernel, back
+
+
+def _gqa_mixer(model, hw, shape, add, enter_tp):
+    """Multi-head / grouped-query attention (full, sliding-window or chunked): the fused QKV
+    projection (with the output gate's columns where the model gates), rotary, the attention
+    kernel. Returns (forward ops, backward ops, K+V bytes a context-parallel group gathers,
+    the output projection's input width)."""
+    el, t, T, h = hw.act_bytes, shape.tp, shape.tokens, model.hidden
+    T_norm = T // t if shape.sp else T
+    heads = model.heads // t
+    kv_heads = max(1, model.kv_heads // t)
+    d = model.head_dim
+    q_dim, kv_dim = heads * d, kv_heads * d
+    gate = q_dim if model.attention_gate else 0
+    kv = model.kv_tensors * kv_dim
+    qkv_out = T * (q_dim + gate + kv) * el  # Q, K, V (and gate): kept for attention's backward
+    enter_tp("attn", _gemm_ops(hw, "qkv", T, q_dim + gate + kv, h, T_norm * h * gemm_input_bytes(hw) + qkv_out,
                                 accumulate=shape.grad_accumulate))
     if model.position_embedding == "rotary":
         rot = T * (q_dim + kv_dim) * el
@@ -201,13 +278,7 @@ def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerG
     batch_heads = shape.micro_batch * heads
     if model.attention_kernel != "standard":
         groups = max(1, heads // kv_heads)
-        # packed documents (THD): one causal block per document, each rank its CP share of it
-        docs = shape.kv_seq // shape.document if 0 < shape.document < shape.kv_seq else 1
-        blocks, q_len, kv_len = batch_heads * docs, shape.seq // docs, shape.kv_seq // docs
-        kernel = ops.flash_attention(hw, blocks, q_len, kv_len, d, groups, shape.causal,
-                                     kernel=model.attention_kernel)
-        back = ops.flash_attention(hw, blocks, q_len, kv_len, d, groups,
-                                   shape.causal, backward=True, kernel=model.attention_kernel)
+        kernel, back = _flash_pair(model, hw, shape, batch_heads, d, groups, model.window)
         logsumexp = batch_heads * shape.seq * 4
         attn_fwd = [_compute("attention", kernel, logsumexp)]
         attn_bwd = (_compute("attention.bwd", back),)
@@ -221,24 +292,77 @@ def build_layer(model: ModelSpec, hw: HardwareSpec, shape: LayerShape) -> LayerG
         core.append(_attention_gemm_ops(hw, "context", shape.seq, d, shape.kv_seq, batch_heads))
         attn_fwd = [pair[0] for pair in core]
         attn_bwd = tuple(op for pair in reversed(core) for op in pair[1])
-    cover = sum(op.time_s for op in attn_fwd)
-    if shape.cp > 1:
-        kv_bytes = 2 * T * kv_dim * el * shape.cp
-        fwd.append(_comm("cp.kv_allgather", "all_gather", "cp", kv_bytes, cover))
-        attn_bwd = (_comm("cp.kv_allgather.bwd", "all_gather", "cp", kv_bytes, cover), *attn_bwd,
-                    _comm("cp.dkv_reducescatter.bwd", "reduce_scatter", "cp", kv_bytes, cover))
-    fwd.extend(attn_fwd)
-    bwd.append(attn_bwd)
-    out_proj = _gemm_ops(hw, "attn_out", T, h, q_dim, T * q_dim * gin, accumulate=shape.grad_accumulate)
-    add(out_proj)
-    leave_tp("attn", out_proj)
-    mask = T_norm * h if model.dropout else 0.0
-    add(_pointwise_ops(hw, "residual1", 2 * norm_io, norm_io + mask, mask))
-    add(_pointwise_ops(hw, "norm2", norm_io, norm_io, norm_io))
-    _mlp(model, hw, shape, add, enter_tp, leave_tp, fwd, bwd, T_norm)
-    add(_pointwise_ops(hw, "residual2", 2 * norm_io, norm_io + mask, mask))
-    backward = tuple(op for group in reversed(bwd) for op in group)
-    return LayerGraph(tuple(fwd), backward)
+    return attn_fwd, attn_bwd, T * kv * el * shape.cp, q_dim
+
+
+def _mla_mixer(model, hw, shape, add, enter_tp):
+    """Multi-head latent attention as Megatron-Core runs it in training: the query and latent
+    down-projections duplicated on every TP rank (their outputs are narrow), their norms, the
+    column-parallel up-projections to per-head queries and to keys and values, rotary on the
+    RoPE parts, then attention over qk_head_dim-wide keys and v_head_dim-wide values (costed
+    at their mean width, which gives the two matmuls' FLOPs exactly). DeepSeek sparse attention
+    adds the indexer (its projections and its score matmul over every earlier token, causal)
+    and attends to index_topk keys per query."""
+    mla, el, t, T, h = model.mla, hw.act_bytes, shape.tp, shape.tokens, model.hidden
+    T_norm = T // t if shape.sp else T
+    gin = gemm_input_bytes(hw)
+    heads = model.heads // t
+    down = mla.q_lora_rank + mla.latent_dim
+    enter_tp("attn", _gemm_ops(hw, "mla_down", T, down, h, T_norm * h * gin + T * down * el,
+                                accumulate=shape.grad_accumulate))
+    latent_norms = T * (mla.q_lora_rank + mla.kv_lora_rank) * el
+    add(_pointwise_ops(hw, "mla_norms", latent_norms, latent_norms, latent_norms))
+    q_in = mla.q_lora_rank or h
+    q_out, kv_out = heads * mla.qk_head_dim, heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+    add(_gemm_ops(hw, "q_up", T, q_out, q_in, T * q_in * gin + T * q_out * el, accumulate=shape.grad_accumulate))
+    add(_gemm_ops(hw, "kv_up", T, kv_out, mla.kv_lora_rank, T * mla.kv_lora_rank * gin + T * kv_out * el,
+                  accumulate=shape.grad_accumulate))
+    rot = T * (heads + 1) * mla.qk_rope_head_dim * el
+    add(_pointwise_ops(hw, "rotary", rot, rot, 0.0))
+    batch_heads = shape.micro_batch * heads
+    if mla.index_topk:
+        index_heads = max(1, mla.index_heads // t)
+        add(_gemm_ops(hw, "indexer_proj", T, index_heads * (mla.index_head_dim + 1) + mla.index_head_dim, q_in,
+                      T * q_in * gin, accumulate=shape.grad_accumulate))
+        scores = _attention_gemm_ops(hw, "indexer_scores", shape.seq, max(1, shape.kv_seq // 2), mla.index_head_dim,
+                                     shape.micro_batch * index_heads)
+        add(scores)
+        add(_pointwise_ops(hw, "indexer_topk", shape.micro_batch * shape.seq * shape.kv_seq // 2 * el,
+                           shape.micro_batch * shape.seq * mla.index_topk * 4, 0.0))
+    d = (mla.qk_head_dim + mla.v_head_dim) / 2
+    kernel, back = _flash_pair(model, hw, shape, batch_heads, d, 1, mla.index_topk)
+    logsumexp = batch_heads * shape.seq * 4
+    kv_bytes = T * heads * (mla.qk_head_dim + mla.v_head_dim) * el * shape.cp
+    return [_compute("attention", kernel, logsumexp)], (_compute("attention.bwd", back),), kv_bytes, \
+        heads * mla.v_head_dim
+
+
+def _recurrent_mixer(model, hw, shape, add, enter_tp):
+    """Gated DeltaNet or Mamba-2 (heads split over TP): the column-parallel input projection,
+    the causal depthwise convolution, the chunked scan, the gated RMSNorm; returns the
+    row-parallel output projection's ops for the caller to add."""
+    rec, el, t, T, h = model.recurrent, hw.act_bytes, shape.tp, shape.tokens, model.hidden
+    T_norm = T // t if shape.sp else T
+    gin = gemm_input_bytes(hw)
+    heads, key_heads = rec.heads // t, max(1, rec.key_heads // t)
+    conv = (2 * key_heads * rec.key_dim + heads * rec.value_dim)
+    width = heads * rec.value_dim
+    gates = 2 * heads if rec.kind == "gated_deltanet" else heads
+    proj = conv + width + gates
+    enter_tp("attn", _gemm_ops(hw, "in_proj", T, proj, h, T_norm * h * gin + T * proj * el,
+                                accumulate=shape.grad_accumulate))
+    conv_io = T * conv * el
+    add(_pointwise_ops(hw, "conv1d", conv_io, conv_io, conv_io))
+    chunk = SCAN_CHUNK if rec.kind == "gated_deltanet" else 2 * SCAN_CHUNK
+    seq = shape.seq * shape.micro_batch
+    scan = chunked_scan(hw, shape.micro_batch, shape.seq, heads, rec.key_dim, rec.value_dim, chunk)
+    scan_bwd = chunked_scan(hw, shape.micro_batch, shape.seq, heads, rec.key_dim, rec.value_dim, chunk,
+                                backward=True)
+    checkpoints = shape.micro_batch * -(-shape.seq // chunk) * heads * rec.key_dim * rec.value_dim * STATE_BYTES
+    add((_compute("scan", scan, seq * width * el + checkpoints), (_compute("scan.bwd", scan_bwd),)))
+    out = T * width * el
+    add(_pointwise_ops(hw, "gated_norm", 2 * out, out, 2 * out))
+    return _gemm_ops(hw, "out_proj", T, h, width, out, accumulate=shape.grad_accumulate)
 
 
 def _mlp(model, hw, shape, add, enter_tp, leave_tp, fwd, bwd, T_norm):
@@ -305,17 +429,22 @@ def _experts(model, hw, shape, add, fwd, bwd, T_norm):
     gated = model.activation == "swiglu"
     local_experts = moe.experts // shape.ep
     sent = routed_rows(model, T_norm)
-    received = sent * etp  # balanced routing: a rank receives as many rows as it sends, per ETP peer
+    # Without sequence parallelism every TP rank holds all the tokens (tensor-parallel inference
+    # engines' MoE): with etp = tp each runs its share of every expert's FFN on all of them, no
+    # ETP gather, and the partial outputs are all-reduced over TP as after a row-parallel GEMM.
+    replicated = etp > 1 and etp == shape.tp and not shape.sp
+    received = sent if replicated else sent * etp  # balanced routing: as many rows received as sent, per ETP peer
     rows = max(1, round(received / local_experts))
     ffn = moe.expert_ffn_hidden // etp
     add(_gemm_ops(hw, "router", T_norm, moe.experts, h, T_norm * h * el, accumulate=shape.grad_accumulate))
     add(_routing_ops(hw, routing_saved_bytes(moe, T_norm)))
     add(_permute_ops(hw, T_norm * h * el, sent * h * el, sent * INDEX_BYTES))
     a2a = sent * h * el
+    outer = node_limited_share(moe)
     if shape.ep > 1:
-        fwd.append(_comm("moe.dispatch", "all_to_all", "ep", a2a))
-        bwd.append((_comm("moe.dispatch.bwd", "all_to_all", "ep", a2a),))
-    if etp > 1:
+        fwd.append(replace(_comm("moe.dispatch", "all_to_all", "ep", a2a), outer_share=outer))
+        bwd.append((replace(_comm("moe.dispatch.bwd", "all_to_all", "ep", a2a), outer_share=outer),))
+    if etp > 1 and not replicated:
         fwd.append(_comm("moe.etp_allgather", "all_gather", etp_axis, received * h * el))
         bwd.append((_comm("moe.etp_reducescatter.bwd", "reduce_scatter", etp_axis, received * h * el),))
     if local_experts > 1:
@@ -328,13 +457,25 @@ def _experts(model, hw, shape, add, fwd, bwd, T_norm):
                   batch=local_experts, accumulate=shape.grad_accumulate))
     if local_experts > 1:
         add(_copy_ops(hw, "moe.unsort_chunks", received * h * el))
-    if etp > 1:
+    if etp > 1 and not replicated:
         fwd.append(_comm("moe.etp_reducescatter", "reduce_scatter", etp_axis, received * h * el))
         bwd.append((_comm("moe.etp_allgather.bwd", "all_gather", etp_axis, received * h * el),))
     if shape.ep > 1:
-        fwd.append(_comm("moe.combine", "all_to_all", "ep", a2a))
-        bwd.append((_comm("moe.combine.bwd", "all_to_all", "ep", a2a),))
+        fwd.append(replace(_comm("moe.combine", "all_to_all", "ep", a2a), outer_share=outer))
+        bwd.append((replace(_comm("moe.combine.bwd", "all_to_all", "ep", a2a), outer_share=outer),))
     add(_unpermute_ops(hw, T_norm * h * el, sent * h * el, unpermute_saved_bytes(moe, T_norm, sent, h, el)))
+    if replicated:
+        fwd.append(_comm("moe.allreduce", "all_reduce", "tp", T_norm * h * el))
+        bwd.append((_comm("moe.allreduce.bwd", "all_reduce", "tp", T_norm * h * el),))
+
+
+def node_limited_share(moe) -> float:
+    """Share of a token's top_k expert copies that cross nodes under group-limited routing
+    (DeepSeek-V3: 8 groups, one per node of its EP group, a token's experts in at most 4):
+    one copy per node reached, groups_per_token of them, instead of top_k; 1 without a limit."""
+    if not moe.groups_per_token:
+        return 1.0
+    return min(1.0, moe.groups_per_token / moe.top_k)
 
 
 def routing_saved_bytes(moe, tokens: float) -> float:
@@ -389,32 +530,53 @@ def _unpermute_ops(hw, token_bytes, copy_bytes, saved_bytes):
             (_compute("moe.unpermute.bwd", ops.pointwise(hw, 6 * copy_bytes)),))
 
 
+def decode_context(model: ModelSpec, context: int) -> int:
+    """Tokens one decode step's attention reads at `context` tokens: all of them, the last
+    `window` (sliding window), those of the current chunk (chunked attention), or DeepSeek
+    sparse attention's index_topk."""
+    if model.window:
+        return min(model.window, context)
+    if model.chunk:
+        return (context - 1) % model.chunk + 1
+    if model.mla is not None and model.mla.index_topk:
+        return min(model.mla.index_topk, context)
+    return context
+
+
 @lru_cache(maxsize=16384)
 def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: int, tp: int,
                        kv_bytes: float) -> tuple:
     """One layer of one decode step (a single new token per sequence) on one rank,
-    reading a KV cache of `context` tokens stored at `kv_bytes` per element."""
+    reading a KV cache of `context` tokens stored at `kv_bytes` per element (its window's or
+    chunk's share under sliding or chunked attention, decode_context; a fixed state for linear
+    attention and Mamba)."""
+    if not model.uniform:
+        raise ValueError(f"{model.name}: its layers differ; build each spec of model.layer_groups()")
     el = hw.act_bytes
     h = model.hidden
-    heads = model.heads // tp
-    kv_heads = max(1, model.kv_heads // tp)
-    d = model.head_dim
-    q_dim, kv_dim = heads * d, kv_heads * d
     row = batch * h * el
-    out = [
-        _compute("norm1", ops.pointwise(hw, 2 * row)),
-        _compute("qkv", ops.gemm(hw, batch, q_dim + 2 * kv_dim, h)),
-    ]
-    if model.position_embedding == "rotary":
-        out.append(_compute("rotary", ops.pointwise(hw, 2 * batch * (q_dim + kv_dim) * el)))
-    out.append(_compute("kv_append", ops.pointwise(hw, 2 * batch * kv_dim * (el + kv_bytes))))
-    out.append(_compute("attention", ops.decode_attention(hw, batch, heads, kv_heads, context, d, kv_bytes)))
-    out.append(_compute("attn_out", ops.gemm(hw, batch, h, q_dim)))
-    if tp > 1:
-        out.append(_comm("attn.allreduce", "all_reduce", "tp", row))
-    out.append(_compute("residual1", ops.pointwise(hw, 3 * row)))
+    out = []
+    if model.mixer != "none":
+        out.append(_compute("norm1", ops.pointwise(hw, 2 * row)))
+        if model.mixer != "attention":
+            out.extend(_decode_recurrent(model, hw, batch, tp))
+        elif model.mla is not None:
+            out.extend(_decode_mla(model, hw, batch, decode_context(model, context), context, tp, kv_bytes))
+        else:
+            out.extend(_decode_gqa(model, hw, batch, decode_context(model, context), tp, kv_bytes))
+        if tp > 1:
+            out.append(_comm("attn.allreduce", "all_reduce", "tp", row))
+        out.append(_compute("residual1", ops.pointwise(hw, 3 * row)))
+    if model.moe is None and not model.ffn_hidden:
+        return tuple(out)
     out.append(_compute("norm2", ops.pointwise(hw, 2 * row)))
     gated = model.activation == "swiglu"
+    width = 2 if gated else 1
+    if model.moe is not None and model.moe.shared_expert_ffn_hidden:
+        shared = model.moe.shared_expert_ffn_hidden // tp
+        out.append(_compute("shared_up", ops.gemm(hw, batch, shared * width, h)))
+        out.append(_compute("shared_activation", ops.pointwise(hw, (3 if gated else 2) * batch * shared * el)))
+        out.append(_compute("shared_down", ops.gemm(hw, batch, h, shared)))
     if model.moe is None:
         ffn, rows, experts = model.ffn_hidden // tp, batch, 1
     else:
@@ -423,7 +585,7 @@ def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: 
         experts = min(model.moe.experts, routed)  # experts a step's tokens actually touch
         rows = -(-routed // experts)
         out.append(_compute("router", ops.gemm(hw, batch, model.moe.experts, h, dtype=hw.act_dtype)))
-    out.append(_compute("mlp_up", ops.gemm(hw, rows, ffn * (2 if gated else 1), h, experts)))
+    out.append(_compute("mlp_up", ops.gemm(hw, rows, ffn * width, h, experts)))
     act = rows * experts * ffn * el
     out.append(_compute("activation", ops.pointwise(hw, (3 if gated else 2) * act)))
     out.append(_compute("mlp_down", ops.gemm(hw, rows, h, ffn, experts)))
@@ -431,3 +593,65 @@ def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: 
         out.append(_comm("mlp.allreduce", "all_reduce", "tp", row))
     out.append(_compute("residual2", ops.pointwise(hw, 3 * row)))
     return tuple(out)
+
+
+def _decode_gqa(model, hw, batch, context, tp, kv_bytes):
+    el, h = hw.act_bytes, model.hidden
+    heads = model.heads // tp
+    kv_heads = max(1, model.kv_heads // tp)
+    d = model.head_dim
+    q_dim, kv_dim = heads * d, kv_heads * d
+    gate = q_dim if model.attention_gate else 0
+    kv = model.kv_tensors * kv_dim
+    out = [_compute("qkv", ops.gemm(hw, batch, q_dim + gate + kv, h))]
+    if model.position_embedding == "rotary":
+        out.append(_compute("rotary", ops.pointwise(hw, 2 * batch * (q_dim + kv_dim) * el)))
+    out.append(_compute("kv_append", ops.pointwise(hw, batch * kv * (el + kv_bytes))))
+    out.append(_compute("attention", ops.decode_attention(hw, batch, heads, kv_heads, context, d, kv_bytes)))
+    if gate:
+        out.append(_compute("attn_gate", ops.pointwise(hw, 3 * batch * q_dim * el)))
+    out.append(_compute("attn_out", ops.gemm(hw, batch, h, q_dim)))
+    return out
+
+
+def _decode_mla(model, hw, batch, attended, context, tp, kv_bytes):
+    """Weight-absorbed MLA decode (DeepSeek's inference, FlashMLA): the down-projections
+    (every TP rank keeps the whole latent cache), the query's up-projection, the query's
+    non-RoPE part absorbed into the latent space through each head's key up-projection, MQA
+    over the cached latents, and the latent output taken back through each head's value
+    up-projection before the output projection. DeepSeek sparse attention first scores
+    every cached token with the indexer (its key cache is index_head_dim per token)."""
+    mla, el, h = model.mla, hw.act_bytes, model.hidden
+    heads = model.heads // tp
+    q_in = mla.q_lora_rank or h
+    out = [_compute("mla_down", ops.gemm(hw, batch, mla.q_lora_rank + mla.latent_dim, h)),
+           _compute("q_up", ops.gemm(hw, batch, heads * mla.qk_head_dim, q_in)),
+           _compute("rotary", ops.pointwise(hw, 2 * batch * (heads + 1) * mla.qk_rope_head_dim * el)),
+           _compute("kv_append", ops.pointwise(hw, batch * mla.latent_dim * (el + kv_bytes))),
+           _compute("absorb_k", ops.gemm(hw, batch, mla.kv_lora_rank, mla.qk_nope_head_dim, heads))]
+    if mla.index_topk:
+        index_heads = max(1, mla.index_heads // tp)
+        out.append(_compute("indexer_proj", ops.gemm(hw, batch, index_heads * (mla.index_head_dim + 1)
+                                                     + mla.index_head_dim, q_in)))
+        out.append(_compute("indexer", ops.decode_attention(hw, batch, index_heads, 1, context,
+                                                            mla.index_head_dim / 2, kv_bytes)))
+    out.append(_compute("attention", mla_decode(hw, batch, heads, attended, mla.kv_lora_rank,
+                                                mla.qk_rope_head_dim, kv_bytes)))
+    out.append(_compute("absorb_v", ops.gemm(hw, batch, mla.v_head_dim, mla.kv_lora_rank, heads)))
+    out.append(_compute("attn_out", ops.gemm(hw, batch, h, heads * mla.v_head_dim)))
+    return out
+
+
+def _decode_recurrent(model, hw, batch, tp):
+    """One token through Gated DeltaNet or Mamba-2: projections, the convolution's step
+    over its cached taps, the state update and readout, the gated norm."""
+    rec, el, h = model.recurrent, hw.act_bytes, model.hidden
+    heads, key_heads = rec.heads // tp, max(1, rec.key_heads // tp)
+    conv = 2 * key_heads * rec.key_dim + heads * rec.value_dim
+    width = heads * rec.value_dim
+    gates = 2 * heads if rec.kind == "gated_deltanet" else heads
+    return [_compute("in_proj", ops.gemm(hw, batch, conv + width + gates, h)),
+            _compute("conv1d", ops.pointwise(hw, batch * conv * (rec.conv_kernel + 1) * el)),
+            _compute("state_update", recurrent_step(hw, batch, heads, rec.key_dim, rec.value_dim)),
+            _compute("gated_norm", ops.pointwise(hw, 3 * batch * width * el)),
+            _compute("out_proj", ops.gemm(hw, batch, h, width))]

@@ -6,7 +6,7 @@ from functools import lru_cache
 
 from . import ops
 from .collectives import collective_time
-from .graph import LayerShape, build_decode_layer, build_layer
+from .graph import LayerShape, build_decode_layer, build_layer, decode_context
 from .layout import group_spans
 from .specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism
 from .training import add_times, time_ops
@@ -38,6 +38,28 @@ def lm_head_s(model: ModelSpec, hw: HardwareSpec, batch: int, tp: int) -> float:
             + ops.pointwise(hw, batch * model.vocab / tp * 4 * 2).time_s)
 
 
+def decode_points(model: ModelSpec, first: int, last: int) -> tuple:
+    """((context, steps), ...) whose decode-layer times, weighted by steps, sum a uniform
+    spec's decode steps at contexts first..last: a step's time is linear in the tokens its
+    attention reads (graph.decode_context), so the mean of a linear stretch's ends stands for
+    it; a sliding window's stretch past the window is flat; a chunk's reads cycle, so the
+    steps are costed at the mean number they read; a fixed-state mixer reads none."""
+    steps = last - first + 1
+    if model.mixer != "attention":
+        return ((first, steps),)
+    if model.chunk:
+        span = range(first, min(last, first + model.chunk - 1) + 1)
+        mean = sum(decode_context(model, c) for c in span) / len(span)
+        return ((max(1, round(mean)), steps),)
+    limit = model.window or (model.mla.index_topk if model.mla else 0)
+    if limit and last > limit:
+        if first >= limit:
+            return ((limit, steps),)
+        before = limit - first  # steps at contexts first .. limit - 1, then flat at the window
+        return ((first, before / 2), (limit - 1, before / 2), (limit, last - limit + 1))
+    return ((first, steps / 2), (last, steps / 2))
+
+
 def infer_request(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: InferWorkload, gpus: int):
     """(request seconds, TTFT, time per output token, breakdown, FLOPs of one replica's request)."""
     dims = hw.dims_for(gpus)
@@ -47,8 +69,6 @@ def infer_request(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: In
     el, kv_bytes = hw.act_bytes, work.kv_bytes(hw)
 
     shape = LayerShape(b, prompt, prompt, par.tp, par.sp, 1, 1)
-    graph = build_layer(model, hw, shape)
-    prefill = time_ops(hw, dims, dict(spans_key), graph.forward)
     head_s = lm_head_s(model, hw, b, par.tp)
     p2p_prefill, p2p_decode = {}, {}
     if par.pp > 1:
@@ -58,19 +78,23 @@ def infer_request(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: In
         add_times(p2p_decode, collective_time(hw, dims, "send_recv", b * model.hidden * el, pp_span), par.pp - 1)
 
     comm = {}
-    add_times(comm, dict(prefill.comm_s), model.layers)
+    compute_s = head_s
+    for spec, count in model.layer_groups():
+        prefill = time_ops(hw, dims, dict(spans_key), build_layer(spec, hw, shape).forward)
+        add_times(comm, dict(prefill.comm_s), count)
+        compute_s += count * prefill.compute_s
     add_times(comm, p2p_prefill)
-    compute_s = model.layers * prefill.compute_s + head_s
     ttft_s = compute_s + sum(comm.values())
 
-    # Decode time is linear in the context length (only attention grows), so the sum over
-    # steps is the mean of the first and last steps times their count.
+    # Decode time is linear in the tokens attention reads, so a stretch of steps costs the mean
+    # of its first and last steps times their count (decode_points).
     steps = decode_steps(work.decode)
-    first = _decode_step(model, hw, dims, spans_key, b, prompt + 1, par.tp, kv_bytes)
-    last = _decode_step(model, hw, dims, spans_key, b, prompt + max(1, steps), par.tp, kv_bytes)
-    compute_s += steps * (model.layers * (first.compute_s + last.compute_s) / 2 + head_s)
-    add_times(comm, dict(first.comm_s), steps * model.layers / 2)
-    add_times(comm, dict(last.comm_s), steps * model.layers / 2)
+    compute_s += steps * head_s
+    for spec, count in model.layer_groups() if steps else ():
+        for context, weight in decode_points(spec, prompt + 1, prompt + steps):
+            step = _decode_step(spec, hw, dims, spans_key, b, context, par.tp, kv_bytes)
+            compute_s += count * weight * step.compute_s
+            add_times(comm, dict(step.comm_s), count * weight)
     add_times(comm, p2p_decode, steps)
     request_s = compute_s + sum(comm.values())
     tpot_s = (request_s - ttft_s) / steps if steps else math.nan  # one output token: none after the first

@@ -143,6 +143,51 @@ def _split_layers(layers: int, pp: int, virtual: int, first: int, last: int) -> 
     return (rest // 2, *([per_stage] * (pp - 2)), rest - rest // 2)
 
 
+def stage_ranges(layers: int, par: Parallelism) -> tuple:
+    """Per stage, the (start, stop) layer ranges it holds: one contiguous range, or under the
+    interleaved schedule one per model chunk (chunk c of stage s is the model's chunk
+    c * pp + s); what tells a stage's layer kinds where layers differ."""
+    return _stage_ranges(layers, par.pp, par.virtual_stages, par.first_stage_layers, par.last_stage_layers,
+                         chunk_layers(layers, par) if par.virtual_stages > 1 else ())
+
+
+@lru_cache(maxsize=1024)
+def _stage_ranges(layers: int, pp: int, virtual: int, first: int, last: int, chunks: tuple) -> tuple:
+    if chunks:
+        sizes = [chunks[stage][chunk] for chunk in range(virtual) for stage in range(pp)]
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        return tuple(tuple((starts[c * pp + s], starts[c * pp + s] + sizes[c * pp + s]) for c in range(virtual))
+                     for s in range(pp))
+    split = _split_layers(layers, pp, virtual, first, last)
+    starts = [sum(split[:i]) for i in range(len(split))]
+    return tuple(((start, start + n),) for start, n in zip(starts, split))
+
+
+def stage_groups(model, par: Parallelism) -> tuple:
+    """Per stage, ((uniform layer spec, count), ...) of the layers it holds: one group of its
+    layer count when every layer is alike."""
+    if model.uniform:
+        return tuple(((model, n),) for n in stage_layers(model.layers, par))
+    return _stage_groups(model, stage_ranges(model.layers, par))
+
+
+@lru_cache(maxsize=1024)
+def _stage_groups(model, ranges: tuple) -> tuple:
+    """The stages' kinds; the MTP modules (each one layer of the last layer's kind) run on the
+    last stage, after the main model's last layer."""
+    out = []
+    for stage in ranges:
+        counts = {}
+        for start, stop in stage:
+            for spec, count in model.layer_groups(start, stop):
+                counts[spec] = counts.get(spec, 0) + count
+        out.append(counts)
+    if model.mtp_layers:
+        last = model.layer_groups(model.layers - 1)[0][0]
+        out[-1][last] = out[-1].get(last, 0) + model.mtp_layers
+    return tuple(tuple(counts.items()) for counts in out)
+
+
 def chunk_layers(layers: int, par: Parallelism) -> tuple:
     """Per stage, the transformer layers of each model chunk (virtual stage): a stage's layers
     shared evenly by its chunks; when Megatron-Core counts the embedding and the loss as
@@ -232,6 +277,13 @@ def check_layout(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpu
         return f"heads ({model.heads}) not divisible by tp ({par.tp})"
     if model.kv_heads % par.tp and par.tp % model.kv_heads:
         return f"kv_heads ({model.kv_heads}) and tp ({par.tp}) do not divide one another"
+    recurrent = model.recurrent
+    if recurrent is not None and any(spec.mixer in ("linear", "mamba") for spec, _ in model.layer_groups()):
+        if recurrent.heads % par.tp or recurrent.key_heads % par.tp and par.tp % recurrent.key_heads:
+            return (f"{recurrent.kind} heads ({recurrent.heads} value, {recurrent.key_heads} key/group) "
+                    f"not divisible by tp ({par.tp})")
+        if par.cp > 1:
+            return f"cp = {par.cp}: context parallelism over {recurrent.kind} layers' recurrent scan is not modelled"
     if model.ffn_hidden % par.tp:
         return f"ffn_hidden ({model.ffn_hidden}) not divisible by tp ({par.tp})"
     if (par.first_stage_layers or par.last_stage_layers) and par.pp == 1:

@@ -23,6 +23,8 @@ REASON_INPUTS = (
     TRAINING_ONLY,                                      # inference: training knobs set
     ("model", "tp"),                                    # heads % tp
     ("model", "tp"),                                    # kv_heads and tp
+    ("model", "tp"),                                    # recurrent (linear / Mamba) heads % tp
+    ("model", "cp"),                                    # cp > 1 over recurrent layers
     ("model", "tp"),                                    # ffn_hidden % tp
     (),                                                 # first/last with pp == 1
     ("first_stage_layers", "last_stage_layers"),        # one of first/last
@@ -61,12 +63,17 @@ def layout_failures(columns: dict, models: tuple, model_codes: np.ndarray, hardw
     expert_tp = np.where(v["etp"] != 0, v["etp"], v["tp"])
     interleaved = col["schedule"].map(lambda s: s == "interleaved")
     moe = np.array([m.moe is not None for m in models])[model_codes]
+    recurrent_specs = [m.recurrent if m.recurrent is not None and any(
+        spec.mixer in ("linear", "mamba") for spec, _ in m.layer_groups()) else None for m in models]
+    recurrent = np.array([r is not None for r in recurrent_specs])[model_codes]
     spec = {
         "heads": np.array([m.heads for m in models])[model_codes],
         "kv_heads": np.array([m.kv_heads for m in models])[model_codes],
         "ffn_hidden": np.array([m.ffn_hidden for m in models])[model_codes],
         "experts": np.array([m.moe.experts if m.moe else 1 for m in models])[model_codes],
         "expert_ffn": np.array([m.moe.expert_ffn_hidden if m.moe else 1 for m in models])[model_codes],
+        "recurrent_heads": np.array([r.heads if r else 1 for r in recurrent_specs])[model_codes],
+        "recurrent_key_heads": np.array([r.key_heads if r else 1 for r in recurrent_specs])[model_codes],
     }
     par_gpus = v["dp"] * v["tp"] * v["pp"] * v["cp"]
     uses_experts = (v["ep"] > 1) | (expert_tp != v["tp"])
@@ -94,6 +101,9 @@ def layout_failures(columns: dict, models: tuple, model_codes: np.ndarray, hardw
     rules += [
         spec["heads"] % v["tp"] != 0,
         (spec["kv_heads"] % v["tp"] != 0) & (v["tp"] % spec["kv_heads"] != 0),
+        recurrent & ((spec["recurrent_heads"] % v["tp"] != 0)
+                     | ((spec["recurrent_key_heads"] % v["tp"] != 0) & (v["tp"] % spec["recurrent_key_heads"] != 0))),
+        recurrent & (v["cp"] > 1),
         spec["ffn_hidden"] % v["tp"] != 0,
         first_last & (v["pp"] == 1),
         (v["first_stage_layers"] != 0) != (v["last_stage_layers"] != 0),

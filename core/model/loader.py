@@ -11,6 +11,7 @@ from pathlib import Path
 from core import units
 from core.errors import SpecError
 from core.textfile import parse_mapping, read_text
+from .hf import HF_COSTED, HF_COSTLESS, HF_MODEL_TYPES, model_from_hf  # noqa: F401 (the loader's HF surface)
 from .layout import recipe_mismatch
 from .specs import (ACTIVATIONS, ATTENTION_KERNELS, COMPUTE_DTYPES, DTYPES, FP8_RECIPES, NORMS, POSITION_EMBEDDINGS,
                     POWER_CLOCKS, TOPOLOGIES, Calibration, GpuSpec, HardwareSpec, LinkFault, MemoryLevel, ModelSpec,
@@ -170,7 +171,7 @@ _PLAIN_NUMBER = re.compile(r"\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*")
 
 def model_from_mapping(data: dict, source: str) -> ModelSpec:
     if "model_type" in data or "num_hidden_layers" in data:
-        return _model_from_hf(data, source)
+        return model_from_hf(data, source, _default_name(source) if source.startswith(PRESET_SOURCE) else "")
     f = _Fields(data, source)
     hidden = f.integer("hidden")
     heads = f.integer("heads")
@@ -205,148 +206,6 @@ def model_from_mapping(data: dict, source: str) -> ModelSpec:
     )
     f.done()
     return spec
-
-
-HF_ACTIVATIONS = ("silu", "swish", "gelu", "gelu_new", "gelu_pytorch_tanh")
-# Hugging Face config keys per family. HF_COSTED: keys that change compute, memory or
-# communication, each modelled or refused by value below; HF_COSTLESS: keys that change
-# nothing costed (names, token ids, initialisation, norm epsilon, rotary details, router loss
-# terms, caching and output switches). A key in neither list is refused by name.
-_HF_SHAPE = ("model_type", "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
-             "head_dim", "intermediate_size", "vocab_size", "tie_word_embeddings", "hidden_act", "attention_dropout")
-_QWEN_WINDOW = ("use_sliding_window", "sliding_window", "max_window_layers", "layer_types")
-_QWEN_MOE = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step", "mlp_only_layers")
-HF_COSTED = {
-    "llama": (*_HF_SHAPE, "attention_bias", "mlp_bias"),
-    "mistral": (*_HF_SHAPE, "sliding_window"),
-    "qwen2": (*_HF_SHAPE, *_QWEN_WINDOW),
-    "qwen3": (*_HF_SHAPE, "attention_bias", *_QWEN_WINDOW),
-    "mixtral": (*_HF_SHAPE, "sliding_window", "num_local_experts", "num_experts_per_tok"),
-    "qwen2_moe": (*_HF_SHAPE, *_QWEN_WINDOW, *_QWEN_MOE, "shared_expert_intermediate_size"),
-    "qwen3_moe": (*_HF_SHAPE, "attention_bias", *_QWEN_WINDOW, *_QWEN_MOE),
-}
-HF_MODEL_TYPES = tuple(HF_COSTED)
-_HF_ANY = ("_name_or_path", "architectures", "auto_map", "transformers_version", "torch_dtype", "dtype",
-           "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range", "rms_norm_eps", "use_cache",
-           "max_position_embeddings", "rope_theta", "rope_scaling", "rope_parameters", "tokenizer_class",
-           "output_attentions", "output_hidden_states", "return_dict", "use_bfloat16", "torchscript")
-_HF_ROUTER = ("norm_topk_prob", "output_router_logits", "router_aux_loss_coef", "router_jitter_noise")
-HF_COSTLESS = {family: _HF_ANY + (("pretraining_tp",) if family == "llama" else ())
-               + (_HF_ROUTER if family == "mixtral" or family.endswith("_moe") else ()) for family in HF_COSTED}
-# keys accepted only at the value that costs nothing: biases and attention dropout are not modelled
-HF_NEUTRAL = {"attention_bias": False, "mlp_bias": False, "attention_dropout": 0}
-QWEN_MAX_WINDOW_LAYERS = 28  # transformers' default max_window_layers for the Qwen families
-
-
-def _model_from_hf(data: dict, source: str) -> ModelSpec:
-    """A Hugging Face config.json of a decoder family we model (HF_MODEL_TYPES): grouped-query
-    attention with an explicit `head_dim`, tied embeddings, and Mixtral / Qwen MoE blocks
-    with Qwen2-MoE's shared expert; every key is costed (HF_COSTED) or costs nothing (HF_COSTLESS)."""
-    def need(key, default=None):
-        value = default if data.get(key) is None else data[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise SpecError(source, key, value if key in data else "<missing>",
-                            "expected a positive integer in this Hugging Face config")
-        return value
-    model_type = data.get("model_type", "<missing>")
-    if model_type not in HF_MODEL_TYPES:
-        raise SpecError(source, "model_type", model_type,
-                        f"not a model family rapid-sweep models (supported: {', '.join(HF_MODEL_TYPES)})")
-    known = HF_COSTED[model_type] + HF_COSTLESS[model_type]
-    for key, value in data.items():
-        if key not in known:
-            raise SpecError(source, key, value, f"not a {model_type} key rapid-sweep costs or knows to cost nothing "
-                            f"(costed: {', '.join(HF_COSTED[model_type])}; see docs/model.md)")
-        if key in HF_NEUTRAL and value not in (None, HF_NEUTRAL[key]):
-            raise SpecError(source, key, value, f"not modelled; accepted only as {str(HF_NEUTRAL[key]).lower()}")
-    act = data.get("hidden_act", "silu")
-    if act not in HF_ACTIVATIONS:
-        raise SpecError(source, "hidden_act", act, f"expected one of {', '.join(HF_ACTIVATIONS)}")
-    tied = data.get("tie_word_embeddings", False)
-    if not isinstance(tied, bool):
-        raise SpecError(source, "tie_word_embeddings", tied, "expected true or false")
-    layers = need("num_hidden_layers")
-    heads = need("num_attention_heads")
-    kv_heads = need("num_key_value_heads", heads)
-    if kv_heads > heads or heads % kv_heads:
-        raise SpecError(source, "num_key_value_heads", kv_heads,
-                        f"expected a divisor of num_attention_heads ({heads})")
-    hidden = need("hidden_size")
-    head_dim = need("head_dim", hidden // heads if hidden % heads == 0 else None)
-    _check_hf_window(data, source, model_type, layers)
-    experts_key = "num_local_experts" if model_type == "mixtral" else "num_experts"
-    moe = None
-    if data.get(experts_key):
-        _check_hf_sparse_layers(data, source, layers)
-        ffn_key = "intermediate_size" if model_type == "mixtral" else "moe_intermediate_size"
-        shared = data.get("shared_expert_intermediate_size") or 0
-        if isinstance(shared, bool) or not isinstance(shared, int) or shared < 0:
-            raise SpecError(source, "shared_expert_intermediate_size", shared, "expected an integer >= 0 (0: no shared expert)")
-        moe = MoESpec(experts=need(experts_key), top_k=need("num_experts_per_tok"), expert_ffn_hidden=need(ffn_key),
-                      shared_expert_ffn_hidden=shared)
-        if moe.top_k > moe.experts:
-            raise SpecError(source, "num_experts_per_tok", moe.top_k, f"expected at most {experts_key} ({moe.experts})")
-    elif model_type.endswith("_moe") or model_type == "mixtral":
-        raise SpecError(source, experts_key, data.get(experts_key, "<missing>"),
-                        f"a {model_type} config needs a positive expert count")
-    return ModelSpec(
-        name=str(data.get("_name_or_path") or Path(source).parent.name or "hf-model"),
-        layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
-        ffn_hidden=need("intermediate_size"), vocab=need("vocab_size"),
-        # every family here gates its MLP, act(gate) * up (three matrices); hidden_act only
-        # picks the function, which costs the same pointwise pass
-        activation="swiglu", norm="rmsnorm",
-        tied_embeddings=tied, position_embedding="rotary", attention_kernel="flash", moe=moe,
-        attention_head_dim=0 if head_dim * heads == hidden else head_dim,
-    )
-
-
-def _check_hf_window(data: dict, source: str, model_type: str, layers: int) -> None:
-    """Refuse sliding-window attention that can change a cost: some layer slides and its
-    window is shorter than max_position_embeddings (a sequence of at most `sliding_window`
-    tokens costs the same either way, but the model spec has no workload to check that against)."""
-    window = data.get("sliding_window")
-    if model_type in ("mistral", "mixtral"):
-        field, sliding = "sliding_window", window is not None
-    elif data.get("layer_types") is not None:
-        kinds = data["layer_types"]
-        field, sliding = "layer_types", not isinstance(kinds, list) or any(k != "full_attention" for k in kinds)
-        if sliding and (not isinstance(kinds, list) or any(k != "sliding_attention" for k in kinds if k != "full_attention")):
-            raise SpecError(source, field, kinds, "expected a list of full_attention and sliding_attention")
-    else:
-        first = data.get("max_window_layers", QWEN_MAX_WINDOW_LAYERS)
-        field = "use_sliding_window"
-        sliding = bool(data.get("use_sliding_window")) and window is not None and isinstance(first, int) and first < layers
-    if not sliding:
-        return
-    longest = data.get("max_position_embeddings")
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise SpecError(source, "sliding_window", window, "expected a positive integer (tokens) or null")
-    if isinstance(longest, int) and not isinstance(longest, bool) and window >= longest:
-        return
-    raise SpecError(source, field, data[field] if field in data else "<missing>",
-                    f"sliding-window attention is not modelled: its {window}-token window (sliding_window) is shorter "
-                    f"than max_position_embeddings ({longest}), and attention and KV cache costed in full are right "
-                    f"only for sequences of at most {window} tokens; set sliding_window to null to cost full attention")
-
-
-def _check_hf_sparse_layers(data: dict, source: str, layers: int) -> None:
-    """Refuse Qwen MoE configs with dense MLP layers among the MoE ones: every layer is one shape."""
-    step = data.get("decoder_sparse_step", 1)
-    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-        raise SpecError(source, "decoder_sparse_step", step, "expected a positive integer")
-    dense_only = data.get("mlp_only_layers") or []
-    if not isinstance(dense_only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in dense_only):
-        raise SpecError(source, "mlp_only_layers", dense_only, "expected a list of layer indices")
-    listed = sorted(i for i in set(dense_only) if 0 <= i < layers)
-    if listed:
-        raise SpecError(source, "mlp_only_layers", dense_only,
-                        f"layers {listed} would run a dense MLP among MoE layers; rapid-sweep models every layer "
-                        f"alike, so only an empty list is modelled")
-    if step > 1:
-        raise SpecError(source, "decoder_sparse_step", step,
-                        f"only every {step}th layer would be MoE, the rest dense; rapid-sweep models every layer "
-                        f"alike, so only 1 (every layer MoE) is modelled")
 
 
 def _memory_level(data, source: str, prefix: str, capacity_key: str) -> MemoryLevel:

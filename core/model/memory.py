@@ -5,9 +5,10 @@ from dataclasses import dataclass
 from functools import lru_cache, partial
 from math import ceil
 
-from .graph import LayerGraph
-from .layout import stage_layers, warmup_forwards
-from .specs import DTYPE_BYTES, LOW_PRECISION_DTYPES, HardwareSpec, ModelSpec, Parallelism, quantized_bytes
+from .graph import LayerGraph, LayerShape, build_layer
+from .layout import stage_groups, stage_layers, warmup_forwards
+from .ops.recurrent import STATE_BYTES
+from .specs import DTYPE_BYTES, LOW_PRECISION_DTYPES, WEIGHT_FORMAT_BYTES, HardwareSpec, ModelSpec, Parallelism, quantized_bytes
 
 GiB = 2**30
 # Bytes per parameter of the optimizer's master weights (specs.MASTER_WEIGHTS): apex's
@@ -102,24 +103,55 @@ def stage_params(model: ModelSpec, par: Parallelism) -> list:
 def stage_param_parts(model: ModelSpec, par: Parallelism) -> tuple:
     """(dense, expert) parameters one rank of each stage holds: experts are split over
     ep * etp ranks and replicated over the rest (their ZeRO shards differ)."""
-    return _param_parts(model, par.tp, par.ep, par.expert_tp, stage_layers(model.layers, par))
+    if model.uniform:
+        return _param_parts(model, par.tp, par.ep, par.expert_tp, stage_layers(model.layers, par))
+    return _stage_parts(model, par.tp, par.ep, par.expert_tp, stage_groups(model, par))
+
+
+def layer_param_parts(spec: ModelSpec, t: int, ep: int, etp: int) -> tuple:
+    """(dense, expert) parameters of one layer of a uniform spec on one rank. MLA's
+    down-projections and their norms are whole on every TP rank (Megatron-Core duplicates them)."""
+    blocks = (spec.mixer != "none") + (spec.moe is not None or spec.ffn_hidden > 0)
+    norms = blocks * spec.hidden * (2 if spec.norm == "layernorm" else 1)
+    if spec.moe is None:
+        dense_mlp, expert = spec.mlp_params() / t, 0.0
+    else:
+        per_expert = spec.mlp_matrices * spec.hidden * spec.moe.expert_ffn_hidden
+        expert = spec.moe.experts // ep * per_expert / etp
+        dense_mlp = spec.hidden * spec.moe.experts + spec.shared_expert_params() / t
+    attention = spec.attention_params() / t
+    if spec.mla is not None and spec.mixer == "attention":
+        duplicated = spec.hidden * (spec.mla.q_lora_rank + spec.mla.latent_dim) + spec.mla.q_lora_rank + spec.mla.kv_lora_rank
+        attention += duplicated * (1 - 1 / t)
+    return attention + dense_mlp + norms, expert
+
+
+def _with_edges(model: ModelSpec, t: int, parts: list) -> tuple:
+    """Stage parts with the embedding on the first stage and the output layer on the last."""
+    parts[0][0] += model.embedding_params() / t
+    parts[-1][0] += (model.mtp_params() - model.mtp_layers * model.layer_groups(model.layers - 1)[0][0].layer_params()) / t
+    if not model.tied_embeddings or len(parts) > 1:
+        parts[-1][0] += model.vocab * model.hidden / t
+    return tuple(tuple(part) for part in parts)
 
 
 @lru_cache(maxsize=4096)
 def _param_parts(model: ModelSpec, t: int, ep: int, etp: int, split: tuple) -> tuple:
-    norms = 2 * model.hidden * (2 if model.norm == "layernorm" else 1)
-    if model.moe is None:
-        dense_mlp, expert = model.mlp_params() / t, 0.0
-    else:
-        per_expert = model.mlp_matrices * model.hidden * model.moe.expert_ffn_hidden
-        expert = model.moe.experts // ep * per_expert / etp
-        dense_mlp = model.hidden * model.moe.experts + model.shared_expert_params() / t
-    layer = model.attention_params() / t + dense_mlp + norms
-    parts = [[layers * layer, layers * expert] for layers in split]
-    parts[0][0] += model.embedding_params() / t
-    if not model.tied_embeddings or len(split) > 1:
-        parts[-1][0] += model.vocab * model.hidden / t
-    return tuple(tuple(part) for part in parts)
+    layer, expert = layer_param_parts(model, t, ep, etp)
+    return _with_edges(model, t, [[layers * layer, layers * expert] for layers in split])
+
+
+@lru_cache(maxsize=1024)
+def _stage_parts(model: ModelSpec, t: int, ep: int, etp: int, groups: tuple) -> tuple:
+    parts = []
+    for stage in groups:
+        dense = expert = 0.0
+        for spec, count in stage:
+            layer, experts = layer_param_parts(spec, t, ep, etp)
+            dense += count * layer
+            expert += count * experts
+        parts.append([dense, expert])
+    return _with_edges(model, t, parts)
 
 
 def weight_bytes(hw: HardwareSpec, par: Parallelism) -> float:
@@ -190,7 +222,18 @@ def in_flight(par: Parallelism, microbatches: int, stage: int) -> float:
     return chunks / v
 
 
-def training_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, graph: LayerGraph,
+def stage_saved_bytes(model: ModelSpec, hw: HardwareSpec, par: Parallelism, shape: LayerShape,
+                      recompute: str, layer_input_bytes: float) -> tuple:
+    """Bytes each stage's layers keep for backward per micro-batch (saved_per_layer summed over
+    the stage's layer kinds)."""
+    if model.uniform:
+        per_layer = saved_per_layer(build_layer(model, hw, shape), recompute, layer_input_bytes)
+        return tuple(layers * per_layer for layers in stage_layers(model.layers, par))
+    return tuple(sum(count * saved_per_layer(build_layer(spec, hw, shape), recompute, layer_input_bytes)
+                     for spec, count in groups) for groups in stage_groups(model, par))
+
+
+def training_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, shape: LayerShape,
                     microbatches: int, tokens: int, first_iteration: bool = False) -> MemoryEstimate:
     """Megatron's buffers: the weights' working copy (BF16, or FP8 with fp8_params), main
     gradients in grad_dtype (full size unless ZeRO 2+: the distributed optimizer, ZeRO 1,
@@ -203,14 +246,21 @@ def training_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, graph:
     el = hw.act_bytes
     t = par.tp
     layer_input = tokens * model.hidden * el / (t if par.training_sp else 1)
-    per_layer = saved_per_layer(graph, par.recompute, layer_input)
-    full_layer = saved_per_layer(graph, "none", layer_input)
+    split = stage_layers(model.layers, par)
+    if model.uniform:  # one graph: the warm sweep's path
+        graph = build_layer(model, hw, shape)
+        per_layer = saved_per_layer(graph, par.recompute, layer_input)
+        saved = tuple(layers * per_layer for layers in split)
+        full_layer = saved_per_layer(graph, "none", layer_input)
+    else:
+        saved = stage_saved_bytes(model, hw, par, shape, par.recompute, layer_input)
+        full_layer = max(saved_per_layer(build_layer(spec, hw, shape), "none", layer_input)
+                         for spec, _ in model.layer_groups())
     shard, expert_shard = par.dp * par.cp, expert_data_parallel(par)  # ZeRO shards over replicas
     w_bytes, g_bytes, cache_bytes = weight_bytes(hw, par), grad_bytes(par), fp8_weight_bytes(hw, par)
     state_bytes, copy_bytes = optimizer_bytes(par), step_transient_bytes(par)
     early_state_bytes = MASTER_WEIGHT_BYTES[par.master_weights] if first_iteration else state_bytes
     layer_transient = 4 * tokens * model.hidden * el + (full_layer if par.recompute == "full" else 0.0)
-    split = stage_layers(model.layers, par)
     best, most = None, -1.0
     for stage, (dense, expert) in enumerate(stage_param_parts(model, par)):
         params = dense + expert
@@ -220,7 +270,7 @@ def training_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, graph:
         held = sharded if resharded else params  # ZeRO 3 gathers a layer's weights (and FP8 copies) to use it
         kept_shard = sharded if par.zero >= 3 and not par.reshard_after_forward else 0.0  # beside the gathered copy
         states = ((held + kept_shard) * w_bytes, (sharded if par.zero >= 2 else params) * g_bytes, held * cache_bytes)
-        activations = split[stage] * per_layer * in_flight(par, microbatches, stage)
+        activations = saved[stage] * in_flight(par, microbatches, stage)
         transient = layer_transient
         if resharded:  # the layer in use and the one prefetched
             transient += 2 * params / split[stage] * w_bytes
@@ -290,17 +340,56 @@ def inference_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, batch
     in that period's kvCacheConfig.h, sizes only the in-flight batcher's pool); one activation
     workspace for the largest pass, the prefill; no caching allocator, so no fragmentation."""
     t = par.tp
-    kv_dim = max(1, model.kv_heads // t) * model.head_dim
-    layers = max(stage_layers(model.layers, par))
-    kv_cache = 2 * layers * batch * (prompt + decode) * kv_dim * kv_bytes
+    tokens = prompt + decode
     transient = prefill_workspace_bytes(model, hw, t, batch * prompt) + batch * model.vocab / t * 4
     best = None
-    for stage, params in enumerate(stage_params(model, par)):
-        estimate = MemoryEstimate(params * inference_weight_bytes(hw), 0.0, 0.0, 0.0, transient, kv_cache,
+    for stage, (groups, (dense, expert)) in enumerate(zip(stage_groups(model, par), stage_param_parts(model, par))):
+        kv_cache = batch * sum(count * layer_cache_bytes(spec, t, tokens, kv_bytes) for spec, count in groups)
+        weights = dense * stored_weight_bytes(model.weight_dtype, hw) + expert * stored_weight_bytes(
+            model.expert_weight_dtype or model.weight_dtype, hw)
+        estimate = MemoryEstimate(weights, 0.0, 0.0, 0.0, transient, kv_cache,
                                   hw.gpu.hbm.capacity_bytes, stage, fragmentation=0.0)
         if best is None or estimate.peak_bytes > best.peak_bytes:
             best = estimate
     return best
+
+
+def stored_weight_bytes(weight_format: str, hw: HardwareSpec) -> float:
+    """Bytes per weight an inference engine stores: the checkpoint's format where its
+    quantization_config sets one (ModelSpec.weight_dtype, expert_weight_dtype), else the
+    compute dtype."""
+    return WEIGHT_FORMAT_BYTES[weight_format] if weight_format else inference_weight_bytes(hw)
+
+
+def layer_cache_bytes(spec: ModelSpec, tp: int, tokens: int, kv_bytes: float) -> float:
+    """What one layer of a uniform spec keeps per sequence on one TP rank after `tokens`
+    tokens: K and V of the tokens its attention still sees (all, the sliding window's, the
+    current chunk's), MLA's latent and RoPE key (whole on every TP rank) plus the sparse
+    indexer's key, or a recurrent mixer's fixed state (FP32) and convolution taps."""
+    if spec.mixer == "none":
+        return 0.0
+    if spec.mixer != "attention":
+        rec = spec.recurrent
+        heads, key_heads = rec.heads // tp, max(1, rec.key_heads // tp)
+        conv = 2 * key_heads * rec.key_dim + heads * rec.value_dim
+        return heads * rec.key_dim * rec.value_dim * STATE_BYTES + (rec.conv_kernel - 1) * conv * kv_bytes
+    kept = min(tokens, spec.window or spec.chunk or tokens)
+    if spec.mla is not None:
+        return kept * (spec.mla.latent_dim + spec.mla.index_head_dim * bool(spec.mla.index_topk)) * kv_bytes
+    return spec.kv_tensors * kept * max(1, spec.kv_heads // tp) * spec.head_dim * kv_bytes
+
+
+def kv_cache_bytes_per_token(model: ModelSpec, kv_bytes: float, tp: int = 1) -> float:
+    """KV-cache bytes one more token adds on one TP rank, summed over the layers that keep
+    a cache growing with the context (at a context the windows have not filled yet)."""
+    return sum(count * layer_cache_bytes(spec, tp, 1, kv_bytes) for spec, count in model.layer_groups()
+               if spec.mixer == "attention")
+
+
+def state_bytes_per_sequence(model: ModelSpec, kv_bytes: float, tp: int = 1) -> float:
+    """Fixed bytes a sequence keeps on one TP rank in its linear-attention and Mamba layers."""
+    return sum(count * layer_cache_bytes(spec, tp, 1, kv_bytes) for spec, count in model.layer_groups()
+               if spec.mixer in ("linear", "mamba"))
 
 
 def prefill_workspace_bytes(model: ModelSpec, hw: HardwareSpec, tp: int, tokens: int) -> float:
@@ -308,6 +397,6 @@ def prefill_workspace_bytes(model: ModelSpec, hw: HardwareSpec, tp: int, tokens:
     stream and the normed input (2 x hidden per token), and the FFN's inner tensors: a gated
     FFN's fused gate-up output with the SwiGLU kernel's output (3 x ffn / tp), a GELU FFN's
     one (its activation fused into the GEMM)."""
-    ffn = model.moe.expert_ffn_hidden if model.moe else model.ffn_hidden
+    ffn = max((spec.moe.expert_ffn_hidden if spec.moe else spec.ffn_hidden) for spec, _ in model.layer_groups())
     inner = (3 if model.activation == "swiglu" else 1) * ceil(ffn / tp)
     return tokens * (2 * model.hidden + inner) * hw.act_bytes

@@ -21,6 +21,11 @@ PARALLEL_AXES = ("tp", "cp", "ep", "dp", "pp")
 # the scales out.
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4")
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "mxfp8": 1, "nvfp4": 0.5}
+# Checkpoint weight formats a quantization_config names, bytes per weight with their block
+# scales: DeepSeek's FP8 with an FP32 scale per 128 x 128 block, OCP MXFP4 (an E8M0 scale per 32
+# FP4 values, gpt-oss's experts), NVFP4 (an E4M3 scale per 16; the per-tensor scale left out).
+WEIGHT_FORMAT_BYTES = {"fp8_block": 1 + 4 / (128 * 128), "mxfp4": 0.5 + 1 / 32, "nvfp4": 0.5 + 1 / 16,
+                       "int4_group32": 0.5 + 2 / 32}  # compressed-tensors INT4, a BF16 scale per 32
 COMPUTE_DTYPES = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4")
 LOW_PRECISION_DTYPES = ("fp8", "mxfp8", "nvfp4")  # GEMM-only formats: the rest of the step stays in BF16
 # How Transformer Engine scales a low-precision tensor. "delayed": one FP32 scale per tensor from
@@ -103,6 +108,100 @@ class MoESpec:
     expert_ffn_hidden: int
     shared_expert_ffn_hidden: int = 0  # an always-active expert every token also passes
     capacity_factor: float = 0.0  # token-drop routing: tokens per expert <= factor * fair share; 0 = dropless
+    # Group-limited routing (DeepSeek-V3's n_group / topk_group): experts sit in `groups`
+    # groups and a token picks its top_k among `groups_per_token` of them; 0 = unlimited.
+    groups: int = 0
+    groups_per_token: int = 0
+
+
+# What a layer's sequence mixer is: softmax attention (full, sliding or chunked, MHA/GQA or
+# MLA), a linear-attention or state-space recurrence with a fixed state per sequence, or none
+# (Nemotron-H's FFN-only blocks).
+MIXERS = ("attention", "linear", "mamba", "none")
+FFNS = ("dense", "moe", "none")
+RECURRENT_KINDS = ("gated_deltanet", "mamba2")
+
+
+@dataclass(frozen=True)
+class MLASpec:
+    """Multi-head latent attention (DeepSeek-V2/V3): queries through a low-rank bottleneck,
+    keys and values expanded from one latent of kv_lora_rank per token plus a shared RoPE key
+    of qk_rope_head_dim, which is all the KV cache keeps. `index_topk` > 0 adds DeepSeek sparse
+    attention: a lightweight indexer (index_heads x index_head_dim) scores every earlier token
+    and each query attends to its index_topk best only."""
+    q_lora_rank: int  # 0: a full-rank query projection
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    index_topk: int = 0
+    index_heads: int = 0
+    index_head_dim: int = 0
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def latent_dim(self) -> int:
+        """Elements the KV cache keeps per token and layer: the latent and the RoPE key."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True)
+class RecurrentSpec:
+    """A sequence mixer with a fixed-size state per sequence instead of a KV cache: Gated
+    DeltaNet (Qwen3-Next / Qwen3.5 linear attention: `key_heads` query/key heads of key_dim,
+    `heads` value heads of value_dim, a key_dim x value_dim state per value head) or Mamba-2
+    (`heads` SSM heads of value_dim = head_dim, `key_heads` groups sharing B and C of
+    key_dim = d_state, a head_dim x d_state state per head). Both run a causal depthwise
+    convolution of conv_kernel taps over their projected inputs, whose last taps are state too."""
+    kind: str
+    heads: int
+    key_heads: int
+    key_dim: int
+    value_dim: int
+    conv_kernel: int = 4
+
+    @property
+    def value_width(self) -> int:
+        return self.heads * self.value_dim
+
+    @property
+    def conv_channels(self) -> int:
+        """Channels the convolution runs over: q, k and v (GDN); x, B and C (Mamba-2)."""
+        keys = self.key_heads * self.key_dim
+        return 2 * keys + self.value_width
+
+    def params(self, hidden: int) -> int:
+        """Input projection, convolution, per-head decay/skip terms, output norm and projection."""
+        if self.kind == "gated_deltanet":  # q, k, v, output gate z; per-value-head beta and decay a
+            in_proj = hidden * (self.conv_channels + self.value_width + 2 * self.heads)
+            extra = 2 * self.heads + self.value_dim  # A_log, dt_bias; gated RMSNorm over a head
+        else:  # Mamba-2: z, x, B, C, dt
+            in_proj = hidden * (self.conv_channels + self.value_width + self.heads)
+            extra = 3 * self.heads + self.value_width  # A_log, D, dt_bias; gated RMSNorm
+        conv = self.conv_channels * (self.conv_kernel + 1)
+        return in_proj + conv + extra + self.value_width * hidden
+
+    def state_elements(self) -> int:
+        """State one sequence keeps per layer: the recurrent matrix and the convolution's taps."""
+        return self.heads * self.key_dim * self.value_dim + (self.conv_kernel - 1) * self.conv_channels
+
+
+@dataclass(frozen=True)
+class LayerKind:
+    """What one layer is, where a model's layers differ: its mixer (MIXERS), a sliding window
+    or a chunk its attention keeps to (tokens, 0 = the whole context), and its FFN (FFNS)."""
+    mixer: str = "attention"
+    window: int = 0
+    chunk: int = 0
+    ffn: str = "dense"
+    # where this kind's attention has a shape of its own (Gemma 4's global layers: wider heads,
+    # fewer KV heads, values that are the keys); 0 / False = the model's
+    head_dim: int = 0
+    kv_heads: int = 0
+    value_is_key: bool = False
 
 
 @hash_once
@@ -124,6 +223,24 @@ class ModelSpec:
     max_position: int = 0
     moe: MoESpec | None = None
     attention_head_dim: int = 0  # 0: hidden / heads; set when a model decouples them (Qwen3: 128)
+    # Per-layer kinds, one LayerKind per layer, where layers differ (dense and MoE FFNs, sliding
+    # and full attention, linear attention or Mamba beside attention); () = every layer is this
+    # spec's own kind (mixer, window, chunk, and an MoE FFN when moe is set).
+    layer_kinds: tuple = ()
+    mixer: str = "attention"
+    window: int = 0  # sliding-window attention: tokens each query sees (0 = all before it)
+    chunk: int = 0  # chunked local attention (Llama 4): queries see their chunk only (0 = none)
+    mla: MLASpec | None = None
+    recurrent: RecurrentSpec | None = None
+    attention_bias: bool = False  # biases on the q, k, v and output projections (gpt-oss)
+    attention_gate: bool = False  # a sigmoid output gate from the query projection (Qwen3.5)
+    value_is_key: bool = False  # no value projection: attention's values are its keys (Gemma 4's global layers)
+    mtp_layers: int = 0  # multi-token-prediction modules (DeepSeek-V3) trained beside the model
+    # The checkpoint's weight formats (WEIGHT_FORMAT_BYTES) from its quantization_config, which
+    # an inference engine serves as they are: the layers' weights (DeepSeek's FP8 blocks) and
+    # the experts' (gpt-oss's MXFP4); "" = the compute dtype.
+    weight_dtype: str = ""
+    expert_weight_dtype: str = ""
 
     @property
     def head_dim(self) -> int:
@@ -142,9 +259,38 @@ class ModelSpec:
         """Weight matrices in one FFN: 3 for SwiGLU (gate, up, down), 2 for GELU."""
         return 3 if self.activation == "swiglu" else 2
 
+    @cached_property
+    def uniform(self) -> bool:
+        """Every layer alike and nothing beside them: one layer graph serves the whole model."""
+        return not self.layer_kinds and not self.mtp_layers
+
+    def kind_spec(self, kind: LayerKind) -> "ModelSpec":
+        """The spec of one layer kind of this model: every layer alike, of that kind."""
+        return _kind_spec(self, kind)
+
+    def layer_groups(self, start: int = 0, stop: int | None = None) -> tuple:
+        """((uniform spec, layer count), ...) of layers start..stop, each kind once, in the
+        order they first appear: what a stage or the whole model costs is the sum over these."""
+        return _layer_groups(self, start, self.layers if stop is None else stop)
+
     def attention_params(self) -> int:
+        """The sequence mixer's parameters (attention, MLA, linear attention or Mamba)."""
         h = self.hidden
-        return h * (self.q_dim + 2 * self.kv_dim) + self.q_dim * h
+        if self.mixer == "none":
+            return 0
+        if self.mixer != "attention":
+            return self.recurrent.params(h)
+        if self.mla is not None:
+            return _mla_params(self.mla, h, self.heads)
+        gate = self.q_dim if self.attention_gate else 0
+        kv = self.kv_tensors * self.kv_dim
+        bias = (self.q_dim + kv + h) if self.attention_bias else 0
+        return h * (self.q_dim + gate + kv) + self.q_dim * h + bias
+
+    @property
+    def kv_tensors(self) -> int:
+        """Tensors attention projects and caches per KV head: keys and values, or keys alone."""
+        return 1 if self.value_is_key else 2
 
     def mlp_params(self) -> int:
         """Dense FFN parameters, or all experts' for MoE (router included)."""
@@ -157,7 +303,9 @@ class ModelSpec:
         return self.mlp_matrices * self.hidden * self.moe.shared_expert_ffn_hidden if self.moe else 0
 
     def layer_params(self) -> int:
-        norms = 2 * self.hidden * (2 if self.norm == "layernorm" else 1)
+        """One layer of this (uniform) spec: mixer, FFN and a norm before each."""
+        blocks = (self.mixer != "none") + (self.moe is not None or self.ffn_hidden > 0)
+        norms = blocks * self.hidden * (2 if self.norm == "layernorm" else 1)
         return self.attention_params() + self.mlp_params() + norms
 
     def embedding_params(self) -> int:
@@ -167,16 +315,72 @@ class ModelSpec:
     def lm_head_params(self) -> int:
         return 0 if self.tied_embeddings else self.vocab * self.hidden
 
+    def decoder_params(self) -> int:
+        """Every transformer layer's parameters."""
+        return sum(count * spec.layer_params() for spec, count in self.layer_groups())
+
+    def mtp_params(self) -> int:
+        """DeepSeek-V3's MTP modules: each one layer of the last kind, two norms and a
+        projection of [hidden, embedding] back to hidden (embedding and head shared)."""
+        if not self.mtp_layers:
+            return 0
+        last = self.layer_groups(self.layers - 1)[0][0]
+        return self.mtp_layers * (last.layer_params() + 2 * self.hidden + 2 * self.hidden * self.hidden)
+
     def total_params(self) -> int:
-        return self.layers * self.layer_params() + self.embedding_params() + self.lm_head_params()
+        """The main model's parameters (MTP modules apart, as published counts leave them out)."""
+        return self.decoder_params() + self.embedding_params() + self.lm_head_params()
 
     def active_params(self) -> int:
         """Parameters touched per token (MoE counts only top_k experts)."""
-        if self.moe is None:
-            return self.total_params()
-        per_expert = self.mlp_matrices * self.hidden * self.moe.expert_ffn_hidden
-        inactive = (self.moe.experts - self.moe.top_k) * per_expert
-        return self.total_params() - self.layers * inactive
+        inactive = 0
+        for spec, count in self.layer_groups():
+            if spec.moe is not None:
+                per_expert = spec.mlp_matrices * spec.hidden * spec.moe.expert_ffn_hidden
+                inactive += count * (spec.moe.experts - spec.moe.top_k) * per_expert
+        return self.total_params() - inactive
+
+
+def _mla_params(mla: MLASpec, hidden: int, heads: int) -> int:
+    """MLA's projections: query (through q_lora_rank, with its norm, when set), the joint
+    latent-and-RoPE-key down-projection with the latent's norm, the latent's up-projection to
+    per-head keys and values, the output projection; and the sparse-attention indexer's query,
+    key (with a LayerNorm) and head-weight projections."""
+    q_out = heads * mla.qk_head_dim
+    query = (hidden * mla.q_lora_rank + mla.q_lora_rank + mla.q_lora_rank * q_out) if mla.q_lora_rank else hidden * q_out
+    latent = hidden * mla.latent_dim + mla.kv_lora_rank
+    up = mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+    out = heads * mla.v_head_dim * hidden
+    indexer = 0
+    if mla.index_topk:
+        q_in = mla.q_lora_rank or hidden
+        indexer = (q_in * mla.index_heads * mla.index_head_dim + hidden * mla.index_head_dim
+                   + 2 * mla.index_head_dim + hidden * mla.index_heads)
+    return query + latent + up + out + indexer
+
+
+@lru_cache(maxsize=1024)
+def _kind_spec(model: ModelSpec, kind: LayerKind) -> ModelSpec:
+    moe = model.moe if kind.ffn == "moe" else None
+    shape = {}
+    if kind.head_dim:
+        shape["attention_head_dim"] = kind.head_dim
+    if kind.kv_heads:
+        shape["kv_heads"] = kind.kv_heads
+    return replace(model, layer_kinds=(), mtp_layers=0, mixer=kind.mixer, window=kind.window, chunk=kind.chunk,
+                   moe=moe, ffn_hidden=0 if kind.ffn == "none" else model.ffn_hidden,
+                   value_is_key=kind.value_is_key, **shape)
+
+
+@lru_cache(maxsize=8192)
+def _layer_groups(model: ModelSpec, start: int, stop: int) -> tuple:
+    if not model.layer_kinds:
+        alike = replace(model, mtp_layers=0) if model.mtp_layers else model
+        return ((alike, stop - start),) if stop > start else ()
+    counts = {}
+    for kind in model.layer_kinds[start:stop]:
+        counts[kind] = counts.get(kind, 0) + 1
+    return tuple((model.kind_spec(kind), count) for kind, count in counts.items())
 
 
 @dataclass(frozen=True)

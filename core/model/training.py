@@ -7,8 +7,9 @@ from functools import lru_cache
 
 from . import ops
 from .collectives import collective_time
-from .graph import LayerGraph, LayerShape, build_layer, train_shape
-from .layout import group_spans, merge_spans, pipeline_order, stage_layers
+from .graph import LayerGraph, LayerShape, attended_keys, build_layer, train_shape
+from .ops.recurrent import SCAN_CHUNK
+from .layout import group_spans, merge_spans, pipeline_order, stage_groups, stage_layers
 from . import memory
 from .memory import expert_data_parallel, stage_param_parts
 from .specs import LOW_PRECISION_DTYPES, HardwareSpec, ModelSpec, Parallelism, TrainWorkload
@@ -44,7 +45,11 @@ def time_ops(hw: HardwareSpec, dims: tuple, spans: dict, op_list, skip_core: boo
             compute += op.time_s
             flops += op.flops
             continue
-        per_dim = collective_time(hw, dims, op.collective, op.bytes_, spans.get(op.axis, ()))
+        span = spans.get(op.axis, ())
+        per_dim = collective_time(hw, dims, op.collective, op.bytes_, span)
+        if op.outer_share != 1.0 and len(span) > 1:  # all-to-all: each dimension moves its own bytes
+            per_dim = collective_time(hw, dims, op.collective, op.bytes_, span[:1])
+            add_times(per_dim, collective_time(hw, dims, op.collective, op.bytes_ * op.outer_share, span[1:]))
         total = sum(per_dim.values())
         if total <= 0:
             continue
@@ -77,6 +82,39 @@ def layer_profile(model: ModelSpec, hw: HardwareSpec, dims: tuple, shape: LayerS
     return LayerProfile(forward, backward, again, graph)
 
 
+@dataclass(frozen=True)
+class StageProfile:
+    """A pipeline stage's layers for one micro-batch: the sum of its layer kinds' passes,
+    each kind costed once (layer_profile) and counted as often as the stage holds it."""
+    forward: PassTime
+    backward: PassTime
+    recompute: PassTime
+    layers: int
+
+
+def _scaled(passes) -> PassTime:
+    """Sum of (PassTime, count) pairs."""
+    compute = flops = 0.0
+    comm = {}
+    for part, count in passes:
+        compute += count * part.compute_s
+        flops += count * part.flops
+        add_times(comm, dict(part.comm_s), count)
+    return PassTime(compute, tuple(sorted(comm.items())), flops)
+
+
+@lru_cache(maxsize=4096)
+def stage_profiles(model: ModelSpec, hw: HardwareSpec, dims: tuple, shape: LayerShape, spans_key: tuple,
+                   recompute: str, par: Parallelism) -> tuple:
+    """StageProfile of every pipeline stage (layout.stage_groups)."""
+    out = []
+    for groups in stage_groups(model, par):
+        profs = [(layer_profile(spec, hw, dims, shape, spans_key, recompute), count) for spec, count in groups]
+        out.append(StageProfile(_scaled((p.forward, n) for p, n in profs), _scaled((p.backward, n) for p, n in profs),
+                                _scaled((p.recompute, n) for p, n in profs), sum(n for _, n in groups)))
+    return tuple(out)
+
+
 @lru_cache(maxsize=4096)
 def edge_ops(model: ModelSpec, hw: HardwareSpec, tokens: int, tp: int) -> tuple:
     """(first-stage forward, first backward, last-stage forward, last backward) seconds: embedding, final
@@ -101,15 +139,34 @@ def train_step(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Train
     micro = work.global_batch // (par.dp * par.micro_batch)
     shape = train_shape(par, work)
     spans_key = tuple(sorted((axis, spans.get(axis, ())) for axis in ("tp", "cp", "ep", "etp")))
-    prof = layer_profile(model, hw, dims, shape, spans_key, par.recompute)
     tokens = shape.tokens
     split = stage_layers(model.layers, par)
+    if model.uniform:
+        prof = layer_profile(model, hw, dims, shape, spans_key, par.recompute)
+        layer_comm = {}
+        for part in (prof.forward, prof.backward, prof.recompute):
+            add_times(layer_comm, dict(part.comm_s))
+        layer_compute = prof.forward.compute_s + prof.backward.compute_s + prof.recompute.compute_s
+        layer_comm_s = sum(layer_comm.values())
+        stage_layer_compute = [layers * layer_compute for layers in split]
+        stage_layer_comm = [layers * layer_comm_s for layers in split]
+        forward_s, backward_s = prof.forward.total_s, prof.backward.total_s + prof.recompute.total_s
+        stage_forward = [layers * forward_s for layers in split]
+        stage_backward = [layers * backward_s for layers in split]
+    else:
+        stages = stage_profiles(model, hw, dims, shape, spans_key, par.recompute, par)
+        comms = []
+        for st in stages:
+            comm = {}
+            for part in (st.forward, st.backward, st.recompute):
+                add_times(comm, dict(part.comm_s))
+            comms.append(comm)
+        stage_layer_compute = [st.forward.compute_s + st.backward.compute_s + st.recompute.compute_s for st in stages]
+        stage_layer_comm = [sum(comm.values()) for comm in comms]
+        stage_forward = [st.forward.total_s for st in stages]
+        stage_backward = [st.backward.total_s + st.recompute.total_s for st in stages]
 
     embed_fwd, embed_bwd, last_fwd, last_bwd = edge_ops(model, hw, tokens, par.tp)
-    layer_compute = prof.forward.compute_s + prof.backward.compute_s + prof.recompute.compute_s
-    layer_comm = {}
-    for part in (prof.forward, prof.backward, prof.recompute):
-        add_times(layer_comm, dict(part.comm_s))
     p2p = {}
     if par.pp > 1:
         message = tokens * model.hidden * hw.act_bytes / par.tp  # scatter-gather across the TP ranks
@@ -118,21 +175,20 @@ def train_step(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Train
         exposed = 1.0
         if par.overlap_p2p_comm and par.virtual_stages > 1:
             # each send hides behind the next chunk's pass (the shortest stage's, forward)
-            chunk_s = min(split) / par.virtual_stages * prof.forward.total_s
+            chunk_s = min(stage_forward) / par.virtual_stages
             exposed = _uncovered(sum(one_way.values()), chunk_s)
         add_times(p2p, one_way, 2.0 * par.virtual_stages * exposed)  # activation forward, gradient backward
 
-    stage_compute = [layers * layer_compute for layers in split]
+    stage_compute = list(stage_layer_compute)
     stage_compute[0] += embed_fwd + embed_bwd
     stage_compute[-1] += last_fwd + last_bwd
-    layer_comm_s = sum(layer_comm.values())
     p2p_s = sum(p2p.values())
-    stage_time = [c + layers * layer_comm_s + p2p_s for c, layers in zip(stage_compute, split)]
+    stage_time = [c + comm + p2p_s for c, comm in zip(stage_compute, stage_layer_comm)]
     slowest = max(range(par.pp), key=stage_time.__getitem__)
     v = par.virtual_stages
     bottleneck = stage_time[slowest]
     if par.schedule == "1f1b" and stage_time[-1] < bottleneck:  # an earlier stage sets the pace
-        forward = [layers * prof.forward.total_s + p2p_s / 2 for layers in split]  # with its sends
+        forward = [f + p2p_s / 2 for f in stage_forward]  # with its sends
         forward[0] += embed_fwd
         forward[-1] += last_fwd
         pipeline_s = one_f_one_b_s(tuple(forward), tuple(stage_time), micro)
@@ -142,9 +198,12 @@ def train_step(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Train
 
     breakdown = {"compute_s": micro * stage_compute[slowest], "bubble_s": bubble_s}
     comm = {}
-    add_times(comm, layer_comm, micro * split[slowest])
+    if model.uniform:
+        add_times(comm, layer_comm, micro * split[slowest])
+    else:
+        add_times(comm, comms[slowest], micro)
     add_times(comm, p2p, micro)
-    dp_comm, dp_exposed = data_parallel(model, hw, par, dims, spans, prof, split, micro)
+    dp_comm, dp_exposed = data_parallel(model, hw, par, dims, spans, stage_forward, stage_backward, split, micro)
     add_times(comm, dp_exposed)
     optimizer_s = optimizer_step_s(model, hw, par)
     breakdown["optimizer_s"] = optimizer_s
@@ -237,7 +296,33 @@ def model_flops(model: ModelSpec, work: TrainWorkload, score_share: float | None
 def _flops_per_token(model: ModelSpec, seq: int, score_share: float) -> float:
     matmul_params = model.active_params() - model.embedding_params() - model.lm_head_params()
     output_layer = model.vocab * model.hidden
-    return 6.0 * (matmul_params + output_layer) + 12.0 * model.layers * model.q_dim * seq * score_share
+    if model.uniform and model.mixer == "attention" and model.mla is None and not (model.window or model.chunk):
+        return 6.0 * (matmul_params + output_layer) + 12.0 * model.layers * model.q_dim * seq * score_share
+    mixing = sum(count * _mixer_flops_per_token(spec, seq, score_share) for spec, count in model.layer_groups())
+    return 6.0 * (matmul_params + output_layer) + mixing
+
+
+def _mixer_flops_per_token(spec: ModelSpec, seq: int, score_share: float) -> float:
+    """Forward and backward FLOPs per token of one layer's mixing beyond its weights: the two
+    attention matmuls over the keys a query sees (the window's, the chunk's, DeepSeek sparse
+    attention's top-k), or a recurrent mixer's chunked scan."""
+    if spec.mixer == "none":
+        return 0.0
+    if spec.mixer != "attention":
+        rec = spec.recurrent
+        chunk = SCAN_CHUNK if rec.kind == "gated_deltanet" else 2 * SCAN_CHUNK
+        return 3.0 * rec.heads * (2.0 * chunk * (rec.key_dim + rec.value_dim) + 6.0 * rec.key_dim * rec.value_dim)
+    width = spec.heads * (spec.mla.qk_head_dim + spec.mla.v_head_dim) if spec.mla else 2 * spec.q_dim
+    span = min(seq, spec.chunk) if spec.chunk else seq
+    limit = spec.window or (spec.mla.index_topk if spec.mla else 0)
+    keys = attended_keys(span, limit)
+    if keys:
+        attended = keys
+    elif span != seq:  # causal within each chunk
+        attended = span * ops.causal_fraction(span)
+    else:
+        attended = span * score_share
+    return 6.0 * width * attended
 
 
 def ddp_bucket_params(dp: int) -> float:
@@ -245,7 +330,7 @@ def ddp_bucket_params(dp: int) -> float:
     return max(40e6, 1e6 * dp)
 
 
-def data_parallel(model, hw, par, dims, spans, prof, split, micro) -> tuple:
+def data_parallel(model, hw, par, dims, spans, stage_forward, stage_backward, split, micro) -> tuple:
     """(total DP communication seconds, exposed seconds per dimension) as the framework runs it.
 
     Dense parameters synchronise over the data-parallel (and context-parallel) group, expert
@@ -265,14 +350,14 @@ def data_parallel(model, hw, par, dims, spans, prof, split, micro) -> tuple:
     - with overlap_param_gather, during the next step's first forward, likewise.
     Each rank starts as soon as its own pipeline work is done, and a later stage finishes its
     backward earlier (stage s by s of its backward chunks): that head start hides as much.
-    The most exposed stage sets the step."""
+    The most exposed stage sets the step. `stage_forward` / `stage_backward`: each stage's
+    layers' forward and backward (with recompute) seconds per micro-batch."""
     dense_span = merge_spans(spans.get("dp", ()), spans.get("cp", ()))
     expert_span = spans.get("edp", ())
     if not dense_span and not expert_span:
         return 0.0, {}
     parts = stage_param_parts(model, par)
     weight_bytes, gradient_bytes = memory.weight_bytes(hw, par), memory.grad_bytes(par)
-    backward_s = prof.backward.total_s + prof.recompute.total_s
 
     def sync(kind, dense, expert, bytes_per_param):
         times = {}
@@ -292,12 +377,12 @@ def data_parallel(model, hw, par, dims, spans, prof, split, micro) -> tuple:
         # backward; kept gathered, each layer gathers once per step, in the first forward
         regather = par.reshard_after_forward
         backward_gather_s = gather_s if regather else 0.0
-        # beside the backward: the gather and what of the scatter can hide, one after the other
-        behind_backward = _uncovered(backward_gather_s + (1 - unhidden) * scatter_s, backward_s)
+        # beside a layer's backward: the gather and what of the scatter can hide, one after the other
+        behind_backward = _uncovered(backward_gather_s + (1 - unhidden) * scatter_s, stage_backward[stage] / split[stage])
         scale = micro * split[stage]
         gathers = scale if regather else split[stage]
         exposed = {}
-        add_times(exposed, gather, gathers * max(unhidden, _uncovered(gather_s, prof.forward.total_s)))
+        add_times(exposed, gather, gathers * max(unhidden, _uncovered(gather_s, stage_forward[stage] / split[stage])))
         if regather:
             add_times(exposed, gather, scale * behind_backward)
         add_times(exposed, scatter, scale * (unhidden + (1 - unhidden) * behind_backward))
@@ -313,10 +398,11 @@ def data_parallel(model, hw, par, dims, spans, prof, split, micro) -> tuple:
         gather = sync("all_gather", dense, expert, weight_bytes) if par.zero else {}
         last_bucket = min(1.0, bucket / (dense + expert))
         head_start = stage * layers / par.virtual_stages
-        reduce_s = _exposed_overlapped(sum(reduce.values()), layers * backward_s, last_bucket,
+        backward_s, forward_s = stage_backward[stage] / layers, stage_forward[stage] / layers  # per layer
+        reduce_s = _exposed_overlapped(sum(reduce.values()), stage_backward[stage], last_bucket,
                                        head_start * backward_s, par.overlap_grad_reduce)
-        gather_s = _exposed_overlapped(sum(gather.values()), layers * prof.forward.total_s, last_bucket,
-                                       head_start * prof.forward.total_s, par.overlap_param_gather)
+        gather_s = _exposed_overlapped(sum(gather.values()), stage_forward[stage], last_bucket,
+                                       head_start * forward_s, par.overlap_param_gather)
         if worst is None or reduce_s + gather_s > worst[0]:
             worst = (reduce_s + gather_s, reduce, reduce_s, gather, gather_s)
     _, reduce, reduce_s, gather, gather_s = worst

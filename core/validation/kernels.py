@@ -17,6 +17,7 @@ import numpy as np
 from core.errors import SpecError
 from core.model import ops
 from core.model.collectives import collective_time
+from core.model.ops.mla import mla_decode
 from core.model.layout import group_spans
 from core.model.loader import list_presets, load_hardware, with_dtype
 from core.model.specs import ModelSpec, Parallelism
@@ -122,6 +123,54 @@ def _nccl(hw, op, gpus, elements, nccl_dtype):
     return f"nccl.{kind}.{gpus}gpu", NCCL_DTYPES[nccl_dtype], message_bucket(bytes_), time_s
 
 
+# DeepSeek-V3's MLA widths, which the MLA tables' collector runs (its module rows name the model)
+MLA_QK_HEAD_DIM, MLA_V_HEAD_DIM, MLA_KV_LORA_RANK, MLA_ROPE_DIM = 128 + 64, 128, 512, 64
+
+
+def _mla_context(hw, batch, isl, heads, mla_dtype, kv_dtype):
+    """MLA prefill attention on one rank (`heads` is the rank's share): causal attention over
+    192-wide keys and 128-wide values, timed as the layer graph times it (ops.flash_attention
+    at their mean width, one KV head per query head)."""
+    if mla_dtype not in ATTENTION_DTYPES:
+        return Skip(f"mla in {mla_dtype}: not modelled")
+    dtype = ATTENTION_DTYPES[mla_dtype] + ("" if kv_dtype == mla_dtype else f" kv {kv_dtype}")
+    width = (MLA_QK_HEAD_DIM + MLA_V_HEAD_DIM) / 2
+    flops = 2.0 * batch * heads * isl * isl * width
+    time_s = ops.flash_attention(hw, batch * heads, isl, isl, width, 1, True, kernel=ATTENTION_KERNEL).time_s
+    return "mla.prefill", dtype, flop_bucket(flops), time_s
+
+
+def _mla_generation(hw, batch, heads, step, mla_dtype, kv_dtype):
+    """One absorbed MLA decode step over `step` cached tokens and the new one (ops.mla.mla_decode)."""
+    if mla_dtype not in ATTENTION_DTYPES or kv_dtype not in KV_BYTES:
+        return Skip(f"mla decode {mla_dtype} kv {kv_dtype}: not modelled")
+    context, kv_bytes = step + 1, KV_BYTES[kv_dtype]
+    dtype = ATTENTION_DTYPES[mla_dtype] + ("" if kv_dtype == mla_dtype else f" kv {kv_dtype}")
+    time_s = mla_decode(hw, batch, heads, context, MLA_KV_LORA_RANK, MLA_ROPE_DIM, kv_bytes).time_s
+    return "mla.decode", dtype, kv_bucket(batch * context * (MLA_KV_LORA_RANK + MLA_ROPE_DIM) * kv_bytes), time_s
+
+
+def _moe(hw, kernel_source, moe_dtype, tokens, hidden, inter, topk, experts, moe_tp, moe_ep, distribution):
+    """A rank's MoE expert GEMMs as the decode layer times them: its num_tokens x topk / ep
+    routed rows (balanced) over the local experts they touch, one grouped up-projection
+    (gate and up unless the kernel is non-gated), the activation, one grouped down-projection."""
+    if distribution != "balanced":
+        return Skip(f"moe with {distribution} routing: imbalance not modelled")
+    if moe_dtype != "bfloat16":
+        return Skip(f"moe in {moe_dtype}: not modelled")
+    gated = "nongated" not in kernel_source
+    rows = tokens * topk / moe_ep
+    touched = max(1, min(experts // moe_ep, round(rows)))
+    per_expert = max(1, -(-round(rows) // touched))
+    ffn = max(1, inter // moe_tp)
+    el = hw.act_bytes
+    time_s = (ops.gemm(hw, per_expert, ffn * (2 if gated else 1), hidden, touched).time_s
+              + ops.pointwise(hw, (3 if gated else 2) * per_expert * touched * ffn * el).time_s
+              + ops.gemm(hw, per_expert, hidden, ffn, touched).time_s)
+    flops = 2.0 * rows * hidden * ffn * (3 if gated else 2)
+    return "moe.experts", "bf16", flop_bucket(flops), time_s
+
+
 # (op folder, table, its columns passed to the row's function in this order, the function)
 TABLES = (
     ("gemm", "gemm_perf", ("m", "n", "k", "gemm_dtype"), _gemm),
@@ -132,6 +181,10 @@ TABLES = (
      ("batch_size", "num_heads", "num_key_value_heads", "head_dim", "step", "window_size", "attn_dtype",
       "kv_cache_dtype"), _generation),
     ("comm", "nccl_perf", ("op_name", "num_gpus", "message_size", "nccl_dtype"), _nccl),
+    ("mla", "context_mla_perf", ("batch_size", "isl", "num_heads", "mla_dtype", "kv_cache_dtype"), _mla_context),
+    ("mla", "generation_mla_perf", ("batch_size", "num_heads", "step", "mla_dtype", "kv_cache_dtype"), _mla_generation),
+    ("moe", "moe_perf", ("kernel_source", "moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
+                         "moe_tp_size", "moe_ep_size", "distribution"), _moe),
 )
 
 

@@ -212,8 +212,9 @@ def run(args) -> int:
     record = evaluate(model, hw, par, work, gpus, backend=args.backend, emit_traces=args.emit_traces)
     record.update(cost_fields(record, _cost(args), work, gpus, par))
     if args.json:
-        print(json.dumps(_jsonable({**record, "parameters": model.total_params(),
-                                    "active_parameters": model.active_params()}), sort_keys=True))
+        print(json.dumps(_jsonable({**record, "model": model.name, "parameters": model.total_params(),
+                                    "active_parameters": model.active_params(),
+                                    "mtp_parameters": model.mtp_params()}), sort_keys=True))
     else:
         _print_table(model, hw, par, work, gpus, record, args.emit_traces)
     return 0
@@ -244,6 +245,8 @@ def _parameters(model) -> str:
     text = f"{model.total_params() / 1e9:.2f} B parameters"
     if model.moe is not None:
         text += f", {model.active_params() / 1e9:.2f} B active"
+    if model.mtp_layers:
+        text += f", + {model.mtp_params() / 1e9:.2f} B in {model.mtp_layers} MTP module{'s' if model.mtp_layers > 1 else ''}"
     return text
 
 
