@@ -24,7 +24,7 @@ DTYPES = {"": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "nvfp4"}
 REQUESTS_PER_SLOT = 10  # requests a benchmark sends per request kept in flight
 # The benchmark client's ramp-up: its first requests arrive spread over this share of one
 # request's lifetime, and count. Fitted with the engine overheads (scripts/fit_serving.py).
-RAMP_SHARE = 0.1
+RAMP_SHARE = 1.0
 
 
 def rows() -> list:
