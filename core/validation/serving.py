@@ -40,7 +40,8 @@ def _pool(row: dict, prefix: str = "") -> Pool:
     get = lambda key: row.get(prefix + key, "")  # noqa: E731
     adp = _int(get("attention_dp_size"))
     return Pool(workers=_int(get("num_workers")) if prefix else 1, tp=_int(get("tp_size")), pp=_int(get("pp_size")),
-                ep=max(1, _int(get("moe_ep_size"))), attention_dp=adp, batch=0)
+                ep=max(1, _int(get("moe_ep_size"))), attention_dp=adp,
+                batch=_int(get("batch_size"), 0) if prefix else 0)
 
 
 def concurrency(row: dict) -> int:
@@ -48,6 +49,8 @@ def concurrency(row: dict) -> int:
         key, _, value = part.strip().partition("=")
         if key == "silicon_concurrency":
             return int(float(value))
+    if row["mode"] == "disagg":  # the decode pool full: its batch on every decode engine
+        return _int(row["decode_batch_size"]) * _int(row["decode_num_workers"])
     return _int(row["batch_size"])
 
 
