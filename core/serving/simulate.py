@@ -152,11 +152,13 @@ def simulate(it: IterationModel, engine: EngineSpec, load: Load, kv_tokens: int)
         active = len(prefilling) + decodes
         while waiting and active < engine.max_batch:
             rid = waiting[0]
-            cost = footprint(rid)
+            # on demand, a newcomer also leaves every running decode its next token, so a
+            # preempted request is not readmitted straight into the room it was evicted from
+            cost = footprint(rid) + (0 if reserve else decodes + len(prefilling) + 1)
             if kv_used + cost > kv_tokens and active:
                 break
             waiting.popleft()
-            kv_used += cost
+            kv_used += footprint(rid)
             active += 1
             if load.prefilled and math.isnan(first[rid]):
                 # its prompt was computed elsewhere, its first token made there
