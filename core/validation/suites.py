@@ -250,14 +250,18 @@ SUITES = {"training": training_cases, "a100_training": framework_training_cases,
 
 # Suites summarised per group of measured kernels, not per case (core.validation.kernels); they
 # run only when named, as their tables live beside the repository (../shared/validation).
-GROUPED_SUITES = ("kernels",)
+GROUPED_SUITES = ("kernels", "serving")
 
 
 def grouped_suite(name: str) -> tuple:
     """(records, skipped) of the grouped suite `name`: error figures per group, rows skipped."""
+    if name == "serving":
+        from . import serving  # the serving rows load on first use only
+
+        return serving.serving_groups()
     from . import kernels  # the kernel tables load on first use only
 
-    return {"kernels": kernels.kernel_groups}[name]()
+    return kernels.kernel_groups()
 
 
 def run_all(suites=("training", "inference", "memory")) -> tuple:

@@ -11,6 +11,7 @@ from core.model.specs import (COMPUTE_DTYPES, FP8_RECIPES, GRAD_DTYPES, KV_DTYPE
 from core.model.layout import recipe_mismatch
 from core.model.loader import load_hardware, load_model, with_dtype
 
+from . import serve_run
 from .args import POSITIVE, check_folder_path
 from sweep.study.cost_block import CostSpec, cost_fields, parse_cost
 from sweep.study.loader import OPTIONAL_WORKLOAD_KEYS, WORKLOAD_KEYS
@@ -53,7 +54,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--virtual-stages", type=POSITIVE, default=1, help="model chunks per stage (interleaved)")
     parser.add_argument("--placement", default="tp,cp,dp,pp",
                         help="order of the parallel axes over the NPUs, innermost first")
-    parser.add_argument("--mode", default="train", choices=("train", "infer"))
+    parser.add_argument("--mode", default="train", choices=("train", "infer", "serve"),
+                        help="train, infer (one static batch) or serve (the engine simulator, core.serving)")
     parser.add_argument("--global-batch", type=POSITIVE, default=None, help="sequences per training iteration")
     parser.add_argument("--micro-batch", type=POSITIVE, default=1)
     parser.add_argument("--seq", type=POSITIVE, default=None, help=f"training sequence length (default {DEFAULT_SEQ})")
@@ -71,6 +73,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--gpu-hour-usd", type=float, default=None, help="price of a GPU-hour, for the cost lines")
     parser.add_argument("--kwh-usd", type=float, default=None, help="price of a kilowatt-hour, for the cost lines")
     parser.add_argument("--json", action="store_true", help="print one JSON record")
+    serve_run.add_arguments(parser)
     _add_precision_and_optimizer(parser.add_argument_group(
         "precision and data parallelism (defaults: Megatron-Core / NeMo performance recipes)"))
 
@@ -202,6 +205,9 @@ def run(args) -> int:
         for kind, names in list_presets().items():
             print(f"{kind}: {', '.join(names)}")
         return 0
+    serve_run.check_flags(args)
+    if args.mode == "serve":
+        return serve_run.run(args)
     model, hw, par, work, gpus = parse_config(args)
     if args.emit_traces and args.backend == "analytical":
         raise SpecError("command line", "--emit-traces", args.emit_traces,

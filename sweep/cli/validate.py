@@ -23,9 +23,12 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     chosen = tuple(dict.fromkeys(args.suite or SUITES))
     suites = tuple(s for s in chosen if s in SUITES)
-    groups, skipped = [], []
+    groups, skipped, serving = [], [], None
     for name in (s for s in chosen if s in GROUPED_SUITES):
         records, left_out = grouped_suite(name)
+        if name == "serving":
+            serving = (records, left_out)
+            continue
         groups += records
         skipped += left_out
     cases, verdicts = run_all(suites)
@@ -42,10 +45,13 @@ def run(args) -> int:
             "not_counted": [{"suite": suite, "case": case, "reason": reason} for suite, case, reason in excluded],
             "groups": groups,
             "skipped": skipped,
+            **({"serving": serving[0], "serving_skipped": serving[1]} if serving else {}),
         }, indent=1))
         return 0
     if groups or skipped:
         _print_groups(groups, skipped)
+    if serving:
+        _print_serving(*serving)
     if not suites:
         return 0
     rows = {suite: [(c.case, format_quantity(c.measured, c.unit), format_quantity(c.predicted, c.unit),
@@ -113,6 +119,33 @@ def _print_groups(groups: list, skipped: list) -> None:
             console.print(f"  {gpu}: {reason} ({count:,})")
     console.print("error = predicted / measured - 1, over AIConfigurator's measured kernel tables "
                   "(../shared/validation/kernels); nothing is fitted to them here.")
+    console.print()
+
+
+def _print_serving(records: list, skipped: list) -> None:
+    """TTFT and TPOT errors (predicted / measured - 1) per GPU, model, engine and mode, then
+    the rows not simulated and why."""
+    rows = []
+    for r in records:
+        cells = [r["gpu"], r["model"], r["engine"], r["mode"], str(r["ttft"]["n"])]
+        for key in ("ttft", "tpot"):
+            f = r[key]
+            cells += [f"{f['median_error_pct']:+.1f} %", f"{f['mean_abs_error_pct']:.1f} %", f"{f['within_20_pct']:.0f} %"]
+        rows.append(tuple(cells))
+    console = _console([rows])
+    table = Table(title="serving: measured runs (../shared/validation/serving) against core.serving", show_edge=False)
+    for column in ("gpu", "model", "engine", "mode"):
+        table.add_column(column, no_wrap=True)
+    for column in ("n", "TTFT median", "TTFT mean |err|", "TTFT within 20 %", "TPOT median", "TPOT mean |err|",
+                   "TPOT within 20 %"):
+        table.add_column(column, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    for s in skipped:
+        console.print(f"  not simulated: {s['model']}: {s['reason']} ({s['rows']} rows)")
+    console.print("Engine overheads and the client ramp-up share are fitted on these rows "
+                  "(scripts/fit_serving.py prints in-sample and left-one-engine-out errors).")
     console.print()
 
 

@@ -1,0 +1,56 @@
+"""What distinguishes the serving engines: how they batch prefill with decode, how they hold the
+KV cache, which iterations replay as CUDA graphs, and the host time they add. Defaults are the
+engines' own (their server arguments); the two overheads are fitted (scripts/fit_serving.py)."""
+from dataclasses import dataclass, replace
+
+from core.errors import SpecError
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    name: str
+    # prefill chunks share an iteration with the running decodes (TensorRT-LLM's in-flight
+    # batching, vLLM's chunked prefill); False: a prefill iteration stalls decoding (SGLang's
+    # default, enable_mixed_chunk off)
+    mixed_batches: bool
+    chunked_prefill: bool  # a prompt longer than the token budget is split across iterations
+    # "reserve": a request is admitted only if the cache holds its whole prompt and output
+    # (TensorRT-LLM's GUARANTEED_NO_EVICT); "on_demand": blocks are taken as tokens are made
+    # and the newest request is preempted (recomputed later) when the cache runs out
+    kv_policy: str
+    kv_block_tokens: int
+    kv_memory_fraction: float  # share of the memory left after the weights that holds the KV cache
+    max_num_tokens: int  # token budget of one iteration (prefill chunk plus decodes)
+    max_batch: int  # requests in flight per engine
+    cuda_graph_max_batch: int  # decode-only iterations up to this batch replay as a CUDA graph
+    iteration_overhead_s: float  # host time per iteration (scheduling, sampling, bookkeeping)
+    request_overhead_s: float  # per request before its first token leaves (API server, tokenizer)
+
+
+# Overheads: fitted by scripts/fit_serving.py --every 4 on ../shared/validation/serving (dense rows,
+# ramp share 1.0); rerun it when kernel times move.
+ENGINES = {
+    "trtllm": EngineSpec("trtllm", mixed_batches=True, chunked_prefill=False, kv_policy="reserve",
+                         kv_block_tokens=32, kv_memory_fraction=0.9, max_num_tokens=8192, max_batch=2048,
+                         cuda_graph_max_batch=512, iteration_overhead_s=0.002, request_overhead_s=0.110),
+    "vllm": EngineSpec("vllm", mixed_batches=True, chunked_prefill=True, kv_policy="on_demand",
+                       kv_block_tokens=16, kv_memory_fraction=0.9, max_num_tokens=8192, max_batch=1024,
+                       cuda_graph_max_batch=512, iteration_overhead_s=0.004, request_overhead_s=0.055),
+    "sglang": EngineSpec("sglang", mixed_batches=False, chunked_prefill=True, kv_policy="on_demand",
+                         kv_block_tokens=1, kv_memory_fraction=0.88, max_num_tokens=8192, max_batch=1024,
+                         cuda_graph_max_batch=256, iteration_overhead_s=0.0005, request_overhead_s=0.030),
+}
+KV_POLICIES = ("reserve", "on_demand")
+
+
+def engine_spec(name: str, max_num_tokens: int = 0, max_batch: int = 0, source: str = "") -> EngineSpec:
+    """The engine's defaults, with a token budget or batch cap given (0 keeps the default)."""
+    if name not in ENGINES:
+        raise SpecError(source, "engine", name, f"expected one of {', '.join(ENGINES)}")
+    spec = ENGINES[name]
+    for field, value in (("max_num_tokens", max_num_tokens), ("max_batch", max_batch)):
+        if value < 0:
+            raise SpecError(source, field, value, "expected a positive integer (0 = the engine's default)")
+        if value:
+            spec = replace(spec, **{field: value})
+    return spec

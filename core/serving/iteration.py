@@ -1,0 +1,87 @@
+"""Time of one engine iteration from its token mix: a prefill chunk (query tokens over a context)
+beside a batch of decodes (one token each over their caches), through every layer of the
+operator model. Memoized on bucketed contexts, so a simulation of thousands of iterations
+costs a few hundred operator-model evaluations."""
+from dataclasses import dataclass, field, replace
+
+from core.model import ops
+from core.model.collectives import collective_time
+from core.model.graph import build_decode_layer
+from core.model.inference import lm_head_s
+from core.model.layout import group_spans
+from core.model.specs import HardwareSpec, ModelSpec, Parallelism
+from core.model.training import time_ops
+
+
+def bucket(tokens: int) -> int:
+    """Round a token count up to a grid within 1/32 of it, so nearby contexts share a memo entry."""
+    if tokens <= 64:
+        return tokens
+    step = 1 << max(0, tokens.bit_length() - 6)
+    return -(-tokens // step) * step
+
+
+@dataclass
+class IterationModel:
+    """One engine's iterations: `model` on `tp` x `pp` GPUs of `hw`, a KV cache of `kv_bytes`
+    per element; `attention_dp` ranks each run attention for their own requests (the layer's
+    heads split over tp / attention_dp). CUDA-graph iterations pay no per-kernel launch."""
+    model: ModelSpec
+    hw: HardwareSpec
+    tp: int
+    pp: int
+    kv_bytes: float
+    attention_dp: int = 1
+    iteration_overhead_s: float = 0.0
+    memo: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        gpus = self.tp * self.pp
+        self.dims = self.hw.dims_for(gpus)
+        spans = group_spans(Parallelism(tp=self.tp, pp=self.pp), self.dims)
+        self.spans = {"tp": spans.get("tp", ()), "ep": spans.get("tp", ()), "etp": spans.get("tp", ())}
+        self.pp_span = spans.get("pp", ())[:1]
+        self.attention_tp = max(1, self.tp // self.attention_dp)
+        # Serving engines decode with GQA-grouped kernels (TensorRT-LLM's XQA, FlashInfer in vLLM
+        # and SGLang) that read each KV head once for all its query heads: bandwidth-bound, not
+        # bound by the per-query-head rate of the older masked-attention kernel.
+        self.decode_hw = replace(self.hw, calibration=replace(self.hw.calibration, decode_attention_rate=0.0))
+
+    def time_s(self, prefill_tokens: int, prefill_past: int, decodes: int, decode_context: int,
+               graph: bool) -> float:
+        """Seconds of one iteration: `prefill_tokens` new prompt tokens attending to
+        `prefill_past` cached ones plus themselves, and `decodes` sequences of mean context
+        `decode_context`."""
+        key = (bucket(prefill_tokens), bucket(prefill_past), decodes, bucket(decode_context), graph)
+        seconds = self.memo.get(key)
+        if seconds is None:
+            seconds = self.memo[key] = self._time_s(*key)
+        return seconds
+
+    def _time_s(self, prefill_tokens, prefill_past, decodes, decode_context, graph) -> float:
+        model, hw, t = self.model, self.hw, self.attention_tp
+        tokens = prefill_tokens + decodes
+        layer = build_decode_layer(model, hw, tokens, 1, t, self.kv_bytes)
+        passed = time_ops(hw, self.dims, self.spans, layer)
+        kernels = sum(op.kind == "compute" for op in layer)
+        compute_s = passed.compute_s - sum(op.time_s for op in layer if op.name == "attention")
+        kernels -= 1
+        heads, kv_heads, d = model.heads // t, max(1, model.kv_heads // t), model.head_dim
+        if decodes:
+            compute_s += ops.decode_attention(self.decode_hw, decodes, heads, kv_heads, decode_context, d, self.kv_bytes).time_s
+            kernels += 1
+        if prefill_tokens:
+            # a chunk sees every cached token and, causally, half of its own
+            compute_s += ops.flash_attention(hw, heads, prefill_tokens, prefill_past + prefill_tokens // 2, d,
+                                             max(1, heads // kv_heads), False, kernel=model.attention_kernel).time_s
+            kernels += 1
+        rows = decodes + (1 if prefill_tokens else 0)
+        head_s = lm_head_s(model, hw, rows, self.tp)
+        kernels_head = 3
+        seconds = model.layers * (compute_s + sum(dict(passed.comm_s).values())) + head_s
+        if self.pp > 1:
+            hop = collective_time(hw, self.dims, "send_recv", tokens * model.hidden * hw.act_bytes, self.pp_span)
+            seconds += (self.pp - 1) * sum(hop.values())
+        if graph:
+            seconds -= (model.layers * kernels + kernels_head) * ops.launch_s(hw)
+        return seconds + self.iteration_overhead_s

@@ -1,0 +1,218 @@
+"""A serving configuration end to end: the engines' KV capacity from memory, the iteration
+loop simulated per engine, and the figures a user asks about (TTFT, TPOT, throughput per GPU
+and per user). Aggregated: `replicas` engines share the load evenly. Disaggregated: prefill
+engines hand each request's KV cache to decode engines over the network."""
+import math
+from dataclasses import dataclass, replace
+
+from core.errors import SpecError
+from core.model.collectives import collective_time
+from core.model.memory import RUNTIME_RESERVE_BYTES, stage_params
+from core.model.specs import DTYPE_BYTES, KV_DTYPES, HardwareSpec, ModelSpec, Parallelism
+
+from .engines import EngineSpec
+from .iteration import IterationModel
+from .simulate import Load, SimResult, simulate
+
+
+@dataclass(frozen=True)
+class Pool:
+    """Engines of one kind: `workers` engines of `tp` x `pp` GPUs each; `attention_dp` ranks of
+    an engine run attention for their own requests, `ep` splits its experts; `batch` caps the
+    requests one engine holds (0: the engine's default)."""
+    workers: int = 1
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    attention_dp: int = 1
+    batch: int = 0
+
+    @property
+    def gpus(self) -> int:
+        return self.workers * self.tp * self.pp
+
+
+def check_pool(pool: Pool, source: str = "", prefix: str = "") -> None:
+    """One-line refusals of a pool that cannot exist."""
+    for name in ("workers", "tp", "pp", "ep", "attention_dp"):
+        value = getattr(pool, name)
+        if not isinstance(value, int) or value < 1:
+            raise SpecError(source, prefix + name, value, "expected a positive integer")
+    if pool.batch < 0:
+        raise SpecError(source, prefix + "batch", pool.batch, "expected a positive integer (0 = the engine's default)")
+    if pool.tp % pool.attention_dp:
+        raise SpecError(source, prefix + "attention_dp", pool.attention_dp,
+                        f"expected a divisor of the engine's {pool.tp} tensor-parallel GPUs (tp)")
+    if pool.ep > pool.tp * pool.pp or (pool.tp * pool.pp) % pool.ep:
+        raise SpecError(source, prefix + "ep", pool.ep,
+                        f"expected a divisor of the engine's {pool.tp * pool.pp} GPUs (tp x pp)")
+
+
+def check_load(load: Load, source: str = "") -> None:
+    for name in ("isl", "osl", "requests"):
+        value = getattr(load, name)
+        if not isinstance(value, int) or value < 1:
+            raise SpecError(source, name, value, "expected a positive integer")
+    if (load.concurrency > 0) == (load.request_rate > 0):
+        field = "concurrency" if load.concurrency <= 0 and load.request_rate <= 0 else "request_rate"
+        value = load.concurrency if field == "concurrency" else load.request_rate
+        raise SpecError(source, field, value,
+                        "expected exactly one of concurrency (a positive integer, closed loop) and "
+                        "request_rate (requests per second > 0, open loop)")
+    if not 0 <= load.length_spread < 1:
+        raise SpecError(source, "length_spread", load.length_spread, "expected a fraction in [0, 1)")
+
+
+def kv_bytes_per_element(hw: HardwareSpec, kv_dtype: str, source: str = "") -> float:
+    if kv_dtype and kv_dtype not in KV_DTYPES:
+        raise SpecError(source, "kv_dtype", kv_dtype, f"expected one of {', '.join(KV_DTYPES)}")
+    return DTYPE_BYTES[kv_dtype] if kv_dtype else hw.act_bytes
+
+
+def kv_tokens(model: ModelSpec, hw: HardwareSpec, pool: Pool, engine: EngineSpec, kv_bytes: float) -> int:
+    """Tokens the KV cache of one attention rank holds: the engine's share of the memory the
+    weights (in the compute dtype) and the runtime leave; 0 when the weights do not fit."""
+    par = Parallelism(tp=pool.tp, pp=pool.pp, ep=pool.ep, etp=1 if pool.ep > 1 else 0)
+    weights = max(stage_params(model, par)) * DTYPE_BYTES[hw.dtype]
+    free = hw.gpu.hbm.capacity_bytes - weights - RUNTIME_RESERVE_BYTES
+    attention_tp = pool.tp // pool.attention_dp
+    per_token = 2 * math.ceil(model.layers / pool.pp) * max(1, model.kv_heads // attention_tp) * model.head_dim * kv_bytes
+    return max(0, int(engine.kv_memory_fraction * free / per_token))
+
+
+_MEMOS = {}
+
+
+def iteration_model(model, hw, pool: Pool, kv_bytes: float, overhead_s: float) -> IterationModel:
+    """One engine's iteration model, its memo kept across configurations that share it."""
+    key = (model, hw, pool.tp, pool.pp, kv_bytes, pool.attention_dp, overhead_s)
+    it = _MEMOS.get(key)
+    if it is None:
+        if len(_MEMOS) > 256:
+            _MEMOS.clear()
+        it = _MEMOS[key] = IterationModel(model, hw, pool.tp, pool.pp, kv_bytes, pool.attention_dp, overhead_s)
+    return it
+
+
+def _engine_run(model, hw, pool: Pool, engine: EngineSpec, load: Load, kv_bytes: float) -> tuple:
+    """(simulation of one attention rank, its KV capacity in requests)."""
+    if pool.batch:
+        engine = replace(engine, max_batch=pool.batch)
+    it = iteration_model(model, hw, pool, kv_bytes, engine.iteration_overhead_s)
+    capacity = kv_tokens(model, hw, pool, engine, kv_bytes)
+    per_request = -(-(load.isl + load.osl) // engine.kv_block_tokens) * engine.kv_block_tokens
+    if capacity < per_request:
+        return None, 0
+    if load.concurrency and load.ramp_share:
+        load = replace(load, ramp_s=load.ramp_share * lifetime_s(it, engine, load))
+    return simulate(it, engine, load, capacity), capacity // per_request
+
+
+def lifetime_s(it: IterationModel, engine: EngineSpec, load: Load) -> float:
+    """About one request's lifetime at the offered concurrency: the span a benchmark client's
+    ramp-up is measured against (Load.ramp_share)."""
+    users = min(load.concurrency, engine.max_batch)
+    step_s = it.time_s(0, 0, users, load.isl + load.osl // 2, users <= engine.cuda_graph_max_batch)
+    return it.time_s(min(load.isl, engine.max_num_tokens), 0, 0, 0, False) + load.osl * step_s
+
+
+def _share(load: Load, parts: int) -> Load:
+    """One of `parts` engines' (or attention ranks') even share of the load."""
+    if load.concurrency:
+        return replace(load, concurrency=max(1, round(load.concurrency / parts)))
+    return replace(load, request_rate=load.request_rate / parts)
+
+
+def serve(model: ModelSpec, hw: HardwareSpec, engine: EngineSpec, load: Load, pool: Pool,
+          kv_dtype: str = "", source: str = "") -> dict:
+    """Aggregated serving: `pool.workers` engines each take an even share of the load."""
+    check_pool(pool, source)
+    check_load(load, source)
+    kv_bytes = kv_bytes_per_element(hw, kv_dtype, source)
+    ranks = pool.workers * pool.attention_dp
+    sim, fit = _engine_run(model, hw, pool, engine, _share(load, ranks), kv_bytes)
+    return _record(sim, ranks, pool.gpus, fit * ranks)
+
+
+def _record(sim: SimResult | None, ranks: int, gpus: int, kv_requests: int, extra_ttft_s: float = 0.0) -> dict:
+    if sim is None:
+        return {"feasible": False, "max_concurrency_kv": 0, **{k: math.nan for k in SERVE_COLUMNS[1:]}}
+    tokens_s = ranks * sim.output_tokens / sim.duration_s
+    ttft = [v + extra_ttft_s for v in sim.ttft_s]
+    record = {"feasible": True, "max_concurrency_kv": kv_requests,
+              "ttft_s": ttft[0], "ttft_p50_s": ttft[1], "ttft_p90_s": ttft[2], "ttft_p99_s": ttft[3],
+              "tpot_s": sim.tpot_s[0], "tpot_p50_s": sim.tpot_s[1], "tpot_p90_s": sim.tpot_s[2],
+              "tpot_p99_s": sim.tpot_s[3],
+              "request_s": sim.request_s[0] + extra_ttft_s, "request_p90_s": sim.request_s[2] + extra_ttft_s,
+              "output_tokens_per_s": tokens_s, "output_tokens_per_s_per_gpu": tokens_s / gpus,
+              "output_tokens_per_s_per_user": 1.0 / sim.tpot_s[0] if sim.tpot_s[0] > 0 else math.nan,
+              "busy_s": ranks * sim.busy_s, "duration_s": sim.duration_s,
+              "prefill_tokens": ranks * sim.prefill_tokens, "decode_tokens": ranks * sim.decode_tokens,
+              "iterations": ranks * sim.iterations, "preemptions": ranks * sim.preemptions}
+    return record
+
+
+SERVE_COLUMNS = ("max_concurrency_kv", "ttft_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_s", "tpot_p50_s",
+                 "tpot_p90_s", "tpot_p99_s", "request_s", "request_p90_s", "output_tokens_per_s",
+                 "output_tokens_per_s_per_gpu", "output_tokens_per_s_per_user", "busy_s", "duration_s",
+                 "prefill_tokens", "decode_tokens", "iterations", "preemptions")
+
+
+def kv_transfer_s(model: ModelSpec, hw: HardwareSpec, isl: int, kv_bytes: float, prefill: Pool, decode: Pool) -> float:
+    """Seconds to move one request's KV cache from a prefill engine to a decode engine: each
+    prefill rank sends its heads' share point to point, over NVLink when both pools fit in one
+    NVLink domain, else over the next network level."""
+    gpus = prefill.gpus + decode.gpus
+    dims = hw.dims_for(gpus)
+    level = 0 if dims[0].size >= gpus or len(dims) == 1 else 1
+    per_rank = 2 * model.layers * max(1, model.kv_heads // prefill.tp) * model.head_dim * kv_bytes * isl / prefill.pp
+    return sum(collective_time(hw, dims, "send_recv", per_rank, ((level, 2),)).values())
+
+
+# Rounds of the fixed point that splits a closed loop's requests between the two pools.
+DISAGG_ROUNDS = 3
+
+
+def serve_disagg(model: ModelSpec, hw: HardwareSpec, engine: EngineSpec, load: Load, prefill: Pool, decode: Pool,
+                 kv_dtype: str = "", source: str = "") -> dict:
+    """Disaggregated serving: prefill engines compute prompts and first tokens, hand the KV
+    cache over, decode engines continue. Each pool is simulated with its own queue; in a closed
+    loop the requests in flight split between the pools as their times do (Little's law:
+    N_pool = throughput x time in the pool), found by a fixed point."""
+    check_pool(prefill, source, "prefill_")
+    check_pool(decode, source, "decode_")
+    check_load(load, source)
+    kv_bytes = kv_bytes_per_element(hw, kv_dtype, source)
+    transfer_s = kv_transfer_s(model, hw, load.isl, kv_bytes, prefill, decode)
+    p_ranks, d_ranks = prefill.workers * prefill.attention_dp, decode.workers * decode.attention_dp
+    gpus = prefill.gpus + decode.gpus
+    first_load = replace(load, osl=1)
+    next_load = replace(load, prefilled=True)
+    if not load.concurrency:
+        p_sim, _ = _engine_run(model, hw, prefill, engine, _share(first_load, p_ranks), kv_bytes)
+        d_sim, fit = _engine_run(model, hw, decode, engine, _share(next_load, d_ranks), kv_bytes)
+        return _disagg_record(p_sim, d_sim, d_ranks, gpus, fit * d_ranks, transfer_s, load.osl)
+    in_prefill, in_decode = 1.0, float(load.concurrency)
+    for _ in range(DISAGG_ROUNDS):
+        p_sim, _ = _engine_run(model, hw, prefill, engine, _share(replace(first_load, concurrency=max(1, round(in_prefill))), p_ranks), kv_bytes)
+        d_sim, fit = _engine_run(model, hw, decode, engine, _share(replace(next_load, concurrency=max(1, round(in_decode))), d_ranks), kv_bytes)
+        if p_sim is None or d_sim is None:
+            break
+        p_time, d_time = p_sim.ttft_s[0], d_sim.request_s[0]
+        rate = load.concurrency / (p_time + transfer_s + d_time)
+        in_prefill, in_decode = rate * p_time, rate * d_time
+    return _disagg_record(p_sim, d_sim, d_ranks, gpus, fit * d_ranks, transfer_s, load.osl)
+
+
+def _disagg_record(p_sim, d_sim, d_ranks, gpus, kv_requests, transfer_s, osl) -> dict:
+    if p_sim is None:
+        return _record(None, 1, gpus, 0)
+    record = _record(d_sim, d_ranks, gpus, kv_requests, p_sim.ttft_s[0] + transfer_s)
+    if d_sim is None:
+        return record
+    for name, value in zip(("ttft_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s"), p_sim.ttft_s):
+        record[name] = value + transfer_s
+    record["kv_transfer_s"] = transfer_s
+    record["busy_s"] += p_sim.busy_s
+    record["prefill_tokens"] += p_sim.prefill_tokens
+    return record

@@ -1,0 +1,143 @@
+"""The serving suite: measured end-to-end serving runs (../shared/validation/serving, from
+AIConfigurator's silicon samples) against the engine simulator (core.serving), TTFT and TPOT
+per row, summarised by GPU, model, engine and mode."""
+import csv
+import math
+from dataclasses import replace
+from pathlib import Path
+
+from core.errors import SpecError
+from core.model.loader import load_hardware, load_model, with_dtype
+from core.serving.engines import ENGINES, engine_spec
+from core.serving.service import Pool, serve, serve_disagg
+from core.serving.simulate import Load
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
+ROWS = SHARED / "validation" / "serving" / "silicon_visible.csv"
+MODELS = {"meta-llama/Llama-3.1-8B-Instruct": "llama3.1-8b", "meta-llama/Llama-3.1-70B": "llama3.1-70b",
+          "Qwen/Qwen3-32B": str(SHARED / "models" / "Qwen--Qwen3-32B.json"),
+          "deepseek-ai/DeepSeek-V3": str(SHARED / "models" / "deepseek-ai--DeepSeek-V3.json")}
+SYSTEMS = {"h100_sxm": "h100-sxm5-80gb", "h200_sxm": "h200-sxm-141gb", "b200_sxm": "b200-sxm-180gb"}
+# GEMM formats of the rows; an empty one is the checkpoint's BF16. Quantized rows keep their KV
+# cache in FP8, as these engines' FP8 and NVFP4 recipes do.
+DTYPES = {"": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "nvfp4"}
+REQUESTS_PER_SLOT = 10  # requests a benchmark sends per request kept in flight
+# The benchmark client's ramp-up: its first requests arrive spread over this share of one
+# request's lifetime, and count. Fitted with the engine overheads (scripts/fit_serving.py).
+RAMP_SHARE = 1.0
+
+
+def rows() -> list:
+    with open(ROWS, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _int(value, default=1) -> int:
+    return int(float(value)) if value not in ("", None) else default
+
+
+def _pool(row: dict, prefix: str = "") -> Pool:
+    get = lambda key: row.get(prefix + key, "")  # noqa: E731
+    adp = _int(get("attention_dp_size"))
+    return Pool(workers=_int(get("num_workers")) if prefix else 1, tp=_int(get("tp_size")), pp=_int(get("pp_size")),
+                ep=max(1, _int(get("moe_ep_size"))), attention_dp=adp,
+                batch=_int(get("batch_size"), 0) if prefix else 0)
+
+
+def concurrency(row: dict) -> int:
+    for part in row["silicon_data_source"].split(";"):
+        key, _, value = part.strip().partition("=")
+        if key == "silicon_concurrency":
+            return int(float(value))
+    if row["mode"] == "disagg":  # the decode pool full: its batch on every decode engine
+        return _int(row["decode_batch_size"]) * _int(row["decode_num_workers"])
+    return _int(row["batch_size"])
+
+
+def predict(row: dict, engines: dict | None = None, ramp_share: float = RAMP_SHARE) -> dict:
+    """The simulator's record for one measured row; `engines` overrides the engine specs."""
+    engine = (engines or ENGINES)[row["backend"]]
+    model = load_model(MODELS[row["model_path"]])
+    dtype = DTYPES[row["gemm_quant_mode"]]
+    hw = with_dtype(load_hardware(SYSTEMS[row["system"]]), dtype, "serving row", "dtype")
+    kv = "fp8" if dtype != "bf16" else ""
+    users = concurrency(row)
+    load = Load(int(row["isl"]), int(row["osl"]), concurrency=users, requests=REQUESTS_PER_SLOT * users,
+                ramp_share=ramp_share)
+    if row["mode"] == "disagg":
+        return serve_disagg(model, hw, engine, load, _pool(row, "prefill_"), _pool(row, "decode_"), kv)
+    return serve(model, hw, engine, load, _pool(row), kv)
+
+
+def skip_reason(row: dict) -> str:
+    """Why a row cannot be predicted yet ('' when it can)."""
+    if row["backend"] not in ENGINES:
+        return f"engine {row['backend']} not modelled"
+    try:
+        load_model(MODELS[row["model_path"]])
+    except SpecError as err:
+        return f"model not loadable yet ({err.field})"
+    return ""
+
+
+def group_key(row: dict) -> tuple:
+    return (row["system"], row["model_path"].split("/")[-1], row["backend"], row["mode"])
+
+
+def cases(engines: dict | None = None, selected=None, ramp_share: float = RAMP_SHARE) -> tuple:
+    """([(row, predicted ttft_s, predicted tpot_s)], [(row, reason)]) over the measured rows."""
+    done, skipped = [], []
+    for row in selected if selected is not None else rows():
+        reason = skip_reason(row)
+        if reason:
+            skipped.append((row, reason))
+            continue
+        record = predict(row, engines, ramp_share)
+        if not record["feasible"]:
+            skipped.append((row, "KV cache does not fit one request"))
+            continue
+        done.append((row, record["ttft_s"], record["tpot_s"]))
+    return done, skipped
+
+
+def errors(done: list) -> tuple:
+    """(TTFT errors, TPOT errors) in percent, predicted / measured - 1."""
+    ttft = [100 * (t / (float(r["silicon_ttft_ms"]) / 1e3) - 1) for r, t, _ in done]
+    tpot = [100 * (p / (float(r["silicon_tpot_ms"]) / 1e3) - 1) for r, _, p in done]
+    return ttft, tpot
+
+
+def figures(values: list) -> dict:
+    if not values:
+        return {"n": 0}
+    ordered = sorted(values)
+    return {"n": len(values), "median_error_pct": ordered[len(ordered) // 2],
+            "mean_abs_error_pct": sum(abs(v) for v in values) / len(values),
+            "within_20_pct": 100 * sum(abs(v) <= 20 for v in values) / len(values)}
+
+
+def serving_groups(engines: dict | None = None) -> tuple:
+    """(records per group and overall, skipped rows counted by reason) for `rapid validate`."""
+    done, skipped = cases(engines)
+    groups = {}
+    for item in done:
+        groups.setdefault(group_key(item[0]), []).append(item)
+    records = []
+    for key, items in sorted(groups.items()) + [(("all", "all", "all", "all"), done)]:
+        ttft, tpot = errors(items)
+        records.append({"gpu": key[0], "model": key[1], "engine": key[2], "mode": key[3],
+                        "ttft": figures(ttft), "tpot": figures(tpot)})
+    reasons = {}
+    for row, reason in skipped:
+        reasons[(row["model_path"], reason)] = reasons.get((row["model_path"], reason), 0) + 1
+    return records, [{"model": m, "reason": r, "rows": n} for (m, r), n in sorted(reasons.items())]
+
+
+def with_overheads(iteration_s: dict, request_s: dict) -> dict:
+    """The engine specs with the given overheads (seconds per engine name)."""
+    return {name: replace(spec, iteration_overhead_s=iteration_s.get(name, spec.iteration_overhead_s),
+                          request_overhead_s=request_s.get(name, spec.request_overhead_s))
+            for name, spec in ENGINES.items()}
+
+
+__all__ = ["cases", "engine_spec", "errors", "figures", "math", "serving_groups", "with_overheads"]

@@ -1,0 +1,127 @@
+"""The engine simulator (core.serving) on cases small enough to work out by hand."""
+import math
+from dataclasses import replace
+
+import pytest
+
+from core.errors import SpecError
+from core.model.loader import load_hardware, load_model
+from core.serving.engines import engine_spec
+from core.serving.iteration import IterationModel, bucket
+from core.serving.service import Pool, serve, serve_disagg
+from core.serving.simulate import Load, simulate
+
+MODEL = load_model("llama3.1-8b")
+HW = load_hardware("h200-sxm-141gb")
+
+
+def _engine(name="vllm"):
+    return replace(engine_spec(name), iteration_overhead_s=0.0, request_overhead_s=0.0)
+
+
+def test_bucket_keeps_small_counts_and_rounds_large_ones_up_within_a_32nd():
+    assert bucket(64) == 64
+    assert bucket(1000) == 1008  # step 16 for 10-bit counts
+    assert bucket(1024) == 1024
+
+
+def test_one_request_at_a_time_is_one_prefill_then_one_decode_step_per_further_token():
+    it = IterationModel(MODEL, HW, 1, 1, 2)
+    result = simulate(it, _engine(), Load(100, 3, concurrency=1, requests=2), 10**6)
+    prefill_s = it.time_s(100, 0, 0, 0, False)
+    step_s = [it.time_s(0, 0, 1, context, True) for context in (100, 101)]
+    assert result.ttft_s[0] == pytest.approx(prefill_s)
+    assert result.tpot_s[0] == pytest.approx(sum(step_s) / 2)
+    assert result.decode_tokens == 4 and result.prefill_tokens == 200
+
+
+def test_cuda_graph_iterations_pay_no_kernel_launches():
+    it = IterationModel(MODEL, HW, 1, 1, 2)
+    assert it.time_s(0, 0, 1, 1000, True) < it.time_s(0, 0, 1, 1000, False)
+
+
+def test_a_cache_for_one_request_serves_a_closed_loop_of_two_one_at_a_time():
+    it = IterationModel(MODEL, HW, 1, 1, 2)
+    engine = replace(_engine("trtllm"), kv_block_tokens=1)
+    alone = simulate(it, engine, Load(100, 10, concurrency=1, requests=4), 110)
+    paired = simulate(it, engine, Load(100, 10, concurrency=2, requests=4), 110)
+    assert paired.duration_s == pytest.approx(alone.duration_s)
+    assert paired.ttft_s[0] > alone.ttft_s[0]  # the second request waits for the first to end
+
+
+def test_an_on_demand_cache_preempts_when_it_runs_out():
+    it = IterationModel(MODEL, HW, 1, 1, 2)
+    result = simulate(it, replace(_engine("vllm"), kv_block_tokens=1), Load(100, 50, concurrency=2, requests=2), 210)
+    assert result.preemptions >= 1
+    assert result.output_tokens == 100
+
+
+def test_repeated_cycles_give_the_figures_a_full_simulation_gives():
+    it = IterationModel(MODEL, HW, 1, 1, 2)
+    load = Load(512, 64, concurrency=4, requests=200)
+    cycled = simulate(it, _engine(), load, 10**6)
+    spread = simulate(it, _engine(), replace(load, length_spread=1e-9), 10**6)  # no cycle skipping
+    assert cycled.ttft_s[0] == pytest.approx(spread.ttft_s[0], rel=1e-6)
+    assert cycled.duration_s == pytest.approx(spread.duration_s, rel=1e-6)
+
+
+def test_serve_reports_throughput_per_gpu_and_per_user():
+    record = serve(MODEL, HW, _engine(), Load(256, 32, concurrency=4, requests=40), Pool(tp=2))
+    assert record["output_tokens_per_s_per_gpu"] == pytest.approx(record["output_tokens_per_s"] / 2)
+    assert record["output_tokens_per_s_per_user"] == pytest.approx(1 / record["tpot_s"])
+    assert record["max_concurrency_kv"] > 4
+
+
+def test_disaggregated_ttft_includes_the_kv_transfer():
+    record = serve_disagg(MODEL, HW, _engine(), Load(1024, 32, concurrency=4, requests=40), Pool(), Pool())
+    assert record["kv_transfer_s"] > 0
+    assert record["ttft_s"] > record["kv_transfer_s"]
+
+
+@pytest.mark.parametrize("call, field", [
+    (lambda: serve(MODEL, HW, _engine(), Load(10, 10, concurrency=0), Pool()), "concurrency"),
+    (lambda: serve(MODEL, HW, _engine(), Load(10, 10, concurrency=1), Pool(tp=4, attention_dp=3)), "attention_dp"),
+    (lambda: serve_disagg(MODEL, HW, _engine(), Load(10, 10, concurrency=1), Pool(), Pool(workers=0)),
+     "decode_workers"),
+    (lambda: engine_spec("tgi"), "engine"),
+])
+def test_bad_serving_input_is_refused_in_one_line_naming_the_field(call, field):
+    with pytest.raises(SpecError) as err:
+        call()
+    assert err.value.field == field
+    assert "\n" not in str(err.value)
+
+
+def test_open_loop_serves_every_request():
+    record = serve(MODEL, HW, _engine(), Load(128, 16, request_rate=5.0, requests=30), Pool())
+    assert not math.isnan(record["ttft_s"])
+
+
+def _cli(capsys, *flags):
+    from sweep.cli import main
+    try:
+        code = main(["run", "--model", "llama3.1-8b", "--hardware", "h200-sxm-141gb", *flags])
+    except SystemExit as exit_:
+        code = exit_.code
+    return code, capsys.readouterr()
+
+
+@pytest.mark.parametrize("flags, field", [
+    (("--mode", "serve", "--concurrency", "0"), "'concurrency' = 0"),
+    (("--mode", "serve", "--tp", "4", "--attention-dp", "3"), "'attention_dp' = 3"),
+    (("--mode", "serve", "--disagg", "--prefill-workers", "1"), "'--decode-workers'"),
+    (("--mode", "serve", "--prefill-workers", "1"), "'--prefill-workers'"),
+    (("--isl", "5",), "'--isl' = 5: applies to --mode serve"),
+])
+def test_rapid_run_refuses_bad_serving_input_in_one_line(capsys, flags, field):
+    code, out = _cli(capsys, *flags)
+    assert code != 0
+    assert field in out.err and out.err.strip().count("\n") == 0
+
+
+def test_rapid_run_serve_prints_one_json_record(capsys):
+    import json
+    code, out = _cli(capsys, "--mode", "serve", "--engine", "sglang", "--isl", "128", "--osl", "16",
+                     "--concurrency", "2", "--requests", "20", "--json")
+    record = json.loads(out.out)
+    assert code == 0 and record["feasible"] and record["output_tokens_per_s"] > 0
