@@ -125,3 +125,16 @@ def test_rapid_run_serve_prints_one_json_record(capsys):
                      "--concurrency", "2", "--requests", "20", "--json")
     record = json.loads(out.out)
     assert code == 0 and record["feasible"] and record["output_tokens_per_s"] > 0
+
+
+def test_an_iteration_of_a_model_whose_layers_differ_sums_its_kinds_by_count():
+    """DeepSeek-V3 (3 dense MLA layers, 58 MoE ones): the iteration's layers are each kind's
+    layer time times its count, the LM head and the iteration overhead on top."""
+    model = load_model("deepseek-v3")
+    hw = load_hardware("h200-sxm-141gb")
+    it = IterationModel(model, hw, 8, 1, 1)
+    groups = model.layer_groups()
+    assert [count for _, count in groups] == [3, 58]
+    layers_s = sum(count * it._layer_s(spec, 64, 0, 0, 64, 2048)[0] for spec, count in groups)
+    lm_head = it.time_s(0, 0, 64, 2048, False) - layers_s
+    assert 0 < lm_head < 0.1 * layers_s

@@ -59,29 +59,52 @@ class IterationModel:
         return seconds
 
     def _time_s(self, prefill_tokens, prefill_past, decodes, decode_context, graph) -> float:
-        model, hw, t = self.model, self.hw, self.attention_tp
+        hw, t = self.hw, self.attention_tp
         tokens = prefill_tokens + decodes
-        layer = build_decode_layer(model, hw, tokens, 1, t, self.kv_bytes)
-        passed = time_ops(hw, self.dims, self.spans, layer)
-        kernels = sum(op.kind == "compute" for op in layer)
-        compute_s = passed.compute_s - sum(op.time_s for op in layer if op.name == "attention")
-        kernels -= 1
-        heads, kv_heads, d = model.heads // t, max(1, model.kv_heads // t), model.head_dim
-        if decodes:
-            compute_s += ops.decode_attention(self.decode_hw, decodes, heads, kv_heads, decode_context, d, self.kv_bytes).time_s
-            kernels += 1
-        if prefill_tokens:
-            # a chunk sees every cached token and, causally, half of its own
-            compute_s += ops.flash_attention(hw, heads, prefill_tokens, prefill_past + prefill_tokens // 2, d,
-                                             max(1, heads // kv_heads), False, kernel=model.attention_kernel).time_s
-            kernels += 1
+        layers_s, launches = 0.0, 0
+        for spec, count in self.model.layer_groups():  # each kind of layer once, by its count
+            layer_s, kernels = self._layer_s(spec, tokens, prefill_tokens, prefill_past, decodes, decode_context)
+            layers_s += count * layer_s
+            launches += count * kernels
+        model = self.model
         rows = decodes + (1 if prefill_tokens else 0)
         head_s = lm_head_s(model, hw, rows, self.tp)
         kernels_head = 3
-        seconds = model.layers * (compute_s + sum(dict(passed.comm_s).values())) + head_s
+        seconds = layers_s + head_s
         if self.pp > 1:
             hop = collective_time(hw, self.dims, "send_recv", tokens * model.hidden * hw.act_bytes, self.pp_span)
             seconds += (self.pp - 1) * sum(hop.values())
         if graph:
-            seconds -= (model.layers * kernels + kernels_head) * ops.launch_s(hw)
+            seconds -= (launches + kernels_head) * ops.launch_s(hw)
         return seconds + self.iteration_overhead_s
+
+    def _layer_s(self, spec, tokens, prefill_tokens, prefill_past, decodes, decode_context) -> tuple:
+        """(seconds, kernels) of one layer of a uniform spec in this iteration: its decode-layer
+        operators for every token, with attention replaced by the engine's decode kernel over the
+        running requests' caches (a sliding window's share of them) and the prefill chunk's
+        fused attention."""
+        hw, t = self.hw, self.attention_tp
+        layer = build_decode_layer(spec, hw, tokens, 1, t, self.kv_bytes)
+        passed = time_ops(hw, self.dims, self.spans, layer)
+        attention = [op for op in layer if op.name == "attention"]
+        compute_s = passed.compute_s - sum(op.time_s for op in attention)
+        kernels = sum(op.kind == "compute" for op in layer) - len(attention)
+        if attention:
+            heads, kv_heads, d = spec.heads // t, max(1, spec.kv_heads // t), spec.head_dim
+            context = min(decode_context, spec.window) if spec.window else decode_context
+            if decodes and spec.mla is not None:  # MLA's absorbed decode over the latent cache
+                step = build_decode_layer(spec, self.decode_hw, decodes, context, t, self.kv_bytes)
+                compute_s += sum(op.time_s for op in step if op.name == "attention")
+                kernels += 1
+            elif decodes:
+                compute_s += ops.decode_attention(self.decode_hw, decodes, heads, kv_heads, context, d,
+                                                  self.kv_bytes).time_s
+                kernels += 1
+            if prefill_tokens:
+                # a chunk sees every cached token and, causally, half of its own
+                seen = prefill_past + prefill_tokens // 2
+                compute_s += ops.flash_attention(hw, heads, prefill_tokens, min(seen, spec.window) if spec.window
+                                                 else seen, d, max(1, heads // kv_heads), False,
+                                                 kernel=spec.attention_kernel).time_s
+                kernels += 1
+        return compute_s + sum(dict(passed.comm_s).values()), kernels
