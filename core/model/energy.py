@@ -67,6 +67,7 @@ def _add(into: dict, flops: tuple, scale: float) -> None:
         into[dtype] = into.get(dtype, 0.0) + count * scale
 
 
+@lru_cache(maxsize=16384)
 def _train_work(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: TrainWorkload, gpus: int) -> tuple:
     """(busy seconds, ((dtype, FLOPs), ...), HBM bytes, link bytes) of one GPU over a step,
     averaged over the pipeline stages (every stage's GPUs wait out the same step)."""
@@ -103,6 +104,7 @@ def _train_work(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Trai
     return busy, tuple(sorted(flops.items())), hbm, link
 
 
+@lru_cache(maxsize=16384)
 def _infer_work(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: InferWorkload, gpus: int) -> tuple:
     """(busy seconds, ((dtype, FLOPs), ...), HBM bytes, link bytes) of one GPU of a replica
     over a request: its stages run one after another, each GPU its share of the layers."""
