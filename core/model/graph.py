@@ -256,6 +256,32 @@ def _flash_pair(model, hw, shape, blocks_per_doc, d, groups, window):
     return kernel, back
 
 
+@dataclass(frozen=True)
+class GqaWidths:
+    """One TP rank's share of a (grouped-query) attention layer: its query and KV heads, the
+    widths of Q, of one of K/V, of the output gate (0 where the model does not gate) and of the
+    K/V tensors the projection writes (one where keys are the values)."""
+    heads: int
+    kv_heads: int
+    head_dim: int
+    q_dim: int
+    kv_dim: int
+    gate: int
+    kv: int
+
+    @property
+    def projection(self) -> int:
+        """Output width of the fused QKV (and gate) projection."""
+        return self.q_dim + self.gate + self.kv
+
+
+def gqa_widths(model: ModelSpec, tp: int) -> GqaWidths:
+    heads, kv_heads, d = model.heads // tp, max(1, model.kv_heads // tp), model.head_dim
+    q_dim, kv_dim = heads * d, kv_heads * d
+    return GqaWidths(heads, kv_heads, d, q_dim, kv_dim, q_dim if model.attention_gate else 0,
+                     model.kv_tensors * kv_dim)
+
+
 def _gqa_mixer(model, hw, shape, add, enter_tp):
     """Multi-head / grouped-query attention (full, sliding-window or chunked): the fused QKV
     projection (with the output gate's columns where the model gates), rotary, the attention
@@ -263,14 +289,10 @@ def _gqa_mixer(model, hw, shape, add, enter_tp):
     the output projection's input width)."""
     el, t, T, h = hw.act_bytes, shape.tp, shape.tokens, model.hidden
     T_norm = T // t if shape.sp else T
-    heads = model.heads // t
-    kv_heads = max(1, model.kv_heads // t)
-    d = model.head_dim
-    q_dim, kv_dim = heads * d, kv_heads * d
-    gate = q_dim if model.attention_gate else 0
-    kv = model.kv_tensors * kv_dim
-    qkv_out = T * (q_dim + gate + kv) * el  # Q, K, V (and gate): kept for attention's backward
-    enter_tp("attn", _gemm_ops(hw, "qkv", T, q_dim + gate + kv, h, T_norm * h * gemm_input_bytes(hw) + qkv_out,
+    w = gqa_widths(model, t)
+    heads, kv_heads, d, q_dim, kv_dim, kv = w.heads, w.kv_heads, w.head_dim, w.q_dim, w.kv_dim, w.kv
+    qkv_out = T * w.projection * el  # Q, K, V (and gate): kept for attention's backward
+    enter_tp("attn", _gemm_ops(hw, "qkv", T, w.projection, h, T_norm * h * gemm_input_bytes(hw) + qkv_out,
                                 accumulate=shape.grad_accumulate))
     if model.position_embedding == "rotary":
         rot = T * (q_dim + kv_dim) * el
@@ -597,13 +619,9 @@ def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: 
 
 def _decode_gqa(model, hw, batch, context, tp, kv_bytes):
     el, h = hw.act_bytes, model.hidden
-    heads = model.heads // tp
-    kv_heads = max(1, model.kv_heads // tp)
-    d = model.head_dim
-    q_dim, kv_dim = heads * d, kv_heads * d
-    gate = q_dim if model.attention_gate else 0
-    kv = model.kv_tensors * kv_dim
-    out = [_compute("qkv", ops.gemm(hw, batch, q_dim + gate + kv, h))]
+    w = gqa_widths(model, tp)
+    heads, kv_heads, d, q_dim, kv_dim, gate, kv = w.heads, w.kv_heads, w.head_dim, w.q_dim, w.kv_dim, w.gate, w.kv
+    out = [_compute("qkv", ops.gemm(hw, batch, w.projection, h))]
     if model.position_embedding == "rotary":
         out.append(_compute("rotary", ops.pointwise(hw, 2 * batch * (q_dim + kv_dim) * el)))
     out.append(_compute("kv_append", ops.pointwise(hw, batch * kv * (el + kv_bytes))))

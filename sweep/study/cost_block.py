@@ -4,6 +4,7 @@ from dataclasses import dataclass
 
 from core.errors import SpecError
 from core.model.specs import TrainWorkload
+from .fields import refuse_unknown
 
 COST_KEYS = ("gpu_hour_usd", "kwh_usd")
 
@@ -18,9 +19,7 @@ def parse_cost(data, source: str) -> CostSpec:
     """Both prices, each a non-negative number of US dollars."""
     if not isinstance(data, dict):
         raise SpecError(source, "cost", data, "expected a mapping {gpu_hour_usd: 2.5, kwh_usd: 0.08}")
-    for key in data:
-        if key not in COST_KEYS:
-            raise SpecError(source, f"cost.{key}", data[key], f"unknown field (allowed: {', '.join(COST_KEYS)})")
+    refuse_unknown(data, COST_KEYS, source, "cost.")
     prices = {}
     for key in COST_KEYS:
         value = data.get(key)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from core import SpecError
+from .fields import refuse_unknown
 
 FACTOR_FLOOR = 1e-3  # sampled factors are clipped to [FACTOR_FLOOR, 1]; 0 comes only from `hard`
 FAULT_KEYS = ("samples", "seed", "links", "count", "factor", "hard", "stragglers")
@@ -57,9 +58,7 @@ def parse_faults(data, source: str, backend: str, mode: str, dim_names: tuple, l
     links ((a, b) node pairs, a < b) and GPU count; raises SpecError naming the faults.* field."""
     if not isinstance(data, dict):
         raise SpecError(source, "faults", data, f"expected a mapping with {', '.join(FAULT_KEYS)}")
-    for key in data:
-        if key not in FAULT_KEYS:
-            raise SpecError(source, f"faults.{key}", data[key], f"unknown field (allowed: {', '.join(FAULT_KEYS)})")
+    refuse_unknown(data, FAULT_KEYS, source, "faults.")
     if backend not in ("astra-hierarchical", "astra-flattened"):
         raise SpecError(source, "backend", backend, "a faults study needs astra-hierarchical or astra-flattened "
                         "(the analytical backend has no links to fault)")
@@ -73,10 +72,7 @@ def parse_faults(data, source: str, backend: str, mode: str, dim_names: tuple, l
     stragglers = data.get("stragglers", {"count": 0})
     if not isinstance(stragglers, dict):
         raise SpecError(source, "faults.stragglers", stragglers, "expected {count: N, factor: distribution}")
-    for key in stragglers:
-        if key not in STRAGGLER_KEYS:
-            raise SpecError(source, f"faults.stragglers.{key}", stragglers[key],
-                            f"unknown field (allowed: {', '.join(STRAGGLER_KEYS)})")
+    refuse_unknown(stragglers, STRAGGLER_KEYS, source, "faults.stragglers.")
     return FaultSpec(samples, seed, _links(data.get("links", "all"), source, dim_names, links),
                      _count(data.get("count", 1), source, "faults.count", len(links), "links in the network"),
                      _distribution(data.get("factor", {"normal": {"mean": 0.5, "std": 0.1}}), source, "faults.factor"),

@@ -17,6 +17,7 @@ from core.textfile import parse_mapping, read_text
 from sweep.metrics import COST
 from .cost_block import CostSpec, parse_cost
 from .space import SPEC_KNOB_ALIASES, Space, Variant, parse_space
+from .fields import refuse_unknown
 
 if TYPE_CHECKING:
     from .search_block import SearchSpec
@@ -71,9 +72,7 @@ def load_study(path, output: str | None = None) -> Study:
     source = str(path)
     text = read_text(path, kind="study file")
     data = parse_mapping(text, source, Path(path).name)
-    for key in data:
-        if key not in STUDY_KEYS:
-            raise SpecError(source, str(key), data[key], f"unknown field (allowed: {', '.join(STUDY_KEYS)})")
+    refuse_unknown(data, STUDY_KEYS, source)
     for key in REQUIRED_KEYS:
         if data.get(key) is None:
             raise SpecError(source, key, "<missing>", "this field is required")

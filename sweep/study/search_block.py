@@ -12,6 +12,7 @@ from core import BACKENDS, SpecError
 from sweep.metrics import AGGREGATES
 from sweep.metrics import HIGHER_IS_BETTER
 from sweep.metrics import METRICS
+from .fields import refuse_unknown
 
 SEARCH_KEYS = ("sampler", "trials", "parallel", "objectives", "constraints", "storage", "seed", "refine")
 REFINE_KEYS = ("backend", "top")
@@ -67,9 +68,7 @@ def parse_search(data, source: str, output: Path, default_seed: int, has_faults:
     aggregates may be objectives); the storage defaults to SQLite beside the table."""
     if not isinstance(data, dict):
         raise SpecError(source, "search", data, "expected a mapping (sampler, trials, parallel, objectives, ...)")
-    for key in data:
-        if key not in SEARCH_KEYS:
-            raise SpecError(source, f"search.{key}", data[key], f"unknown field (allowed: {', '.join(SEARCH_KEYS)})")
+    refuse_unknown(data, SEARCH_KEYS, source, "search.")
     sampler = data.get("sampler", "tpe")
     if sampler not in SAMPLERS:
         raise SpecError(source, "search.sampler", sampler, f"expected one of {', '.join(SAMPLERS)}")
@@ -156,9 +155,7 @@ def _constraints(raw, source: str, has_faults: bool) -> tuple:
 def _refine(raw, source: str) -> RefineSpec:
     if not isinstance(raw, dict):
         raise SpecError(source, "search.refine", raw, "expected a mapping {backend, top}")
-    for key in raw:
-        if key not in REFINE_KEYS:
-            raise SpecError(source, f"search.refine.{key}", raw[key], f"unknown field (allowed: {', '.join(REFINE_KEYS)})")
+    refuse_unknown(raw, REFINE_KEYS, source, "search.refine.")
     backend = raw.get("backend")
     simulators = [b for b in BACKENDS if b != "analytical"]
     if backend not in simulators:
