@@ -35,9 +35,11 @@ bench-sweep: $(STAMP)
 	$(BIN)/python scripts/bench_sweep.py
 
 # --dry-run of an 11,059,200-combination grid, a 1,843,200-combination --local --workers 2 run
-# and its re-run: seconds, points/s and peak RSS (SCALE=0.1 for a quick look)
+# and its re-run: seconds, points/s and peak RSS (SCALE=0.1 for a quick look); a 1,000-trial TPE
+# search and the parts a 10,000-trial search leaves
 bench-scale: $(STAMP)
 	$(BIN)/python scripts/bench_scale.py --scale $(or $(SCALE),1)
+	$(BIN)/python scripts/bench_search_scale.py
 
 # renders the reports of a training grid, a fault study, a constrained search and an inference
 # study (studies/quickstart.yaml, *_quick.yaml) in headless Chromium at 1400 px wide (Debian's

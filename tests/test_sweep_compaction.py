@@ -14,6 +14,7 @@ import pytest
 from sweep.cli import main
 from sweep.execution.engine import PART_ROWS, run_study
 from sweep.search.loop import run_search
+from sweep.search.storage import reader_storage
 from sweep.store.parts import ResultStore, part_files, read_metadata, read_results
 from sweep.study.loader import load_study
 from killing import sigkill_after_parts
@@ -148,7 +149,7 @@ def test_a_search_ends_with_its_rounds_compacted_and_resumes_from_them(write_stu
     longer = load_study(write_study(name="rounds", gpus=8, space=SPACE, search={**search, "trials": 30}))
     again = run_search(longer, executor="inprocess", progress=False)
     assert (again.before, again.trials) == (20, 30) and len(part_files(study.output)) == 1
-    trials = optuna.load_study(study_name=study.name, storage=study.search.storage).get_trials()
+    trials = optuna.load_study(study_name=study.name, storage=reader_storage(study.search.storage)).get_trials()
     rows = read_results(study.output).column("trial_number").to_pylist()
     told = [t.number for t in trials if "illegal_reason" not in t.user_attrs]
     assert sorted(rows) == sorted(told) and len(trials) == 30

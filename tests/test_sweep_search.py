@@ -12,6 +12,7 @@ import pytest
 from sweep.cli import main
 from sweep.execution.engine import run_study
 from sweep.search.loop import run_search
+from sweep.search.storage import open_storage, reader_storage
 from sweep.store.parts import read_metadata, read_results
 from sweep.study.loader import load_study
 from killing import sigkill_after_parts
@@ -55,7 +56,7 @@ def test_infeasible_points_are_never_timed_and_told_as_infeasible(write_study, m
     feasible = [r for r in table.to_pylist() if r["feasible"]]
     assert len(timed) == len({r["point_id"] for r in feasible}) > 0  # only feasible points were timed
 
-    trials = optuna.load_study(study_name=study.name, storage=study.search.storage).get_trials()
+    trials = optuna.load_study(study_name=study.name, storage=reader_storage(study.search.storage)).get_trials()
     assert len(trials) == 25 and not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
     infeasible = [t for t in trials if "infeasible_reason" in t.user_attrs or "illegal_reason" in t.user_attrs]
     assert infeasible and len(infeasible) < 25
@@ -79,7 +80,7 @@ def test_same_seed_and_parallel_1_give_identical_tables(write_study):
     assert tables[0] == tables[1]
     assert {r["sampler"] for r in tables[0]} == {"tpe"}
     metadata = read_metadata(study.output)  # the report reads importances and history through these
-    stored = optuna.load_study(study_name=metadata["optuna_study"], storage=metadata["optuna_storage"])
+    stored = optuna.load_study(study_name=metadata["optuna_study"], storage=reader_storage(metadata["optuna_storage"]))
     assert len(stored.trials) == SEARCH["trials"] and stored.metric_names == ["step_time_s"]
 
 
@@ -106,7 +107,7 @@ def test_sigkill_midway_then_rerun_loses_and_duplicates_no_trial(write_study):
     assert 0 < read_results(study.output).num_rows < 40
 
     assert subprocess.run(command, capture_output=True).returncode == 0
-    trials = optuna.load_study(study_name=study.name, storage=study.search.storage).get_trials()
+    trials = optuna.load_study(study_name=study.name, storage=reader_storage(study.search.storage)).get_trials()
     assert [t.number for t in trials] == list(range(40))
     assert all(t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) for t in trials)
     legal = sorted(t.number for t in trials if "illegal_reason" not in t.user_attrs)
@@ -116,14 +117,14 @@ def test_sigkill_midway_then_rerun_loses_and_duplicates_no_trial(write_study):
 def test_a_trial_stopped_while_optuna_drew_its_parameters_is_finished_on_resume(write_study):
     study = search_study(write_study, "half-asked", sampler="random", trials=2)
     run_search(study, executor="inprocess", progress=False)
-    stored = optuna.load_study(study_name=study.name, storage=study.search.storage)
+    stored = optuna.load_study(study_name=study.name, storage=open_storage(study.search.storage))
     half = stored.ask()  # a Ctrl-C inside Study.ask: the trial exists, RUNNING, with one parameter of five
     half.suggest_categorical("tp", [1, 2, 4, 8])
 
     report = run_search(search_study(write_study, "half-asked", sampler="random", trials=4),
                         executor="inprocess", progress=False)
     assert report.resumed == 1 and report.trials == 4
-    trials = optuna.load_study(study_name=study.name, storage=study.search.storage).get_trials()
+    trials = optuna.load_study(study_name=study.name, storage=reader_storage(study.search.storage)).get_trials()
     assert [t.number for t in trials] == [0, 1, 2, 3]
     assert all(t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) for t in trials)
     assert trials[2].params["tp"] == half.params["tp"] and trials[2].params.keys() == trials[0].params.keys()
@@ -152,7 +153,7 @@ def test_a_run_stopped_between_writing_rows_and_telling_resumes_from_the_rows(wr
     final = {r["trial_number"]: r for r in by_trial(table)}
     assert all(final[r["trial_number"]] == r for r in by_trial(first))  # rows written before the stop are kept as they are
     assert report.evaluated == len(set(table.column("point_id").to_pylist())) - len(set(first.column("point_id").to_pylist()))
-    trials = optuna.load_study(study_name=study.name, storage=study.search.storage).get_trials()
+    trials = optuna.load_study(study_name=study.name, storage=reader_storage(study.search.storage)).get_trials()
     legal = sorted(t.number for t in trials if "illegal_reason" not in t.user_attrs)
     assert [t.number for t in trials] == list(range(16)) and sorted(table.column("trial_number").to_pylist()) == legal
 
@@ -262,12 +263,12 @@ def test_output_override_moves_the_default_optuna_storage_with_the_table(tmp_pat
         "space: {tp: [1, 2, 4, 8]}\nsearch: {sampler: random, trials: 2}\n")
     moved = load_study(study_file, output=str(tmp_path / "elsewhere"))
     assert moved.output == tmp_path / "elsewhere"
-    assert moved.search.storage == f"sqlite:///{(tmp_path / 'elsewhere' / '_optuna.db').resolve()}"
+    assert moved.search.storage == f"journal:///{(tmp_path / 'elsewhere' / '_optuna.journal').resolve()}"
 
 
 def test_the_default_optuna_storage_leaves_the_folder_readable_as_one_parquet_dataset(write_study):
-    """pandas.read_parquet(FOLDER) skips only files starting with '_' or '.', so the SQLite
-    storage kept beside the table must be one of those."""
+    """pandas.read_parquet(FOLDER) skips only files starting with '_' or '.', so the journal
+    file kept beside the table must be one of those."""
     import pandas as pd
 
     study = search_study(write_study, "readable", sampler="random", trials=3)
@@ -282,3 +283,20 @@ def test_a_search_begun_with_the_old_storage_name_keeps_it(write_study):
     output.mkdir(parents=True)
     (output / "optuna.db").touch()
     assert load_study(path).search.storage == f"sqlite:///{(output / 'optuna.db').resolve()}"
+
+
+def test_a_storage_written_as_a_database_path_stays_sqlite(write_study, tmp_path):
+    """A .journal or .log path is a journal file; any other path is SQLite, as before."""
+    for name, url in (("trials.db", f"sqlite:///{(tmp_path / 'trials.db').resolve()}"),
+                      ("trials.log", f"journal:///{(tmp_path / 'trials.log').resolve()}")):
+        path = write_study(name="paths", space=SPACE, search={**SEARCH, "trials": 2, "storage": str(tmp_path / name)})
+        assert load_study(path).search.storage == url
+
+
+def test_the_journal_file_is_optunas_own_format_and_a_removed_one_starts_afresh(write_study):
+    study = search_study(write_study, "journal", sampler="random", trials=3)
+    run_search(study, executor="inprocess", progress=False)
+    assert len(optuna.load_study(study_name=study.name, storage=reader_storage(study.search.storage)).trials) == 3
+    (study.output / "_optuna.journal").unlink()
+    with pytest.raises(KeyError):
+        optuna.load_study(study_name=study.name, storage=open_storage(study.search.storage))

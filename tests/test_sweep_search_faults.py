@@ -12,6 +12,7 @@ import sweep.faults.evaluate
 from sweep.cli import main
 from sweep.execution.engine import run_study
 from sweep.search.loop import run_search
+from sweep.search.storage import reader_storage
 from sweep.store.parts import part_files, read_results
 from sweep.study.loader import load_study
 from killing import sigkill_after_parts
@@ -68,7 +69,7 @@ def test_trials_write_sample_rows_and_are_told_the_tail_of_their_point(tmp_path,
     assert search_rows(study.output) == grid_rows(tmp_path, points)  # the grid's fault rows, as they are
 
     by_point = {p: [r for r in rows if r["point_id"] == p] for p in points}
-    trials = optuna.load_study(study_name=study.name, storage=study.search.storage).get_trials()
+    trials = optuna.load_study(study_name=study.name, storage=reader_storage(study.search.storage)).get_trials()
     states = {t.state for t in trials}
     assert len(trials) == 12 and states == {optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED}
     assert report.from_table > 0  # a configuration asked again was answered from its rows
@@ -148,7 +149,7 @@ def test_sigkill_midway_then_rerun_loses_and_duplicates_nothing(tmp_path):
 
     rerun = subprocess.run(command, capture_output=True, text=True)
     assert rerun.returncode == 0, rerun.stderr
-    trials = optuna.load_study(study_name=study.name, storage=study.search.storage).get_trials()
+    trials = optuna.load_study(study_name=study.name, storage=reader_storage(study.search.storage)).get_trials()
     assert [t.number for t in trials] == list(range(24))
     assert all(t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) for t in trials)
     rows = search_rows(study.output)

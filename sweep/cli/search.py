@@ -4,6 +4,7 @@ import math
 from sweep.metrics import AGGREGATES
 from sweep.store.query import knob_columns, render, summary_columns, wide_console
 from sweep.search.loop import TRIAL_COLUMN, best_rows, constraint_label, run_search
+from sweep.search.storage import load_hint
 from sweep.store.parts import read_results
 
 
@@ -21,7 +22,7 @@ def run(study, args) -> int:
     samples = f" ({report.sample_rows} fault-sample rows)" if study.faults is not None else ""
     console.print(f"evaluated {report.evaluated} points{samples}{rate}; {report.from_table} trials answered from the table; "
                   f"{report.illegal} illegal and {report.infeasible} memory-infeasible trials told to Optuna as infeasible")
-    console.print(f"optuna: study {study.name!r} in {spec.storage}  (optuna.load_study(study_name=..., storage=...))")
+    console.print(f"optuna: study {study.name!r} in {spec.storage}  ({load_hint(spec.storage)})")
     table = read_results(study.output)
     best = best_rows(study, table)
     if best.num_rows:

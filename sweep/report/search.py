@@ -208,9 +208,11 @@ def importances(data: ReportData, which: Goal) -> tuple:
     if not storage or not name:
         return None, "Parameter importances: the table names no Optuna storage, so they are not shown."
     import optuna
+
+    from sweep.search.storage import reader_storage
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        study = optuna.load_study(study_name=name, storage=storage)
+        study = optuna.load_study(study_name=name, storage=reader_storage(storage))
         several = len(study.directions) > 1
         with warnings.catch_warnings():  # PED-ANOVA warns that a target is minimised: maximised ones are negated
             warnings.simplefilter("ignore", UserWarning)

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import optuna
 import pyarrow as pa
-import sqlalchemy
 
 from core import SpecError
 
@@ -35,6 +34,7 @@ from sweep.study.plan import Planner, Point
 from sweep.store.query import TRIAL_COLUMN, first_per_point, front_candidates, pareto_front
 from sweep.execution.runner import make_executor, run_batches
 from .fault_rows import FaultRows, per_point
+from .storage import open_storage
 from sweep.study.search_block import SearchSpec
 from sweep.store.parts import ResultStore, read_results
 from sweep.study.loader import Study
@@ -221,32 +221,6 @@ def _suggest(trial, name: str, distribution):
     if isinstance(distribution, optuna.distributions.IntDistribution):
         return trial.suggest_int(name, distribution.low, distribution.high, step=distribution.step, log=distribution.log)
     return trial.suggest_float(name, distribution.low, distribution.high, step=distribution.step, log=distribution.log)
-
-
-def open_storage(url: str):
-    """The Optuna storage at `url`. SQLite runs in write-ahead-log mode without an fsync per
-    commit (a trial takes a dozen commits): durable when the process is killed, as resume
-    needs; a power cut may lose the last trials, which a re-run then asks again."""
-    if not url.startswith("sqlite"):
-        return url
-    database = url.removeprefix("sqlite:///")
-    if database and database != ":memory:":
-        Path(database).parent.mkdir(parents=True, exist_ok=True)
-    try:
-        storage = optuna.storages.RDBStorage(url)
-    except sqlalchemy.exc.SQLAlchemyError as err:
-        reason = str(getattr(err, "orig", err)).strip().splitlines()[0]
-        raise SpecError("study", "search.storage", url, f"cannot open this Optuna storage ({reason})") from None
-    sqlalchemy.event.listen(storage.engine, "connect", _sqlite_pragmas)
-    storage.engine.dispose()  # reconnect, so every connection gets the pragmas
-    return storage
-
-
-def _sqlite_pragmas(connection, _record) -> None:
-    cursor = connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.close()
 
 
 def _existing_trials(storage, name: str) -> int:
@@ -457,9 +431,9 @@ def _spec_batch(planner: Planner, work: list) -> SpecBatch:
                      tuple(models[i] for i in model_ids), tuple(hardware[i] for i in hardware_ids))
 
 
-def _delete_optuna_study(storage: str, name: str) -> None:
+def _delete_optuna_study(url: str, name: str) -> None:
     try:
-        optuna.delete_study(study_name=name, storage=storage)
+        optuna.delete_study(study_name=name, storage=open_storage(url))
     except KeyError:
         pass
 

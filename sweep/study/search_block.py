@@ -14,6 +14,8 @@ from sweep.metrics import HIGHER_IS_BETTER
 from sweep.metrics import METRICS
 from .fields import refuse_unknown
 
+JOURNAL_SCHEME = "journal:///"  # our URL for Optuna's journal file format (sweep.search.storage)
+JOURNAL_SUFFIXES = (".journal", ".log")
 SEARCH_KEYS = ("sampler", "trials", "parallel", "objectives", "constraints", "storage", "seed", "refine")
 REFINE_KEYS = ("backend", "top")
 # sampler -> Python packages it needs beyond Optuna itself
@@ -65,7 +67,7 @@ def objective_column(name: str, source: str, field: str, has_faults: bool = Fals
 
 def parse_search(data, source: str, output: Path, default_seed: int, has_faults: bool = False) -> SearchSpec:
     """Validate the `search:` mapping (`has_faults`: the study has a `faults:` block, so fault
-    aggregates may be objectives); the storage defaults to SQLite beside the table."""
+    aggregates may be objectives); the storage defaults to a journal file beside the table."""
     if not isinstance(data, dict):
         raise SpecError(source, "search", data, "expected a mapping (sampler, trials, parallel, objectives, ...)")
     refuse_unknown(data, SEARCH_KEYS, source, "search.")
@@ -86,9 +88,11 @@ def parse_search(data, source: str, output: Path, default_seed: int, has_faults:
     constraints = _constraints(data.get("constraints", []), source, has_faults)
     storage = data.get("storage", str(default_storage(output)))
     if not isinstance(storage, str) or not storage.strip():
-        raise SpecError(source, "search.storage", storage, "expected an Optuna storage URL or a SQLite file path")
-    url = storage if "://" in storage else f"sqlite:///{Path(storage).resolve()}"
-    _check_storage_url(url, source)
+        raise SpecError(source, "search.storage", storage,
+                        "expected an Optuna storage URL or a file path (.journal or .log: a journal file; else SQLite)")
+    url = storage_url(storage)
+    if not url.startswith(JOURNAL_SCHEME):
+        _check_storage_url(url, source)
     refine = _refine(data["refine"], source) if data.get("refine") is not None else None
     if refine is not None and has_faults:
         raise SpecError(source, "search.refine", data["refine"], "not with a faults: block (fault samples are "
@@ -97,11 +101,20 @@ def parse_search(data, source: str, output: Path, default_seed: int, has_faults:
 
 
 def default_storage(output: Path) -> Path:
-    """SQLite beside the table, named with a leading _ so that pandas and pyarrow, which skip
-    such files, still read the folder as one Parquet dataset; a search begun under the
-    earlier name optuna.db keeps it."""
-    old = output / "optuna.db"
-    return old if old.exists() else output / "_optuna.db"
+    """A journal file beside the table, named with a leading _ so that pandas and pyarrow, which
+    skip such files, still read the folder as one Parquet dataset; a search begun in SQLite
+    (_optuna.db, or the earlier optuna.db) keeps its database."""
+    return next((old for old in (output / "_optuna.db", output / "optuna.db") if old.exists()),
+                output / "_optuna.journal")
+
+
+def storage_url(storage: str) -> str:
+    """A storage as written (a URL, or a file path) as a URL: a path ending in .journal or .log
+    is a journal file (`journal:///PATH`, Optuna's JournalStorage format), any other is SQLite."""
+    if "://" in storage:
+        return storage
+    path = Path(storage).resolve()
+    return f"{JOURNAL_SCHEME}{path}" if path.suffix in JOURNAL_SUFFIXES else f"sqlite:///{path}"
 
 
 def _check_storage_url(url: str, source: str) -> None:
