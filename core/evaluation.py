@@ -7,7 +7,7 @@ from .errors import SpecError
 from core.model.graph import train_shape
 from core.model.layout import check_layout, group_spans
 from core.model.memory import GiB, MemoryEstimate, inference_memory, training_memory
-from core.model.specs import HardwareSpec, ModelSpec, Parallelism, TrainWorkload
+from core.model.specs import HardwareSpec, ModelSpec, Parallelism, ServeWorkload, TrainWorkload
 from core.model.energy import power_limited
 from core.model.inference import infer_request
 from core.model.power import energy_j
@@ -39,6 +39,8 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
     reason = check_layout(model, hw, par, work, gpus)
     if reason:
         raise SpecError("", "parallelism", _layout_text(par), reason)
+    if isinstance(work, ServeWorkload):
+        return _serve_record(model, hw, par, work)
     record = _memory_fields(estimate_memory(model, hw, par, work))
     record.update({key: None for key in ENERGY})
     if not record["feasible"] and not time_infeasible:
@@ -61,6 +63,23 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
     record["detail"] = {key: breakdown.pop(key) for key in DETAIL_KEYS if key in breakdown}
     if work_done is not None:
         record.update(energy_fields(timed, par, work, gpus, record["step_time_s"], work_done.at_clock(physical_clock)))
+    return record
+
+
+def _serve_record(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: ServeWorkload) -> dict:
+    """A serving point: the engine simulator's figures (core.serving) beside the metric columns
+    every row carries (output tokens/s as tokens_per_s; no step time, MFU or energy yet)."""
+    from core.serving.point import serve_point
+
+    figures = serve_point(model, hw, par, work)
+    record = {key: math.nan for key in UNTIMED}
+    record.update({key: None for key in ENERGY})
+    record.update(figures)
+    record["tokens_per_s"] = figures["output_tokens_per_s"]
+    record["memory_peak_gib"] = None
+    record["infeasible_reason"] = "" if figures["feasible"] else \
+        "the weights and one request's KV cache do not fit in an engine's memory"
+    record["memory"], record["breakdown"], record["detail"] = {}, {}, {}
     return record
 
 

@@ -67,7 +67,7 @@ CASES = {
     "study gpus string": (SWEEP, {"study": study(gpus="16")}, ["{study}", "gpus", "16", "positive integer"]),
     "study backend": (SWEEP, {"study": study(backend="ns3")}, ["{study}", "backend", "ns3", "analytical"]),
     "study seed negative": (SWEEP, {"study": study(seed=-1)}, ["{study}", "seed", "-1", "non-negative"]),
-    "study workload mode": (SWEEP, {"study": study(workload_mode="serve")}, ["{study}", "workload.mode", "serve", "train"]),
+    "study workload mode": (SWEEP, {"study": study(workload_mode="simulate")}, ["{study}", "workload.mode", "simulate", "train"]),
     "study workload seq zero": (SWEEP, {"study": study(workload_seq=0)}, ["{study}", "workload.seq", "0", "positive"]),
     "study workload batch past int32": (SWEEP, {"study": study(workload_global_batch=2**63)},
                                         ["{study}", "workload.global_batch", str(2**63), "up to 2,147,483,647"]),

@@ -18,7 +18,7 @@ MALFORMED = {
     "bad recompute": ({"space": {"recompute": ["sometimes"]}}, "space.recompute", "sometimes"),
     "duplicate value": ({"space": {"tp": [2, 2]}}, "space.tp", "[2, 2]"),
     "derived tp": ({"space": {"tp": "auto"}}, "space.tp", "auto"),
-    "bad workload mode": ({"workload": {"mode": "serve"}}, "workload.mode", "serve"),
+    "bad workload mode": ({"workload": {"mode": "simulate"}}, "workload.mode", "simulate"),
     "missing seq": ({"workload": {"mode": "train", "global_batch": 64}}, "workload.seq", "<missing>"),
     "bad backend": ({"backend": "ns3"}, "backend", "ns3"),
     "override without prefix": ({"overrides": {"gpu.hbm.bandwidth": "1 TB/s"}}, "overrides.gpu.hbm.bandwidth", "1 TB/s"),

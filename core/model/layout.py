@@ -2,7 +2,7 @@
 from functools import lru_cache
 from math import ceil, prod
 
-from .specs import (KV_DTYPES, LOW_PRECISION_DTYPES, RECIPES_BY_DTYPE, HardwareSpec, InferWorkload, ModelSpec,
+from .specs import (KV_DTYPES, LOW_PRECISION_DTYPES, RECIPES_BY_DTYPE, HardwareSpec, ModelSpec,
                     Parallelism, TrainWorkload)
 
 Span = tuple  # ((dim_index, ranks_in_that_dim), ...): a group's extent per network dimension
@@ -263,7 +263,7 @@ def check_layout(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpu
         return f"placement {','.join(par.placement)} is not an order of {', '.join(PLACEMENT)}"
     if par.gpus != gpus:
         return f"dp*tp*pp*cp = {par.dp}*{par.tp}*{par.pp}*{par.cp} = {par.gpus}, not gpus = {gpus}"
-    if isinstance(work, InferWorkload):  # first, so that no rule below suggests a training knob
+    if not isinstance(work, TrainWorkload):  # inference or serving; first, so that no rule below suggests a training knob
         if par.cp > 1:
             return "context parallelism is modelled for training only"
         if work.kv_dtype == "nvfp4" and "nvfp4" not in dict(hw.gpu.peak_flops):

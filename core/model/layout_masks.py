@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from .layout import PLACEMENT, TRAINING_ONLY, _TRAINING_DEFAULTS, _split_layers, recipe_mismatch
-from .specs import LOW_PRECISION_DTYPES, InferWorkload, TrainWorkload
+from .specs import LOW_PRECISION_DTYPES, TrainWorkload
 
 # Per rule (index + 1 is its number): the columns its reason's text depends on ("model" and
 # "hardware" are the spec variants' codes).
@@ -87,7 +87,7 @@ def layout_failures(columns: dict, models: tuple, model_codes: np.ndarray, hardw
         col["placement"].map(lambda p: sorted(p) != sorted(PLACEMENT)),
         par_gpus != gpus,
     ]
-    infer = isinstance(work, InferWorkload)
+    infer = not isinstance(work, TrainWorkload)
     if infer:
         unused = np.zeros(n, bool)
         for name in TRAINING_ONLY:

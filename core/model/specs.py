@@ -623,3 +623,26 @@ class InferWorkload:
 
     def kv_bytes(self, hw: HardwareSpec) -> float:
         return kv_element_bytes(self.kv_dtype) if self.kv_dtype else hw.act_bytes
+
+
+@dataclass(frozen=True)
+class ServeWorkload:
+    """A serving engine under a stream of requests (core.serving): `isl` prompt and `osl` output
+    tokens each, kept `concurrency` in flight (closed loop) or arriving at `request_rate` per
+    second (open loop, Poisson), `requests` of them simulated. The layout's dp counts engines
+    sharing the load; `max_num_tokens` and `max_batch` are the engine's per-iteration token
+    budget and request cap (0: its default)."""
+    isl: int
+    osl: int
+    concurrency: int = 0
+    request_rate: float = 0.0
+    requests: int = 1000
+    engine: str = "trtllm"
+    max_num_tokens: int = 0
+    max_batch: int = 0
+    kv_dtype: str = ""  # KV-cache element type; empty = the activation dtype
+    mode: str = "serve"
+
+
+# ServeWorkload fields a study may sweep as knobs: none of them decides whether a layout is legal
+SERVE_KNOBS = ("concurrency", "request_rate", "isl", "osl", "requests", "engine", "max_num_tokens", "max_batch")

@@ -1,6 +1,6 @@
 """What a batch of work carries besides its points: the specs, workload and backend once per
 worker, the columns every row shares, and the knob columns' Arrow types."""
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
@@ -20,6 +20,13 @@ class WorkContext:
     unit_columns: tuple = ()  # ((knob index, column, {written value: number}), ...) for unit strings
     faults: object = None  # a sweep.study.faults_block.FaultSpec: batches are then FaultBlocks, one row per sample
     cost: object = None  # a sweep.study.cost_block.CostSpec: the dollar columns
+    workload_knobs: tuple = ()  # ((knob index, workload field), ...): a serving study's swept load
+
+    def workload_of(self, values: tuple):
+        """The workload of a point with these knob values."""
+        if not self.workload_knobs:
+            return self.workload
+        return replace(self.workload, **{name: values[index] for index, name in self.workload_knobs})
 
 
 def unit_columns(knobs: tuple) -> tuple:

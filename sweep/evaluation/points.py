@@ -7,7 +7,7 @@ import time
 import pyarrow as pa
 
 from core import Parallelism, evaluate
-from sweep.metrics import METRICS
+from sweep.metrics import METRICS, SERVE_METRICS
 from sweep.study.cost_block import cost_fields
 from sweep.study.plan import PARALLELISM_FIELDS
 
@@ -28,14 +28,15 @@ def evaluate_points(context: WorkContext, points: list) -> pa.Table:
     for p in points:
         par = Parallelism(**dict(zip(PARALLELISM_FIELDS, p.parallelism)))
         start = time.perf_counter()
+        work = context.workload_of(p.values)
         record = evaluate(context.models[p.model_index], context.hardware[p.hardware_index], par,
-                          context.workload, context.gpus, backend=context.backend)
-        record.update(cost_fields(record, context.cost, context.workload, context.gpus, par))
+                          work, context.gpus, backend=context.backend)
+        record.update(cost_fields(record, context.cost, work, context.gpus, par))
         records.append(record)
         seconds.append(time.perf_counter() - start)
     columns["feasible"] = [r["feasible"] for r in records]
     columns["infeasible_reason"] = [r["infeasible_reason"] for r in records]
-    for key in METRICS:
+    for key in METRICS + (SERVE_METRICS if context.workload.mode == "serve" else ()):
         columns[key] = [_number(r[key]) for r in records]
     for group in ("memory", "breakdown", "detail"):
         keys = sorted({k for r in records for k in r[group]})

@@ -17,6 +17,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColu
                            TimeElapsedColumn, TimeRemainingColumn)
 
 from core import MODEL_VERSION
+from core.model.specs import SERVE_KNOBS
 
 from . import raycluster
 from .rates import remember_rate
@@ -148,13 +149,15 @@ def _batches(points, size: int):
 def work_context(study: Study, models: tuple = (), hardware: tuple = ()) -> WorkContext:
     """The per-study constants and column types every worker batch needs, with the spec
     variants points index into (a search ships its variants with each batch instead)."""
+    swept = tuple((i, k.name) for i, k in enumerate(study.space.knobs) if k.name in SERVE_KNOBS)
     constants = (("model", study.model), ("hardware", study.hardware), ("gpus", study.gpus),
-                 ("backend", study.backend)) + tuple(asdict(study.workload).items())
+                 ("backend", study.backend)) + tuple((key, value) for key, value in asdict(study.workload).items()
+                                                     if key not in {name for _, name in swept})
     auto_types = {"dp": pa.int64(), "sp": pa.bool_(), "overlap_param_gather": pa.bool_()}
     fields = tuple(pa.field(k.column, auto_types[k.name] if k.values == (AUTO,) else knob_type(k.probe_values))
                    for k in study.space.knobs)
     return WorkContext(models, hardware, study.workload, study.gpus, study.backend, constants, fields,
-                       unit_columns(study.space.knobs), study.faults, study.cost)
+                       unit_columns(study.space.knobs), study.faults, study.cost, swept)
 
 
 def study_metadata(study: Study) -> dict:

@@ -20,7 +20,8 @@ MEMORY_TITLES = {"weights_gib": "weights", "gradients_gib": "gradients", "optimi
                  "activations_gib": "activations", "kv_cache_gib": "KV cache", "transient_gib": "transient"}
 # mode -> (what one timed row is, its time's axis title, the breakdown's axis title)
 TIME_TITLES = {"train": ("training step", "step time (s)", "seconds per training step"),
-               "infer": ("request", "request time (s)", "seconds per request (prefill + decode)")}
+               "infer": ("request", "request time (s)", "seconds per request (prefill + decode)"),
+               "serve": ("request", "request time (s)", "seconds per request")}
 
 
 def base_layout(title: str, x_title: str, y_title: str, **extra) -> dict:
@@ -31,8 +32,10 @@ def base_layout(title: str, x_title: str, y_title: str, **extra) -> dict:
 
 
 def mode(data: ReportData) -> str:
-    """`train` or `infer`: what the table's rows time."""
-    return "infer" if "mode" in data.table and (data.table["mode"] == "infer").any() else "train"
+    """`train`, `infer` or `serve`: what the table's rows time."""
+    if "mode" in data.table and len(data.table):
+        return str(data.table["mode"].iloc[0])
+    return "train"
 
 
 def time_title(data: ReportData) -> str:

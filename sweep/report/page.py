@@ -4,7 +4,8 @@ views a results table supports, and optionally the same figures as PNGs.
 A view whose data the table lacks is left out, not drawn empty: a grid gets the ranking,
 breakdown, memory and knob views; a fault study adds slowdown spreads and the worst
 links; a search adds, in its own objectives, its history, trade-off front and parameter
-importances; an inference study adds throughput against TTFT and TPOT; a study with
+importances; an inference study adds throughput against TTFT and TPOT; a serving study its
+throughput-interactivity frontier and the configurations that serve most under its SLOs; a study with
 hardware variants adds their speedup over the baseline; a table with energy columns adds the
 power-time trade-off and the points with the fewest joules per token."""
 import html
@@ -18,7 +19,7 @@ from plotly.offline import get_plotlyjs
 from core import SpecError
 
 from . import energy as report_energy, faults as report_faults, grid as report_grid, inference as report_inference
-from . import search as report_search
+from . import search as report_search, serving as report_serving
 from .data import ReportData, load_report_data
 
 
@@ -56,9 +57,13 @@ def build_report(folder) -> Report:
     if report_inference.is_inference_table(data):
         _add(sections, "Serving: throughput and latency",
              [report_inference.throughput_latency(data), report_inference.top_throughput(data)])
+    if report_serving.is_serving_table(data):
+        _add(sections, "Serving: throughput per GPU against interactivity",
+             [report_serving.frontier(data), report_serving.best_under_slo(data)])
     _add(sections, "Power and energy", [report_energy.power_time(data), report_energy.fewest_joules(data)])
     _add(sections, "Hardware variants", [report_grid.variant_speedup(data)])
-    _add(sections, "Layouts ranked", [report_grid.ranked(data)], notes=[n for n in (broken_note(data),) if n])
+    ranked = report_grid.ranked(data)
+    _add(sections, "Layouts ranked", [ranked], notes=[n for n in (broken_note(data),) if n and ranked is not None])
     _add(sections, "The fastest layouts up close", [report_grid.breakdown(data), report_grid.memory(data)])
     _add(sections, "Knob effects", report_grid.knob_effects(data), columns=2)
     return Report(data, tuple(sections))
@@ -107,7 +112,8 @@ def header_facts(data: ReportData) -> list:
         facts.append(workload_fact(workload))
     if report_search.is_search_table(data):
         facts.append(("search goal", report_search.goal(data).text()))
-    timed = table["feasible"] & table["step_time_s"].notna() if "feasible" in table else table.index == table.index
+    figure = "output_tokens_per_s" if "output_tokens_per_s" in table else "step_time_s"  # a serving row has no step
+    timed = table["feasible"] & table[figure].notna() if "feasible" in table else table.index == table.index
     facts.append(("rows", f"{len(table):,}"))
     if "fault_sample" in table:
         facts.append(("layouts", f"{table['point_id'].nunique():,}"))
@@ -125,7 +131,9 @@ def header_facts(data: ReportData) -> list:
 # workload field -> how the header says it, per mode
 WORKLOAD_WORDS = {"train": {"global_batch": "global batch {} sequences", "seq": "of {} tokens"},
                   "infer": {"batch": "batch of {} requests", "prompt": "prompt {} tokens", "decode": "decode {} tokens",
-                            "kv_dtype": "KV cache in {}"}}
+                            "kv_dtype": "KV cache in {}"},
+                  "serve": {"isl": "prompt {} tokens", "osl": "output {} tokens", "concurrency": "{} requests in flight",
+                            "request_rate": "{} requests/s", "engine": "engine {}", "kv_dtype": "KV cache in {}"}}
 
 
 def workload_fact(workload: dict) -> tuple:
@@ -134,7 +142,7 @@ def workload_fact(workload: dict) -> tuple:
     mode = workload.get("mode")
     words = WORKLOAD_WORDS.get(mode, {})
     parts = [words[k].format(v) for k, v in workload.items() if k in words]
-    return ("inference" if mode == "infer" else "training" if mode == "train" else "workload",
+    return ({"infer": "inference", "train": "training", "serve": "serving"}.get(mode, "workload"),
             " ".join(parts) if mode == "train" else ", ".join(parts))
 
 

@@ -16,7 +16,8 @@ from sweep.metrics import HIGHER_IS_BETTER
 
 from .parts import part_files, read_metadata
 
-SUMMARY_METRICS = ("step_time_s", "ttft_s", "tpot_s", "mfu", "tokens_per_s", "memory_peak_gib", "energy_per_token_j",
+SUMMARY_METRICS = ("step_time_s", "ttft_s", "ttft_p90_s", "tpot_s", "output_tokens_per_s_per_gpu",
+                   "output_tokens_per_s_per_user", "mfu", "tokens_per_s", "memory_peak_gib", "energy_per_token_j",
                    "energy_per_output_token_j", "usd_per_million_tokens")
 FORMATS = ("table", "csv", "json")
 READ_ONLY = {"enable_external_access": False, "lock_configuration": True}  # --sql reads no file, writes none

@@ -14,6 +14,7 @@ from dataclasses import MISSING, asdict, dataclass, fields
 import numpy as np
 
 from core import MODEL_VERSION, Parallelism, SpecError
+from core.model.specs import SERVE_KNOBS
 from core.model.layout_masks import REASON_INPUTS, layout_failures
 from core.replay.network import astra_network
 
@@ -242,9 +243,18 @@ class _IdTexts:
         digests = grid.planner._digest
         self.model_digests = [digests(spec) for spec in grid.models]
         self.hardware_digests = [digests(spec) for spec in grid.hardware]
-        whole = _json({"model": _MODEL, "hardware": _HARDWARE, "gpus": study.gpus, "workload": asdict(study.workload),
-                       "parallelism": self.SENTINEL, "backend": study.backend, "model_version": MODEL_VERSION})
-        self.head, self.tail = whole.split(_json(self.SENTINEL))
+        knobs = grid.space.knobs
+        # a serving study's swept load: one JSON tail (its workload comes after the parallelism) per combination
+        self.workload_axes = [i for i, k in enumerate(knobs) if k.name in SERVE_KNOBS]
+        tails = []
+        for combo in np.ndindex(*(grid.sizes[i] for i in self.workload_axes)):
+            workload = study.workload_for(tuple((knobs[i].name, knobs[i].values[j])
+                                                for i, j in zip(self.workload_axes, combo)))
+            whole = _json({"model": _MODEL, "hardware": _HARDWARE, "gpus": study.gpus, "workload": asdict(workload),
+                           "parallelism": self.SENTINEL, "backend": study.backend, "model_version": MODEL_VERSION})
+            self.head, tail = whole.split(_json(self.SENTINEL))
+            tails.append(tail)
+        self.tails = np.array(tails, dtype=object)
         defaults = {f.name: f.default for f in fields(Parallelism) if f.default is not MISSING}
         self.fields = sorted(defaults)
         self.defaults = defaults
@@ -268,8 +278,14 @@ class _IdTexts:
             table = [before + constant + after for before in table for after in fragments]
             codes = codes * len(fragments) + field_codes[legal]
             constant = ""
-        table = [text + constant + "}" + self.tail for text in table]
-        columns.append(np.array(table, dtype=object)[codes])
+        if not self.workload_axes:
+            columns.append(np.array([text + constant + "}" + self.tails[0] for text in table], dtype=object)[codes])
+        else:
+            columns.append(np.array([text + constant + "}" for text in table], dtype=object)[codes])
+            numbers, tail = chunk.start + legal, np.zeros(len(legal), np.int64)
+            for axis in self.workload_axes:
+                tail = tail * self.grid.sizes[axis] + (numbers // self.grid.strides[axis]) % self.grid.sizes[axis]
+            columns.append(self.tails[tail])
         sha256 = hashlib.sha256
         return [sha256("".join(parts).encode()).hexdigest()[:16] for parts in zip(*(c.tolist() for c in columns))]
 

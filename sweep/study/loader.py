@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 from core import BACKENDS, InferWorkload, SpecError, TrainWorkload, load_hardware, load_model
 from core.evaluation import ENERGY
-from core.model.specs import COMPUTE_DTYPES, KV_DTYPES, MAX_WORKLOAD_SIZE, WORKLOAD_SIZE_ALLOWED
+from core.model.specs import COMPUTE_DTYPES, KV_DTYPES, MAX_WORKLOAD_SIZE, SERVE_KNOBS, WORKLOAD_SIZE_ALLOWED, ServeWorkload
+from core.serving.point import check_serve_workload
 from core.textfile import parse_mapping, read_text
 
 from sweep.metrics import COST
@@ -25,8 +26,11 @@ if TYPE_CHECKING:
 STUDY_KEYS = ("name", "description", "model", "hardware", "overrides", "gpus", "workload", "space",
               "backend", "output", "seed", "variants", "baseline", "search", "faults", "cost")
 REQUIRED_KEYS = ("name", "model", "hardware", "gpus", "workload", "space")
-WORKLOAD_KEYS = {"train": ("global_batch", "seq"), "infer": ("batch", "prompt", "decode")}
-OPTIONAL_WORKLOAD_KEYS = {"train": ("tokens_total",), "infer": ("kv_dtype",)}  # the KV cache's dtype; default: the activations'
+WORKLOAD_KEYS = {"train": ("global_batch", "seq"), "infer": ("batch", "prompt", "decode"), "serve": ("isl", "osl")}
+# infer's kv_dtype: the KV cache's dtype (default: the activations'); serve's: core.model.specs.ServeWorkload
+OPTIONAL_WORKLOAD_KEYS = {"train": ("tokens_total",), "infer": ("kv_dtype",),
+                          "serve": ("concurrency", "request_rate", "requests", "engine", "max_num_tokens", "max_batch",
+                                    "kv_dtype")}
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 SPEC_PREFIXES = ("model.", "hardware.")
 
@@ -42,7 +46,7 @@ class Study:
     model_overrides: tuple  # ((dotted path, value), ...) applied to every point
     hardware_overrides: tuple
     gpus: int
-    workload: TrainWorkload | InferWorkload
+    workload: TrainWorkload | InferWorkload | ServeWorkload
     space: Space
     backend: str
     output: Path
@@ -55,6 +59,10 @@ class Study:
     @property
     def mode(self) -> str:
         return self.workload.mode
+
+    def workload_for(self, knobs: tuple = ()):
+        """The workload with a serving point's swept fields (Resolved.workload_knobs)."""
+        return replace(self.workload, **dict(knobs)) if knobs else self.workload
 
     def model_spec(self, knobs: tuple = ()):
         """The model with the study's overrides plus a point's `model.*` knobs."""
@@ -116,6 +124,8 @@ def load_study(path, output: str | None = None) -> Study:
                   baseline=baseline, search=search,
                   cost=parse_cost(data["cost"], source) if data.get("cost") is not None else None)
     _check_specs(study)
+    if study.mode == "serve":
+        _check_serving(study)
     _check_energy_asked(study, data)
     if data.get("faults") is not None:
         study = replace(study, faults=_faults(data["faults"], study))
@@ -200,6 +210,11 @@ def _workload(data, source: str):
         sizes[key] = value
     if mode == "train":
         return TrainWorkload(**sizes, tokens_total=_tokens_total(data, source))
+    if mode == "serve":
+        extra = {key: data[key] for key in OPTIONAL_WORKLOAD_KEYS["serve"] if key in data}
+        for key, value in extra.items():
+            _check_serve_type(key, value, source, f"workload.{key}")
+        return ServeWorkload(**sizes, **extra)
     kv_dtype = data.get("kv_dtype", "")
     if kv_dtype != "" and kv_dtype not in KV_DTYPES:
         raise SpecError(source, "workload.kv_dtype", kv_dtype, f"expected one of {', '.join(KV_DTYPES)}")
@@ -217,6 +232,40 @@ def _tokens_total(data: dict, source: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e18:
         raise SpecError(source, "workload.tokens_total", value, "expected a number of tokens such as 15e12")
     return float(value)
+
+
+def _check_serve_type(name: str, value, source: str, field: str) -> None:
+    """A serving field's value of the kind it takes: a name, a number of requests per second, or
+    a count."""
+    if name in ("engine", "kv_dtype"):
+        ok, kind = isinstance(value, str), "a name"
+    elif name == "request_rate":
+        ok, kind = isinstance(value, (int, float)) and not isinstance(value, bool), "requests per second (a number)"
+    else:
+        ok, kind = isinstance(value, int) and not isinstance(value, bool), "an integer"
+    if not ok:
+        raise SpecError(source, field, value, f"expected {kind}")
+
+
+def _check_serving(study: Study) -> None:
+    """A serving study: the analytical backend, and every swept load value one the engine
+    simulator takes beside the first value of every other knob (which also holds exactly one
+    of concurrency and request_rate set)."""
+    if study.backend != "analytical":
+        raise SpecError(study.path, "backend", study.backend,
+                        "a serving study runs the engine simulator: expected analytical")
+    swept = {k.name: k.values for k in study.space.knobs if k.name in SERVE_KNOBS}
+    first = {name: values[0] for name, values in swept.items()}
+    for name, values in swept.items():
+        for value in values:
+            _check_serve_type(name, value, study.path, f"space.{name}")
+            try:
+                check_serve_workload(study.workload_for(tuple({**first, name: value}.items())), study.path, "")
+            except SpecError as err:
+                where = f"space.{err.field}" if err.field in swept else f"workload.{err.field}"
+                raise SpecError(study.path, where, err.value, err.allowed) from None
+    if not swept:
+        check_serve_workload(study.workload, study.path)
 
 
 def _check_energy_asked(study: Study, data: dict) -> None:

@@ -125,7 +125,8 @@ def point_id(study: Study, resolved: Resolved, model_digest: str, hardware_diges
     from `spec_digest`), GPUs, workload, parallelism, backend and MODEL_VERSION. The same
     across runs, processes and machines; different after any edit that moves a number."""
     return digest({"model": model_digest, "hardware": hardware_digest, "gpus": study.gpus,
-                   "workload": asdict(study.workload), "parallelism": asdict(resolved.parallelism),
+                   "workload": asdict(study.workload_for(resolved.workload_knobs)),
+                   "parallelism": asdict(resolved.parallelism),
                    "backend": study.backend, "model_version": MODEL_VERSION})[:16]
 
 

@@ -11,7 +11,7 @@ from core import BACKENDS, SpecError
 
 from sweep.metrics import AGGREGATES
 from sweep.metrics import HIGHER_IS_BETTER
-from sweep.metrics import METRICS
+from sweep.metrics import METRICS, SERVE_METRICS
 from .fields import refuse_unknown
 
 JOURNAL_SCHEME = "journal:///"  # our URL for Optuna's journal file format (sweep.search.storage)
@@ -60,8 +60,9 @@ def objective_column(name: str, source: str, field: str, has_faults: bool = Fals
         if not has_faults:
             raise SpecError(source, field, name, "a fault aggregate needs a faults: block in the study")
         return name
-    if name not in METRICS:
-        raise SpecError(source, field, name, f"expected a metric column ({', '.join(METRICS + AGGREGATES)})")
+    if name not in METRICS + SERVE_METRICS:
+        raise SpecError(source, field, name,
+                        f"expected a metric column ({', '.join(METRICS + SERVE_METRICS + AGGREGATES)})")
     return name
 
 

@@ -8,7 +8,8 @@ import math
 from dataclasses import dataclass
 
 from core import Parallelism, SpecError
-from core.model.specs import COMPUTE_DTYPES, FP8_RECIPES, GRAD_DTYPES, MASTER_WEIGHTS, OPTIMIZER_DTYPES, RECOMPUTE, SCHEDULES
+from core.model.specs import (COMPUTE_DTYPES, FP8_RECIPES, GRAD_DTYPES, MASTER_WEIGHTS, OPTIMIZER_DTYPES, RECOMPUTE,
+                              SCHEDULES, SERVE_KNOBS)
 from core.units import BASE_UNITS, QUANTITY_KINDS, quantity
 
 AUTO = "auto"
@@ -112,6 +113,7 @@ class Resolved:
     model_knobs: tuple  # ((path under the model spec, value), ...)
     hardware_knobs: tuple
     reason: str  # empty when the knob values are consistent with the GPU count
+    workload_knobs: tuple = ()  # ((workload field, value), ...): a serving study's swept load
 
 
 @dataclass(frozen=True)
@@ -193,7 +195,8 @@ class Space:
         for variant in self.variants:
             if variant.name == choice[VARIANT_KNOB]:
                 model, hardware = model + variant.model_overrides, hardware + variant.hardware_overrides
-        return Resolved(values, Parallelism(**par), model, hardware, reason)
+        workload = tuple((name, choice[name]) for name in self.names if name in SERVE_KNOBS)
+        return Resolved(values, Parallelism(**par), model, hardware, reason, workload)
 
 
 def _spec_paths(names, prefix: str) -> list:
@@ -219,11 +222,14 @@ def parse_space(data, source: str, mode: str, gpus: int, variants: tuple = ()) -
         name = str(name)
         field = f"space.{name}"
         is_spec = name.startswith(SPEC_KNOB_PREFIXES) and name not in SPEC_KNOB_PREFIXES
-        if name not in PARALLEL_KNOBS and not is_spec and name not in SPEC_KNOB_ALIASES:
-            allowed = ", ".join(PARALLEL_KNOBS)
+        serving = mode == "serve" and name in SERVE_KNOBS
+        if name not in PARALLEL_KNOBS and not is_spec and name not in SPEC_KNOB_ALIASES and not serving:
+            allowed = ", ".join((*PARALLEL_KNOBS, *(SERVE_KNOBS if mode == "serve" else ())))
             raise SpecError(source, field, raw,
                             f"unknown knob (allowed: {allowed}, dtype, fp8_recipe, or model.<path> / hardware.<path>)")
-        if isinstance(raw, dict):
+        if serving:
+            given[name] = Knob(name, tuple(_as_list(raw, source, field)))
+        elif isinstance(raw, dict):
             given[name] = Knob(name, (), _range(name, raw, source, field))
         elif name in PARALLEL_KNOBS:
             given[name] = Knob(name, _parallel_values(name, raw, source, field))
