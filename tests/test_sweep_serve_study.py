@@ -78,3 +78,14 @@ def test_a_training_study_does_not_take_a_serving_knob(tmp_path):
     with pytest.raises(SpecError) as err:
         load_study(write(tmp_path, **train))
     assert err.value.field == "space.concurrency" and "unknown knob" in err.value.allowed
+
+
+def test_a_serving_moe_engine_splits_its_experts_over_its_own_gpus(tmp_path):
+    """ep divides an engine's tp GPUs, each expert over tp / ep of them when etp is left unset."""
+    moe = {"model": "qwen3-30b-a3b", "gpus": 8, "space": {"tp": [4, 8], "ep": [1, 4, 8], "concurrency": [8]}}
+    study = load_study(write(tmp_path, **moe))
+    plan = plan_study(study)
+    layouts = {(dict(zip(study.space.names, p.values))["tp"], dict(zip(study.space.names, p.values))["ep"],
+                dict(zip(study.space.names, p.values))["etp"]) for p in plan.points}
+    assert layouts == {(4, 1, 0), (4, 4, 1), (8, 1, 0), (8, 4, 2), (8, 8, 1)}
+    assert any("ep (8) must divide an engine's tp*pp GPUs (4*1)" in reason for reason in plan.illegal_examples.values())

@@ -2,7 +2,7 @@
 from functools import lru_cache
 from math import ceil, prod
 
-from .specs import (KV_DTYPES, LOW_PRECISION_DTYPES, RECIPES_BY_DTYPE, HardwareSpec, ModelSpec,
+from .specs import (KV_DTYPES, LOW_PRECISION_DTYPES, RECIPES_BY_DTYPE, HardwareSpec, InferWorkload, ModelSpec,
                     Parallelism, TrainWorkload)
 
 Span = tuple  # ((dim_index, ranks_in_that_dim), ...): a group's extent per network dimension
@@ -240,6 +240,15 @@ TRAINING_ONLY = ("zero", "ep", "etp", "micro_batch", "recompute", "schedule", "v
                  "grad_accumulation_fusion", "fused_cross_entropy", "fp8_params", "master_weights",
                  "optimizer_dtype", "reshard_after_forward", "expandable_segments")
 _TRAINING_DEFAULTS = {name: getattr(Parallelism(), name) for name in TRAINING_ONLY}
+# of those, what the serving simulator models: experts split over an engine's tp GPUs by ep, each
+# over tp / ep of them (as TensorRT-LLM's moe_ep_size x moe_tp_size = tp_size; sweep.study.space
+# derives etp so when it is not set)
+SERVING_TAKES = ("ep", "etp")
+
+
+def untaken_knobs(work) -> tuple:
+    """The Parallelism knobs a non-training workload leaves at their defaults."""
+    return TRAINING_ONLY if isinstance(work, InferWorkload) else tuple(n for n in TRAINING_ONLY if n not in SERVING_TAKES)
 
 
 def recipe_mismatch(dtype: str, recipe: str) -> str:
@@ -269,10 +278,14 @@ def check_layout(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpu
         if work.kv_dtype == "nvfp4" and "nvfp4" not in dict(hw.gpu.peak_flops):
             others = ", ".join(d for d in KV_DTYPES if d != "nvfp4")
             return f"kv_dtype nvfp4 needs a GPU with an nvfp4 peak (Blackwell); on {hw.gpu.name} expected one of {others}"
-        unused = [f"{name} = {_knob_text(getattr(par, name))}" for name in TRAINING_ONLY
+        unused = [f"{name} = {_knob_text(getattr(par, name))}" for name in untaken_knobs(work)
                   if getattr(par, name) != _TRAINING_DEFAULTS[name]]
         if unused:
-            return f"{', '.join(unused)}: training knobs, which the inference model does not take"
+            taker = "inference model" if isinstance(work, InferWorkload) else "serving simulator"
+            return f"{', '.join(unused)}: training knobs, which the {taker} does not take"
+        if not isinstance(work, InferWorkload) and par.ep > 1 and (par.tp * par.pp) % par.ep:
+            return (f"ep ({par.ep}) must divide an engine's tp*pp GPUs ({par.tp}*{par.pp}): a serving engine "
+                    "splits its experts over its own GPUs")
     if model.heads % par.tp:
         return f"heads ({model.heads}) not divisible by tp ({par.tp})"
     if model.kv_heads % par.tp and par.tp % model.kv_heads:

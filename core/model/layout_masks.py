@@ -9,8 +9,8 @@ import math
 
 import numpy as np
 
-from .layout import PLACEMENT, TRAINING_ONLY, _TRAINING_DEFAULTS, _split_layers, recipe_mismatch
-from .specs import LOW_PRECISION_DTYPES, TrainWorkload
+from .layout import PLACEMENT, TRAINING_ONLY, _TRAINING_DEFAULTS, _split_layers, recipe_mismatch, untaken_knobs
+from .specs import LOW_PRECISION_DTYPES, InferWorkload, TrainWorkload
 
 # Per rule (index + 1 is its number): the columns its reason's text depends on ("model" and
 # "hardware" are the spec variants' codes).
@@ -21,6 +21,7 @@ REASON_INPUTS = (
     (),                                                 # inference: cp > 1
     ("hardware",),                                      # inference: nvfp4 KV cache without an nvfp4 peak
     TRAINING_ONLY,                                      # inference: training knobs set
+    ("ep", "tp", "pp"),                                 # serving: ep must divide an engine's tp*pp
     ("model", "tp"),                                    # heads % tp
     ("model", "tp"),                                    # kv_heads and tp
     ("model", "tp"),                                    # recurrent (linear / Mamba) heads % tp
@@ -90,14 +91,16 @@ def layout_failures(columns: dict, models: tuple, model_codes: np.ndarray, hardw
     infer = not isinstance(work, TrainWorkload)
     if infer:
         unused = np.zeros(n, bool)
-        for name in TRAINING_ONLY:
+        for name in untaken_knobs(work):
             unused |= col[name].map(lambda value, name=name: value != _TRAINING_DEFAULTS[name])
         nvfp4_kv = work.kv_dtype == "nvfp4"
+        serving = not isinstance(work, InferWorkload)
         rules += [v["cp"] > 1,
                   np.array([nvfp4_kv and "nvfp4" not in dict(hw.gpu.peak_flops) for hw in hardware])[hardware_codes],
-                  unused]
+                  unused,
+                  serving & (v["ep"] > 1) & ((v["tp"] * v["pp"]) % v["ep"] != 0)]
     else:
-        rules += [np.zeros(n, bool)] * 3
+        rules += [np.zeros(n, bool)] * 4
     rules += [
         spec["heads"] % v["tp"] != 0,
         (spec["kv_heads"] % v["tp"] != 0) & (v["tp"] % spec["kv_heads"] != 0),

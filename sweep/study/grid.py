@@ -20,7 +20,7 @@ from core.replay.network import astra_network
 
 from .loader import Study
 from .plan import PARALLELISM_FIELDS, Plan, Planner, Point, group_reason, reason_pattern, _NUMBER
-from .space import AUTO, VARIANT_KNOB
+from .space import AUTO, VARIANT_KNOB, serving_etp
 
 CHUNK_COMBINATIONS = 1 << 17
 FRAGMENT_TABLE = 4096  # joint JSON fragments of several Parallelism fields, per id column
@@ -153,6 +153,10 @@ class GridPlanner:
             columns["dp"] = (dp_codes.reshape(-1), tuple(dp_values.tolist()))
         if columns["sp"][1] == (AUTO,):
             columns["sp"] = (((tp > 1) & (self.study.mode == "train")).astype(np.int64), (False, True))
+        if self.study.mode == "serve" and columns["etp"][1] == (0,):
+            ep = np.asarray(columns["ep"][1])[columns["ep"][0]]
+            etp_values, etp_codes = np.unique(np.where(ep > 1, serving_etp(tp, ep), 0), return_inverse=True)
+            columns["etp"] = (etp_codes.reshape(-1), tuple(etp_values.tolist()))
         if columns["overlap_param_gather"][1] == (AUTO,):
             zero = np.asarray(columns["zero"][1])[columns["zero"][0]]
             columns["overlap_param_gather"] = (((zero >= 1) & (zero <= 2)).astype(np.int64), (False, True))

@@ -188,6 +188,8 @@ class Space:
             par["sp"] = self.mode == "train" and par["tp"] > 1
         if par["overlap_param_gather"] == AUTO:
             par["overlap_param_gather"] = 1 <= par["zero"] <= 2
+        if self.mode == "serve" and par["ep"] > 1 and par["etp"] == 0:
+            par["etp"] = serving_etp(par["tp"], par["ep"])
         values = tuple(par.get(name, choice[name]) for name in self.names)
         par["placement"] = tuple(par["placement"].split(","))
         model = tuple((path, self._by_name[n].spec_value(choice[n])) for n, path in self._model_paths)
@@ -197,6 +199,12 @@ class Space:
                 model, hardware = model + variant.model_overrides, hardware + variant.hardware_overrides
         workload = tuple((name, choice[name]) for name in self.names if name in SERVE_KNOBS)
         return Resolved(values, Parallelism(**par), model, hardware, reason, workload)
+
+
+def serving_etp(tp, ep):
+    """A serving engine's expert tensor parallelism when the study leaves it: its tp GPUs split
+    by ep (core.model.layout.SERVING_TAKES); works on integers and numpy arrays alike."""
+    return (tp // ep).clip(1) if hasattr(tp, "clip") else max(1, tp // ep)
 
 
 def _spec_paths(names, prefix: str) -> list:
