@@ -12,3 +12,8 @@ class SpecError(ValueError):
         shown = value if isinstance(value, str) else repr(value)
         where = f"{source}: " if source else ""
         super().__init__(f"{where}field '{field}' = {shown!s}: {allowed}")
+
+    def __reduce__(self):
+        """Rebuilt from its four parts, so that one raised in a worker process reaches the driver
+        as itself (the default rebuilds from the message alone, and fails)."""
+        return SpecError, (self.source, self.field, self.value, self.allowed)

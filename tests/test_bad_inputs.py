@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from core import SpecError
 from core.model.loader import PRESET_DIR
 from sweep.cli import main
 
@@ -310,3 +311,13 @@ def test_a_handful_as_real_processes(tmp_path):
         done = subprocess.run([sys.executable, "-m", "sweep.cli", *argv], capture_output=True, text=True)
         assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
         assert all(t.format(**names) in done.stderr for t in expected)
+
+
+def test_a_spec_error_crosses_a_process_boundary_as_itself():
+    """Raised in a --local or Ray worker, it reaches the driver whole (pickled and rebuilt)."""
+    import pickle
+
+    error = pickle.loads(pickle.dumps(SpecError("study.yaml", "space.ep", 16, "expected a divisor of 8")))
+    assert (error.source, error.field, error.value, error.allowed) == ("study.yaml", "space.ep", 16,
+                                                                      "expected a divisor of 8")
+    assert str(error) == "study.yaml: field 'space.ep' = 16: expected a divisor of 8"
