@@ -7,8 +7,8 @@ from .errors import SpecError
 from core.model.graph import train_shape
 from core.model.layout import check_layout, group_spans
 from core.model.memory import GiB, MemoryEstimate, inference_memory, training_memory
-from core.model.specs import HardwareSpec, ModelSpec, Parallelism, ServeWorkload, TrainWorkload
-from core.model.energy import power_limited
+from core.model.specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism, ServeWorkload, TrainWorkload
+from core.model.energy import power_limited, step_seconds
 from core.model.inference import infer_request
 from core.model.power import energy_j
 from core.model.training import train_step
@@ -68,7 +68,8 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
 
 def _serve_record(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: ServeWorkload) -> dict:
     """A serving point: the engine simulator's figures (core.serving) beside the metric columns
-    every row carries (output tokens/s as tokens_per_s; no step time, MFU or energy yet)."""
+    every row carries (output tokens/s as tokens_per_s; no step time or MFU), and its power and
+    energy (serve_energy_fields)."""
     from core.serving.point import serve_point
 
     figures = serve_point(model, hw, par, work)
@@ -80,7 +81,28 @@ def _serve_record(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Se
     record["infeasible_reason"] = "" if figures["feasible"] else \
         "the weights and one request's KV cache do not fit in an engine's memory"
     record["memory"], record["breakdown"], record["detail"] = {}, {}, {}
+    if figures["feasible"] and hw.gpu.power is not None:
+        record.update(serve_energy_fields(model, hw, par, work, figures))
     return record
+
+
+def serve_energy_fields(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: ServeWorkload,
+                        figures: dict) -> dict:
+    """Power and energy of a served point: one engine's steady batch, the requests it holds in
+    decode (its output rate x TPOT, Little's law), as the inference model times their work
+    (prefill, decode, FLOPs and bytes at the clock the power limit leaves), spread over the
+    time the simulated engine takes to emit that batch's tokens, its GPUs idling in between
+    (the method `rapid validate --suite energy` holds against measured serving runs)."""
+    engine_rate = figures["output_tokens_per_s"] / par.dp
+    batch = max(1, round(engine_rate * figures["tpot_s"]))
+    steady = InferWorkload(batch, work.isl, work.osl, work.kv_dtype)
+    engine = Parallelism(tp=par.tp, pp=par.pp)
+    gpus = engine.gpus
+    timed, work_done, clock = power_limited(model, hw, engine, steady, gpus, step_seconds(model, hw, engine, steady, gpus))
+    seconds = max(batch * work.osl / engine_rate, work_done.time_s)
+    fields = energy_fields(timed, engine, steady, gpus, seconds, replace(work_done.at_clock(clock), time_s=seconds))
+    fields["energy_per_step_j"] = None  # a serving row has no step
+    return fields
 
 
 def slowed_energy_fields(record: dict, hw: HardwareSpec, gpus: int, slowdown: float) -> dict:

@@ -89,3 +89,13 @@ def test_a_serving_moe_engine_splits_its_experts_over_its_own_gpus(tmp_path):
                 dict(zip(study.space.names, p.values))["etp"]) for p in plan.points}
     assert layouts == {(4, 1, 0), (4, 4, 1), (8, 1, 0), (8, 4, 2), (8, 8, 1)}
     assert any("ep (8) must divide an engine's tp*pp GPUs (4*1)" in reason for reason in plan.illegal_examples.values())
+
+
+def test_serving_rows_carry_power_and_energy_per_output_token(tmp_path):
+    study = load_study(write(tmp_path, space={"tp": [4], "concurrency": [1, 16]}))
+    run_study(study, executor="inprocess", progress=False)
+    rows = sorted(read_results(study.output).to_pylist(), key=lambda r: r["concurrency"])
+    idle = load_hardware("h100-sxm5-80gb").gpu.power.idle_w
+    assert all(idle < r["power_avg_w"] < 700 for r in rows)
+    assert all(r["energy_per_request_j"] == pytest.approx(r["energy_per_output_token_j"] * 64) for r in rows)
+    assert rows[1]["energy_per_output_token_j"] < rows[0]["energy_per_output_token_j"]  # a fuller batch shares the idle floor
