@@ -125,6 +125,7 @@ def test_rapid_run_serve_prints_one_json_record(capsys):
                      "--concurrency", "2", "--requests", "20", "--json")
     record = json.loads(out.out)
     assert code == 0 and record["feasible"] and record["output_tokens_per_s"] > 0
+    assert record["energy_per_request_j"] == pytest.approx(record["energy_per_output_token_j"] * 16)
 
 
 def test_an_iteration_of_a_model_whose_layers_differ_sums_its_kinds_by_count():

@@ -2,7 +2,9 @@
 import json
 import math
 
-from core import SpecError
+from core import Parallelism, SpecError
+from core.evaluation import serve_energy_fields
+from core.model.specs import ServeWorkload
 from core.model.loader import load_hardware, load_model, with_dtype
 from core.serving.engines import ENGINES, engine_spec
 from core.serving.service import SERVE_COLUMNS, Pool, serve, serve_disagg
@@ -74,11 +76,16 @@ def run(args) -> int:
                             "a prefill or decode pool needs --disagg (and both pools)")
         pool = Pool(workers=1, tp=args.tp, pp=args.pp, ep=args.ep, attention_dp=args.attention_dp or 1)
         record = serve(model, hw, engine, load, pool, args.kv_dtype or "", "command line")
+        if record["feasible"] and hw.gpu.power is not None:
+            work = ServeWorkload(load.isl, load.osl, load.concurrency, load.request_rate, load.requests,
+                                 args.engine or "trtllm", kv_dtype=args.kv_dtype or "")
+            record.update(serve_energy_fields(model, hw, Parallelism(tp=args.tp, pp=args.pp), work, record))
     shown = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in record.items()}
     if args.json:
         print(json.dumps(shown, sort_keys=True))
         return 0
-    for name in ("feasible", *SERVE_COLUMNS, "kv_transfer_s"):
+    for name in ("feasible", *SERVE_COLUMNS, "kv_transfer_s", "power_avg_w", "energy_per_request_j",
+                 "energy_per_output_token_j"):
         if name in shown:
             value = shown[name]
             print(f"{name:32} {value:.6g}" if isinstance(value, float) else f"{name:32} {value}")
