@@ -25,6 +25,15 @@ class EngineSpec:
     cuda_graph_max_batch: int  # decode-only iterations up to this batch replay as a CUDA graph
     iteration_overhead_s: float  # host time per iteration (scheduling, sampling, bookkeeping)
     request_overhead_s: float  # per request before its first token leaves (API server, tokenizer)
+    # host time per iteration that grows with the work the host does: per running sequence
+    # (scheduling, block tables, sampling, detokenizing: Python per sequence in vLLM 0.5) and per
+    # tensor-parallel rank beyond the first (the step's inputs sent to each worker process)
+    sequence_overhead_s: float = 0.0
+    rank_overhead_s: float = 0.0
+
+    def host_s(self, sequences: int, tp: int) -> float:
+        """Host seconds of one decode iteration of `sequences` running sequences on `tp` ranks."""
+        return self.iteration_overhead_s + self.sequence_overhead_s * sequences + self.rank_overhead_s * (tp - 1)
 
 
 # Overheads: fitted by scripts/fit_serving.py --every 4 on ../shared/validation/serving (dense rows,
@@ -39,6 +48,19 @@ ENGINES = {
     "sglang": EngineSpec("sglang", mixed_batches=False, chunked_prefill=True, kv_policy="on_demand",
                          kv_block_tokens=1, kv_memory_fraction=0.88, max_num_tokens=8192, max_batch=1024,
                          cuda_graph_max_batch=256, iteration_overhead_s=0.0005, request_overhead_s=0.030),
+}
+# Engine versions measured only end to end (not serving-simulator engines): vLLM 0.5.4, the engine
+# of ML.ENERGY v2.0, ran its scheduler, sampler and detokenizer in Python between the GPU's
+# iterations, without chunked prefill. Host overheads per GPU family (the host machines differ),
+# fitted by scripts/fit_vllm_host.py on ../shared/validation/energy; rerun it when kernel times move.
+_VLLM_0_5 = EngineSpec("vllm-0.5", mixed_batches=False, chunked_prefill=False, kv_policy="on_demand",
+                       kv_block_tokens=16, kv_memory_fraction=0.9, max_num_tokens=8192, max_batch=256,
+                       cuda_graph_max_batch=256, iteration_overhead_s=0.0, request_overhead_s=0.0)
+LEGACY_ENGINES = {
+    ("vllm-0.5", "a100"): replace(_VLLM_0_5, iteration_overhead_s=0.005293, sequence_overhead_s=0.000389,
+                                  rank_overhead_s=0.009442),
+    ("vllm-0.5", "h100"): replace(_VLLM_0_5, iteration_overhead_s=0.006801, sequence_overhead_s=0.000366,
+                                  rank_overhead_s=0.011212),
 }
 KV_POLICIES = ("reserve", "on_demand")
 

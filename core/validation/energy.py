@@ -2,11 +2,12 @@
 A100-SXM4-40GB and H100-SXM (data/inference_energy_mlenergy_v2.csv, a verbatim copy of
 ../shared/validation/energy/inference_energy_visible.csv; its README gives the caveats).
 
-Until a serving simulator exists each run is modelled as the inference mode can: one batch
-of the run's maximum batch size (fewer where the KV cache of that many does not fit, as
-vLLM's scheduler then admits fewer), all sequences prefilled together and decoded to the
-run's mean output length. The source averaged power over its whole benchmark run, ramps
-and tail included, so its J/token holds idle time at the ends that a steady batch has not."""
+Each run is modelled as one batch of the run's maximum batch size (fewer where the KV cache of
+that many does not fit, as vLLM's scheduler then admits fewer), all sequences prefilled together
+and decoded to the run's mean output length, each decode iteration followed by vLLM 0.5's host
+time (core/serving/engines.LEGACY_ENGINES) while the GPUs idle. The source averaged power over its
+whole benchmark run, ramps and tail included, so its J/token holds idle time at the ends that a
+steady batch has not; the fitted host time absorbs that share of the pace."""
 import csv
 import functools
 import re
@@ -16,9 +17,11 @@ from dataclasses import replace
 
 from core.evaluation import estimate_memory, evaluate
 from core.model.energy import power_limited, step_seconds
+from core.model.inference import decode_steps
 from core.model.power import energy_j
 from core.model.loader import load_hardware, load_model
 from core.model.specs import InferWorkload, ModelSpec, MoESpec, Parallelism
+from core.serving.engines import LEGACY_ENGINES, EngineSpec
 
 DATA = Path(__file__).parent / "data" / "inference_energy_mlenergy_v2.csv"
 # Prompt tokens: not given per row ("dataset-driven"). 220 is an assumption near the mean
@@ -28,6 +31,8 @@ PROMPT_TOKENS = 220
 # The GPU presets the rows run on: the A100 40GB is the 80GB preset with its own HBM.
 HARDWARE = {"A100-SXM4-40GB": ("a100-sxm4-80gb", {"gpu.hbm.capacity": "40960 MiB", "gpu.hbm.bandwidth": "1555 GB/s"}),
             "H100-SXM 80GB HBM3": ("h100-sxm5-80gb", {})}
+# The GPU family a row's host overheads are fitted for (its host machines differ).
+FAMILY = {"A100-SXM4-40GB": "a100", "H100-SXM 80GB HBM3": "h100"}
 
 
 def _spec(name, layers, hidden, heads, kv_heads, ffn, vocab, head_dim=0, activation="swiglu", norm="rmsnorm",
@@ -95,8 +100,16 @@ def fitting_batch(model: ModelSpec, hw, par: Parallelism, largest: int, prompt: 
     return low
 
 
-def predict(row: dict) -> dict:
-    """The modelled record of one row (its energy_per_output_token_j), with the batch run."""
+def engine_for(row: dict) -> EngineSpec:
+    """The vLLM 0.5 host model of the row's GPU family."""
+    return LEGACY_ENGINES[("vllm-0.5", FAMILY[row["gpu"]])]
+
+
+def predict(row: dict, engine: EngineSpec = None) -> dict:
+    """The modelled record of one row with the batch run: "served_s", the batch's time with the
+    engine's host time per decode iteration (`engine`, else the row's fitted vLLM 0.5 entry);
+    "served_j" and "at_measured_pace_j", (J per output token, seconds per output token) of the
+    modelled work spread over that time and over the run's measured pace."""
     preset, overrides = HARDWARE[row["gpu"]]
     hw = load_hardware(preset, overrides)
     model = MODELS[row["model"]]
@@ -108,20 +121,23 @@ def predict(row: dict) -> dict:
         return {"batch": 0}
     work = InferWorkload(batch, PROMPT_TOKENS, decode)
     record = evaluate(model, hw, par, work, tp * pp)
-    return {**record, "batch": batch, "at_measured_pace_j": _at_pace_j(model, hw, par, work, row)}
+    host_s = decode_steps(decode) * (engine or engine_for(row)).host_s(batch, tp)
+    served_s = record["step_time_s"] + host_s
+    measured_s = batch * decode / _number(row["other_metrics"], "token_tput_tok_s")
+    return {**record, "batch": batch, "host_s": host_s, "served_s": served_s,
+            "served_j": _spread_j(model, hw, par, work, served_s),
+            "at_measured_pace_j": _spread_j(model, hw, par, work, measured_s)}
 
 
-def _at_pace_j(model: ModelSpec, hw, par: Parallelism, work: InferWorkload, row: dict) -> tuple:
-    """(J per output token, of which J per watt of idle power) of the modelled work (busy
-    time, FLOPs, bytes at the modelled clock) spread over the time the run took to emit those
-    tokens at its measured throughput, the GPUs idling in between: the power model alone, with
-    the serving engine's pace given. Energy is linear in the idle power, hence the second
-    figure (scripts/fit_idle_power.py fits the idle power on it)."""
+def _spread_j(model: ModelSpec, hw, par: Parallelism, work: InferWorkload, seconds: float) -> tuple:
+    """(J per output token, seconds per output token) of the modelled work (busy time, FLOPs,
+    bytes at the modelled clock) spread over `seconds`, the GPUs idling in between. Energy is
+    linear in the idle power, hence the second figure (scripts/fit_idle_power.py fits the idle
+    power on it)."""
     gpus = par.tp * par.pp
     hw_timed, work_done, clock = power_limited(model, hw, par, work, gpus, step_seconds(model, hw, par, work, gpus))
     per_token = par.tp * par.pp / (work.batch * work.decode)
-    measured_s = work.batch * work.decode / _number(row["other_metrics"], "token_tput_tok_s")
-    spread = replace(work_done.at_clock(clock), time_s=max(measured_s, work_done.time_s))
+    spread = replace(work_done.at_clock(clock), time_s=max(seconds, work_done.time_s))
     return energy_j(hw_timed.gpu.power, spread) * per_token, spread.time_s * per_token
 
 
@@ -134,8 +150,8 @@ def measured_j_per_token(row: dict) -> float:
 def comparisons() -> tuple:
     """((suite, case, measured, predicted, unit, model), ...) and ((case, detail), ...) of the
     rows whose model does not fit its GPUs at all. Suite "energy": J per output token, the
-    model's own time and power; "energy_at_pace": the power model alone, each run's measured
-    throughput given. The model names the leave-one-out group."""
+    model's own time (vLLM 0.5's host time included) and power; "energy_at_pace": the power
+    model alone, each run's measured throughput given. The model names the leave-one-out group."""
     cases, unfit = [], []
     for row in rows():
         record = predict(row)
@@ -145,7 +161,7 @@ def comparisons() -> tuple:
             unfit.append((f"energy {name}", "weights alone do not fit"))
             continue
         measured = measured_j_per_token(row)
-        cases.append(("energy", name, measured, record["energy_per_output_token_j"], "J/token", row["model"]))
+        cases.append(("energy", name, measured, record["served_j"][0], "J/token", row["model"]))
         cases.append(("energy_at_pace", name, measured, record["at_measured_pace_j"][0], "J/token", row["model"]))
     return tuple(cases), tuple(unfit)
 
