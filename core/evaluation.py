@@ -1,8 +1,6 @@
 """One configuration in, one flat record out: the question every other part asks."""
 import functools
 import math
-from dataclasses import replace
-
 from .errors import SpecError
 from core.model.graph import train_shape
 from core.model.layout import check_layout, group_spans
@@ -87,7 +85,7 @@ def energy_fields(hw: HardwareSpec, par: Parallelism, work, gpus: int, step_s: f
     clock, `step_s` the step (or request) as the chosen backend timed it. Facility figures
     (node overhead, PUE) go into the energies, not into the GPU's power."""
     power = hw.gpu.power
-    gpu_j = energy_j(power, replace(work_done, time_s=step_s))
+    gpu_j = energy_j(power, work_done.spanning(step_s))
     facility_j = (gpu_j + power.node_overhead_w * step_s) * power.pue
     fields = {"power_avg_w": gpu_j / step_s, "gpu_clock_share": work_done.clock,
               "energy_per_step_j": facility_j * gpus}

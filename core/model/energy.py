@@ -8,6 +8,7 @@ from . import ops
 from .graph import LayerShape, build_decode_layer, build_layer, train_shape
 from .inference import decode_steps, infer_request, request_flops
 from .layout import group_spans
+from .memo import on_fields
 from .power import Activity, busy_power_w, whole_step_clock
 from .specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism, TrainWorkload
 from .training import edge_ops, layer_profile, optimizer_step_s, train_step
@@ -67,7 +68,14 @@ def _add(into: dict, flops: tuple, scale: float) -> None:
         into[dtype] = into.get(dtype, 0.0) + count * scale
 
 
-@lru_cache(maxsize=16384)
+# The layout fields _train_work reads (the layer shape, the groups' spans, the optimizer step's
+# shards): the overlap flags, the schedule and the optimizer's dtypes move none of its sums.
+TRAIN_WORK_FIELDS = ("dp", "tp", "pp", "cp", "ep", "sp", "zero", "micro_batch", "recompute", "virtual_stages",
+                     "placement", "etp", "first_stage_layers", "last_stage_layers", "overlap_tp_comm", "grad_dtype",
+                     "grad_accumulation_fusion", "fp8_params")
+
+
+@on_fields(*TRAIN_WORK_FIELDS)
 def _train_work(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: TrainWorkload, gpus: int) -> tuple:
     """(busy seconds, ((dtype, FLOPs), ...), HBM bytes, link bytes) of one GPU over a step,
     averaged over the pipeline stages (every stage's GPUs wait out the same step)."""
@@ -156,9 +164,10 @@ def power_limited(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gp
     time stretches. A step that stays under both limits at the boost clock needs no probe."""
     power = hw.gpu.power
     clock = hw.calibration.sustained_clock
-    plain = activity(model, hw, par, work, gpus, time_s, probe=False)
-    if clock == 1.0 and busy_power_w(power, plain) <= min(power.limit_w, power.tdp_w):
-        return hw, plain, 1.0
+    if clock == 1.0:
+        plain = activity(model, hw, par, work, gpus, time_s, probe=False)
+        if busy_power_w(power, plain) <= min(power.limit_w, power.tdp_w):
+            return hw, plain, 1.0
     work_done = activity(model, hw, par, work, gpus, time_s)
     kernel_clock, physical = whole_step_clock(power, work_done, clock)
     return at_kernel_clock(hw, kernel_clock), work_done.at_clock(kernel_clock), physical
