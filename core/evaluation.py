@@ -119,6 +119,13 @@ def _layout_text(par: Parallelism) -> str:
 
 
 def _memory_fields(memory) -> dict:
+    """A record's memory fields, fresh dicts over the estimate's memoized ones."""
+    fields = _memory_summary(memory)
+    return {**fields, "memory": dict(fields["memory"])}
+
+
+@functools.lru_cache(maxsize=16384)
+def _memory_summary(memory) -> dict:
     return {"feasible": memory.feasible, "infeasible_reason": memory.reason(),
             "memory_peak_gib": memory.peak_bytes / GiB,
             "memory": {f"{kind}_gib": value / GiB for kind, value in memory.by_kind().items()}}

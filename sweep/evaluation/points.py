@@ -1,10 +1,10 @@
 """Points evaluated into rows: each point through `core.evaluate`, back as one Arrow table.
 
 Returning columns (not row dicts) keeps the driver cheap."""
-import math
 import time
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from core import Parallelism, evaluate
 from sweep.metrics import METRICS
@@ -26,7 +26,7 @@ def evaluate_points(context: WorkContext, points: list) -> pa.Table:
         columns[column] = [numbers[p.values[index]] for p in points]
     records, seconds = [], []
     for p in points:
-        par = Parallelism(**dict(zip(PARALLELISM_FIELDS, p.parallelism)))
+        par = layout(p.parallelism)
         start = time.perf_counter()
         record = evaluate(context.models[p.model_index], context.hardware[p.hardware_index], par,
                           context.workload, context.gpus, backend=context.backend)
@@ -36,11 +36,15 @@ def evaluate_points(context: WorkContext, points: list) -> pa.Table:
     columns["feasible"] = [r["feasible"] for r in records]
     columns["infeasible_reason"] = [r["infeasible_reason"] for r in records]
     for key in METRICS:
-        columns[key] = [_number(r[key]) for r in records]
+        columns[key] = _numbers([r[key] for r in records])
+    # a part of the time a timed point does not have is 0 s; an untimed (memory-infeasible)
+    # point has no breakdown at all (null); a memory kind not counted is 0 GiB
+    timed = pc.is_valid(columns["step_time_s"]).to_pylist()
     for group in ("memory", "breakdown", "detail"):
-        keys = sorted({k for r in records for k in r[group]})
-        for key in keys:
-            columns[f"{group}_{key}"] = [_group_value(r, group, key) for r in records]
+        entries = [r[group] for r in records]
+        missing = [0.0] * n if group == "memory" else [0.0 if t else None for t in timed]
+        for key in sorted({k for entry in entries for k in entry}):
+            columns[f"{group}_{key}"] = _numbers([entry.get(key, absent) for entry, absent in zip(entries, missing)])
     if any("busiest_links" in r for r in records):
         top = [r.get("busiest_links") or [None] for r in records]
         columns["busiest_link"] = [f"{t['src']}->{t['dst']} {t['dim']}" if t else None for t, *_ in top]
@@ -59,14 +63,20 @@ def evaluate_points(context: WorkContext, points: list) -> pa.Table:
     return pa.Table.from_pydict(columns, schema=pa.schema(fields))
 
 
-def _number(value):
-    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+def _numbers(values: list) -> pa.Array:
+    """A float64 column, None and NaN written as null."""
+    return pa.array(values, pa.float64(), from_pandas=True)
 
 
-def _group_value(record: dict, group: str, key: str):
-    """A memory, breakdown or detail entry; a part of the time a timed point does not have is
-    0 s, an untimed (memory-infeasible) point has no breakdown at all (null)."""
-    if key in record[group]:
-        return _number(record[group][key])
-    timed = _number(record["step_time_s"]) is not None
-    return 0.0 if timed or group == "memory" else None
+_LAYOUTS = {}  # Parallelism fields -> the Parallelism: a layout met again (another hardware variant) is one object
+LAYOUTS_KEPT = 65536
+
+
+def layout(fields: tuple) -> Parallelism:
+    """The Parallelism of a point's fields (PARALLELISM_FIELDS order), built once per worker."""
+    par = _LAYOUTS.get(fields)
+    if par is None:
+        if len(_LAYOUTS) >= LAYOUTS_KEPT:
+            _LAYOUTS.clear()
+        par = _LAYOUTS[fields] = Parallelism(**dict(zip(PARALLELISM_FIELDS, fields)))
+    return par
