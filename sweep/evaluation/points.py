@@ -9,28 +9,33 @@ import pyarrow.compute as pc
 from core import Parallelism, evaluate
 from sweep.metrics import METRICS
 from sweep.study.cost_block import cost_fields
+from sweep.study.grid import PointBlock
 from sweep.study.plan import PARALLELISM_FIELDS
 
 from .context import WorkContext
 
 
-def evaluate_points(context: WorkContext, points: list) -> pa.Table:
-    """One row per point: id, constants, knobs, feasibility, metrics, memory, breakdown, eval time."""
-    n = len(points)
-    columns = {"point_id": [p.point_id for p in points]}
+def evaluate_points(context: WorkContext, points) -> pa.Table:
+    """One row per point (a list of Points, or a grid's PointBlock): id, constants, knobs,
+    feasibility, metrics, memory, breakdown, eval time."""
+    ids, knob_columns, layouts, model_codes, hardware_codes = _point_columns(points)
+    knob_columns = knob_columns or [[] for _ in context.knob_fields]
+    n = len(ids)
+    columns = {"point_id": ids}
     for name, value in context.constants:
         columns[name] = [value] * n
-    for i, field in enumerate(context.knob_fields):
-        columns[field.name] = [p.values[i] for p in points]
+    for field, column in zip(context.knob_fields, knob_columns):
+        columns[field.name] = column
     for index, column, numbers in context.unit_columns:
-        columns[column] = [numbers[p.values[index]] for p in points]
+        columns[column] = [numbers[value] for value in knob_columns[index]]
     records, seconds = [], []
-    for p in points:
-        par = layout(p.parallelism)
+    models, hardware, workload, gpus, backend = (context.models, context.hardware, context.workload, context.gpus,
+                                                 context.backend)
+    for fields, model_index, hardware_index in zip(layouts, model_codes, hardware_codes):
+        par = layout(fields)
         start = time.perf_counter()
-        record = evaluate(context.models[p.model_index], context.hardware[p.hardware_index], par,
-                          context.workload, context.gpus, backend=context.backend)
-        record.update(cost_fields(record, context.cost, context.workload, context.gpus, par))
+        record = evaluate(models[model_index], hardware[hardware_index], par, workload, gpus, backend=backend)
+        record.update(cost_fields(record, context.cost, workload, gpus, par))
         records.append(record)
         seconds.append(time.perf_counter() - start)
     columns["feasible"] = [r["feasible"] for r in records]
@@ -61,6 +66,15 @@ def evaluate_points(context: WorkContext, points: list) -> pa.Table:
     known = {f.name for f in fields}
     fields += [pa.field(name, pa.float64()) for name in columns if name not in known]
     return pa.Table.from_pydict(columns, schema=pa.schema(fields))
+
+
+def _point_columns(points) -> tuple:
+    """(ids, each knob's column, each point's Parallelism fields, model indices, hardware indices)."""
+    if isinstance(points, PointBlock):
+        return points.columns()
+    knobs = list(zip(*(p.values for p in points))) if points else []
+    return ([p.point_id for p in points], [list(column) for column in knobs], [p.parallelism for p in points],
+            [p.model_index for p in points], [p.hardware_index for p in points])
 
 
 def _numbers(values: list) -> pa.Array:
