@@ -48,6 +48,7 @@ def _memory_fresh(model, hw, par, work, gpus):
 # name -> (memoized function, its fresh twin, the fields it is memoized on), each called as (model, hw, par, work, gpus)
 CASES = {
     "train_work": (energy._train_work, energy._train_work.uncached, energy._train_work.fields),
+    "layer_work": (energy._layer_work, energy._layer_work.uncached, energy._layer_work.fields),
     "pipeline": (training._pipeline, training._pipeline.uncached, training._pipeline.fields),
     "optimizer": (lambda m, h, p, w, g: training.optimizer_step_s(m, h, p),
                   lambda m, h, p, w, g: training.optimizer_step_s.uncached(m, h, p), training.optimizer_step_s.fields),

@@ -68,17 +68,30 @@ def _add(into: dict, flops: tuple, scale: float) -> None:
         into[dtype] = into.get(dtype, 0.0) + count * scale
 
 
-# The layout fields _train_work reads (the layer shape, the groups' spans, the optimizer step's
-# shards): the overlap flags, the schedule and the optimizer's dtypes move none of its sums.
-TRAIN_WORK_FIELDS = ("dp", "tp", "pp", "cp", "ep", "sp", "zero", "micro_batch", "recompute", "virtual_stages",
-                     "placement", "etp", "first_stage_layers", "last_stage_layers", "overlap_tp_comm", "grad_dtype",
-                     "grad_accumulation_fusion", "fp8_params")
+# The layout fields a step's layer, edge and link sums read (the layer shape, the groups'
+# spans): not the ZeRO stage or the pipeline's split, which only the optimizer step sees.
+LAYER_WORK_FIELDS = ("dp", "tp", "pp", "cp", "ep", "sp", "micro_batch", "recompute", "placement", "etp",
+                     "overlap_tp_comm", "grad_dtype", "grad_accumulation_fusion")
+# ... and with the optimizer step's (memory-bound seconds and bytes) those of optimizer_step_s too.
+TRAIN_WORK_FIELDS = (*LAYER_WORK_FIELDS, "zero", "virtual_stages", "first_stage_layers", "last_stage_layers",
+                     "fp8_params")
 
 
 @on_fields(*TRAIN_WORK_FIELDS)
 def _train_work(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: TrainWorkload, gpus: int) -> tuple:
     """(busy seconds, ((dtype, FLOPs), ...), HBM bytes, link bytes) of one GPU over a step,
     averaged over the pipeline stages (every stage's GPUs wait out the same step)."""
+    busy, flops, hbm, link = _layer_work(model, hw, par, work, gpus)
+    optimizer_s = optimizer_step_s(model, hw, par)
+    busy += optimizer_s
+    hbm += optimizer_s * ops.mixed_bandwidth_bps(hw)  # bandwidth-bound: its seconds are its bytes
+    return busy, tuple(sorted(flops)), hbm, link
+
+
+@on_fields(*LAYER_WORK_FIELDS)
+def _layer_work(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: TrainWorkload, gpus: int) -> tuple:
+    """_train_work but its optimizer step: (busy seconds, ((dtype, FLOPs), ...) unsorted, HBM
+    bytes, link bytes)."""
     dims = hw.dims_for(gpus)
     spans = group_spans(par, dims)
     spans_key = tuple(sorted((axis, spans.get(axis, ())) for axis in ("tp", "cp", "ep", "etp")))
@@ -101,15 +114,12 @@ def _train_work(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Trai
     tokens, h = shape.tokens, model.hidden
     busy += sum(edge_ops(model, hw, tokens, par.tp)) * micro / par.pp
     _add(flops, ((hw.act_dtype, 6.0 * tokens * h * model.vocab / par.tp),), micro / par.pp)  # LM head
-    optimizer_s = optimizer_step_s(model, hw, par)
-    busy += optimizer_s
-    hbm += optimizer_s * ops.mixed_bandwidth_bps(hw)  # bandwidth-bound: its seconds are its bytes
     params = model.total_params() / (par.tp * par.pp)
     if par.dp * par.cp > 1:
         link += params * 4 * WIRE_BYTES["all_reduce"]  # gradients (FP32 main gradients, at most)
     if par.pp > 1:
         link += 2 * micro * tokens * h * hw.act_bytes / par.tp * (par.pp - 1) / par.pp
-    return busy, tuple(sorted(flops.items())), hbm, link
+    return busy, tuple(flops.items()), hbm, link
 
 
 @lru_cache(maxsize=16384)

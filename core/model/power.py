@@ -75,17 +75,23 @@ def busy_power_w(power: PowerSpec, work: Activity) -> float:
     return energy_j(power, work.spanning(work.busy_s)) / work.busy_s
 
 
-@lru_cache(maxsize=16384)
 def clock_under(power: PowerSpec, work: Activity, limit_w: float) -> float:
     """The clock share (of the boost clock) at which `work` draws at most `limit_w` while its
     kernels run: 1 when the boost clock stays under it, CLOCK_FLOOR when even that is over.
     Busy power at clock r is idle + active r^3 + (r^2 FLOP energy + HBM and link energy) /
-    busy seconds at r, rising with r; solved by bisection on those few numbers (memoized:
-    layouts that differ only in what the power model does not see ask again)."""
-    flop_j = sum(count * power.flop_energy(dtype) for dtype, count in work.flops)
-    fixed_j = power.hbm_energy_j_per_byte * work.hbm_bytes + power.link_energy_j_per_byte * work.link_bytes
+    busy seconds at r, rising with r; solved by bisection on those few numbers."""
+    return _clock_under(power, work.busy_s, work.busy_compute_bound_s, work.clock, work.flops, work.hbm_bytes,
+                        work.link_bytes, limit_w)
+
+
+@lru_cache(maxsize=16384)
+def _clock_under(power: PowerSpec, busy_s: float, bound_s: float, clock: float, flops: tuple, hbm_bytes: float,
+                 link_bytes: float, limit_w: float) -> float:
+    """clock_under on the numbers it reads (not the wall time: steps that differ only in
+    exposed communication ask again)."""
+    flop_j = sum(count * power.flop_energy(dtype) for dtype, count in flops)
+    fixed_j = power.hbm_energy_j_per_byte * hbm_bytes + power.link_energy_j_per_byte * link_bytes
     idle_w, active_w = power.idle_w, power.active_w
-    busy_s, bound_s, clock = work.busy_s, work.busy_compute_bound_s, work.clock
 
     def over(r: float) -> bool:
         """Whether busy power at clock share r exceeds the limit."""
