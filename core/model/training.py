@@ -389,11 +389,7 @@ def data_parallel(model, hw, par, dims, spans, stage_forward, stage_backward, sp
     weight_bytes, gradient_bytes = memory.weight_bytes(hw, par), memory.grad_bytes(par)
 
     def sync(kind, dense, expert, bytes_per_param):
-        times = {}
-        for params, span in ((dense, dense_span), (expert, expert_span)):
-            if params:
-                add_times(times, collective_time(hw, dims, kind, params * bytes_per_param, span))
-        return times
+        return dict(_sync(hw, dims, kind, dense, expert, bytes_per_param, dense_span, expert_span))
 
     if par.zero >= 3:
         stage = max(range(par.pp), key=lambda s: sum(parts[s]))
@@ -441,6 +437,18 @@ def data_parallel(model, hw, par, dims, spans, stage_forward, stage_backward, sp
         if total:
             add_times(exposed, times, seconds / total)
     return sum(reduce.values()) + sum(gather.values()), exposed
+
+
+@lru_cache(maxsize=16384)
+def _sync(hw: HardwareSpec, dims: tuple, kind: str, dense: float, expert: float, bytes_per_param: float,
+          dense_span: tuple, expert_span: tuple) -> tuple:
+    """((dimension, seconds), ...) of one data-parallel collective over the dense parameters'
+    group and the experts' (memoized: layouts apart only in their overlaps share it)."""
+    times = {}
+    for params, span in ((dense, dense_span), (expert, expert_span)):
+        if params:
+            add_times(times, collective_time(hw, dims, kind, params * bytes_per_param, span))
+    return tuple(times.items())
 
 
 def zero3_unhidden_share(layers: int) -> float:
