@@ -128,7 +128,7 @@ def energy_fields(hw: HardwareSpec, par: Parallelism, work, gpus: int, step_s: f
     clock, `step_s` the step (or request) as the chosen backend timed it. Facility figures
     (node overhead, PUE) go into the energies, not into the GPU's power."""
     power = hw.gpu.power
-    gpu_j = energy_j(power, replace(work_done, time_s=step_s))
+    gpu_j = energy_j(power, work_done.spanning(step_s))
     facility_j = (gpu_j + power.node_overhead_w * step_s) * power.pue
     fields = {"power_avg_w": gpu_j / step_s, "gpu_clock_share": work_done.clock,
               "energy_per_step_j": facility_j * gpus}
@@ -162,6 +162,13 @@ def _layout_text(par: Parallelism) -> str:
 
 
 def _memory_fields(memory) -> dict:
+    """A record's memory fields, fresh dicts over the estimate's memoized ones."""
+    fields = _memory_summary(memory)
+    return {**fields, "memory": dict(fields["memory"])}
+
+
+@functools.lru_cache(maxsize=16384)
+def _memory_summary(memory) -> dict:
     return {"feasible": memory.feasible, "infeasible_reason": memory.reason(),
             "memory_peak_gib": memory.peak_bytes / GiB,
             "memory": {f"{kind}_gib": value / GiB for kind, value in memory.by_kind().items()}}

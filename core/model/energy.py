@@ -8,6 +8,7 @@ from . import ops
 from .graph import LayerShape, build_decode_layer, build_layer, train_shape
 from .inference import decode_steps, infer_request, request_flops
 from .layout import group_spans
+from .memo import on_fields
 from .power import Activity, busy_power_w, whole_step_clock
 from .specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism, TrainWorkload
 from .training import edge_ops, layer_profile, optimizer_step_s, train_step
@@ -67,10 +68,30 @@ def _add(into: dict, flops: tuple, scale: float) -> None:
         into[dtype] = into.get(dtype, 0.0) + count * scale
 
 
-@lru_cache(maxsize=16384)
+# The layout fields a step's layer, edge and link sums read (the layer shape, the groups'
+# spans): not the ZeRO stage or the pipeline's split, which only the optimizer step sees.
+LAYER_WORK_FIELDS = ("dp", "tp", "pp", "cp", "ep", "sp", "micro_batch", "recompute", "placement", "etp",
+                     "overlap_tp_comm", "grad_dtype", "grad_accumulation_fusion")
+# ... and with the optimizer step's (memory-bound seconds and bytes) those of optimizer_step_s too.
+TRAIN_WORK_FIELDS = (*LAYER_WORK_FIELDS, "zero", "virtual_stages", "first_stage_layers", "last_stage_layers",
+                     "fp8_params")
+
+
+@on_fields(*TRAIN_WORK_FIELDS)
 def _train_work(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: TrainWorkload, gpus: int) -> tuple:
     """(busy seconds, ((dtype, FLOPs), ...), HBM bytes, link bytes) of one GPU over a step,
     averaged over the pipeline stages (every stage's GPUs wait out the same step)."""
+    busy, flops, hbm, link = _layer_work(model, hw, par, work, gpus)
+    optimizer_s = optimizer_step_s(model, hw, par)
+    busy += optimizer_s
+    hbm += optimizer_s * ops.mixed_bandwidth_bps(hw)  # bandwidth-bound: its seconds are its bytes
+    return busy, tuple(sorted(flops)), hbm, link
+
+
+@on_fields(*LAYER_WORK_FIELDS)
+def _layer_work(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: TrainWorkload, gpus: int) -> tuple:
+    """_train_work but its optimizer step: (busy seconds, ((dtype, FLOPs), ...) unsorted, HBM
+    bytes, link bytes)."""
     dims = hw.dims_for(gpus)
     spans = group_spans(par, dims)
     spans_key = tuple(sorted((axis, spans.get(axis, ())) for axis in ("tp", "cp", "ep", "etp")))
@@ -93,15 +114,12 @@ def _train_work(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Trai
     tokens, h = shape.tokens, model.hidden
     busy += sum(edge_ops(model, hw, tokens, par.tp)) * micro / par.pp
     _add(flops, ((hw.act_dtype, 6.0 * tokens * h * model.vocab / par.tp),), micro / par.pp)  # LM head
-    optimizer_s = optimizer_step_s(model, hw, par)
-    busy += optimizer_s
-    hbm += optimizer_s * ops.mixed_bandwidth_bps(hw)  # bandwidth-bound: its seconds are its bytes
     params = model.total_params() / (par.tp * par.pp)
     if par.dp * par.cp > 1:
         link += params * 4 * WIRE_BYTES["all_reduce"]  # gradients (FP32 main gradients, at most)
     if par.pp > 1:
         link += 2 * micro * tokens * h * hw.act_bytes / par.tp * (par.pp - 1) / par.pp
-    return busy, tuple(sorted(flops.items())), hbm, link
+    return busy, tuple(flops.items()), hbm, link
 
 
 @lru_cache(maxsize=16384)
@@ -156,9 +174,10 @@ def power_limited(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gp
     time stretches. A step that stays under both limits at the boost clock needs no probe."""
     power = hw.gpu.power
     clock = hw.calibration.sustained_clock
-    plain = activity(model, hw, par, work, gpus, time_s, probe=False)
-    if clock == 1.0 and busy_power_w(power, plain) <= min(power.limit_w, power.tdp_w):
-        return hw, plain, 1.0
+    if clock == 1.0:
+        plain = activity(model, hw, par, work, gpus, time_s, probe=False)
+        if busy_power_w(power, plain) <= min(power.limit_w, power.tdp_w):
+            return hw, plain, 1.0
     work_done = activity(model, hw, par, work, gpus, time_s)
     kernel_clock, physical = whole_step_clock(power, work_done, clock)
     return at_kernel_clock(hw, kernel_clock), work_done.at_clock(kernel_clock), physical

@@ -2,6 +2,7 @@
 from functools import lru_cache
 from math import ceil, prod
 
+from .memo import on_fields
 from .specs import (KV_DTYPES, LOW_PRECISION_DTYPES, RECIPES_BY_DTYPE, HardwareSpec, InferWorkload, ModelSpec,
                     Parallelism, TrainWorkload)
 
@@ -29,7 +30,7 @@ def group_spans(par: Parallelism, dims: tuple) -> dict:
     return dict(_group_spans(par, dims))
 
 
-@lru_cache(maxsize=4096)
+@on_fields("tp", "cp", "dp", "pp", "ep", "etp", "placement", at=0)
 def _group_spans(par: Parallelism, dims: tuple) -> tuple:
     degrees = axis_degrees(par)
     spans, stride = {}, 1

@@ -6,6 +6,7 @@ from functools import lru_cache, partial
 from math import ceil
 
 from .graph import LayerGraph, LayerShape, build_layer
+from .memo import on_fields
 from .layout import stage_groups, stage_layers, warmup_forwards
 from .ops.recurrent import STATE_BYTES
 from .specs import DTYPE_BYTES, LOW_PRECISION_DTYPES, WEIGHT_FORMAT_BYTES, HardwareSpec, ModelSpec, Parallelism, quantized_bytes
@@ -233,6 +234,15 @@ def stage_saved_bytes(model: ModelSpec, hw: HardwareSpec, par: Parallelism, shap
                      for spec, count in groups) for groups in stage_groups(model, par))
 
 
+# The layout fields a training estimate reads (and its buffers' text): not the overlap flags,
+# the placement or the gradient-accumulation fusion (the layer shape, an argument, holds what
+# the last two move in the saved tensors).
+MEMORY_FIELDS = ("dp", "tp", "pp", "cp", "ep", "sp", "zero", "recompute", "schedule", "virtual_stages", "etp",
+                 "first_stage_layers", "last_stage_layers", "grad_dtype", "fused_cross_entropy", "fp8_params",
+                 "master_weights", "optimizer_dtype", "reshard_after_forward", "expandable_segments")
+
+
+@on_fields(*MEMORY_FIELDS)
 def training_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, shape: LayerShape,
                     microbatches: int, tokens: int, first_iteration: bool = False) -> MemoryEstimate:
     """Megatron's buffers: the weights' working copy (BF16, or FP8 with fp8_params), main

@@ -13,7 +13,8 @@ SM power goes as f*V^2 ~ r^3 per busy second and a FLOP's switching energy as V^
 while HBM and links run on their own clocks and voltages. A limit below what the work would
 draw at the boost clock lowers r until the power while kernels run meets it (busy_power_w);
 compute-bound time then stretches by 1/r, memory-bound time does not."""
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from functools import lru_cache
 
 from .specs import PowerSpec
 
@@ -37,6 +38,11 @@ class Activity:
     compute_bound_s: float = 0.0
     busy_compute_bound_s: float = 0.0
     clock: float = 1.0
+
+    def spanning(self, time_s: float) -> "Activity":
+        """The same work over another wall time (dataclasses.replace, without its cost)."""
+        return Activity(time_s, self.busy_s, self.flops, self.hbm_bytes, self.link_bytes, self.compute_bound_s,
+                        self.busy_compute_bound_s, self.clock)
 
     def at_clock(self, clock: float) -> "Activity":
         """The same work at another clock share: compute-bound time stretched or shrunk."""
@@ -66,7 +72,7 @@ def busy_power_w(power: PowerSpec, work: Activity) -> float:
     so it sees the mix of a layer's kernels, not the step's idle stretches."""
     if work.busy_s <= 0:
         return power.idle_w
-    return energy_j(power, replace(work, time_s=work.busy_s)) / work.busy_s
+    return energy_j(power, work.spanning(work.busy_s)) / work.busy_s
 
 
 def clock_under(power: PowerSpec, work: Activity, limit_w: float) -> float:
@@ -74,23 +80,34 @@ def clock_under(power: PowerSpec, work: Activity, limit_w: float) -> float:
     kernels run: 1 when the boost clock stays under it, CLOCK_FLOOR when even that is over.
     Busy power at clock r is idle + active r^3 + (r^2 FLOP energy + HBM and link energy) /
     busy seconds at r, rising with r; solved by bisection on those few numbers."""
-    flop_j = sum(count * power.flop_energy(dtype) for dtype, count in work.flops)
-    fixed_j = power.hbm_energy_j_per_byte * work.hbm_bytes + power.link_energy_j_per_byte * work.link_bytes
+    return _clock_under(power, work.busy_s, work.busy_compute_bound_s, work.clock, work.flops, work.hbm_bytes,
+                        work.link_bytes, limit_w)
 
-    def watts(r: float) -> float:
-        busy_s = work.busy_s + work.busy_compute_bound_s * (work.clock / r - 1.0)
-        if busy_s <= 0:
-            return power.idle_w
-        return power.idle_w + power.active_w * r ** 3 + (r * r * flop_j + fixed_j) / busy_s
 
-    if watts(1.0) <= limit_w:
+@lru_cache(maxsize=16384)
+def _clock_under(power: PowerSpec, busy_s: float, bound_s: float, clock: float, flops: tuple, hbm_bytes: float,
+                 link_bytes: float, limit_w: float) -> float:
+    """clock_under on the numbers it reads (not the wall time: steps that differ only in
+    exposed communication ask again)."""
+    flop_j = sum(count * power.flop_energy(dtype) for dtype, count in flops)
+    fixed_j = power.hbm_energy_j_per_byte * hbm_bytes + power.link_energy_j_per_byte * link_bytes
+    idle_w, active_w = power.idle_w, power.active_w
+
+    def over(r: float) -> bool:
+        """Whether busy power at clock share r exceeds the limit."""
+        busy_at_r = busy_s + bound_s * (clock / r - 1.0)
+        if busy_at_r <= 0:
+            return idle_w > limit_w
+        return idle_w + active_w * r ** 3 + (r * r * flop_j + fixed_j) / busy_at_r > limit_w
+
+    if not over(1.0):
         return 1.0
     low, high = CLOCK_FLOOR, 1.0
-    if watts(low) > limit_w:
+    if over(low):
         return low
     for _ in range(_BISECTIONS):
         mid = (low + high) / 2
-        if watts(mid) > limit_w:
+        if over(mid):
             high = mid
         else:
             low = mid

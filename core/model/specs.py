@@ -329,7 +329,7 @@ class ModelSpec:
 
     def total_params(self) -> int:
         """The main model's parameters (MTP modules apart, as published counts leave them out)."""
-        return self.decoder_params() + self.embedding_params() + self.lm_head_params()
+        return _total_params(self)
 
     def active_params(self) -> int:
         """Parameters touched per token (MoE counts only top_k experts)."""
@@ -339,6 +339,11 @@ class ModelSpec:
                 per_expert = spec.mlp_matrices * spec.hidden * spec.moe.expert_ffn_hidden
                 inactive += count * (spec.moe.experts - spec.moe.top_k) * per_expert
         return self.total_params() - inactive
+
+
+@lru_cache(maxsize=1024)
+def _total_params(model: ModelSpec) -> int:
+    return model.decoder_params() + model.embedding_params() + model.lm_head_params()
 
 
 def _mla_params(mla: MLASpec, hidden: int, heads: int) -> int:

@@ -12,6 +12,7 @@ from .ops.recurrent import SCAN_CHUNK
 from .layout import group_spans, merge_spans, pipeline_order, stage_groups, stage_layers
 from . import memory
 from .memory import expert_data_parallel, stage_param_parts
+from .memo import on_fields
 from .specs import LOW_PRECISION_DTYPES, HardwareSpec, ModelSpec, Parallelism, TrainWorkload
 
 ADAM_BYTES_PER_PARAM = 30  # read fp32 master, moments and gradient; write them and the bf16 copy
@@ -132,8 +133,38 @@ def edge_ops(model: ModelSpec, hw: HardwareSpec, tokens: int, tp: int) -> tuple:
     return embed_fwd, embed_bwd, last_fwd, last_bwd
 
 
+# The layout fields a step's pipeline reads (its layer shape and groups, stages, schedule and
+# sends): not the ZeRO stage, the data-parallel overlaps or the optimizer's buffers, which only
+# data_parallel and optimizer_step_s see.
+PIPELINE_FIELDS = ("dp", "tp", "pp", "cp", "ep", "sp", "micro_batch", "recompute", "schedule", "virtual_stages",
+                   "placement", "etp", "first_stage_layers", "last_stage_layers", "overlap_tp_comm",
+                   "overlap_p2p_comm", "grad_dtype", "grad_accumulation_fusion")
+
+
 def train_step(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: TrainWorkload, gpus: int):
     """(step seconds, breakdown dict, model FLOPs per step); memory is estimate_memory's job."""
+    (dims, spans, micro, split, stage_compute, slowest, pipeline_s, bubble_s, pipe_comm, stage_forward,
+     stage_backward) = _pipeline(model, hw, par, work, gpus)
+    breakdown = {"compute_s": micro * stage_compute[slowest], "bubble_s": bubble_s}
+    comm = dict(pipe_comm)
+    dp_comm, dp_exposed = data_parallel(model, hw, par, dims, spans, stage_forward, stage_backward, split, micro)
+    add_times(comm, dp_exposed)
+    optimizer_s = optimizer_step_s(model, hw, par)
+    breakdown["optimizer_s"] = optimizer_s
+    step_s = pipeline_s + sum(dp_exposed.values()) + optimizer_s
+    breakdown.update({f"comm_{name}_s": seconds for name, seconds in comm.items()})
+    breakdown["dp_comm_total_s"] = dp_comm
+
+    return step_s, breakdown, model_flops(model, work)
+
+
+@on_fields(*PIPELINE_FIELDS)
+def _pipeline(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: TrainWorkload, gpus: int) -> tuple:
+    """The step up to its data-parallel traffic and optimizer: (dims, spans, micro-batches,
+    layers per stage, each stage's compute per micro-batch, the slowest stage, pipeline and
+    bubble seconds, the slowest stage's exposed communication per dimension ((name, seconds),
+    ...), each stage's forward and backward seconds per micro-batch). Shared by the layouts
+    that differ only in what data_parallel and optimizer_step_s read."""
     dims = hw.dims_for(gpus)
     spans = group_spans(par, dims)
     micro = work.global_batch // (par.dp * par.micro_batch)
@@ -196,22 +227,14 @@ def train_step(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Train
         pipeline_s = (micro - 1) * bottleneck + sum(stage_time) / v + bottleneck * (1 - 1 / v)
     bubble_s = pipeline_s - micro * bottleneck
 
-    breakdown = {"compute_s": micro * stage_compute[slowest], "bubble_s": bubble_s}
     comm = {}
     if model.uniform:
         add_times(comm, layer_comm, micro * split[slowest])
     else:
         add_times(comm, comms[slowest], micro)
     add_times(comm, p2p, micro)
-    dp_comm, dp_exposed = data_parallel(model, hw, par, dims, spans, stage_forward, stage_backward, split, micro)
-    add_times(comm, dp_exposed)
-    optimizer_s = optimizer_step_s(model, hw, par)
-    breakdown["optimizer_s"] = optimizer_s
-    step_s = pipeline_s + sum(dp_exposed.values()) + optimizer_s
-    breakdown.update({f"comm_{name}_s": seconds for name, seconds in comm.items()})
-    breakdown["dp_comm_total_s"] = dp_comm
-
-    return step_s, breakdown, model_flops(model, work)
+    return (dims, spans, micro, split, tuple(stage_compute), slowest, pipeline_s, bubble_s, tuple(comm.items()),
+            tuple(stage_forward), tuple(stage_backward))
 
 
 @lru_cache(maxsize=4096)
@@ -244,6 +267,12 @@ def one_f_one_b_s(forward: tuple, passes: tuple, micro: int) -> float:
     return max(clock)
 
 
+# The layout fields the optimizer step reads: the stages' parameters and their shards.
+OPTIMIZER_FIELDS = ("dp", "tp", "pp", "cp", "ep", "zero", "virtual_stages", "etp", "first_stage_layers",
+                    "last_stage_layers", "grad_dtype", "fp8_params")
+
+
+@on_fields(*OPTIMIZER_FIELDS)
 def optimizer_step_s(model: ModelSpec, hw: HardwareSpec, par: Parallelism) -> float:
     """The Adam update of the most loaded stage's (ZeRO-sharded) parameters, bandwidth-bound,
     and the zeroing of the main-gradient buffer for the next step (Megatron's
@@ -360,11 +389,7 @@ def data_parallel(model, hw, par, dims, spans, stage_forward, stage_backward, sp
     weight_bytes, gradient_bytes = memory.weight_bytes(hw, par), memory.grad_bytes(par)
 
     def sync(kind, dense, expert, bytes_per_param):
-        times = {}
-        for params, span in ((dense, dense_span), (expert, expert_span)):
-            if params:
-                add_times(times, collective_time(hw, dims, kind, params * bytes_per_param, span))
-        return times
+        return dict(_sync(hw, dims, kind, dense, expert, bytes_per_param, dense_span, expert_span))
 
     if par.zero >= 3:
         stage = max(range(par.pp), key=lambda s: sum(parts[s]))
@@ -412,6 +437,18 @@ def data_parallel(model, hw, par, dims, spans, stage_forward, stage_backward, sp
         if total:
             add_times(exposed, times, seconds / total)
     return sum(reduce.values()) + sum(gather.values()), exposed
+
+
+@lru_cache(maxsize=16384)
+def _sync(hw: HardwareSpec, dims: tuple, kind: str, dense: float, expert: float, bytes_per_param: float,
+          dense_span: tuple, expert_span: tuple) -> tuple:
+    """((dimension, seconds), ...) of one data-parallel collective over the dense parameters'
+    group and the experts' (memoized: layouts apart only in their overlaps share it)."""
+    times = {}
+    for params, span in ((dense, dense_span), (expert, expert_span)):
+        if params:
+            add_times(times, collective_time(hw, dims, kind, params * bytes_per_param, span))
+    return tuple(times.items())
 
 
 def zero3_unhidden_share(layers: int) -> float:

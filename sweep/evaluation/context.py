@@ -22,11 +22,9 @@ class WorkContext:
     cost: object = None  # a sweep.study.cost_block.CostSpec: the dollar columns
     workload_knobs: tuple = ()  # ((knob index, workload field), ...): a serving study's swept load
 
-    def workload_of(self, values: tuple):
-        """The workload of a point with these knob values."""
-        if not self.workload_knobs:
-            return self.workload
-        return replace(self.workload, **{name: values[index] for index, name in self.workload_knobs})
+    def workload_of(self, knob_columns: list, row: int):
+        """The workload of the point at `row` of a batch whose knob values are `knob_columns`."""
+        return replace(self.workload, **{name: knob_columns[index][row] for index, name in self.workload_knobs})
 
 
 def unit_columns(knobs: tuple) -> tuple:

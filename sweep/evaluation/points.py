@@ -1,47 +1,56 @@
 """Points evaluated into rows: each point through `core.evaluate`, back as one Arrow table.
 
 Returning columns (not row dicts) keeps the driver cheap."""
-import math
 import time
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from core import Parallelism, evaluate
 from sweep.metrics import METRICS, SERVE_METRICS
 from sweep.study.cost_block import cost_fields
+from sweep.study.grid import PointBlock
 from sweep.study.plan import PARALLELISM_FIELDS
 
 from .context import WorkContext
 
 
-def evaluate_points(context: WorkContext, points: list) -> pa.Table:
-    """One row per point: id, constants, knobs, feasibility, metrics, memory, breakdown, eval time."""
-    n = len(points)
-    columns = {"point_id": [p.point_id for p in points]}
+def evaluate_points(context: WorkContext, points) -> pa.Table:
+    """One row per point (a list of Points, or a grid's PointBlock): id, constants, knobs,
+    feasibility, metrics, memory, breakdown, eval time."""
+    ids, knob_columns, layouts, model_codes, hardware_codes = _point_columns(points)
+    knob_columns = knob_columns or [[] for _ in context.knob_fields]
+    n = len(ids)
+    columns = {"point_id": ids}
     for name, value in context.constants:
         columns[name] = [value] * n
-    for i, field in enumerate(context.knob_fields):
-        columns[field.name] = [p.values[i] for p in points]
+    for field, column in zip(context.knob_fields, knob_columns):
+        columns[field.name] = column
     for index, column, numbers in context.unit_columns:
-        columns[column] = [numbers[p.values[index]] for p in points]
+        columns[column] = [numbers[value] for value in knob_columns[index]]
     records, seconds = [], []
-    for p in points:
-        par = Parallelism(**dict(zip(PARALLELISM_FIELDS, p.parallelism)))
+    models, hardware, workload, gpus, backend = (context.models, context.hardware, context.workload, context.gpus,
+                                                 context.backend)
+    for row, (fields, model_index, hardware_index) in enumerate(zip(layouts, model_codes, hardware_codes)):
+        par = layout(fields)
         start = time.perf_counter()
-        work = context.workload_of(p.values)
-        record = evaluate(context.models[p.model_index], context.hardware[p.hardware_index], par,
-                          work, context.gpus, backend=context.backend)
-        record.update(cost_fields(record, context.cost, work, context.gpus, par))
+        work = context.workload_of(knob_columns, row) if context.workload_knobs else workload
+        record = evaluate(models[model_index], hardware[hardware_index], par, work, gpus, backend=backend)
+        record.update(cost_fields(record, context.cost, work, gpus, par))
         records.append(record)
         seconds.append(time.perf_counter() - start)
     columns["feasible"] = [r["feasible"] for r in records]
     columns["infeasible_reason"] = [r["infeasible_reason"] for r in records]
-    for key in METRICS + (SERVE_METRICS if context.workload.mode == "serve" else ()):
-        columns[key] = [_number(r[key]) for r in records]
+    for key in METRICS + (SERVE_METRICS if workload.mode == "serve" else ()):
+        columns[key] = _numbers([r[key] for r in records])
+    # a part of the time a timed point does not have is 0 s; an untimed (memory-infeasible)
+    # point has no breakdown at all (null); a memory kind not counted is 0 GiB
+    timed = pc.is_valid(columns["step_time_s"]).to_pylist()
     for group in ("memory", "breakdown", "detail"):
-        keys = sorted({k for r in records for k in r[group]})
-        for key in keys:
-            columns[f"{group}_{key}"] = [_group_value(r, group, key) for r in records]
+        entries = [r[group] for r in records]
+        missing = [0.0] * n if group == "memory" else [0.0 if t else None for t in timed]
+        for key in sorted({k for entry in entries for k in entry}):
+            columns[f"{group}_{key}"] = _numbers([entry.get(key, absent) for entry, absent in zip(entries, missing)])
     if any("busiest_links" in r for r in records):
         top = [r.get("busiest_links") or [None] for r in records]
         columns["busiest_link"] = [f"{t['src']}->{t['dst']} {t['dim']}" if t else None for t, *_ in top]
@@ -60,14 +69,29 @@ def evaluate_points(context: WorkContext, points: list) -> pa.Table:
     return pa.Table.from_pydict(columns, schema=pa.schema(fields))
 
 
-def _number(value):
-    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+def _point_columns(points) -> tuple:
+    """(ids, each knob's column, each point's Parallelism fields, model indices, hardware indices)."""
+    if isinstance(points, PointBlock):
+        return points.columns()
+    knobs = list(zip(*(p.values for p in points))) if points else []
+    return ([p.point_id for p in points], [list(column) for column in knobs], [p.parallelism for p in points],
+            [p.model_index for p in points], [p.hardware_index for p in points])
 
 
-def _group_value(record: dict, group: str, key: str):
-    """A memory, breakdown or detail entry; a part of the time a timed point does not have is
-    0 s, an untimed (memory-infeasible) point has no breakdown at all (null)."""
-    if key in record[group]:
-        return _number(record[group][key])
-    timed = _number(record["step_time_s"]) is not None
-    return 0.0 if timed or group == "memory" else None
+def _numbers(values: list) -> pa.Array:
+    """A float64 column, None and NaN written as null."""
+    return pa.array(values, pa.float64(), from_pandas=True)
+
+
+_LAYOUTS = {}  # Parallelism fields -> the Parallelism: a layout met again (another hardware variant) is one object
+LAYOUTS_KEPT = 65536
+
+
+def layout(fields: tuple) -> Parallelism:
+    """The Parallelism of a point's fields (PARALLELISM_FIELDS order), built once per worker."""
+    par = _LAYOUTS.get(fields)
+    if par is None:
+        if len(_LAYOUTS) >= LAYOUTS_KEPT:
+            _LAYOUTS.clear()
+        par = _LAYOUTS[fields] = Parallelism(**dict(zip(PARALLELISM_FIELDS, fields)))
+    return par

@@ -12,6 +12,7 @@ from importlib import metadata as package_metadata
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
@@ -22,7 +23,7 @@ from core.model.specs import SERVE_KNOBS
 from . import raycluster
 from .rates import remember_rate
 from sweep.faults.draws import KEY_COLUMNS, fault_blocks, memory_fits
-from sweep.study.grid import GridPlanner, grid_size, plan_study
+from sweep.study.grid import GridPlanner, PointBlock, grid_size, plan_study
 from sweep.study.plan import Plan, definition_digests, locality_key
 from .runner import make_executor, run_batches
 from sweep.study.space import AUTO
@@ -88,7 +89,7 @@ def _evaluate_missing(study, plan, store, executor, address, workers, batch_poin
         done = store.done_ids()
         report = SweepReport(plan, plan.legal)
         rows = max(0, plan.legal - len(done))  # done rows of points the space still holds, as a rule all
-        todo = _grid_points(study, done, report)
+        todo = _grid_blocks(study, done, report)
     else:
         done = store.done_keys(KEY_COLUMNS)
         todo = fault_blocks(sorted(plan.points, key=locality_key), study.faults, done, memory_fits(context))
@@ -108,7 +109,7 @@ def _evaluate_missing(study, plan, store, executor, address, workers, batch_poin
     try:
         with progress_bar(progress, rows, "points" if study.faults is None else "rows") as bar:
             def on_table(table: pa.Table, batch) -> None:
-                feasible = sum(table.column("feasible").to_pylist())
+                feasible = pc.sum(table.column("feasible")).as_py() or 0
                 report.evaluated += table.num_rows
                 report.feasible += feasible
                 report.infeasible += table.num_rows - feasible
@@ -124,21 +125,26 @@ def _evaluate_missing(study, plan, store, executor, address, workers, batch_poin
     return report
 
 
-def _grid_points(study, done: set, report: SweepReport):
-    """The grid's legal points not in `done`, planned a chunk at a time (the driver holds one
-    chunk's points, not the study's), each chunk in dispatch order; skipped ones are counted."""
+def _grid_blocks(study, done: set, report: SweepReport):
+    """The grid's legal points not in `done` as one PointBlock per chunk (the driver holds one
+    chunk's arrays, not the study's points), each in dispatch order; skipped ones are counted."""
     grid = GridPlanner(study)
     for chunk in grid.chunks(ids=True):
-        todo = grid.points(chunk, skip=done)
-        report.skipped += len(chunk.legal) - len(todo)
-        yield from sorted(todo, key=locality_key)
+        block = grid.block(chunk, skip=done)
+        report.skipped += len(chunk.legal) - len(block)
+        if len(block):
+            yield block
 
 
-def _batches(points, size: int):
-    """Consecutive runs of `size` points (or fault blocks), pulled as the executor asks."""
+def _batches(items, size: int):
+    """Batches of `size` points, pulled as the executor asks: slices of each PointBlock, or
+    consecutive runs of points (or fault blocks)."""
     batch = []
-    for point in points:
-        batch.append(point)
+    for item in items:
+        if isinstance(item, PointBlock):
+            yield from (item.slice(start, start + size) for start in range(0, len(item), size))
+            continue
+        batch.append(item)
         if len(batch) == size:
             yield batch
             batch = []

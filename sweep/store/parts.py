@@ -358,6 +358,8 @@ def unified_schema(schemas: list) -> pa.Schema:
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """`table` with `schema`'s columns: a missing breakdown part is 0 s on timed rows and
     null on untimed ones, a missing memory kind is 0 GiB, anything else missing is null."""
+    if table.schema.equals(schema):  # the common case: as it is
+        return table
     timed = pc.is_valid(table.column("step_time_s")) if "step_time_s" in table.column_names else None
     arrays = []
     for field in schema:

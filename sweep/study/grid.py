@@ -40,6 +40,44 @@ class Chunk:
     ids: list | None = None
 
 
+@dataclass(frozen=True)
+class PointBlock:
+    """Legal points as arrays, what a worker needs to evaluate them (sweep.evaluation.points)
+    at a few bytes a point: their ids, each Parallelism field's value codes and values
+    (PARALLELISM_FIELDS order), each knob's column (a Parallelism field's index, or its value
+    codes and values) and each point's spec variants."""
+    ids: list
+    parallelism: tuple  # ((codes, values), ...)
+    knobs: tuple  # per knob of Space.knobs: an index into `parallelism`, or (codes, values)
+    model_codes: np.ndarray
+    hardware_codes: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def slice(self, start: int, stop: int) -> "PointBlock":
+        return PointBlock(self.ids[start:stop], tuple((codes[start:stop], values) for codes, values in self.parallelism),
+                          tuple(k if isinstance(k, int) else (k[0][start:stop], k[1]) for k in self.knobs),
+                          self.model_codes[start:stop], self.hardware_codes[start:stop])
+
+    def columns(self) -> tuple:
+        """(ids, each knob's column values, each point's Parallelism fields, model indices,
+        hardware indices) as lists, knob columns as Point.values writes them."""
+        fields = [_take(values, codes) for codes, values in self.parallelism]
+        knobs = [(fields[k] if isinstance(k, int) else _take(k[1], k[0])) for k in self.knobs]
+        placement = PARALLELISM_FIELDS.index("placement")
+        knobs = [[",".join(v) for v in column] if k == placement else column for k, column in zip(self.knobs, knobs)]
+        return (self.ids, knobs, list(zip(*fields)), self.model_codes.tolist(), self.hardware_codes.tolist())
+
+
+def _take(values: tuple, codes: np.ndarray) -> list:
+    """values[code] for each code (values may be tuples: an object array of them, not a 2-D one)."""
+    table = np.empty(len(values), dtype=object)
+    for i, value in enumerate(values):
+        table[i] = value
+    return table[codes].tolist()
+
+
 class Rejections:
     """Illegal combinations grouped by reason pattern, as the per-point path groups them: the
     count, the text of the first member in grid order, and the numbers every member shares."""
@@ -193,6 +231,22 @@ class GridPlanner:
             values = tuple(",".join(v) if k.name == "placement" else v for k, v in zip(knobs, values))
             out.append(Point(point_id, values, par, int(chunk.model_codes[row]), int(chunk.hardware_codes[row])))
         return out
+
+    def block(self, chunk: Chunk, skip: set = frozenset()) -> "PointBlock":
+        """The chunk's legal combinations but those in `skip` (needs the chunk's ids) as arrays,
+        in dispatch order (plan.locality_key's: points sharing core's memos side by side)."""
+        keep = [i for i, point_id in enumerate(chunk.ids) if point_id not in skip] if skip else range(len(chunk.ids))
+        rows = chunk.legal[np.asarray(keep, np.int64)]
+        ids = np.array([chunk.ids[i] for i in keep], dtype=str)
+        locality = [chunk.columns[name][0][rows] for name in ("ep", "sp", "tp", "cp", "micro_batch")]
+        order = np.lexsort((ids, *locality, chunk.hardware_codes[rows], chunk.model_codes[rows]))
+        rows, ids = rows[order], ids[order]
+        field_at = {name: i for i, name in enumerate(PARALLELISM_FIELDS)}
+        knobs = tuple(field_at[k.name] if k.name in field_at else
+                      ((rows + chunk.start) // stride % size, k.values)
+                      for k, stride, size in zip(self.space.knobs, self.strides, self.sizes))
+        return PointBlock(ids.tolist(), tuple((chunk.columns[n][0][rows], chunk.columns[n][1]) for n in PARALLELISM_FIELDS),
+                          knobs, chunk.model_codes[rows], chunk.hardware_codes[rows])
 
     def reasons(self) -> tuple:
         """(pattern counts, pattern examples) of the chunks planned so far."""
