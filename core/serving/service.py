@@ -201,6 +201,9 @@ def serve_disagg(model: ModelSpec, hw: HardwareSpec, engine: EngineSpec, load: L
         p_time, d_time = p_sim.ttft_s[0], d_sim.request_s[0]
         rate = load.concurrency / (p_time + transfer_s + d_time)
         in_prefill, in_decode = rate * p_time, rate * d_time
+        # the prefill pool paces the decode pool's first wave: it arrives at the loop's rate,
+        # not all at once as the client sent it
+        next_load = replace(next_load, ramp_share=0.0, ramp_s=in_decode / rate)
     return _disagg_record(p_sim, d_sim, d_ranks, gpus, fit * d_ranks, transfer_s, load.osl)
 
 
