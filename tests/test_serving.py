@@ -5,11 +5,14 @@ from dataclasses import replace
 import pytest
 
 from core.errors import SpecError
-from core.model.loader import load_hardware, load_model
+from core.model.loader import load_hardware, load_model, with_dtype
+from core.model.memory import RUNTIME_RESERVE_BYTES, stage_params
+from core.model.specs import DTYPE_BYTES, Parallelism
 from core.serving.engines import engine_spec
 from core.serving.iteration import IterationModel, bucket
-from core.serving.service import Pool, serve, serve_disagg
+from core.serving.service import Pool, kv_tokens, serve, serve_disagg
 from core.serving.simulate import Load, simulate
+from core.validation import serving as serving_rows
 
 MODEL = load_model("llama3.1-8b")
 HW = load_hardware("h200-sxm-141gb")
@@ -139,3 +142,41 @@ def test_an_iteration_of_a_model_whose_layers_differ_sums_its_kinds_by_count():
     layers_s = sum(count * it._layer_s(spec, 64, 0, 0, 64, 2048)[0] for spec, count in groups)
     lm_head = it.time_s(0, 0, 64, 2048, False) - layers_s
     assert 0 < lm_head < 0.1 * layers_s
+
+
+def test_an_mla_cache_holds_one_latent_and_rope_key_per_token_and_layer_on_every_rank():
+    """DeepSeek-V3 keeps 512 + 64 elements per token and layer (61 layers), whole on each TP
+    rank: the capacity is the engine's share of the free memory over 61 x 576 bytes (FP8)."""
+    model = load_model("deepseek-v3")
+    hw = with_dtype(load_hardware("h200-sxm-141gb"), "fp8", "test", "dtype")
+    engine = _engine("trtllm")
+    pool = Pool(tp=8, ep=8)
+    per_token = 61 * 576 * 1.0
+    weights = max(stage_params(model, Parallelism(tp=8, ep=8, etp=1))) * DTYPE_BYTES[hw.dtype]
+    free = hw.gpu.hbm.capacity_bytes - weights - RUNTIME_RESERVE_BYTES
+    assert free > 0
+    assert kv_tokens(model, hw, pool, engine, 1.0) == int(engine.kv_memory_fraction * free / per_token)
+
+
+def test_a_length_spread_draws_each_request_within_its_share_and_keeps_the_means_close():
+    it = IterationModel(MODEL, HW, 1, 1, 2)
+    load = Load(1000, 100, concurrency=4, requests=400, length_spread=0.1)
+    result = simulate(it, _engine(), load, 10**7)
+    assert 0.9 * 400 * 1000 <= result.prefill_tokens <= 1.1 * 400 * 1000
+    assert abs(result.output_tokens / (400 * 100) - 1) < 0.02  # uniform draws: mean within 2 %
+
+
+def test_a_measured_row_with_attention_dp_spans_tp_times_its_ranks():
+    """The serving rows give each attention rank's tp: tp 1 with 8 attention-DP ranks is an
+    8-GPU engine whose attention runs unsplit on each GPU."""
+    row = {"num_workers": "", "tp_size": "1.0", "pp_size": "1.0", "moe_ep_size": "8.0", "attention_dp_size": "8.0"}
+    assert serving_rows._pool(row) == Pool(workers=1, tp=8, pp=1, ep=8, attention_dp=8, batch=0)
+
+
+def test_attention_dp_ranks_run_the_ffn_on_every_ranks_tokens():
+    """One of 8 attention-DP ranks (tp 8) with 4 decodes: its FFN is the FFN of 32 tokens over
+    8 GPUs, its attention that of 4 tokens on one GPU, so it costs more than a plain tp-8
+    iteration of its 4 tokens."""
+    dp = IterationModel(MODEL, HW, 8, 1, 2, attention_dp=8).time_s(0, 0, 4, 1000, True)
+    plain = IterationModel(MODEL, HW, 8, 1, 2).time_s(0, 0, 4, 1000, True)
+    assert plain < dp

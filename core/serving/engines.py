@@ -37,17 +37,18 @@ class EngineSpec:
 
 
 # Overheads: fitted by scripts/fit_serving.py --every 4 on ../shared/validation/serving (dense rows,
-# ramp share 1.0); rerun it when kernel times move.
+# with each engine's client ramp and length spread, core/validation/serving); rerun it when kernel
+# times move.
 ENGINES = {
     "trtllm": EngineSpec("trtllm", mixed_batches=True, chunked_prefill=False, kv_policy="reserve",
                          kv_block_tokens=32, kv_memory_fraction=0.9, max_num_tokens=8192, max_batch=2048,
-                         cuda_graph_max_batch=512, iteration_overhead_s=0.002, request_overhead_s=0.110),
+                         cuda_graph_max_batch=512, iteration_overhead_s=0.002, request_overhead_s=0.060),
     "vllm": EngineSpec("vllm", mixed_batches=True, chunked_prefill=True, kv_policy="on_demand",
                        kv_block_tokens=16, kv_memory_fraction=0.9, max_num_tokens=8192, max_batch=1024,
-                       cuda_graph_max_batch=512, iteration_overhead_s=0.004, request_overhead_s=0.055),
+                       cuda_graph_max_batch=512, iteration_overhead_s=0.004, request_overhead_s=0.015),
     "sglang": EngineSpec("sglang", mixed_batches=False, chunked_prefill=True, kv_policy="on_demand",
                          kv_block_tokens=1, kv_memory_fraction=0.88, max_num_tokens=8192, max_batch=1024,
-                         cuda_graph_max_batch=256, iteration_overhead_s=0.0005, request_overhead_s=0.030),
+                         cuda_graph_max_batch=256, iteration_overhead_s=0.0, request_overhead_s=0.200),
 }
 # Engine versions measured only end to end (not serving-simulator engines): vLLM 0.5.4, the engine
 # of ML.ENERGY v2.0, ran its scheduler, sampler and detokenizer in Python between the GPU's

@@ -25,7 +25,8 @@ def bucket(tokens: int) -> int:
 class IterationModel:
     """One engine's iterations: `model` on `tp` x `pp` GPUs of `hw`, a KV cache of `kv_bytes`
     per element; `attention_dp` ranks each run attention for their own requests (the layer's
-    heads split over tp / attention_dp). CUDA-graph iterations pay no per-kernel launch."""
+    heads split over tp / attention_dp) and the FFN on all ranks' tokens together (the iteration
+    times one rank whose peers run the same mix). CUDA-graph iterations pay no per-kernel launch."""
     model: ModelSpec
     hw: HardwareSpec
     tp: int
@@ -85,6 +86,13 @@ class IterationModel:
         fused attention."""
         hw, t = self.hw, self.attention_tp
         layer = build_decode_layer(spec, hw, tokens, 1, t, self.kv_bytes)
+        if self.attention_dp > 1:
+            # attention on this rank's tokens over its tp / attention_dp GPUs; the FFN (experts)
+            # on every rank's tokens over all tp GPUs, as attention-DP engines gather them
+            attention_end = next((i + 1 for i, op in enumerate(layer) if op.name == "residual1"), 0)
+            ffn = build_decode_layer(spec, hw, tokens * self.attention_dp, 1, self.tp, self.kv_bytes)
+            ffn_start = next((i + 1 for i, op in enumerate(ffn) if op.name == "residual1"), 0)
+            layer = layer[:attention_end] + ffn[ffn_start:]
         passed = time_ops(hw, self.dims, self.spans, layer)
         attention = [op for op in layer if op.name == "attention"]
         compute_s = passed.compute_s - sum(op.time_s for op in attention)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from core.errors import SpecError
 from core.model.collectives import collective_time
-from core.model.memory import RUNTIME_RESERVE_BYTES, stage_params
+from core.model.memory import RUNTIME_RESERVE_BYTES, kv_cache_bytes_per_token, stage_params
 from core.model.specs import DTYPE_BYTES, KV_DTYPES, HardwareSpec, ModelSpec, Parallelism
 
 from .engines import EngineSpec
@@ -75,8 +75,8 @@ def kv_tokens(model: ModelSpec, hw: HardwareSpec, pool: Pool, engine: EngineSpec
     par = Parallelism(tp=pool.tp, pp=pool.pp, ep=pool.ep, etp=1 if pool.ep > 1 else 0)
     weights = max(stage_params(model, par)) * DTYPE_BYTES[hw.dtype]
     free = hw.gpu.hbm.capacity_bytes - weights - RUNTIME_RESERVE_BYTES
-    attention_tp = pool.tp // pool.attention_dp
-    per_token = 2 * math.ceil(model.layers / pool.pp) * max(1, model.kv_heads // attention_tp) * model.head_dim * kv_bytes
+    # every kind of layer's cache (MLA's latent, sliding windows before they fill), one stage's share
+    per_token = kv_cache_bytes_per_token(model, kv_bytes, pool.tp // pool.attention_dp) / pool.pp
     return max(0, int(engine.kv_memory_fraction * free / per_token))
 
 
@@ -201,6 +201,9 @@ def serve_disagg(model: ModelSpec, hw: HardwareSpec, engine: EngineSpec, load: L
         p_time, d_time = p_sim.ttft_s[0], d_sim.request_s[0]
         rate = load.concurrency / (p_time + transfer_s + d_time)
         in_prefill, in_decode = rate * p_time, rate * d_time
+        # the prefill pool paces the decode pool's first wave: it arrives at the loop's rate,
+        # not all at once as the client sent it
+        next_load = replace(next_load, ramp_share=0.0, ramp_s=in_decode / rate)
     return _disagg_record(p_sim, d_sim, d_ranks, gpus, fit * d_ranks, transfer_s, load.osl)
 
 

@@ -22,9 +22,16 @@ SYSTEMS = {"h100_sxm": "h100-sxm5-80gb", "h200_sxm": "h200-sxm-141gb", "b200_sxm
 # cache in FP8, as these engines' FP8 and NVFP4 recipes do.
 DTYPES = {"": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "nvfp4"}
 REQUESTS_PER_SLOT = 10  # requests a benchmark sends per request kept in flight
-# The benchmark client's ramp-up: its first requests arrive spread over this share of one
-# request's lifetime, and count. Fitted with the engine overheads (scripts/fit_serving.py).
-RAMP_SHARE = 1.0
+# How each engine's benchmark client offered its closed loop, fitted with the engine overheads
+# (scripts/fit_serving.py), since the engines were measured by different clients:
+# - ramp share: its first requests arrive spread over this share of one request's lifetime
+#   (0: all at once, so the first wave's prefills queue behind each other), and count;
+# - length spread: prompt and output lengths vary within +- this share of the nominal ones
+#   (random-dataset generators draw them; network and detokenizer jitter do the same to timing).
+#   Without it a closed loop of fixed lengths locks into waves that arrive together and queue
+#   their prefills, which the measured TTFTs do not show.
+RAMP_SHARE = {"trtllm": 0.0, "vllm": 0.0, "sglang": 0.0}
+LENGTH_SPREAD = {"trtllm": 0.1, "vllm": 0.1, "sglang": 0.02}
 
 
 def rows() -> list:
@@ -39,7 +46,8 @@ def _int(value, default=1) -> int:
 def _pool(row: dict, prefix: str = "") -> Pool:
     get = lambda key: row.get(prefix + key, "")  # noqa: E731
     adp = _int(get("attention_dp_size"))
-    return Pool(workers=_int(get("num_workers")) if prefix else 1, tp=_int(get("tp_size")), pp=_int(get("pp_size")),
+    # the rows' tp_size is each attention rank's tensor parallelism: an engine spans tp x adp GPUs
+    return Pool(workers=_int(get("num_workers")) if prefix else 1, tp=_int(get("tp_size")) * adp, pp=_int(get("pp_size")),
                 ep=max(1, _int(get("moe_ep_size"))), attention_dp=adp,
                 batch=_int(get("batch_size"), 0) if prefix else 0)
 
@@ -54,16 +62,18 @@ def concurrency(row: dict) -> int:
     return _int(row["batch_size"])
 
 
-def predict(row: dict, engines: dict | None = None, ramp_share: float = RAMP_SHARE) -> dict:
-    """The simulator's record for one measured row; `engines` overrides the engine specs."""
+def predict(row: dict, engines: dict | None = None, clients: tuple | None = None) -> dict:
+    """The simulator's record for one measured row; `engines` overrides the engine specs,
+    `clients` the (ramp shares, length spreads) of the clients, per engine name."""
     engine = (engines or ENGINES)[row["backend"]]
     model = load_model(MODELS[row["model_path"]])
     dtype = DTYPES[row["gemm_quant_mode"]]
     hw = with_dtype(load_hardware(SYSTEMS[row["system"]]), dtype, "serving row", "dtype")
     kv = "fp8" if dtype != "bf16" else ""
     users = concurrency(row)
+    ramps, spreads = clients or (RAMP_SHARE, LENGTH_SPREAD)
     load = Load(int(row["isl"]), int(row["osl"]), concurrency=users, requests=REQUESTS_PER_SLOT * users,
-                ramp_share=ramp_share)
+                ramp_share=ramps[row["backend"]], length_spread=spreads[row["backend"]])
     if row["mode"] == "disagg":
         return serve_disagg(model, hw, engine, load, _pool(row, "prefill_"), _pool(row, "decode_"), kv)
     return serve(model, hw, engine, load, _pool(row), kv)
@@ -84,7 +94,7 @@ def group_key(row: dict) -> tuple:
     return (row["system"], row["model_path"].split("/")[-1], row["backend"], row["mode"])
 
 
-def cases(engines: dict | None = None, selected=None, ramp_share: float = RAMP_SHARE) -> tuple:
+def cases(engines: dict | None = None, selected=None, clients: tuple | None = None) -> tuple:
     """([(row, predicted ttft_s, predicted tpot_s)], [(row, reason)]) over the measured rows."""
     done, skipped = [], []
     for row in selected if selected is not None else rows():
@@ -93,7 +103,7 @@ def cases(engines: dict | None = None, selected=None, ramp_share: float = RAMP_S
             skipped.append((row, reason))
             continue
         try:
-            record = predict(row, engines, ramp_share)
+            record = predict(row, engines, clients)
         except SpecError as exc:  # a layout the simulator does not take yet (e.g. attention-DP beyond tp)
             skipped.append((row, f"layout not modelled: {exc.field} {exc.value}: {exc.allowed}"))
             continue

@@ -144,7 +144,7 @@ def _print_serving(records: list, skipped: list) -> None:
     console.print(table)
     for s in skipped:
         console.print(f"  not simulated: {s['model']}: {s['reason']} ({s['rows']} rows)")
-    console.print("Engine overheads and the client ramp-up share are fitted on these rows "
+    console.print("Engine overheads and each client's ramp-up and length spread are fitted on these rows "
                   "(scripts/fit_serving.py prints in-sample and left-one-engine-out errors).")
     console.print()
 
