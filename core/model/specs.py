@@ -646,8 +646,13 @@ class ServeWorkload:
     max_num_tokens: int = 0
     max_batch: int = 0
     kv_dtype: str = ""  # KV-cache element type; empty = the activation dtype
+    # prompt and output lengths drawn within +- this share of isl and osl: the benchmark clients
+    # the engines' overheads were fitted with drew theirs so (core/validation/serving.py), and
+    # fixed lengths lock a closed loop into waves that queue their prefills
+    length_spread: float = 0.1
     mode: str = "serve"
 
 
 # ServeWorkload fields a study may sweep as knobs: none of them decides whether a layout is legal
-SERVE_KNOBS = ("concurrency", "request_rate", "isl", "osl", "requests", "engine", "max_num_tokens", "max_batch")
+SERVE_KNOBS = ("concurrency", "request_rate", "isl", "osl", "requests", "engine", "max_num_tokens", "max_batch",
+               "length_spread")

@@ -9,10 +9,10 @@ from .simulate import Load
 
 
 def load_of(work: ServeWorkload) -> Load:
-    """The request stream a workload describes, measured from the first request (a benchmark
-    client's ramp-up: ramp_share 1)."""
+    """The request stream a workload describes: a closed loop's first requests all at once, as
+    the benchmark clients every engine was fitted with sent them (core/validation/serving.py)."""
     return Load(work.isl, work.osl, concurrency=work.concurrency, request_rate=work.request_rate,
-                requests=work.requests, ramp_share=1.0)
+                requests=work.requests, length_spread=work.length_spread, ramp_share=0.0)
 
 
 def check_serve_workload(work: ServeWorkload, source: str, prefix: str = "workload.") -> None:

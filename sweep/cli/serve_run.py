@@ -8,11 +8,12 @@ from core.model.specs import ServeWorkload
 from core.model.loader import load_hardware, load_model, with_dtype
 from core.serving.engines import ENGINES, engine_spec
 from core.serving.service import SERVE_COLUMNS, Pool, serve, serve_disagg
-from core.serving.simulate import Load
+from core.serving.point import load_of
 
 POOL_FIELDS = ("workers", "tp", "ep", "attention_dp", "batch")
 # flags only --mode serve takes (their defaults are None so another mode can refuse them)
-SERVE_FLAGS = ("engine", "isl", "osl", "concurrency", "request_rate", "requests", "attention_dp", "max_num_tokens",
+SERVE_FLAGS = ("engine", "isl", "osl", "concurrency", "request_rate", "requests", "length_spread", "attention_dp",
+               "max_num_tokens",
                "max_batch", "disagg", *(f"{pool}_{field}" for pool in ("prefill", "decode") for field in POOL_FIELDS))
 
 
@@ -23,6 +24,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--concurrency", type=int, default=None, help="requests kept in flight (closed loop)")
     parser.add_argument("--request-rate", type=float, default=None, help="requests per second (open loop, Poisson)")
     parser.add_argument("--requests", type=int, default=None, help="requests simulated (default 1000)")
+    parser.add_argument("--length-spread", type=float, default=None,
+                        help="prompt and output lengths vary within +- this share (default 0.1)")
     parser.add_argument("--attention-dp", type=int, default=None, help="attention data-parallel ranks per engine")
     parser.add_argument("--max-num-tokens", type=int, default=None, help="token budget per iteration (engine default)")
     parser.add_argument("--max-batch", type=int, default=None, help="requests per engine (engine default)")
@@ -59,8 +62,10 @@ def run(args) -> int:
         hw = with_dtype(hw, args.dtype, "command line", "--dtype")
     engine = engine_spec(args.engine or "trtllm", args.max_num_tokens or 0, args.max_batch or 0, "command line")
     concurrency = args.concurrency if args.concurrency is not None else (0 if args.request_rate else 1)
-    load = Load(args.isl or 1024, args.osl or 1024, concurrency=concurrency, request_rate=args.request_rate or 0.0,
-                requests=args.requests or 1000, ramp_share=1.0)
+    spread = {"length_spread": args.length_spread} if args.length_spread is not None else {}
+    work = ServeWorkload(args.isl or 1024, args.osl or 1024, concurrency, args.request_rate or 0.0,
+                         args.requests or 1000, args.engine or "trtllm", kv_dtype=args.kv_dtype or "", **spread)
+    load = load_of(work)
     given = [f"{p}_{f}" for p in ("prefill", "decode") for f in POOL_FIELDS if getattr(args, f"{p}_{f}") is not None]
     if args.disagg:
         for prefix in ("prefill", "decode"):
@@ -77,8 +82,6 @@ def run(args) -> int:
         pool = Pool(workers=1, tp=args.tp, pp=args.pp, ep=args.ep, attention_dp=args.attention_dp or 1)
         record = serve(model, hw, engine, load, pool, args.kv_dtype or "", "command line")
         if record["feasible"] and hw.gpu.power is not None:
-            work = ServeWorkload(load.isl, load.osl, load.concurrency, load.request_rate, load.requests,
-                                 args.engine or "trtllm", kv_dtype=args.kv_dtype or "")
             record.update(serve_energy_fields(model, hw, Parallelism(tp=args.tp, pp=args.pp), work, record))
     shown = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in record.items()}
     if args.json:

@@ -30,7 +30,7 @@ WORKLOAD_KEYS = {"train": ("global_batch", "seq"), "infer": ("batch", "prompt", 
 # infer's kv_dtype: the KV cache's dtype (default: the activations'); serve's: core.model.specs.ServeWorkload
 OPTIONAL_WORKLOAD_KEYS = {"train": ("tokens_total",), "infer": ("kv_dtype",),
                           "serve": ("concurrency", "request_rate", "requests", "engine", "max_num_tokens", "max_batch",
-                                    "kv_dtype")}
+                                    "kv_dtype", "length_spread")}
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 SPEC_PREFIXES = ("model.", "hardware.")
 
@@ -239,8 +239,8 @@ def _check_serve_type(name: str, value, source: str, field: str) -> None:
     a count."""
     if name in ("engine", "kv_dtype"):
         ok, kind = isinstance(value, str), "a name"
-    elif name == "request_rate":
-        ok, kind = isinstance(value, (int, float)) and not isinstance(value, bool), "requests per second (a number)"
+    elif name in ("request_rate", "length_spread"):
+        ok, kind = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
     else:
         ok, kind = isinstance(value, int) and not isinstance(value, bool), "an integer"
     if not ok:
