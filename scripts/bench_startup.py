@@ -15,8 +15,15 @@ ROOT = Path(__file__).resolve().parent.parent
 RAPID = [sys.executable, "-m", "sweep.cli"]
 RUNS = 7
 NETWORK = ROOT / "core" / "model" / "presets" / "gpus" / "a100-sxm4-80gb.yaml"
+# What a `rapid net` without numpy could not go below: its standard-library modules, yaml and the
+# extension module loaded on its own (astra_backend/__init__ would bring numpy).
+NET_FLOOR = ("import argparse, dataclasses, json, re, yaml, glob, importlib.machinery as m, importlib.util as u\n"
+             "path = glob.glob('astra_backend/_netsim*.so')[0]\n"
+             "u.module_from_spec(u.spec_from_file_location('_netsim', path, loader=m.ExtensionFileLoader('_netsim', path)))")
 CASES = [
     ("python -c pass (floor)", [sys.executable, "-c", "pass"], None),
+    ("python -c 'import numpy'", [sys.executable, "-c", "import numpy"], None),
+    ("floor of a numpy-free rapid net", [sys.executable, "-c", NET_FLOOR], None),
     ("rapid --help", [*RAPID, "--help"], None),
     ("rapid run --help", [*RAPID, "run", "--help"], 0.35),
     ("rapid net --help", [*RAPID, "net", "--help"], None),

@@ -21,8 +21,11 @@ void Dag::finalize() {
   for (int32_t f : edge_from_) ++succ_offsets_[f + 1];
   for (size_t i = 0; i < ops_.size(); ++i) succ_offsets_[i + 1] += succ_offsets_[i];
   succ_.resize(edge_from_.size());
-  std::vector<int64_t> fill(succ_offsets_.begin(), succ_offsets_.end() - 1);
-  for (size_t e = 0; e < edge_from_.size(); ++e) succ_[fill[edge_from_[e]]++] = edge_to_[e];
+  // Each op's offset serves as its fill cursor, ending at the next op's start; shifting the
+  // offsets up one place afterwards restores them without a second array of cursors.
+  for (size_t e = 0; e < edge_from_.size(); ++e) succ_[succ_offsets_[edge_from_[e]]++] = edge_to_[e];
+  for (size_t i = ops_.size(); i > 0; --i) succ_offsets_[i] = succ_offsets_[i - 1];
+  succ_offsets_[0] = 0;
   std::vector<int32_t>().swap(edge_from_);
   std::vector<int32_t>().swap(edge_to_);
 }
@@ -224,6 +227,9 @@ class Simulator {
     out_.links.bytes.assign(links.size(), 0.0);
     out_.links.busy_s.assign(links.size(), 0.0);
     out_.links.peak_flows.assign(links.size(), 0);
+    memo_dst_.assign(net.num_npus(), -1);
+    memo_route_.resize(net.num_npus());
+    memo_latency_s_.assign(net.num_npus(), 0.0);
     if (record) out_.op_end_s.assign(dag.ops_.size(), std::numeric_limits<double>::quiet_NaN());
     reserve_flow_slots();
   }
@@ -314,16 +320,14 @@ class Simulator {
       return;
     }
     ++out_.flows;
-    net_.route(o.src, o.dst, route_);
-    const auto& links = net_.links();
-    double latency_s = 0.0;
-    for (int l : route_) latency_s += links[l].latency_s;
+    const std::vector<int>& route = route_from(o.src, o.dst);
+    const double latency_s = memo_latency_s_[o.src];
     if (o.amount <= 0.0) {
       finish_at(op, now_ + latency_s);
       return;
     }
     const int slot = new_slot();
-    routes_.assign(slot, route_);
+    routes_.assign(slot, route);
     Flow& f = flows_[slot];
     f.latency_s = latency_s;
     f.op = op;
@@ -332,7 +336,7 @@ class Simulator {
     f.rate = 0.0;
     f.last_s = now_;
     ++f.version;
-    for (int l : route_) {
+    for (int l : route) {
       LinkState& ls = links_[l];
       if (ls.active_flows++ == 0) ls.busy_since = now_;
       ls.flows.push_back(slot);
@@ -342,14 +346,33 @@ class Simulator {
     }
   }
 
+  // The route src -> dst and its latency, kept per source: a ring member sends to the same
+  // neighbour step after step, so most flows reuse the route of the source's previous flow.
+  const std::vector<int>& route_from(int src, int dst) {
+    std::vector<int>& route = memo_route_[src];
+    if (memo_dst_[src] != dst) {
+      net_.route(src, dst, route);
+      double latency_s = 0.0;
+      for (int l : route) latency_s += net_.links()[l].latency_s;
+      memo_dst_[src] = dst;
+      memo_latency_s_[src] = latency_s;
+    }
+    return route;
+  }
+
   // The flow stays in its links' lists until compact_dirty_links() drops it; its slot is
-  // reused only after that.
+  // reused only after that. A link it leaves idle holds only ended flows and no rate depends
+  // on it: its list is emptied here and it needs no re-solve.
   void end_flow(int slot) {
     Flow& f = flows_[slot];
     for (int l : routes_[slot]) {
       LinkState& ls = links_[l];
-      if (--ls.active_flows == 0) out_.links.busy_s[l] += now_ - ls.busy_since;
-      mark_dirty(l);
+      if (--ls.active_flows == 0) {
+        out_.links.busy_s[l] += now_ - ls.busy_since;
+        ls.flows.clear();
+      } else {
+        mark_dirty(l);
+      }
     }
     marks_[slot].active = false;
     ++f.version;
@@ -361,6 +384,7 @@ class Simulator {
   void compact_dirty_links() {
     for (int l : dirty_) {
       std::vector<int>& flows = links_[l].flows;
+      if (flows.size() == static_cast<size_t>(links_[l].active_flows)) continue;  // none ended
       flows.erase(std::remove_if(flows.begin(), flows.end(), [&](int s) { return !marks_[s].active; }), flows.end());
     }
     free_slots_.insert(free_slots_.end(), ended_slots_.begin(), ended_slots_.end());
@@ -479,7 +503,9 @@ class Simulator {
   std::vector<Flow> flows_;
   std::vector<FlowMarks> marks_;
   RoutePool routes_;
-  std::vector<int> route_;  // scratch: the route of the flow being started
+  std::vector<int> memo_dst_;  // per source NPU: the destination of its memoized route, -1 for none
+  std::vector<std::vector<int>> memo_route_;
+  std::vector<double> memo_latency_s_;
   std::vector<int> free_slots_;
   std::vector<int> ended_slots_;
   std::vector<LinkState> links_;
