@@ -180,3 +180,13 @@ def test_attention_dp_ranks_run_the_ffn_on_every_ranks_tokens():
     dp = IterationModel(MODEL, HW, 8, 1, 2, attention_dp=8).time_s(0, 0, 4, 1000, True)
     plain = IterationModel(MODEL, HW, 8, 1, 2).time_s(0, 0, 4, 1000, True)
     assert plain < dp
+
+
+def test_a_closed_loop_of_fewer_requests_than_engines_leaves_the_rest_idle():
+    """One request in flight over four engines is one engine's single request: the same
+    latency and throughput as one engine serving it, per GPU a quarter of that engine's."""
+    load = Load(128, 16, concurrency=1, requests=20)
+    alone = serve(MODEL, HW, _engine(), load, Pool(workers=1))
+    four = serve(MODEL, HW, _engine(), load, Pool(workers=4))
+    assert four["tpot_s"] == alone["tpot_s"] and four["output_tokens_per_s"] == alone["output_tokens_per_s"]
+    assert four["output_tokens_per_s_per_gpu"] == pytest.approx(alone["output_tokens_per_s_per_gpu"] / 4)

@@ -125,13 +125,15 @@ def _share(load: Load, parts: int) -> Load:
 
 def serve(model: ModelSpec, hw: HardwareSpec, engine: EngineSpec, load: Load, pool: Pool,
           kv_dtype: str = "", source: str = "") -> dict:
-    """Aggregated serving: `pool.workers` engines each take an even share of the load."""
+    """Aggregated serving: `pool.workers` engines each take an even share of the load (a closed
+    loop of fewer requests than attention ranks keeps one on each of that many, the rest idle)."""
     check_pool(pool, source)
     check_load(load, source)
     kv_bytes = kv_bytes_per_element(hw, kv_dtype, source)
     ranks = pool.workers * pool.attention_dp
-    sim, fit = _engine_run(model, hw, pool, engine, _share(load, ranks), kv_bytes)
-    return _record(sim, ranks, pool.gpus, fit * ranks)
+    busy = min(ranks, load.concurrency) if load.concurrency else ranks  # fewer requests than ranks leave some idle
+    sim, fit = _engine_run(model, hw, pool, engine, _share(load, busy), kv_bytes)
+    return _record(sim, busy, pool.gpus, fit * ranks)
 
 
 def _record(sim: SimResult | None, ranks: int, gpus: int, kv_requests: int, extra_ttft_s: float = 0.0) -> dict:
