@@ -1,14 +1,13 @@
 """One configuration in, one flat record out: the question every other part asks."""
 import functools
 import math
-from dataclasses import replace
 
 from .errors import SpecError
 from core.model.graph import train_shape
 from core.model.layout import check_layout, group_spans
 from core.model.memory import GiB, MemoryEstimate, inference_memory, training_memory
 from core.model.specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism, ServeWorkload, TrainWorkload
-from core.model.energy import power_limited, step_seconds
+from core.model.energy import power_limited, spread_over
 from core.model.inference import infer_request
 from core.model.power import energy_j
 from core.model.training import train_step
@@ -97,10 +96,8 @@ def serve_energy_fields(model: ModelSpec, hw: HardwareSpec, par: Parallelism, wo
     batch = max(1, round(engine_rate * figures["tpot_s"]))
     steady = InferWorkload(batch, work.isl, work.osl, work.kv_dtype)
     engine = Parallelism(tp=par.tp, pp=par.pp)
-    gpus = engine.gpus
-    timed, work_done, clock = power_limited(model, hw, engine, steady, gpus, step_seconds(model, hw, engine, steady, gpus))
-    seconds = max(batch * work.osl / engine_rate, work_done.time_s)
-    fields = energy_fields(timed, engine, steady, gpus, seconds, replace(work_done.at_clock(clock), time_s=seconds))
+    timed, spread = spread_over(model, hw, engine, steady, engine.gpus, batch * work.osl / engine_rate)
+    fields = energy_fields(timed, engine, steady, engine.gpus, spread.time_s, spread)
     fields["energy_per_step_j"] = None  # a serving row has no step
     return fields
 

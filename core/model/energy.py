@@ -167,6 +167,14 @@ def activity(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
     return Activity(time_s, busy_s, flops, hbm, link, bound_s, bound_s, clock)
 
 
+def spread_over(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: int, seconds: float) -> tuple:
+    """(hardware at the clock the power limit leaves, one GPU's Activity of `work` at that
+    clock) with the work spread over `seconds` (never less than its own time), the GPUs idling
+    in between: a served batch at the pace its engine emits it."""
+    timed, work_done, clock = power_limited(model, hw, par, work, gpus, step_seconds(model, hw, par, work, gpus))
+    return timed, work_done.at_clock(clock).spanning(max(seconds, work_done.time_s))
+
+
 def power_limited(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: int, time_s: float) -> tuple:
     """(hardware at the kernel clock the power limit leaves, one GPU's Activity there, its
     physical clock share), from the step or request timed at `hw` in `time_s`: the clock falls

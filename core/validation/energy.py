@@ -13,10 +13,9 @@ import functools
 import re
 from pathlib import Path
 
-from dataclasses import replace
 
 from core.evaluation import estimate_memory, evaluate
-from core.model.energy import power_limited, step_seconds
+from core.model.energy import spread_over
 from core.model.inference import decode_steps
 from core.model.power import energy_j
 from core.model.loader import load_hardware, load_model
@@ -134,10 +133,8 @@ def _spread_j(model: ModelSpec, hw, par: Parallelism, work: InferWorkload, secon
     bytes at the modelled clock) spread over `seconds`, the GPUs idling in between. Energy is
     linear in the idle power, hence the second figure (scripts/fit_idle_power.py fits the idle
     power on it)."""
-    gpus = par.tp * par.pp
-    hw_timed, work_done, clock = power_limited(model, hw, par, work, gpus, step_seconds(model, hw, par, work, gpus))
+    hw_timed, spread = spread_over(model, hw, par, work, par.tp * par.pp, seconds)
     per_token = par.tp * par.pp / (work.batch * work.decode)
-    spread = replace(work_done.at_clock(clock), time_s=max(seconds, work_done.time_s))
     return energy_j(hw_timed.gpu.power, spread) * per_token, spread.time_s * per_token
 
 

@@ -18,7 +18,6 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColu
                            TimeElapsedColumn, TimeRemainingColumn)
 
 from core import MODEL_VERSION
-from core.model.specs import SERVE_KNOBS
 
 from . import raycluster
 from .rates import remember_rate
@@ -155,10 +154,11 @@ def _batches(items, size: int):
 def work_context(study: Study, models: tuple = (), hardware: tuple = ()) -> WorkContext:
     """The per-study constants and column types every worker batch needs, with the spec
     variants points index into (a search ships its variants with each batch instead)."""
-    swept = tuple((i, k.name) for i, k in enumerate(study.space.knobs) if k.name in SERVE_KNOBS)
+    swept = tuple((i, study.space.knobs[i].name) for i in study.space.workload_axes)
+    swept_names = {name for _, name in swept}
     constants = (("model", study.model), ("hardware", study.hardware), ("gpus", study.gpus),
                  ("backend", study.backend)) + tuple((key, value) for key, value in asdict(study.workload).items()
-                                                     if key not in {name for _, name in swept})
+                                                     if key not in swept_names)
     auto_types = {"dp": pa.int64(), "sp": pa.bool_(), "overlap_param_gather": pa.bool_()}
     fields = tuple(pa.field(k.column, auto_types[k.name] if k.values == (AUTO,) else knob_type(k.probe_values))
                    for k in study.space.knobs)

@@ -12,7 +12,7 @@ from sweep.store.parts import read_metadata, read_results
 
 GIB = 2 ** 30
 # knob column -> short prefix for layout labels ("tp4 pp2 z1 mb2 selective")
-LABEL_PREFIXES = {"dp": "dp", "tp": "tp", "pp": "pp", "cp": "cp", "ep": "ep", "sp": "sp", "zero": "z",
+LABEL_PREFIXES = {"dp": "dp", "tp": "tp", "pp": "pp", "cp": "cp", "ep": "ep", "etp": "etp", "sp": "sp", "zero": "z",
                   "micro_batch": "mb", "virtual_stages": "v", "schedule": "", "recompute": "", "placement": ""}
 # names readers know the knobs by, for axis titles and legends
 KNOB_TITLES = {"dp": "data parallel (dp)", "tp": "tensor parallel (tp)", "pp": "pipeline parallel (pp)",
@@ -73,10 +73,11 @@ class ReportData:
         except TypeError:
             return sorted(values, key=str)
 
-    def label(self, row) -> str:
-        """A layout's short name from the knobs that vary, e.g. `tp4 pp2 z1 mb2 selective`."""
+    def label(self, row, knobs=None) -> str:
+        """A layout's short name from the knobs that vary (or those of them in `knobs`), e.g.
+        `tp4 pp2 z1 mb2 selective`."""
         parts = []
-        for knob in self.knobs:
+        for knob in self.knobs if knobs is None else [k for k in self.knobs if k in knobs]:
             value = row[knob]
             prefix = LABEL_PREFIXES.get(knob)
             if prefix is None and spec_unit(knob) and knob_value(knob, value) is not value:

@@ -29,10 +29,8 @@ def served(data: ReportData):
 
 
 def deployment(data: ReportData, row) -> str:
-    """A row's layout and engine without its load: `tp4 dp2 trtllm`."""
-    knobs = [k for k in data.knobs if k not in LOAD_KNOBS]
-    parts = [f"{k}{row[k]}" if k in ("tp", "pp", "ep", "dp") else str(row[k]) for k in knobs]
-    return " ".join(parts) or "the only deployment"
+    """A row's layout and engine without its load: `dp2 tp4 trtllm`."""
+    return data.label(row, [k for k in data.knobs if k not in LOAD_KNOBS])
 
 
 def slo_bounds(data: ReportData) -> tuple:

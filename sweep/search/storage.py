@@ -43,10 +43,10 @@ class DriverJournal(BaseJournalBackend):
     def current(self) -> bool:
         """Whether the file is still the one this journal holds (not removed or rewritten)."""
         try:
-            return os.stat(self.path).st_ino == os.fstat(self._file.fileno()).st_ino and \
-                os.stat(self.path).st_size == self._file.tell()
+            on_disk = os.stat(self.path)
         except OSError:
             return False
+        return on_disk.st_ino == os.fstat(self._file.fileno()).st_ino and on_disk.st_size == self._file.tell()
 
 
 _JOURNALS = {}  # path -> the process's one DriverJournal of that file

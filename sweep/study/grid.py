@@ -14,7 +14,6 @@ from dataclasses import MISSING, asdict, dataclass, fields
 import numpy as np
 
 from core import MODEL_VERSION, Parallelism, SpecError
-from core.model.specs import SERVE_KNOBS
 from core.model.layout_masks import REASON_INPUTS, layout_failures
 from core.replay.network import astra_network
 
@@ -303,7 +302,7 @@ class _IdTexts:
         self.hardware_digests = [digests(spec) for spec in grid.hardware]
         knobs = grid.space.knobs
         # a serving study's swept load: one JSON tail (its workload comes after the parallelism) per combination
-        self.workload_axes = [i for i, k in enumerate(knobs) if k.name in SERVE_KNOBS]
+        self.workload_axes = grid.space.workload_axes
         tails = []
         for combo in np.ndindex(*(grid.sizes[i] for i in self.workload_axes)):
             workload = study.workload_for(tuple((knobs[i].name, knobs[i].values[j])

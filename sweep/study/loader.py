@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from core import BACKENDS, InferWorkload, SpecError, TrainWorkload, load_hardware, load_model
 from core.evaluation import ENERGY
-from core.model.specs import COMPUTE_DTYPES, KV_DTYPES, MAX_WORKLOAD_SIZE, SERVE_KNOBS, WORKLOAD_SIZE_ALLOWED, ServeWorkload
+from core.model.specs import COMPUTE_DTYPES, KV_DTYPES, MAX_WORKLOAD_SIZE, WORKLOAD_SIZE_ALLOWED, ServeWorkload
 from core.serving.point import check_serve_workload
 from core.textfile import parse_mapping, read_text
 
@@ -254,7 +254,7 @@ def _check_serving(study: Study) -> None:
     if study.backend != "analytical":
         raise SpecError(study.path, "backend", study.backend,
                         "a serving study runs the engine simulator: expected analytical")
-    swept = {k.name: k.values for k in study.space.knobs if k.name in SERVE_KNOBS}
+    swept = {study.space.knobs[i].name: study.space.knobs[i].values for i in study.space.workload_axes}
     first = {name: values[0] for name, values in swept.items()}
     for name, values in swept.items():
         for value in values:

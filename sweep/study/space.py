@@ -164,6 +164,11 @@ class Space:
         return _variants(self.knobs, "hardware.")
 
     @functools.cached_property
+    def workload_axes(self) -> tuple:
+        """Positions of the knobs that set a serving workload's fields (SERVE_KNOBS)."""
+        return tuple(i for i, k in enumerate(self.knobs) if k.name in SERVE_KNOBS)
+
+    @functools.cached_property
     def _by_name(self) -> dict:
         return {k.name: k for k in self.knobs}
 
@@ -197,7 +202,7 @@ class Space:
         for variant in self.variants:
             if variant.name == choice[VARIANT_KNOB]:
                 model, hardware = model + variant.model_overrides, hardware + variant.hardware_overrides
-        workload = tuple((name, choice[name]) for name in self.names if name in SERVE_KNOBS)
+        workload = tuple((self.knobs[i].name, choice[self.knobs[i].name]) for i in self.workload_axes)
         return Resolved(values, Parallelism(**par), model, hardware, reason, workload)
 
 
