@@ -32,9 +32,6 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
     gpus = par.gpus if gpus is None else gpus
     if backend not in BACKENDS:
         raise SpecError("", "backend", backend, f"expected one of {', '.join(BACKENDS)}")
-    if backend != "analytical" and not model.uniform:
-        raise SpecError("", "backend", backend, f"{model.name}'s layers differ (or it trains MTP modules); the replay "
-                        "backends replay one layer shape: use the analytical backend")
     reason = check_layout(model, hw, par, work, gpus)
     if reason:
         raise SpecError("", "parallelism", _layout_text(par), reason)

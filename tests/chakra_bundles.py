@@ -9,6 +9,16 @@ import core
 from core.chakra.trace import varint
 from core.chakra.schema import COLLECTIVE_TYPES, NODE_TYPES, GlobalMetadata, Node
 
+MODELS = Path(__file__).resolve().parent.parent.parent / "shared" / "models"
+# Mixed-layer models shrunk to a few layers and experts (dotted overrides of their shared configs):
+# DeepSeek-V3 with two dense layers, four MoE layers and its MTP module; Nemotron-3's Mamba-2,
+# attention and MoE blocks.
+SMALL_DEEPSEEK = ("deepseek-v3", {"num_hidden_layers": 6, "first_k_dense_replace": 2, "n_routed_experts": 16,
+                                  "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1})
+SMALL_NEMOTRON = (str(MODELS / "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json"),
+                  {"num_hidden_layers": 6, "hybrid_override_pattern": "MEM*EM", "n_routed_experts": 8,
+                   "num_experts_per_tok": 2})
+
 LAYOUTS = (
     ("train-tp2-dp2", "qwen2.5-3b", core.Parallelism(tp=2, dp=2, sp=True), core.TrainWorkload(global_batch=4, seq=512), 4),
     ("train-pp2-dp2", "qwen2.5-3b", core.Parallelism(pp=2, dp=2), core.TrainWorkload(global_batch=8, seq=512), 4),
@@ -16,7 +26,17 @@ LAYOUTS = (
     ("train-ep2-dp2", "mixtral-8x7b", core.Parallelism(dp=2, ep=2, zero=1), core.TrainWorkload(global_batch=2, seq=256), 2),
     ("infer-tp2", "qwen2.5-3b", core.Parallelism(tp=2), core.InferWorkload(batch=2, prompt=256, decode=4), 2),
     ("infer-pp2-dp2", "qwen2.5-3b", core.Parallelism(pp=2, dp=2), core.InferWorkload(batch=2, prompt=256, decode=4), 4),
+    ("train-deepseek-pp2-ep2", SMALL_DEEPSEEK, core.Parallelism(tp=2, pp=2, ep=2, etp=1, sp=True),
+     core.TrainWorkload(global_batch=4, seq=512), 4),
+    ("train-nemotron-pp2-dp2", SMALL_NEMOTRON, core.Parallelism(pp=2, dp=2), core.TrainWorkload(global_batch=8, seq=512), 4),
+    ("infer-deepseek-pp2-tp2", SMALL_DEEPSEEK, core.Parallelism(tp=2, pp=2), core.InferWorkload(batch=2, prompt=256, decode=4),
+     4),
 )
+
+
+def layout_model(ref):
+    """A layout's model: a preset name, or (preset or file, dotted overrides)."""
+    return core.load_model(*ref) if isinstance(ref, tuple) else core.load_model(ref)
 
 
 def write_bundles(folder, hardware, backend="astra-flattened") -> dict:
@@ -24,7 +44,7 @@ def write_bundles(folder, hardware, backend="astra-flattened") -> dict:
     out = {}
     for name, model_name, par, work, gpus in LAYOUTS:
         bundle = Path(folder) / name
-        model = core.load_model(model_name)
+        model = layout_model(model_name)
         record = core.evaluate(model, hardware, par, work, gpus, backend=backend, time_infeasible=True,
                                emit_traces=bundle)
         out[name] = (bundle, model.name, record)

@@ -189,6 +189,42 @@ def _stage_groups(model, ranges: tuple) -> tuple:
     return tuple(tuple(counts.items()) for counts in out)
 
 
+def chunk_runs(model, par: Parallelism, chunks: tuple, mtp: bool = True) -> tuple:
+    """Per stage, per model chunk (`chunks`: chunk_layers), its layers in order as runs
+    ((uniform layer spec, count), ...) of consecutive layers alike; with `mtp`, the MTP modules
+    (one layer of the last layer's kind each) close the last stage's last chunk (training; a
+    serving engine does not run them). What a replay lays out."""
+    if model.uniform:
+        return tuple(tuple(((model, n),) for n in stage) for stage in chunks)
+    return _chunk_runs(model, tuple(tuple(stage) for stage in chunks), par.pp, mtp)
+
+
+@lru_cache(maxsize=256)
+def _chunk_runs(model, chunks: tuple, pp: int, mtp: bool) -> tuple:
+    per_chunk = len(chunks[0])
+    sizes = [chunks[s][c] for c in range(per_chunk) for s in range(pp)]  # model order: chunk c of stage s
+    kinds = model.layer_kinds or (None,) * model.layers
+    out = [[None] * per_chunk for _ in range(pp)]
+    start = 0
+    for position, size in enumerate(sizes):
+        runs = []
+        for kind in kinds[start:start + size]:
+            spec = model.layer_groups()[0][0] if kind is None else model.kind_spec(kind)
+            if runs and runs[-1][0] == spec:
+                runs[-1][1] += 1
+            else:
+                runs.append([spec, 1])
+        start += size
+        out[position % pp][position // pp] = runs
+    if model.mtp_layers and mtp:
+        runs, last = out[-1][-1], model.layer_groups(model.layers - 1)[0][0]
+        if runs and runs[-1][0] == last:
+            runs[-1][1] += model.mtp_layers
+        else:
+            runs.append([last, model.mtp_layers])
+    return tuple(tuple(tuple((spec, n) for spec, n in runs) for runs in stage) for stage in out)
+
+
 def chunk_layers(layers: int, par: Parallelism) -> tuple:
     """Per stage, the transformer layers of each model chunk (virtual stage): a stage's layers
     shared evenly by its chunks; when Megatron-Core counts the embedding and the loss as

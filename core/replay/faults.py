@@ -84,14 +84,13 @@ class FaultReplay:
         names = {pair: dims[d].name for pair, d in zip(pairs, stats.dim.tolist())}
         self.links = tuple(Link(a, b, names[(a, b)]) for a, b in sorted(names))
         base = (network.soft_faults, network.hard_faults)
-        self.layers = []  # per stage: (forward program, backward program)
+        self.layers = []  # per stage, per layer kind: (forward program, backward program)
         if self.hierarchical:
             for stage in range(par.pp):
-                self.layers.append(tuple(_Program(network, *layer_trace(step.ctx, ops, stage)[:2], base, pairs)
-                                         for ops in (step.forward_ops, step.backward_ops)))
-            self.pass_s = np.array([(f.time_s, b.time_s) for f, b in self.layers])  # per stage: forward, backward
-            work_ = hierarchical_work(step, [{"time_s": f} for f, _ in self.pass_s],
-                                      [{"time_s": b} for _, b in self.pass_s])
+                self.layers.append({spec: tuple(_Program(network, *layer_trace(step.ctx, ops, stage)[:2], base, pairs)
+                                                for ops in pair) for spec, pair in step.passes.items()})
+            self.pass_s = [{spec: (f.time_s, b.time_s) for spec, (f, b) in kinds.items()} for kinds in self.layers]
+            work_ = self._stage_work(self.pass_s)
         else:
             work_ = flattened_work(step, CommClasses())
         trace, node_rank, label = pipeline_trace(step.ctx, work_, step.micro, step.message_bytes, CommClasses())
@@ -102,7 +101,8 @@ class FaultReplay:
                        for code in (STAGE_FWD, STAGE_BWD, OPTIMIZER, EDGE) for nodes in [np.flatnonzero(label == code)]}
         self.slices = _independent_slices(network, trace, node_rank, base, pairs, self.pipeline.time_s)
         self.classes = _alike(self.slices, (label, stage, self.pipeline.duration_s)) if not any(base) else None
-        self.loaded = frozenset().union(self.pipeline.loaded, *(p.loaded for pair in self.layers for p in pair))
+        self.loaded = frozenset().union(self.pipeline.loaded, *(p.loaded for kinds in self.layers
+                                                                for pair in kinds.values() for p in pair))
         self.baseline_s = self.pipeline.time_s
 
     def run(self, link_factors: dict, straggler_factors: dict) -> float:
@@ -125,10 +125,11 @@ class FaultReplay:
                 return self.pipeline.run(soft, hard, self.pipeline.straggling(speed) if slow else None)
             return max(piece.answer(soft, hard, touched, speed, slow) for piece in self.slices)
         changed = {}
-        for stage, programs in enumerate(self.layers):
-            times = tuple(p.answer(soft, hard, touched, speed, slow) for p in programs)
-            if times != (programs[0].time_s, programs[1].time_s):
-                changed[stage] = times
+        for stage, kinds in enumerate(self.layers):
+            for spec, programs in kinds.items():
+                times = tuple(p.answer(soft, hard, touched, speed, slow) for p in programs)
+                if times != (programs[0].time_s, programs[1].time_s):
+                    changed.setdefault(stage, {})[spec] = times
         if not changed and not slow and not touched & self.pipeline.loaded:
             return self.pipeline.time_s
         if not changed and not slow and not hard and self.slices:
@@ -147,17 +148,29 @@ class FaultReplay:
                 times.append(piece.run(soft, (), duration_s[piece.nodes]))
         return max(times)
 
+    def _stage_work(self, pass_s: list):
+        """hierarchical_work from per stage {layer spec: (forward, backward) seconds}."""
+        return hierarchical_work(self.step, [{spec: {"time_s": f} for spec, (f, _) in kinds.items()} for kinds in pass_s],
+                                 [{spec: {"time_s": b} for spec, (_, b) in kinds.items()} for kinds in pass_s])
+
     def _pipeline_durations(self, changed: dict, speed: np.ndarray) -> np.ndarray:
-        """Stage passes scaled to the (re-)replayed layer times; edge compute (embedding, LM
-        head) and the optimizer step slowed on straggling ranks."""
-        times = self.pass_s.copy()
-        for stage, pass_s in changed.items():
-            times[stage] = pass_s
-        ratio = np.divide(times, self.pass_s, out=np.ones_like(times), where=self.pass_s > 0)
-        out = self.pipeline.duration_s.copy()
-        for column, code in ((0, STAGE_FWD), (1, STAGE_BWD)):
-            nodes, stage, _ = self.passes[code]
-            out[nodes] *= ratio[stage, column]
+        """Stage passes at the (re-)replayed layer times; edge compute (embedding, LM head) and
+        the optimizer step slowed on straggling ranks."""
+        times = [dict(kinds) for kinds in self.pass_s]
+        for stage, kinds in changed.items():
+            times[stage].update(kinds)
+        if len(self.pass_s[0]) == 1:  # one kind of layer: every stage pass scales with it
+            spec = next(iter(self.pass_s[0]))
+            before = np.array([kinds[spec] for kinds in self.pass_s])
+            ratio = np.divide([kinds[spec] for kinds in times], before, out=np.ones_like(before), where=before > 0)
+            out = self.pipeline.duration_s.copy()
+            for column, code in ((0, STAGE_FWD), (1, STAGE_BWD)):
+                nodes, stage, _ = self.passes[code]
+                out[nodes] *= ratio[stage, column]
+        else:  # passes mix kinds: the pipeline's durations laid out again (the same nodes)
+            work_ = self._stage_work(times)
+            trace = pipeline_trace(self.step.ctx, work_, self.step.micro, self.step.message_bytes, CommClasses())[0]
+            out = np.asarray(trace.duration_s, np.float64).copy()
         for code in (EDGE, OPTIMIZER):
             nodes, _, rank = self.passes[code]
             out[nodes] /= speed[rank]

@@ -12,8 +12,8 @@ import numpy as np
 from core.model.collectives import collective_time, protocol_startup_s
 from core.model.graph import LayerShape, Op, build_decode_layer, build_layer, train_shape
 from core.model.inference import decode_steps, lm_head_s, request_flops
-from core.model.layout import chunk_layers, group_spans, merge_spans, pipeline_order, stage_layers
-from core.model.memory import grad_bytes, stage_param_parts, weight_bytes
+from core.model.layout import chunk_layers, chunk_runs, group_spans, merge_spans, pipeline_order, stage_layers
+from core.model.memory import grad_bytes, layer_param_parts, stage_param_parts, weight_bytes
 from .network import astra_network, rank_groups
 from .programs import (RECV, SEND, Block, CommClasses, Program, assemble, compute_block, concat, frontier_increments,
                        ops_block)
@@ -119,9 +119,10 @@ def _stage_ranks(ctx: Context, stage: int) -> np.ndarray:
     return np.flatnonzero(ctx.groups.coords["pp"] == stage)
 
 
-def _layer_ops(ctx: Context, shape: LayerShape) -> tuple:
-    """(forward ops, backward ops with their recompute in front) of one layer."""
-    graph = build_layer(ctx.model, ctx.hw, shape)
+def _layer_ops(ctx: Context, shape: LayerShape, spec=None) -> tuple:
+    """(forward ops, backward ops with their recompute in front) of one layer of `spec` (a
+    uniform layer spec of the model; the model itself by default)."""
+    graph = build_layer(ctx.model if spec is None else spec, ctx.hw, shape)
     forward, backward = list(graph.forward), list(graph.backward)
     recompute = ctx.par.recompute
     if recompute == "full":
@@ -301,20 +302,51 @@ def _ops_block(ctx, ops_list, classes):
     return Block({**block.columns, "label": label}, block.deps, block.entry, block.exits)
 
 
-def _gradient_buckets(ctx, chunk_layers: list) -> list:
+def _gradient_buckets(ctx, runs: tuple) -> list:
     """Per stage, per model chunk: the (dense, expert) parameters of each gradient bucket, a
-    chunk holding its share of the stage's layers."""
+    chunk holding its share of the stage's layers (by count where layers are alike, else by
+    the parameters of the layers each bucket's backward covers)."""
     out = []
-    for (dense, expert), layers in zip(stage_param_parts(ctx.model, ctx.par), chunk_layers):
-        total = sum(layers)
-        out.append([[(dense * n / total / pieces, expert * n / total / pieces)] * pieces
-                     for n in layers for pieces in [_pieces(n)]])
+    for (dense, expert), stage in zip(stage_param_parts(ctx.model, ctx.par), runs):
+        if ctx.model.uniform:
+            layers = [sum(n for _, n in chunk) for chunk in stage]
+            total = sum(layers)
+            out.append([[(dense * n / total / pieces, expert * n / total / pieces)] * pieces
+                         for n in layers for pieces in [_pieces(n)]])
+            continue
+        per_layer = {spec: layer_param_parts(spec, ctx.par.tp, ctx.par.ep, ctx.par.expert_tp)
+                     for chunk in stage for spec, _ in chunk}
+        pieces = [[_sum_parts(per_layer, piece) for piece in _backward_runs(chunk)] for chunk in stage]
+        totals = [sum(p[i] for chunk in pieces for p in chunk) for i in (0, 1)]
+        share = [part / total if total else 0.0 for part, total in zip((dense, expert), totals)]
+        out.append([[(d * share[0], e * share[1]) for d, e in chunk] for chunk in pieces])
     return out
+
+
+def _sum_parts(per_layer: dict, runs) -> tuple:
+    """(dense, expert) parameters of the layers in `runs` ((spec, count), ...)."""
+    return (sum(n * per_layer[spec][0] for spec, n in runs), sum(n * per_layer[spec][1] for spec, n in runs))
 
 
 def _pieces(layers: int) -> int:
     """Backward sub-blocks of a model chunk's pass (its gradient buckets)."""
     return max(1, min(DP_BUCKETS, layers))
+
+
+def _backward_runs(chunk: tuple) -> list:
+    """A model chunk's backward pass cut into _pieces sub-passes, each ((spec, count), ...) of
+    the layers it runs in backward order (last layer first): the gradient buckets follow them."""
+    layers = [spec for spec, n in reversed(chunk) for _ in range(n)]
+    out = []
+    for part in np.array_split(np.arange(len(layers)), _pieces(len(layers))):
+        runs = []
+        for i in part.tolist():
+            if runs and runs[-1][0] == layers[i]:
+                runs[-1][1] += 1
+            else:
+                runs.append([layers[i], 1])
+        out.append(tuple((spec, n) for spec, n in runs))
+    return out
 
 
 def _edge_block(seconds: float) -> list:
@@ -323,7 +355,8 @@ def _edge_block(seconds: float) -> list:
 
 def _stage_passes(step, stage: int, forward_stack, backward_pieces) -> tuple:
     """(forward block, backward sub-blocks) of each model chunk of one stage, from
-    `forward_stack(layers)` and `backward_pieces(layers)`: the input embedding before the
+    `forward_stack(runs)` and `backward_pieces(runs)` (runs: the chunk's ((layer spec, count),
+    ...), TrainReplay.layers): the input embedding before the
     first chunk's layers on the first stage (its gradient after them), the LM head and loss
     after the last chunk's layers on the last stage (their gradient before them)."""
     embed_f, embed_b, head_f, head_b = step.edges
@@ -344,13 +377,12 @@ def _stage_passes(step, stage: int, forward_stack, backward_pieces) -> tuple:
 
 @dataclass(frozen=True)
 class TrainReplay:
-    """A training step laid out for replay: the context, one layer's forward and backward
-    ops, per-stage edge compute, and what the pipeline needs besides its stage work."""
+    """A training step laid out for replay: the context, each layer kind's forward and
+    backward ops, per-stage edge compute, and what the pipeline needs besides its stage work."""
     ctx: Context
-    forward_ops: list
-    backward_ops: list
+    passes: dict  # uniform layer spec -> (forward ops, backward ops), each kind of layer once
     edges: tuple  # seconds of the input embedding (forward, backward), then of the LM head and loss
-    layers: tuple  # per stage, per model chunk (core.model.layout.chunk_layers)
+    layers: tuple  # per stage, per model chunk: ((layer spec, count), ...) in order (layout.chunk_runs)
     micro: int
     message_bytes: float
 
@@ -373,9 +405,10 @@ def train_replay(model, hw, par, work, gpus) -> TrainReplay:
     ctx = _context(model, hw, par, gpus)
     shape = train_shape(par, work)
     tokens = shape.tokens
-    forward_ops, backward_ops = _layer_ops(ctx, shape)
-    return TrainReplay(ctx, forward_ops, backward_ops, edge_ops(model, hw, tokens, par.tp),
-                       _chunk_layers(model, par), work.global_batch // (par.dp * par.micro_batch),
+    runs = chunk_runs(model, par, _chunk_layers(model, par))
+    specs = dict.fromkeys(spec for stage in runs for chunk in stage for spec, _ in chunk)
+    return TrainReplay(ctx, {spec: _layer_ops(ctx, shape, spec) for spec in specs},
+                       edge_ops(model, hw, tokens, par.tp), runs, work.global_batch // (par.dp * par.micro_batch),
                        tokens * model.hidden * hw.act_bytes / par.tp)
 
 
@@ -385,8 +418,9 @@ def train_step_astra(model, hw, par, work, gpus, backend: str, emit=None):
     step = train_replay(model, hw, par, work, gpus)
     classes = CommClasses()
     if backend == "astra-hierarchical":
-        fwd = _replay_layer(step.ctx, step.forward_ops)
-        bwd = _replay_layer(step.ctx, step.backward_ops)
+        replayed = {spec: tuple(_replay_layer(step.ctx, ops) for ops in pair) for spec, pair in step.passes.items()}
+        fwd = {spec: f for spec, (f, _) in replayed.items()}
+        bwd = {spec: b for spec, (_, b) in replayed.items()}
         stage_work = hierarchical_work(step, [fwd] * par.pp, [bwd] * par.pp)
     else:
         stage_work = flattened_work(step, classes)
@@ -395,18 +429,44 @@ def train_step_astra(model, hw, par, work, gpus, backend: str, emit=None):
 
 
 def hierarchical_work(step: TrainReplay, fwd: list, bwd: list) -> StageWork:
-    """Stage work from each stage's replayed layer passes (`fwd[stage]["time_s"]`, ...)."""
+    """Stage work from each stage's replayed layer passes (`fwd[stage][layer spec]["time_s"]`,
+    ...), a stage's pass the sum of its layers'."""
     forward, backward, split = [], [], {STAGE_FWD: [], STAGE_BWD: []}
     for stage in range(step.ctx.par.pp):
-        f_s, b_s = fwd[stage]["time_s"], bwd[stage]["time_s"]
-        chunk_f, chunk_b = _stage_passes(
-            step, stage, lambda layers: compute_block(layers * f_s, STAGE_FWD),
-            lambda layers: [compute_block(layers * b_s / _pieces(layers), STAGE_BWD)] * _pieces(layers))
+        f_s = {spec: layer["time_s"] for spec, layer in fwd[stage].items()}
+        b_s = {spec: layer["time_s"] for spec, layer in bwd[stage].items()}
+        if step.ctx.model.uniform:  # the layers' time, cut evenly into the pieces
+            def backward_pieces(runs):
+                layers = sum(n for _, n in runs)
+                return [compute_block(layers * b_s[runs[0][0]] / _pieces(layers), STAGE_BWD)] * _pieces(layers)
+        else:
+            def backward_pieces(runs):
+                return [compute_block(_runs_s(b_s, piece), STAGE_BWD) for piece in _backward_runs(runs)]
+        chunk_f, chunk_b = _stage_passes(step, stage, lambda runs: compute_block(_runs_s(f_s, runs), STAGE_FWD),
+                                         backward_pieces)
         forward.append(chunk_f)
         backward.append(chunk_b)
-        split[STAGE_FWD].append(_shares(fwd[stage]))
-        split[STAGE_BWD].append(_shares(bwd[stage]))
+        counts = _stage_counts(step.layers[stage])
+        split[STAGE_FWD].append(_stage_shares(fwd[stage], counts))
+        split[STAGE_BWD].append(_stage_shares(bwd[stage], counts))
     return StageWork(forward, backward, _gradient_buckets(step.ctx, step.layers), split)
+
+
+def _runs_s(seconds: dict, runs) -> float:
+    """Seconds of the layers in `runs` ((spec, count), ...), `seconds` per layer of each spec."""
+    if len(runs) == 1:
+        spec, n = runs[0]
+        return n * seconds[spec]
+    return sum(n * seconds[spec] for spec, n in runs)
+
+
+def _stage_counts(stage: tuple) -> dict:
+    """{layer spec: layers of that spec} over a stage's model chunks."""
+    counts = {}
+    for chunk in stage:
+        for spec, n in chunk:
+            counts[spec] = counts.get(spec, 0) + n
+    return counts
 
 
 def _shares(layer: dict) -> dict:
@@ -417,18 +477,39 @@ def _shares(layer: dict) -> dict:
     return shares
 
 
+def _stage_shares(layers: dict, counts: dict) -> dict:
+    """_shares of a stage's pass: `layers` {layer spec: its replayed parts}, `counts` {layer
+    spec: layers of it on the stage}, each kind weighted by its time on the stage."""
+    if not counts:
+        return {"compute_s": 1.0}
+    if len(counts) == 1:
+        return _shares(layers[next(iter(counts))])
+    merged = {}
+    for spec, n in counts.items():
+        for key, value in layers[spec].items():
+            if key == "time_s" or key.startswith("comm_"):
+                merged[key] = merged.get(key, 0.0) + n * value
+    return _shares(merged)
+
+
 def flattened_work(step: TrainReplay, classes: CommClasses) -> StageWork:
     ctx = step.ctx
-    fwd_layer = _ops_block(ctx, step.forward_ops, classes)
-    bwd_layer = _ops_block(ctx, step.backward_ops, classes)
+    blocks = {spec: tuple(_ops_block(ctx, ops, classes) for ops in pair) for spec, pair in step.passes.items()}
 
-    def forward_stack(layers):
-        return fwd_layer.repeated(layers) if layers else compute_block(0.0)
+    def stack(runs, which):
+        return _chain([blocks[spec][which].repeated(n) for spec, n in runs if n])
 
-    def backward_pieces(layers):
-        if not layers:
-            return [compute_block(0.0)]
-        return [bwd_layer.repeated(len(part)) for part in np.array_split(np.arange(layers), _pieces(layers))]
+    def forward_stack(runs):
+        return stack(runs, 0)
+
+    def backward_pieces(runs):
+        if ctx.model.uniform:
+            layers = sum(n for _, n in runs)
+            if not layers:
+                return [compute_block(0.0)]
+            bwd_layer = blocks[runs[0][0]][1]
+            return [bwd_layer.repeated(len(part)) for part in np.array_split(np.arange(layers), _pieces(layers))]
+        return [stack(piece, 1) for piece in _backward_runs(runs)]
     forward, backward = [], []
     for stage in range(ctx.par.pp):
         chunk_f, chunk_b = _stage_passes(step, stage, forward_stack, backward_pieces)
@@ -442,28 +523,35 @@ def infer_request_astra(model, hw, par, work, gpus, backend: str, emit=None):
     from a replay of one replica: prefill, then every decode step, stage after stage."""
     ctx = _context(model, hw, par, gpus)
     b, prompt, steps = work.batch, work.prompt, decode_steps(work.decode)
-    split = stage_layers(model.layers, par)
+    stages = tuple(chunks[0] for chunks in chunk_runs(model, par, tuple((n,) for n in stage_layers(model.layers, par)),
+                                                      mtp=False))
     head_s = lm_head_s(model, hw, b, par.tp)
     classes = CommClasses()
-    prefill_ops = build_layer(model, hw, LayerShape(b, prompt, prompt, par.tp, par.sp, 1, 1)).forward
     contexts = (prompt + 1, prompt + max(1, steps))
-    decode_ops = [build_decode_layer(model, hw, b, c, par.tp, work.kv_bytes(hw)) for c in contexts]
-    passes, stage_split = {}, None  # stage layers -> (prefill block, decode step blocks)
+    layer_ops = {spec: (build_layer(spec, hw, LayerShape(b, prompt, prompt, par.tp, par.sp, 1, 1)).forward,
+                        [build_decode_layer(spec, hw, b, c, par.tp, work.kv_bytes(hw)) for c in contexts])
+                 for spec in dict.fromkeys(spec for runs in stages for spec, _ in runs)}
+    passes, stage_split = {}, None  # a stage's runs -> (prefill block, decode step blocks)
     if backend == "astra-hierarchical":
         # Stage blocks labelled as such and split like the replayed layers, so their exposed
         # communication is not counted as compute.
-        prefill = _replay_layer(ctx, prefill_ops)
-        first, last = (_replay_layer(ctx, o) for o in decode_ops)
-        decode = {key: (first.get(key, 0.0) + last.get(key, 0.0)) / 2 for key in first.keys() | last.keys()}
-        for n in set(split):
-            passes[n] = (compute_block(n * prefill["time_s"], STAGE_PREFILL),
-                         [compute_block(n * decode["time_s"], STAGE_DECODE)])
-        stage_split = {STAGE_PREFILL: [_shares(prefill)] * par.pp, STAGE_DECODE: [_shares(decode)] * par.pp}
+        prefill, decode = {}, {}
+        for spec, (prefill_ops, decode_ops) in layer_ops.items():
+            prefill[spec] = _replay_layer(ctx, prefill_ops)
+            first, last = (_replay_layer(ctx, o) for o in decode_ops)
+            decode[spec] = {key: (first.get(key, 0.0) + last.get(key, 0.0)) / 2 for key in first.keys() | last.keys()}
+        for runs in set(stages):
+            passes[runs] = (compute_block(_runs_s({s: p["time_s"] for s, p in prefill.items()}, runs), STAGE_PREFILL),
+                            [compute_block(_runs_s({s: d["time_s"] for s, d in decode.items()}, runs), STAGE_DECODE)])
+        stage_split = {STAGE_PREFILL: [_stage_shares(prefill, dict(runs)) for runs in stages],
+                       STAGE_DECODE: [_stage_shares(decode, dict(runs)) for runs in stages]}
     else:
-        prefill_layer = _ops_block(ctx, prefill_ops, classes)
-        first, last = (_ops_block(ctx, o, classes) for o in decode_ops)
-        for n in set(split):
-            passes[n] = prefill_layer.repeated(n), [_decode_stack(first, last, n, k, steps) for k in range(steps)]
+        blocks = {spec: (_ops_block(ctx, prefill_ops, classes), [_ops_block(ctx, o, classes) for o in decode_ops])
+                  for spec, (prefill_ops, decode_ops) in layer_ops.items()}
+        for runs in set(stages):
+            prefill = [blocks[spec][0].repeated(n) for spec, n in runs if n]
+            decode = [[_decode_stack(*blocks[spec][1], n, k, steps) for spec, n in runs if n] for k in range(steps)]
+            passes[runs] = (_chain(prefill), [_chain(step) for step in decode])
     el = hw.act_bytes
     stride = ctx.groups.strides["pp"]
     tokens = b * 4  # each decode step starts from the tokens the last stage sampled
@@ -471,7 +559,7 @@ def infer_request_astra(model, hw, par, work, gpus, backend: str, emit=None):
     for stage in range(par.pp):
         program = Program()
         last = ()
-        prefill, step_blocks = passes[split[stage]]
+        prefill, step_blocks = passes[stages[stage]]
         for step in range(steps + 1):
             message = b * (prompt if step == 0 else 1) * model.hidden * el
             label = classes.label("pp", "send_recv", message)
@@ -506,6 +594,13 @@ def infer_request_astra(model, hw, par, work, gpus, backend: str, emit=None):
     breakdown.update({"prefill_s": ttft_s, "decode_s": request_s - ttft_s})
     tpot_s = (request_s - ttft_s) / steps if steps else math.nan  # one output token: none after the first
     return request_s, ttft_s, tpot_s, breakdown, request_flops(model, work), links
+
+
+def _chain(blocks: list) -> Block:
+    """Blocks one after another (concat), one block as it is, none as an empty pass."""
+    if not blocks:
+        return compute_block(0.0)
+    return blocks[0] if len(blocks) == 1 else concat(blocks)
 
 
 def _decode_stack(first: Block, last: Block, layers: int, step: int, steps: int) -> Block:
