@@ -98,7 +98,7 @@ def _layer_work(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Trai
     shape = train_shape(par, work)
     micro = work.global_batch // (par.dp * par.micro_batch)
     flops, busy, hbm, link = {}, 0.0, 0.0, 0.0
-    for spec, count in model.layer_groups():  # each kind of layer once, weighted by its count
+    for spec, count in model.trained_groups():  # each kind of layer once, weighted by its count
         graph = layer_profile(spec, hw, dims, shape, spans_key, par.recompute).graph
         layers = count / par.pp
         passes = [_graph_sums(graph, hw, "forward"), _graph_sums(graph, hw, "backward")]

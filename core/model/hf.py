@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from core.errors import SpecError
-from .specs import LayerKind, MLASpec, ModelSpec, MoESpec, RecurrentSpec
+from .specs import LayerKind, MLASpec, ModelSpec, MoESpec, RecurrentSpec, model_with_kinds
 
 HF_ACTIVATIONS = ("silu", "swish", "gelu", "gelu_new", "gelu_pytorch_tanh")
 _HF_SHAPE = ("model_type", "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
@@ -223,22 +223,6 @@ def _moe(c: _Config, experts_key: str, ffn_key: str, top_key: str = "num_experts
     return moe
 
 
-def _uniform_or_kinds(kinds: list) -> tuple:
-    """() when every layer is the same kind (the fast single-kind path), else the kinds."""
-    return () if len(set(kinds)) <= 1 else tuple(kinds)
-
-
-def _spec(base: dict, kinds: list, **fields) -> ModelSpec:
-    """A spec whose layers are `kinds`: one kind alike carried by the spec's own fields."""
-    layer_kinds = _uniform_or_kinds(kinds)
-    if not layer_kinds and kinds:
-        only = kinds[0]
-        fields.update(mixer=only.mixer, window=only.window, chunk=only.chunk)
-        if only.ffn != "moe":
-            fields["moe"] = None
-    return ModelSpec(**base, layer_kinds=layer_kinds, **fields)
-
-
 def _window_of(c: _Config, key: str = "sliding_window") -> int:
     window = c.data.get(key)
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
@@ -292,7 +276,7 @@ def _read_llama_like(c: _Config, model_type: str, name: str) -> ModelSpec:
         moe_layers = {i for i in range(layers) if (i + 1) % step == 0 and i not in dense_only}
     elif model_type.endswith("_moe") or model_type == "mixtral":
         c.fail(experts_key, f"a {model_type} config needs a positive expert count")
-    return _spec(base, _with_ffn(kinds, moe_layers), moe=moe)
+    return model_with_kinds(base, _with_ffn(kinds, moe_layers), moe=moe)
 
 
 def _quantization(c: _Config) -> tuple:
@@ -347,7 +331,7 @@ def _read_deepseek(c: _Config, model_type: str, name: str) -> ModelSpec:
     freq = c.int("moe_layer_freq", 1)
     moe_layers = {i for i in range(layers) if i >= first_dense and i % freq == 0}
     weights, experts = _quantization(c)
-    return _spec(base, _with_ffn([LayerKind()] * layers, moe_layers), moe=moe, mla=mla,
+    return model_with_kinds(base, _with_ffn([LayerKind()] * layers, moe_layers), moe=moe, mla=mla,
                  mtp_layers=c.int("num_nextn_predict_layers", 0, minimum=0),
                  weight_dtype=weights, expert_weight_dtype=experts)
 
@@ -365,7 +349,7 @@ def _read_gpt_oss(c: _Config, model_type: str, name: str) -> ModelSpec:
     kinds = _typed_layers(c, base["layers"], {"full_attention": 0, "sliding_attention": None}) if c.has(
         "layer_types") else [LayerKind()] * base["layers"]
     weights, experts = _quantization(c)
-    return _spec(base, _with_ffn(kinds, range(base["layers"])), moe=moe,
+    return model_with_kinds(base, _with_ffn(kinds, range(base["layers"])), moe=moe,
                  attention_bias=c.flag("attention_bias"), weight_dtype=weights, expert_weight_dtype=experts)
 
 
@@ -386,7 +370,7 @@ def _read_llama4(c: _Config, model_type: str, name: str) -> ModelSpec:
     base["ffn_hidden"] = c.int("intermediate_size_mlp", expert_ffn)
     moe = _moe(c, "num_local_experts", "intermediate_size", shared=expert_ffn)
     kinds = [LayerKind(chunk=chunk if rope[i] else 0) for i in range(layers)]
-    return _spec(base, _with_ffn(kinds, moe_layers), moe=moe)
+    return model_with_kinds(base, _with_ffn(kinds, moe_layers), moe=moe)
 
 
 def _read_qwen3_5(c: _Config, model_type: str, name: str) -> ModelSpec:
@@ -415,7 +399,7 @@ def _read_qwen3_5(c: _Config, model_type: str, name: str) -> ModelSpec:
     dense_only = set(c.index_list("mlp_only_layers"))
     moe_layers = {i for i in range(layers) if (i + 1) % step == 0 and i not in dense_only}
     kinds = [LayerKind("attention" if t == "full_attention" else "linear") for t in types]
-    return _spec(base, _with_ffn(kinds, moe_layers), moe=moe, recurrent=recurrent,
+    return model_with_kinds(base, _with_ffn(kinds, moe_layers), moe=moe, recurrent=recurrent,
                  attention_gate=c.flag("attn_output_gate"), mtp_layers=c.int("mtp_num_hidden_layers", 0, minimum=0))
 
 
@@ -447,7 +431,7 @@ def _read_nemotron_h(c: _Config, model_type: str, name: str) -> ModelSpec:
         moe = _moe(c, "n_routed_experts", "moe_intermediate_size", shared=shared,
                    groups=groups if groups > 1 else 0, groups_per_token=c.int("topk_group", groups) if groups > 1 else 0)
     kinds = [_NEMOTRON_BLOCKS[ch] for ch in pattern]
-    return _spec(base, kinds, moe=moe, recurrent=recurrent)
+    return model_with_kinds(base, kinds, moe=moe, recurrent=recurrent)
 
 
 def _read_minimax(c: _Config, model_type: str, name: str) -> ModelSpec:
@@ -464,7 +448,7 @@ def _read_minimax(c: _Config, model_type: str, name: str) -> ModelSpec:
     moe = _moe(c, "num_local_experts", "intermediate_size")
     mtp = c.int("num_mtp_modules", 0, minimum=0) * c.int("mtp_transformer_layers", 1) if c.flag("use_mtp") else 0
     weights, experts = _quantization(c)
-    return _spec(base, [LayerKind(ffn="moe")] * base["layers"], moe=moe, mtp_layers=mtp,
+    return model_with_kinds(base, [LayerKind(ffn="moe")] * base["layers"], moe=moe, mtp_layers=mtp,
                  weight_dtype=weights, expert_weight_dtype=experts)
 
 
@@ -495,7 +479,7 @@ def _read_gemma4(c: _Config, model_type: str, name: str) -> ModelSpec:
     moe = None
     if c.flag("enable_moe_block"):
         moe = _moe(c, "num_experts", "moe_intermediate_size", top_key="top_k_experts", shared=base["ffn_hidden"])
-    return _spec(base, _with_ffn(kinds, range(layers) if moe else ()), moe=moe)
+    return model_with_kinds(base, _with_ffn(kinds, range(layers) if moe else ()), moe=moe)
 
 
 _READERS = {"deepseek_v3": _read_deepseek, "kimi_k2": _read_deepseek, "glm_moe_dsa": _read_deepseek,

@@ -13,9 +13,10 @@ from core.errors import SpecError
 from core.textfile import parse_mapping, read_text
 from .hf import HF_COSTED, HF_COSTLESS, HF_MODEL_TYPES, model_from_hf  # noqa: F401 (the loader's HF surface)
 from .layout import recipe_mismatch
-from .specs import (ACTIVATIONS, ATTENTION_KERNELS, COMPUTE_DTYPES, DTYPES, FP8_RECIPES, NORMS, POSITION_EMBEDDINGS,
-                    POWER_CLOCKS, TOPOLOGIES, Calibration, GpuSpec, HardwareSpec, LinkFault, MemoryLevel, ModelSpec,
-                    MoESpec, NetworkDim, PowerSpec)
+from .specs import (ACTIVATIONS, ATTENTION_KERNELS, COMPUTE_DTYPES, DTYPES, FFNS, FP8_RECIPES, MIXERS, NORMS,
+                    POSITION_EMBEDDINGS, POWER_CLOCKS, RECURRENT_KINDS, TOPOLOGIES, Calibration, GpuSpec, HardwareSpec,
+                    LayerKind, LinkFault, MemoryLevel, ModelSpec, MoESpec, NetworkDim, PowerSpec, RecurrentSpec,
+                    model_with_kinds)
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -169,9 +170,19 @@ def _quantity(value, parse, source: str, field: str) -> float:
 _PLAIN_NUMBER = re.compile(r"\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*")
 
 
+# Model fields a file may leave out that an override (a study knob, rapid run's --mtp-layers)
+# may still set, in every format: the MTP modules trained beside the model.
+MODEL_OVERRIDABLE_OPTIONAL = ("mtp_layers",)
+
+
 def model_from_mapping(data: dict, source: str) -> ModelSpec:
     if "model_type" in data or "num_hidden_layers" in data:
-        return model_from_hf(data, source, _default_name(source) if source.startswith(PRESET_SOURCE) else "")
+        data = dict(data)
+        mtp = data.pop("mtp_layers", None)
+        spec = model_from_hf(data, source, _default_name(source) if source.startswith(PRESET_SOURCE) else "")
+        if mtp is None:
+            return spec
+        return dataclasses.replace(spec, mtp_layers=_Fields({"mtp_layers": mtp}, source).integer("mtp_layers", minimum=0))
     f = _Fields(data, source)
     hidden = f.integer("hidden")
     heads = f.integer("heads")
@@ -191,10 +202,17 @@ def model_from_mapping(data: dict, source: str) -> ModelSpec:
         m.done()
         if moe.top_k > moe.experts:
             raise SpecError(source, "moe.top_k", moe.top_k, f"must be <= experts ({moe.experts})")
-    spec = ModelSpec(
+    layers = f.integer("layers")
+    recurrent_raw = f.raw("recurrent")
+    recurrent = None if recurrent_raw is None else _recurrent(_Fields(recurrent_raw, source, "recurrent."))
+    kinds = _layer_kinds(f, layers, moe is not None, recurrent is not None)
+    if recurrent is not None and not any(kind.mixer in ("linear", "mamba") for kind in kinds):
+        raise SpecError(source, "recurrent", recurrent_raw, "no layer_kinds entry has mixer linear or mamba to use it")
+    ffn_hidden = f.integer("ffn_hidden", 4 * hidden)
+    base = dict(
         name=str(f.raw("name", _default_name(source))),
-        layers=f.integer("layers"), hidden=hidden, heads=heads, kv_heads=kv_heads,
-        ffn_hidden=f.integer("ffn_hidden", 4 * hidden), vocab=f.integer("vocab"),
+        layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
+        ffn_hidden=0 if kinds and {k.ffn for k in kinds} == {"none"} else ffn_hidden, vocab=f.integer("vocab"),
         activation=f.choice("activation", ACTIVATIONS, _MODEL_DEFAULTS["activation"]),
         norm=f.choice("norm", NORMS, _MODEL_DEFAULTS["norm"]),
         tied_embeddings=f.boolean("tied_embeddings", _MODEL_DEFAULTS["tied_embeddings"]),
@@ -202,9 +220,58 @@ def model_from_mapping(data: dict, source: str) -> ModelSpec:
         attention_kernel=f.choice("attention_kernel", ATTENTION_KERNELS, _MODEL_DEFAULTS["attention_kernel"]),
         dropout=f.boolean("dropout", _MODEL_DEFAULTS["dropout"]),
         max_position=f.integer("max_position", _MODEL_DEFAULTS["max_position"], minimum=0),
-        moe=moe,
     )
+    extra = dict(moe=moe, recurrent=recurrent, mtp_layers=f.integer("mtp_layers", _MODEL_DEFAULTS["mtp_layers"], minimum=0))
     f.done()
+    return model_with_kinds(base, kinds, **extra) if kinds else ModelSpec(**base, **extra)
+
+
+# A layer_kinds entry's fields, beside `count`.
+LAYER_KIND_FIELDS = ("count", "mixer", "window", "chunk", "ffn")
+
+
+def _layer_kinds(f: _Fields, layers: int, has_moe: bool, has_recurrent: bool) -> list:
+    """The YAML's `layer_kinds`: runs of layers alike ({count, mixer, window, chunk, ffn}), the
+    list repeated to fill `layers` (its counts add up to `layers` or to a divisor of it); []
+    when absent (every layer the model's own kind: attention, an MoE FFN when `moe` is set)."""
+    entries = f.raw("layer_kinds")
+    if entries is None:
+        return []
+    if not isinstance(entries, list) or not entries:
+        raise SpecError(f.source, "layer_kinds", entries, "expected a list of runs of layers, e.g. "
+                        "[{count: 3, ffn: dense}, {count: 58, ffn: moe}]")
+    pattern = []
+    for i, entry in enumerate(entries):
+        e = _Fields(entry, f.source, f"layer_kinds.{i}.")
+        count = e.integer("count", 1)
+        mixer = e.choice("mixer", MIXERS, "attention")
+        if mixer in ("linear", "mamba") and not has_recurrent:
+            raise SpecError(f.source, e.name("mixer"), mixer, "needs the model's `recurrent` block (its state's shape)")
+        ffn = e.choice("ffn", FFNS, "moe" if has_moe else "dense")
+        if ffn == "moe" and not has_moe:
+            raise SpecError(f.source, e.name("ffn"), ffn, "needs the model's `moe` block")
+        if mixer == "none" and ffn == "none":
+            raise SpecError(f.source, e.name("ffn"), ffn, "a layer with mixer none needs an FFN")
+        window, chunk = e.integer("window", 0, minimum=0), e.integer("chunk", 0, minimum=0)
+        if (window or chunk) and mixer != "attention":
+            raise SpecError(f.source, e.name("window" if window else "chunk"), window or chunk,
+                            "a window or chunk bounds attention only (mixer: attention)")
+        if window and chunk:
+            raise SpecError(f.source, e.name("chunk"), chunk, "give a window or a chunk, not both")
+        e.done()
+        pattern += [LayerKind(mixer, window=window, chunk=chunk, ffn=ffn)] * count
+    if layers % len(pattern):
+        raise SpecError(f.source, "layer_kinds", f"{len(pattern)} layers",
+                        f"the runs' counts must add up to layers ({layers}) or to a divisor of it (a repeated pattern)")
+    return pattern * (layers // len(pattern))
+
+
+def _recurrent(r: _Fields) -> RecurrentSpec:
+    """The YAML's `recurrent` block: the state of its linear-attention or Mamba-2 layers."""
+    spec = RecurrentSpec(kind=r.choice("kind", RECURRENT_KINDS), heads=r.integer("heads"),
+                         key_heads=r.integer("key_heads"), key_dim=r.integer("key_dim"),
+                         value_dim=r.integer("value_dim"), conv_kernel=r.integer("conv_kernel", 4))
+    r.done()
     return spec
 
 
@@ -433,7 +500,7 @@ def _with_overrides(text: str, source: str, as_json: bool, frozen: tuple, option
 
 @lru_cache(maxsize=512)
 def _load_model_cached(text: str, source: str, as_json: bool, frozen: tuple) -> ModelSpec:
-    return model_from_mapping(_with_overrides(text, source, as_json, frozen), source)
+    return model_from_mapping(_with_overrides(text, source, as_json, frozen, MODEL_OVERRIDABLE_OPTIONAL), source)
 
 
 @lru_cache(maxsize=512)

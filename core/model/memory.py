@@ -234,6 +234,14 @@ def stage_saved_bytes(model: ModelSpec, hw: HardwareSpec, par: Parallelism, shap
                      for spec, count in groups) for groups in stage_groups(model, par))
 
 
+def mtp_saved_bytes(model: ModelSpec, layer_input_bytes: float) -> float:
+    """Bytes the MTP modules keep for backward per micro-batch beside their transformer layers
+    (counted with the stage's layers): each one's two RMSNorm inputs (the hidden state and the
+    next tokens' embedding) and the concatenation its projection reads, each `layer_input_bytes`
+    (one hidden-wide activation) or twice that, and the final norm's input before its output layer."""
+    return model.mtp_layers * 5 * layer_input_bytes
+
+
 # The layout fields a training estimate reads (and its buffers' text): not the overlap flags,
 # the placement or the gradient-accumulation fusion (the layer shape, an argument, holds what
 # the last two move in the saved tensors).
@@ -284,8 +292,9 @@ def training_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, shape:
         transient = layer_transient
         if resharded:  # the layer in use and the one prefetched
             transient += 2 * params / split[stage] * w_bytes
-        if stage == par.pp - 1:
-            transient += tokens * model.vocab / t * logit_bytes_per_element(hw, par)
+        if stage == par.pp - 1:  # the logits of the model's loss and of each MTP module's
+            transient += (1 + model.mtp_layers) * tokens * model.vocab / t * logit_bytes_per_element(hw, par)
+            activations += mtp_saved_bytes(model, layer_input) * in_flight(par, microbatches, stage)
         backward = (optimized * early_state_bytes, activations, transient)
         step = (optimized * state_bytes, 0.0, optimized * copy_bytes)
         at_step = sum(step) > sum(backward)

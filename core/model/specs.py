@@ -273,6 +273,17 @@ class ModelSpec:
         order they first appear: what a stage or the whole model costs is the sum over these."""
         return _layer_groups(self, start, self.layers if stop is None else stop)
 
+    def trained_groups(self) -> tuple:
+        """layer_groups() and the MTP modules' layers (each one of the last layer's kind): the
+        layers a training step runs."""
+        groups = self.layer_groups()
+        if not self.mtp_layers:
+            return groups
+        last = self.layer_groups(self.layers - 1)[0][0]
+        counts = dict(groups)
+        counts[last] = counts.get(last, 0) + self.mtp_layers
+        return tuple(counts.items())
+
     def attention_params(self) -> int:
         """The sequence mixer's parameters (attention, MLA, linear attention or Mamba)."""
         h = self.hidden
@@ -339,6 +350,18 @@ class ModelSpec:
                 per_expert = spec.mlp_matrices * spec.hidden * spec.moe.expert_ffn_hidden
                 inactive += count * (spec.moe.experts - spec.moe.top_k) * per_expert
         return self.total_params() - inactive
+
+
+def model_with_kinds(base: dict, kinds: list, **fields) -> ModelSpec:
+    """A spec whose layers are `kinds` (LayerKind per layer): where every layer is the same
+    kind, no per-layer kinds (the fast single-kind path) and that kind on the spec's own fields."""
+    layer_kinds = () if len(set(kinds)) <= 1 else tuple(kinds)
+    if not layer_kinds and kinds:
+        only = kinds[0]
+        fields.update(mixer=only.mixer, window=only.window, chunk=only.chunk)
+        if only.ffn != "moe":
+            fields["moe"] = None
+    return ModelSpec(**base, layer_kinds=layer_kinds, **fields)
 
 
 @lru_cache(maxsize=1024)

@@ -119,7 +119,8 @@ def stage_profiles(model: ModelSpec, hw: HardwareSpec, dims: tuple, shape: Layer
 @lru_cache(maxsize=4096)
 def edge_ops(model: ModelSpec, hw: HardwareSpec, tokens: int, tp: int) -> tuple:
     """(first-stage forward, first backward, last-stage forward, last backward) seconds: embedding, final
-    norm, LM head and the cross-entropy loss."""
+    norm, LM head and the cross-entropy loss; on the last stage also each MTP module's own work
+    beside its transformer layer (mtp_edge_s)."""
     el = hw.act_bytes
     h, vocab = model.hidden, model.vocab // tp
     embed_fwd = ops.pointwise(hw, tokens * h * el * 2).time_s
@@ -130,7 +131,25 @@ def edge_ops(model: ModelSpec, hw: HardwareSpec, tokens: int, tp: int) -> tuple:
     last_bwd = (ops.gemm(hw, tokens, h, vocab, dtype=hw.act_dtype).time_s
                 + ops.gemm(hw, h, vocab, tokens, dtype=hw.act_dtype, weights=False).time_s
                 + ops.pointwise(hw, loss_bytes).time_s + ops.pointwise(hw, tokens * h * el * 3).time_s)
+    if model.mtp_layers:
+        mtp_fwd, mtp_bwd = mtp_edge_s(model, hw, tokens, tp)
+        last_fwd += model.mtp_layers * (mtp_fwd + last_fwd)
+        last_bwd += model.mtp_layers * (mtp_bwd + last_bwd)
     return embed_fwd, embed_bwd, last_fwd, last_bwd
+
+
+def mtp_edge_s(model: ModelSpec, hw: HardwareSpec, tokens: int, tp: int) -> tuple:
+    """(forward, backward) seconds of one MTP module's work beside its transformer layer and
+    its own output layer and loss (which cost what the model's do, edge_ops): the next tokens'
+    embedding lookup, the RMSNorms of it and of the hidden state, and the projection of their
+    concatenation [2 hidden] back to hidden (column-parallel over tp), as Megatron-Core's
+    MultiTokenPredictionLayer runs them."""
+    el, h = hw.act_bytes, model.hidden
+    lookup_and_norms = ops.pointwise(hw, tokens * h * el * 2).time_s + 2 * ops.pointwise(hw, tokens * h * el * 2).time_s
+    forward = lookup_and_norms + ops.gemm(hw, tokens, h // tp, 2 * h).time_s
+    backward = (ops.gemm(hw, tokens, 2 * h, h // tp).time_s + ops.gemm(hw, 2 * h, h // tp, tokens, weights=False).time_s
+                + ops.pointwise(hw, tokens * h * (el + 4) * 2).time_s + 2 * ops.pointwise(hw, tokens * h * el * 3).time_s)
+    return forward, backward
 
 
 # The layout fields a step's pipeline reads (its layer shape and groups, stages, schedule and
@@ -328,7 +347,23 @@ def _flops_per_token(model: ModelSpec, seq: int, score_share: float) -> float:
     if model.uniform and model.mixer == "attention" and model.mla is None and not (model.window or model.chunk):
         return 6.0 * (matmul_params + output_layer) + 12.0 * model.layers * model.q_dim * seq * score_share
     mixing = sum(count * _mixer_flops_per_token(spec, seq, score_share) for spec, count in model.layer_groups())
-    return 6.0 * (matmul_params + output_layer) + mixing
+    return 6.0 * (matmul_params + output_layer) + mixing + _mtp_flops_per_token(model, seq, score_share)
+
+
+def _mtp_flops_per_token(model: ModelSpec, seq: int, score_share: float) -> float:
+    """The MTP modules' forward and backward FLOPs per token: each one's transformer layer (its
+    active weights and its mixing), its 2 hidden -> hidden projection and its output layer, as
+    Megatron-LM's num_floating_point_operations adds the projection and one more output layer
+    per module (its norms' FLOPs are left out here, as for the model's own norms)."""
+    if not model.mtp_layers:
+        return 0.0
+    last = model.layer_groups(model.layers - 1)[0][0]
+    active = last.layer_params()
+    if last.moe is not None:
+        active -= (last.moe.experts - last.moe.top_k) * last.mlp_matrices * last.hidden * last.moe.expert_ffn_hidden
+    per_module = (6.0 * (active + 2 * model.hidden * model.hidden + model.vocab * model.hidden)
+                  + _mixer_flops_per_token(last, seq, score_share))
+    return model.mtp_layers * per_module
 
 
 def _mixer_flops_per_token(spec: ModelSpec, seq: int, score_share: float) -> float:

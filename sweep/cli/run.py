@@ -68,6 +68,9 @@ def add_arguments(parser) -> None:
                         help="with an astra backend: write the replayed graph as Chakra traces <model>.<rank>.et")
     parser.add_argument("--power-limit", default=None,
                         help="GPU power limit, e.g. 500 W (default: the hardware's; it lowers the clock)")
+    parser.add_argument("--mtp-layers", type=int, default=None,
+                        help="training: MTP modules trained beside the model (default: the model file's, e.g. "
+                             "DeepSeek-V3's num_nextn_predict_layers = 1; 0 = none)")
     parser.add_argument("--tokens-total", type=float, default=None,
                         help="a training run's tokens: adds its days, MWh (and dollars with a price)")
     parser.add_argument("--gpu-hour-usd", type=float, default=None, help="price of a GPU-hour, for the cost lines")
@@ -138,7 +141,7 @@ MODE_ONLY = {mode: keys + OPTIONAL_WORKLOAD_KEYS[mode] for mode, keys in WORKLOA
 def _check_mode_flags(args) -> None:
     """A flag of the other mode is refused, not ignored."""
     for mode, names in MODE_ONLY.items():
-        given = [name for name in names if getattr(args, name) is not None]
+        given = [name for name in names + (("mtp_layers",) if mode == "train" else ()) if getattr(args, name) is not None]
         if mode != args.mode and given:
             flag = "--" + given[0].replace("_", "-")
             raise SpecError("command line", flag, getattr(args, given[0]),
@@ -151,7 +154,9 @@ def parse_config(args):
         raise SpecError("command line", "--model", "<missing>", "give a preset name or a file")
     if not args.hardware:
         raise SpecError("command line", "--hardware", "<missing>", "give a preset name or a file")
-    model = load_model(args.model)
+    _check_mode_flags(args)
+    mtp = args.mtp_layers
+    model = load_model(args.model, None if mtp is None else {"mtp_layers": _at_least_zero("--mtp-layers", mtp)})
     hw = load_hardware(args.hardware, {"gpu.power_limit": args.power_limit} if args.power_limit else None)
     if args.dtype or args.fp8_recipe:
         hw = with_dtype(hw, args.dtype or hw.dtype, "command line", "--dtype", args.fp8_recipe, "--fp8-recipe")
@@ -171,7 +176,6 @@ def parse_config(args):
         except ValueError:
             raise SpecError("command line", "--dp", args.dp, "expected a positive integer or auto") from None
         gpus = _positive("--gpus", args.gpus if args.gpus is not None else dp * inner)
-    _check_mode_flags(args)
     train = args.mode == "train"
     sp = args.sp if args.sp is not None else (train and tp > 1)
     optimizer = {name: getattr(args, name) for name in OPTIMIZER_FLAGS if getattr(args, name) is not None}
