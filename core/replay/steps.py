@@ -453,7 +453,8 @@ def hierarchical_work(step: TrainReplay, fwd: list, bwd: list) -> StageWork:
 
 
 def _runs_s(seconds: dict, runs) -> float:
-    """Seconds of the layers in `runs` ((spec, count), ...), `seconds` per layer of each spec."""
+    """Seconds of the layers in `runs` ((spec, count), ...), `seconds` per layer of each spec
+    (one run: count x seconds, the product the single-kind replay has always taken)."""
     if len(runs) == 1:
         spec, n = runs[0]
         return n * seconds[spec]
