@@ -50,10 +50,14 @@ def check_serve_workload(work: ServeWorkload, source: str, prefix: str = "worklo
 
 
 def serve_layout_reason(model, hw, par: Parallelism, work: ServeWorkload, gpus: int) -> str:
-    """Why a serving point's layout cannot run ("" when it can), beyond check_layout's rules: an
-    aggregated point's attention-DP ranks divide its engine's tp GPUs and it sets no pool; a
+    """Why a serving point's layout cannot run ("" when it can), beyond check_layout's rules: its
+    etp the tp GPUs ep leaves (the one split the simulator times); an aggregated point's attention-DP ranks divide its engine's tp GPUs and it sets no pool; a
     disaggregated point is laid out by its pools alone, which fill the GPUs, each pool a layout
     check_layout accepts whose attention-DP and ep divide its tp."""
+    expert_tp = serving_etp(par.tp, par.ep) if par.ep > 1 else par.tp
+    if par.etp and par.etp != expert_tp:
+        return (f"etp ({par.etp}) must be tp / ep ({par.tp} / {par.ep} = {expert_tp}): a serving engine splits "
+                "each expert over the GPUs of its tp that ep leaves (TensorRT-LLM's moe_tp_size)")
     if not work.disagg:
         pooled = [f"{name} = {getattr(work, name)}" for name in POOL_KNOBS if getattr(work, name) != _DEFAULTS[name]]
         if pooled:

@@ -259,6 +259,10 @@ def _check_serving(study: Study, written: dict) -> None:
     if study.backend != "analytical":
         raise SpecError(study.path, "backend", study.backend,
                         "a serving study runs the engine simulator: expected analytical")
+    etp = study.space.choices()["etp"]
+    if etp != (0,):
+        raise SpecError(study.path, "space.etp", list(etp), "a serving engine splits each expert over the tp / ep GPUs "
+                        "ep leaves (TensorRT-LLM's moe_tp_size), derived: sweep tp and ep instead")
     swept = {study.space.knobs[i].name: study.space.knobs[i].values for i in study.space.workload_axes}
     first = {name: values[0] for name, values in swept.items()}
     for name, values in swept.items():
