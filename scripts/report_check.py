@@ -21,7 +21,7 @@ MIN_INK = 0.02  # share of non-white pixels below which a page counts as blank
 
 
 STUDIES = ("quickstart.yaml", "faults_quick.yaml", "search_constraints_quick.yaml", "inference_quick.yaml",
-           "serving_70b_h200.yaml", "serving_70b_slo.yaml")
+           "serving_70b_h200.yaml", "serving_70b_slo.yaml", "serving_dsv3_b200.yaml", "serving_dsv3_slo.yaml")
 
 
 def studies() -> list:

@@ -14,6 +14,8 @@ from core import Parallelism, SpecError, load_hardware, load_model
 from core.model.specs import ServeWorkload
 from core.serving.point import serve_point
 from sweep.execution.engine import run_study
+from sweep.report.page import build_report, figure_specs, write_html
+from sweep.search.loop import run_search
 from sweep.store.parts import read_results
 from sweep.study.grid import plan_study
 from sweep.study.loader import load_study
@@ -114,3 +116,25 @@ def test_deepseek_v3_on_256_gpus_sweeps_tp_pp_ep_attention_dp_and_resumes_exactl
     resumed = read_results(killed.output).drop_columns(["eval_time_s"])
     assert resumed.equals(read_results(reference.output).drop_columns(["eval_time_s"]))
     assert set(resumed.column("attention_dp").to_pylist()) == {1, 8} and set(resumed.column("ep").to_pylist()) == {8, 16}
+
+
+def test_the_frontier_names_pools_colours_layouts_and_leaves_constraint_breakers_hollow(tmp_path):
+    search = {"sampler": "random", "trials": 12, "objectives": ["maximize output_tokens_per_s_per_gpu"],
+              "constraints": ["tpot_s <= 0.008"]}
+    study = load_study(write(tmp_path, {**LAYOUT_STUDY, "space": {
+        "tp": [1, 2], "disagg": [False, True], "prefill_tp": [2], "decode_tp": [2], "concurrency": [1, 8, 32]},
+        "search": search}))
+    run_search(study, executor="inprocess", progress=False)
+    rows = read_results(study.output).to_pandas().drop_duplicates("point_id")
+    page = write_html(build_report(study.output), tmp_path / "page.html").read_text()
+    frontier = next(spec for spec in figure_specs(page)
+                    if spec["layout"]["title"]["text"].startswith("How many tokens does each GPU serve"))
+    lines = [t for t in frontier["data"] if t["name"] != "frontier within the constraints"]
+    assert {t["name"] for t in lines} <= {"agg dp4 tp1", "agg dp2 tp2", "disagg 1 x tp2 prefill + 1 x tp2 decode"}
+    tpot = {(round(r["output_tokens_per_s_per_user"], 6), round(r["output_tokens_per_s_per_gpu"], 6)): r["tpot_s"]
+            for _, r in rows[rows["feasible"]].iterrows()}
+    hollow = [(symbol.endswith("-open"), tpot[(round(x, 6), round(y, 6))] > 0.008)
+              for t in lines for x, y, symbol in zip(t["x"], t["y"], t["marker"]["symbol"])]
+    assert len(hollow) == len(tpot) and all(drawn == breaks for drawn, breaks in hollow)
+    assert {breaks for _, breaks in hollow} == {True, False}
+    assert frontier["layout"]["yaxis"]["type"] == "log"
