@@ -90,6 +90,7 @@ def meets(rows, constraints) -> list:
 
 
 ENGINE_DASHES = ("solid", "dash", "dot", "dashdot")
+BREAKS = "breaks a constraint"
 LOG_TICKS = tuple(m * 10 ** e for e in range(7) for m in (1, 2, 5))  # 1, 2, 5, 10, ...: whole numbers read as such
 ENGINE_SYMBOLS = ("circle", "square", "diamond", "triangle-up")
 
@@ -120,13 +121,18 @@ def frontier(data: ReportData) -> go.Figure | None:
         colour = PALETTE[layouts.index(first["layout"]) % len(PALETTE)]
         style = engines.index(first["engine"]) % len(ENGINE_DASHES) if engines else 0
         hover = [f"{name}<br>{load(data, r)}<br>TTFT p90 {seconds(r['ttft_p90_s'])}, TPOT {r['tpot_s'] * MS:.1f} ms"
-                 + ("" if ok else "<br>breaks a constraint") for ok, (_, r) in zip(group["meets"], group.iterrows())]
+                 + ("" if ok else f"<br>{BREAKS}") for ok, (_, r) in zip(group["meets"], group.iterrows())]
         traces.append(go.Scatter(
-            x=group[PER_USER].tolist(), y=group[PER_GPU].tolist(), mode="lines+markers", name=name,
+            x=group[PER_USER].tolist(), y=group[PER_GPU].tolist(), mode="lines+markers", name=name, legendgroup=name,
             line=dict(color=colour, width=1.5, dash=ENGINE_DASHES[style]),
-            marker=dict(size=8, symbol=[ENGINE_SYMBOLS[style] + ("" if ok else "-open") for ok in group["meets"]],
-                        color=colour, line=dict(color=colour, width=1.5)),
+            marker=dict(size=8, symbol=ENGINE_SYMBOLS[style], color=colour),
             text=hover, hovertemplate="%{text}<br>%{x:.1f} tok/s/user, %{y:,.0f} tok/s/GPU<extra></extra>"))
+        broken = group[~group["meets"]]
+        if len(broken):  # hollowed over the line's markers, so the legend keeps the solid one
+            traces.append(go.Scatter(
+                x=broken[PER_USER].tolist(), y=broken[PER_GPU].tolist(), mode="markers", legendgroup=name,
+                name=f"{name}: {BREAKS}", showlegend=False, hoverinfo="skip",
+                marker=dict(size=8, symbol=ENGINE_SYMBOLS[style], color="white", line=dict(color=colour, width=1.5))))
     # a search's frontier is over the points that meet its constraints: what the SLOs allow
     within = rows[rows["meets"]].reset_index(drop=True)
     table = pa.table({PER_USER: within[PER_USER].tolist(), PER_GPU: within[PER_GPU].tolist(),
