@@ -36,6 +36,11 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
     if reason:
         raise SpecError("", "parallelism", _layout_text(par), reason)
     if isinstance(work, ServeWorkload):
+        from core.serving.point import serve_layout_reason
+
+        reason = serve_layout_reason(model, hw, par, work, gpus)
+        if reason:
+            raise SpecError("", "parallelism", _layout_text(par), reason)
         return _serve_record(model, hw, par, work)
     record = _memory_fields(estimate_memory(model, hw, par, work))
     record.update({key: None for key in ENERGY})
@@ -70,6 +75,7 @@ def _serve_record(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Se
 
     figures = serve_point(model, hw, par, work)
     record = {key: math.nan for key in UNTIMED}
+    record["kv_transfer_s"] = math.nan  # disaggregated points' figures set it
     record.update({key: None for key in ENERGY})
     record.update(figures)
     record["tokens_per_s"] = figures["output_tokens_per_s"]
@@ -77,7 +83,7 @@ def _serve_record(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Se
     record["infeasible_reason"] = "" if figures["feasible"] else \
         "the weights and one request's KV cache do not fit in an engine's memory"
     record["memory"], record["breakdown"], record["detail"] = {}, {}, {}
-    if figures["feasible"] and hw.gpu.power is not None:
+    if figures["feasible"] and hw.gpu.power is not None and not work.disagg:  # one kind of engine only
         record.update(serve_energy_fields(model, hw, par, work, figures))
     return record
 

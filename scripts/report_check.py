@@ -4,7 +4,8 @@ training grid), a fault study, a search with constraints and an inference study.
 
 Each study is swept first if its table is missing (`--local`), reported with `rapid
 report`, then loaded by Chromium with a virtual-time budget so plotly has drawn before the
-shot. A screenshot that is nearly all white (plots not drawn) fails the check."""
+shot. A screenshot whose page is its header alone, or nearly all white (plots not drawn),
+fails the check."""
 import shutil
 import subprocess
 import sys
@@ -17,11 +18,12 @@ RAPID = ROOT / ".venv" / "bin" / "rapid"
 SHOTS = ROOT / "results" / "screenshots"
 WIDTH, HEIGHT = 1400, 9000  # a laptop-wide window, tall enough for a whole report page
 VIRTUAL_TIME_MS = 20000
-MIN_INK = 0.02  # share of non-white pixels below which a page counts as blank
+MIN_INK = 0.02  # share of non-white pixels, over the page's drawn height, below which it counts as blank
+MIN_PAGE_PX = 500  # drawn height below which a page is its header alone (its plots not drawn)
 
 
 STUDIES = ("quickstart.yaml", "faults_quick.yaml", "search_constraints_quick.yaml", "inference_quick.yaml",
-           "serving_70b_h200.yaml", "serving_70b_slo.yaml")
+           "serving_70b_h200.yaml", "serving_70b_slo.yaml", "serving_dsv3_b200.yaml", "serving_dsv3_slo.yaml")
 
 
 def studies() -> list:
@@ -45,9 +47,13 @@ def output_folder(study: Path) -> Path:
     return ROOT / load_study(study).output
 
 
-def ink(png: Path) -> float:
-    pixels = matplotlib.image.imread(png)[..., :3]
-    return float((pixels.min(axis=2) < 0.94).mean())
+def ink(png: Path) -> tuple:
+    """(share of non-white pixels down to the page's last drawn row, that row): over the page,
+    not the tall window, so a short report of two figures is judged like a long one."""
+    drawn = matplotlib.image.imread(png)[..., :3].min(axis=2) < 0.94
+    rows = drawn.any(axis=1).nonzero()[0]
+    height = int(rows[-1]) + 1 if len(rows) else 0
+    return (float(drawn[:height].mean()) if height else 0.0), height
 
 
 def main() -> int:
@@ -63,10 +69,10 @@ def main() -> int:
                         f"--window-size={WIDTH},{HEIGHT}", f"--virtual-time-budget={VIRTUAL_TIME_MS}",
                         f"--screenshot={shot}", page.as_uri()],
                        check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=180)
-        share = ink(shot)
-        verdict = "ok" if share >= MIN_INK else "BLANK"
+        share, height = ink(shot)
+        verdict = "ok" if share >= MIN_INK and height >= MIN_PAGE_PX else "BLANK"
         failed += verdict != "ok"
-        print(f"{study.name:34s} {shot.relative_to(ROOT)}  {share:6.1%} of pixels drawn  {verdict}")
+        print(f"{study.name:34s} {shot.relative_to(ROOT)}  {height:5d} px tall, {share:6.1%} of its pixels drawn  {verdict}")
     return 1 if failed else 0
 
 

@@ -283,6 +283,12 @@ _TRAINING_DEFAULTS = {name: getattr(Parallelism(), name) for name in TRAINING_ON
 SERVING_TAKES = ("ep", "etp")
 
 
+def serving_etp(tp, ep):
+    """A serving engine's expert tensor parallelism when a study leaves it: its tp GPUs split by
+    ep; works on integers and numpy arrays alike."""
+    return (tp // ep).clip(1) if hasattr(tp, "clip") else max(1, tp // ep)
+
+
 def untaken_knobs(work) -> tuple:
     """The Parallelism knobs a non-training workload leaves at their defaults."""
     return TRAINING_ONLY if isinstance(work, InferWorkload) else tuple(n for n in TRAINING_ONLY if n not in SERVING_TAKES)

@@ -673,9 +673,40 @@ class ServeWorkload:
     # the engines' overheads were fitted with drew theirs so (core/validation/serving.py), and
     # fixed lengths lock a closed loop into waves that queue their prefills
     length_spread: float = 0.1
+    # the layout beyond the Parallelism (core.serving.point.serve_layout_reason has the rules):
+    # attention-DP ranks per aggregated engine, or, `disagg`, a prefill pool and a decode pool of
+    # `workers` engines of `tp` GPUs each (their `batch` 0: the engine's request cap)
+    attention_dp: int = 1
+    disagg: bool = False
+    prefill_workers: int = 1
+    prefill_tp: int = 1
+    prefill_ep: int = 1
+    prefill_attention_dp: int = 1
+    prefill_batch: int = 0
+    decode_workers: int = 1
+    decode_tp: int = 1
+    decode_ep: int = 1
+    decode_attention_dp: int = 1
+    decode_batch: int = 0
     mode: str = "serve"
 
+    def settled(self) -> "ServeWorkload":
+        """This workload as simulated: an aggregated one's pool fields at their defaults, so that
+        no pool value a study sweeps for its disaggregated points enters an aggregated point."""
+        if self.disagg:
+            return self
+        return replace(self, **{f"{pool}_{name}": _POOL_DEFAULTS[name] for pool in SERVE_POOLS for name in POOL_FIELDS})
 
-# ServeWorkload fields a study may sweep as knobs: none of them decides whether a layout is legal
-SERVE_KNOBS = ("concurrency", "request_rate", "isl", "osl", "requests", "engine", "max_num_tokens", "max_batch",
-               "length_spread")
+
+# What a disaggregated pool is given, per pool: `prefill_<field>`, `decode_<field>`
+SERVE_POOLS = ("prefill", "decode")
+POOL_FIELDS = ("workers", "tp", "ep", "attention_dp", "batch")
+# ServeWorkload fields a study may sweep as knobs: the load and engine, which no layout rule reads,
+# and the serving layout's own (attention-DP, disaggregated pools, the KV cache's dtype), which
+# decide with the Parallelism whether a point can run
+SERVE_LOAD_KNOBS = ("concurrency", "request_rate", "isl", "osl", "requests", "engine", "max_num_tokens",
+                    "max_batch", "length_spread")
+SERVE_LAYOUT_KNOBS = ("attention_dp", "kv_dtype", "disagg",
+                      *(f"{pool}_{name}" for pool in SERVE_POOLS for name in POOL_FIELDS))
+SERVE_KNOBS = SERVE_LOAD_KNOBS + SERVE_LAYOUT_KNOBS
+_POOL_DEFAULTS = {name: ServeWorkload.__dataclass_fields__[f"prefill_{name}"].default for name in POOL_FIELDS}

@@ -4,13 +4,12 @@ import math
 
 from core import Parallelism, SpecError
 from core.evaluation import serve_energy_fields
-from core.model.specs import ServeWorkload
+from core.model.specs import POOL_FIELDS, ServeWorkload
 from core.model.loader import load_hardware, load_model, with_dtype
 from core.serving.engines import ENGINES, engine_spec
 from core.serving.service import SERVE_COLUMNS, Pool, serve, serve_disagg
 from core.serving.point import load_of
 
-POOL_FIELDS = ("workers", "tp", "ep", "attention_dp", "batch")
 # flags only --mode serve takes (their defaults are None so another mode can refuse them)
 SERVE_FLAGS = ("engine", "isl", "osl", "concurrency", "request_rate", "requests", "length_spread", "attention_dp",
                "max_num_tokens",

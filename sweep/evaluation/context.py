@@ -24,7 +24,7 @@ class WorkContext:
 
     def workload_of(self, knob_columns: list, row: int):
         """The workload of the point at `row` of a batch whose knob values are `knob_columns`."""
-        return replace(self.workload, **{name: knob_columns[index][row] for index, name in self.workload_knobs})
+        return replace(self.workload, **{name: knob_columns[index][row] for index, name in self.workload_knobs}).settled()
 
 
 def unit_columns(knobs: tuple) -> tuple:

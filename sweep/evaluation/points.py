@@ -7,6 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from core import Parallelism, evaluate
+from core.serving.point import POOL_KNOBS
 from sweep.metrics import METRICS, SERVE_METRICS
 from sweep.study.cost_block import cost_fields
 from sweep.study.grid import PointBlock
@@ -26,6 +27,8 @@ def evaluate_points(context: WorkContext, points) -> pa.Table:
         columns[name] = [value] * n
     for field, column in zip(context.knob_fields, knob_columns):
         columns[field.name] = column
+    if context.workload.mode == "serve":
+        _drop_unused_pools(columns, n)
     for index, column, numbers in context.unit_columns:
         columns[column] = [numbers[value] for value in knob_columns[index]]
     records, seconds = [], []
@@ -67,6 +70,14 @@ def evaluate_points(context: WorkContext, points) -> pa.Table:
     known = {f.name for f in fields}
     fields += [pa.field(name, pa.float64()) for name in columns if name not in known]
     return pa.Table.from_pydict(columns, schema=pa.schema(fields))
+
+
+def _drop_unused_pools(columns: dict, n: int) -> None:
+    """A serving table's pool columns left null on aggregated rows, which have no pools."""
+    aggregated = [not d for d in columns["disagg"]] if "disagg" in columns else [True] * n
+    for name in POOL_KNOBS:
+        if name in columns:
+            columns[name] = [None if agg else value for agg, value in zip(aggregated, columns[name])]
 
 
 def _point_columns(points) -> tuple:

@@ -18,6 +18,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColu
                            TimeElapsedColumn, TimeRemainingColumn)
 
 from core import MODEL_VERSION
+from core.serving.point import POOL_KNOBS
 
 from . import raycluster
 from .rates import remember_rate
@@ -155,10 +156,12 @@ def work_context(study: Study, models: tuple = (), hardware: tuple = ()) -> Work
     """The per-study constants and column types every worker batch needs, with the spec
     variants points index into (a search ships its variants with each batch instead)."""
     swept = tuple((i, study.space.knobs[i].name) for i in study.space.workload_axes)
-    swept_names = {name for _, name in swept}
+    not_constant = {name for _, name in swept}
+    if study.mode == "serve" and "disagg" not in not_constant and not study.workload.disagg:
+        not_constant |= set(POOL_KNOBS)  # no point has pools: no pool columns
     constants = (("model", study.model), ("hardware", study.hardware), ("gpus", study.gpus),
                  ("backend", study.backend)) + tuple((key, value) for key, value in asdict(study.workload).items()
-                                                     if key not in swept_names)
+                                                     if key not in not_constant)
     auto_types = {"dp": pa.int64(), "sp": pa.bool_(), "overlap_param_gather": pa.bool_()}
     fields = tuple(pa.field(k.column, auto_types[k.name] if k.values == (AUTO,) else knob_type(k.probe_values))
                    for k in study.space.knobs)

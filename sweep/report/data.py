@@ -13,7 +13,8 @@ from sweep.store.parts import read_metadata, read_results
 GIB = 2 ** 30
 # knob column -> short prefix for layout labels ("tp4 pp2 z1 mb2 selective")
 LABEL_PREFIXES = {"dp": "dp", "tp": "tp", "pp": "pp", "cp": "cp", "ep": "ep", "etp": "etp", "sp": "sp", "zero": "z",
-                  "micro_batch": "mb", "virtual_stages": "v", "schedule": "", "recompute": "", "placement": ""}
+                  "micro_batch": "mb", "virtual_stages": "v", "schedule": "", "recompute": "", "placement": "",
+                  "attention_dp": "adp", "kv_dtype": "kv-"}
 # names readers know the knobs by, for axis titles and legends
 KNOB_TITLES = {"dp": "data parallel (dp)", "tp": "tensor parallel (tp)", "pp": "pipeline parallel (pp)",
                "cp": "context parallel (cp)", "ep": "expert parallel (ep)", "sp": "sequence parallel (sp)",

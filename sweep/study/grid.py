@@ -9,22 +9,29 @@ import hashlib
 import json
 import math
 from collections import Counter
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 
 import numpy as np
 
 from core import MODEL_VERSION, Parallelism, SpecError
+from core.model.specs import SERVE_LAYOUT_KNOBS
+from core.model.layout import serving_etp
 from core.model.layout_masks import REASON_INPUTS, layout_failures
 from core.replay.network import astra_network
 
 from .loader import Study
 from .plan import PARALLELISM_FIELDS, Plan, Planner, Point, group_reason, reason_pattern, _NUMBER
-from .space import AUTO, VARIANT_KNOB, serving_etp
+from .space import AUTO, VARIANT_KNOB
 
 CHUNK_COMBINATIONS = 1 << 17
 FRAGMENT_TABLE = 4096  # joint JSON fragments of several Parallelism fields, per id column
 GPU_COUNT_RULE = 1  # Space.resolve's rule; check_layout's rules follow it
 GPU_COUNT_INPUTS = ("tp", "pp", "cp")
+# A serving study's own rules, after check_layout's: the per-point path's (check_layout on the
+# point's own workload, then core.serving.point.serve_layout_reason), asked once per group of
+# combinations sharing the layout and the swept serving-layout knobs (SERVE_LAYOUT_KNOBS)
+SERVE_RULE = GPU_COUNT_RULE + len(REASON_INPUTS) + 1
+SERVE_INPUTS = ("dp", "tp", "pp", "ep", "etp", "model", "hardware")
 
 
 @dataclass
@@ -120,6 +127,13 @@ class GridPlanner:
         self.hardware_axes = [i for i, k in enumerate(knobs) if k.name in hardware_names]
         self.rejections = Rejections()
         self.legal = 0
+        # a serving study's swept layout knobs, grouped on as `knob:<name>` codes
+        self.serve_axes = [i for i in self.space.workload_axes if knobs[i].name in SERVE_LAYOUT_KNOBS]
+        self.serve_inputs = SERVE_INPUTS + tuple(f"knob:{knobs[i].name}" for i in self.serve_axes)
+        # check_layout's rules read the workload; a swept kv_dtype is the serving pass's to check
+        self.layout_workload = study.workload
+        if "kv_dtype" in (knobs[i].name for i in self.serve_axes):
+            self.layout_workload = replace(study.workload, kv_dtype="")
         if self.total:
             self.model_table = self._variants(self.model_axes, "model_knobs", self.planner._models, study.model_spec)
             self.hardware_table = self._variants(self.hardware_axes, "hardware_knobs", self.planner._hardware,
@@ -157,12 +171,17 @@ class GridPlanner:
         model_codes = self.model_table[_mixed(index, self.model_axes, self.sizes)]
         hardware_codes = self.hardware_table[_mixed(index, self.hardware_axes, self.sizes)]
         failed = layout_failures(columns, self.models, model_codes, self.hardware, hardware_codes,
-                                 self.study.workload, self.study.gpus)
+                                 self.layout_workload, self.study.gpus)
         failed = np.where(failed > 0, failed + GPU_COUNT_RULE, 0).astype(np.int8)
         failed[gpu_count_broken] = GPU_COUNT_RULE
         codes = {**{name: c for name, (c, _) in columns.items()}, "model": model_codes, "hardware": hardware_codes}
         sizes = {**{name: len(values) for name, (_, values) in columns.items()}, "model": len(self.models),
                  "hardware": len(self.hardware)}
+        for axis in self.serve_axes:
+            codes[f"knob:{self.space.knobs[axis].name}"], sizes[f"knob:{self.space.knobs[axis].name}"] = \
+                index[axis], self.sizes[axis]
+        if self.study.mode == "serve":
+            self._serve_failures(start, failed, codes, sizes)
         self._reject(start, failed, codes, sizes)
         legal = np.flatnonzero(failed == 0)
         self.legal += len(legal)
@@ -199,12 +218,25 @@ class GridPlanner:
             columns["overlap_param_gather"] = (((zero >= 1) & (zero <= 2)).astype(np.int64), (False, True))
         return columns, broken
 
+    def _serve_failures(self, start: int, failed: np.ndarray, codes: dict, sizes: dict) -> None:
+        """Mark SERVE_RULE on the combinations check_layout's masks pass and the per-point path
+        refuses, asking it once per group sharing SERVE_INPUTS and the swept layout knobs."""
+        rows = np.flatnonzero(failed == 0)
+        if not len(rows):
+            return
+        key = _group_key([codes[name][rows] for name in self.serve_inputs],
+                         [sizes[name] for name in self.serve_inputs], len(rows))
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        refused = np.array([isinstance(self.planner.point(self.choice(start + int(rows[i]))), str) for i in first])
+        failed[rows[refused[inverse.reshape(-1)]]] = SERVE_RULE
+
     def _reject(self, start: int, failed: np.ndarray, codes: dict, sizes: dict) -> None:
         """Group the chunk's rejections by what their reason's text depends on; the text of
         each group from the per-point path."""
         for rule in np.unique(failed[failed > 0]).tolist():
             rows = np.flatnonzero(failed == rule)
-            inputs = GPU_COUNT_INPUTS if rule == GPU_COUNT_RULE else REASON_INPUTS[rule - GPU_COUNT_RULE - 1]
+            inputs = (GPU_COUNT_INPUTS if rule == GPU_COUNT_RULE else self.serve_inputs if rule == SERVE_RULE
+                      else REASON_INPUTS[rule - GPU_COUNT_RULE - 1])
             _, first, counts = np.unique(_group_key([codes[name][rows] for name in inputs],
                                                     [sizes[name] for name in inputs], len(rows)),
                                          return_index=True, return_counts=True)

@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING
 
 from core import BACKENDS, InferWorkload, SpecError, TrainWorkload, load_hardware, load_model
 from core.evaluation import ENERGY
-from core.model.specs import COMPUTE_DTYPES, KV_DTYPES, MAX_WORKLOAD_SIZE, WORKLOAD_SIZE_ALLOWED, ServeWorkload
-from core.serving.point import check_serve_workload
+from core.model.specs import (COMPUTE_DTYPES, KV_DTYPES, MAX_WORKLOAD_SIZE, SERVE_KNOBS, SERVE_POOLS,
+                              WORKLOAD_SIZE_ALLOWED, ServeWorkload)
+from core.serving.point import POOL_KNOBS, check_serve_workload, pool_of
+from core.serving.service import check_pool
 from core.textfile import parse_mapping, read_text
 
 from sweep.metrics import COST
@@ -29,8 +31,7 @@ REQUIRED_KEYS = ("name", "model", "hardware", "gpus", "workload", "space")
 WORKLOAD_KEYS = {"train": ("global_batch", "seq"), "infer": ("batch", "prompt", "decode"), "serve": ("isl", "osl")}
 # infer's kv_dtype: the KV cache's dtype (default: the activations'); serve's: core.model.specs.ServeWorkload
 OPTIONAL_WORKLOAD_KEYS = {"train": ("tokens_total",), "infer": ("kv_dtype",),
-                          "serve": ("concurrency", "request_rate", "requests", "engine", "max_num_tokens", "max_batch",
-                                    "kv_dtype", "length_spread")}
+                          "serve": tuple(k for k in SERVE_KNOBS if k not in ("isl", "osl"))}
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 SPEC_PREFIXES = ("model.", "hardware.")
 
@@ -61,8 +62,10 @@ class Study:
         return self.workload.mode
 
     def workload_for(self, knobs: tuple = ()):
-        """The workload with a serving point's swept fields (Resolved.workload_knobs)."""
-        return replace(self.workload, **dict(knobs)) if knobs else self.workload
+        """The workload with a serving point's swept fields (Resolved.workload_knobs), an
+        aggregated point's pool fields at their defaults (ServeWorkload.settled)."""
+        work = replace(self.workload, **dict(knobs)) if knobs else self.workload
+        return work.settled() if work.mode == "serve" else work
 
     def model_spec(self, knobs: tuple = ()):
         """The model with the study's overrides plus a point's `model.*` knobs."""
@@ -125,7 +128,7 @@ def load_study(path, output: str | None = None) -> Study:
                   cost=parse_cost(data["cost"], source) if data.get("cost") is not None else None)
     _check_specs(study)
     if study.mode == "serve":
-        _check_serving(study)
+        _check_serving(study, data["workload"])
     _check_energy_asked(study, data)
     if data.get("faults") is not None:
         study = replace(study, faults=_faults(data["faults"], study))
@@ -239,6 +242,8 @@ def _check_serve_type(name: str, value, source: str, field: str) -> None:
     a count."""
     if name in ("engine", "kv_dtype"):
         ok, kind = isinstance(value, str), "a name"
+    elif name == "disagg":
+        ok, kind = isinstance(value, bool), "true or false"
     elif name in ("request_rate", "length_spread"):
         ok, kind = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
     else:
@@ -247,25 +252,56 @@ def _check_serve_type(name: str, value, source: str, field: str) -> None:
         raise SpecError(source, field, value, f"expected {kind}")
 
 
-def _check_serving(study: Study) -> None:
+def _check_serving(study: Study, written: dict) -> None:
     """A serving study: the analytical backend, and every swept load value one the engine
     simulator takes beside the first value of every other knob (which also holds exactly one
     of concurrency and request_rate set)."""
     if study.backend != "analytical":
         raise SpecError(study.path, "backend", study.backend,
                         "a serving study runs the engine simulator: expected analytical")
+    etp = study.space.choices()["etp"]
+    if etp != (0,):
+        raise SpecError(study.path, "space.etp", list(etp), "a serving engine splits each expert over the tp / ep GPUs "
+                        "ep leaves (TensorRT-LLM's moe_tp_size), derived: sweep tp and ep instead")
     swept = {study.space.knobs[i].name: study.space.knobs[i].values for i in study.space.workload_axes}
     first = {name: values[0] for name, values in swept.items()}
     for name, values in swept.items():
         for value in values:
             _check_serve_type(name, value, study.path, f"space.{name}")
             try:
-                check_serve_workload(study.workload_for(tuple({**first, name: value}.items())), study.path, "")
+                check_serve_workload(replace(study.workload, **{**first, name: value}), study.path, "")
             except SpecError as err:
                 where = f"space.{err.field}" if err.field in swept else f"workload.{err.field}"
                 raise SpecError(study.path, where, err.value, err.allowed) from None
     if not swept:
         check_serve_workload(study.workload, study.path)
+    _check_pools(study, swept, written)
+
+
+def _check_pools(study: Study, swept: dict, written: dict) -> None:
+    """Disaggregated pools as `rapid run --mode serve --disagg` takes them: a pool knob (in the
+    workload `written` or the space) needs a point with disagg true, and a disaggregated point
+    both its pools."""
+    def where(name):
+        return f"space.{name}" if name in swept else f"workload.{name}"
+
+    given = [name for name in POOL_KNOBS if name in swept or name in written]
+    disagg = swept.get("disagg", (study.workload.disagg,))
+    if given and True not in disagg:
+        raise SpecError(study.path, where(given[0]), swept.get(given[0], getattr(study.workload, given[0])),
+                        "a prefill or decode pool needs disagg: true (in the workload or the space)")
+    if True not in disagg:
+        return
+    for pool in SERVE_POOLS:
+        if not any(name.startswith(pool) for name in given):
+            other = next(iter(given), "disagg")
+            raise SpecError(study.path, where(other), swept.get(other, getattr(study.workload, other)),
+                            f"disagg needs both a prefill pool and a decode pool: give {pool}_workers, {pool}_tp, ...")
+        if not any(name.startswith(pool) for name in swept):  # a pool the workload alone lays out
+            try:
+                check_pool(pool_of(study.workload, pool), study.path, f"{pool}_")
+            except SpecError as err:
+                raise SpecError(study.path, f"workload.{err.field}", err.value, err.allowed) from None
 
 
 def _check_energy_asked(study: Study, data: dict) -> None:

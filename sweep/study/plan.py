@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 
 from core import MODEL_VERSION, check_layout
+from core.serving.point import POOL_KNOBS, serve_layout_reason
 
 from .space import PARALLEL_KNOBS, VARIANT_KNOB, Resolved
 from .loader import Study
@@ -60,12 +61,25 @@ class Planner:
         model_index, model = self._variant(self._models, resolved.model_knobs, self.study.model_spec)
         hardware_index, hw = self._variant(self._hardware, resolved.hardware_knobs, self.study.hardware_spec)
         par = resolved.parallelism
-        reason = check_layout(model, hw, par, self.study.workload, self.study.gpus)
+        work = self.study.workload_for(resolved.workload_knobs)
+        reason = check_layout(model, hw, par, work, self.study.gpus)
+        if not reason and work.mode == "serve":
+            reason = serve_layout_reason(model, hw, par, work, self.study.gpus) or self._pools_unused(choice, work)
         if reason:
             return reason
         fields = tuple(getattr(par, name) for name in PARALLELISM_FIELDS)
         return Point(point_id(self.study, resolved, self._digest(model), self._digest(hw)), resolved.values,
                      fields, model_index, hardware_index)
+
+    def _pools_unused(self, choice: dict, work) -> str:
+        """An aggregated point takes no pool: it is planned once, at each swept pool knob's first
+        value (its id and row the same whatever the pool knobs say; the table leaves them null)."""
+        if work.disagg:
+            return ""
+        moved = [f"{k.name} = {choice[k.name]}" for k in self.study.space.knobs
+                 if k.name in POOL_KNOBS and choice[k.name] != k.values[0]]
+        return (f"{', '.join(moved)}: pool knobs, which an aggregated point (disagg false) does not take "
+                "(it is planned at their first values)") if moved else ""
 
     def _digest(self, spec) -> str:
         key = id(spec)

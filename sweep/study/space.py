@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass
 
 from core import Parallelism, SpecError
+from core.model.layout import serving_etp
 from core.model.specs import (COMPUTE_DTYPES, FP8_RECIPES, GRAD_DTYPES, MASTER_WEIGHTS, OPTIMIZER_DTYPES, RECOMPUTE,
                               SCHEDULES, SERVE_KNOBS)
 from core.units import BASE_UNITS, QUANTITY_KINDS, quantity
@@ -204,12 +205,6 @@ class Space:
                 model, hardware = model + variant.model_overrides, hardware + variant.hardware_overrides
         workload = tuple((self.knobs[i].name, choice[self.knobs[i].name]) for i in self.workload_axes)
         return Resolved(values, Parallelism(**par), model, hardware, reason, workload)
-
-
-def serving_etp(tp, ep):
-    """A serving engine's expert tensor parallelism when the study leaves it: its tp GPUs split
-    by ep (core.model.layout.SERVING_TAKES); works on integers and numpy arrays alike."""
-    return (tp // ep).clip(1) if hasattr(tp, "clip") else max(1, tp // ep)
 
 
 def _spec_paths(names, prefix: str) -> list:
