@@ -6,7 +6,8 @@ from .errors import SpecError
 from core.model.graph import train_shape
 from core.model.layout import check_layout, group_spans
 from core.model.memory import GiB, MemoryEstimate, inference_memory, training_memory
-from core.model.specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism, ServeWorkload, TrainWorkload
+from core.model.specs import (HardwareSpec, InferWorkload, ModelSpec, Parallelism, ServeWorkload, TrainWorkload,
+                              memory_view)
 from core.model.energy import power_limited, spread_over
 from core.model.inference import infer_request
 from core.model.power import energy_j
@@ -35,7 +36,7 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
     if backend != "analytical" and not model.uniform:
         raise SpecError("", "backend", backend, f"{model.name}'s layers differ (or it trains MTP modules); the replay "
                         "backends replay one layer shape: use the analytical backend")
-    reason = check_layout(model, hw, par, work, gpus)
+    reason = _layout_reason(model, memory_view(hw), par, work, gpus)
     if reason:
         raise SpecError("", "parallelism", _layout_text(par), reason)
     if isinstance(work, ServeWorkload):
@@ -143,10 +144,18 @@ def energy_fields(hw: HardwareSpec, par: Parallelism, work, gpus: int, step_s: f
     return fields
 
 
+@functools.lru_cache(maxsize=16384)
+def _layout_reason(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: int) -> str | None:
+    """check_layout, memoized: a sweep meets each layout once per hardware variant."""
+    return check_layout(model, hw, par, work, gpus)
+
+
 def estimate_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work,
                     first_iteration: bool = False) -> MemoryEstimate:
     """Per-GPU memory of the most loaded stage, without timing anything else (training:
-    through the first iteration only, with `first_iteration`)."""
+    through the first iteration only, with `first_iteration`). Read on the hardware's
+    memory_view: variants apart only in rates share one memoized estimate."""
+    hw = memory_view(hw)
     if isinstance(work, TrainWorkload):
         shape = train_shape(par, work)
         micro = work.global_batch // (par.dp * par.micro_batch)
