@@ -6,7 +6,8 @@ from .errors import SpecError
 from core.model.graph import train_shape
 from core.model.layout import check_layout, group_spans
 from core.model.memory import GiB, MemoryEstimate, inference_memory, training_memory
-from core.model.specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism, ServeWorkload, TrainWorkload
+from core.model.specs import (HardwareSpec, InferWorkload, ModelSpec, Parallelism, ServeWorkload, TrainWorkload,
+                              memory_view)
 from core.model.energy import power_limited, spread_over
 from core.model.inference import infer_request
 from core.model.power import energy_j
@@ -18,6 +19,8 @@ UNTIMED = ("step_time_s", "mfu", "tokens_per_s", "ttft_s", "tpot_s")
 # no power figures or the point is untimed.
 ENERGY = ("power_avg_w", "gpu_clock_share", "energy_per_step_j", "energy_per_token_j", "energy_per_request_j",
           "energy_per_output_token_j", "run_days", "run_mwh")
+_NO_ENERGY = dict.fromkeys(ENERGY)
+_UNTIMED_NAN = dict.fromkeys(UNTIMED, math.nan)
 # Figures the executors report beside the breakdown that overlap its parts (a phase's total,
 # all DP traffic hidden or not): kept apart so that the breakdown sums to step_time_s.
 DETAIL_KEYS = ("prefill_s", "decode_s", "dp_comm_total_s")
@@ -32,7 +35,7 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
     gpus = par.gpus if gpus is None else gpus
     if backend not in BACKENDS:
         raise SpecError("", "backend", backend, f"expected one of {', '.join(BACKENDS)}")
-    reason = check_layout(model, hw, par, work, gpus)
+    reason = _layout_reason(model, memory_view(hw), par, work, gpus)
     if reason:
         raise SpecError("", "parallelism", _layout_text(par), reason)
     if isinstance(work, ServeWorkload):
@@ -43,9 +46,9 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
             raise SpecError("", "parallelism", _layout_text(par), reason)
         return _serve_record(model, hw, par, work)
     record = _memory_fields(estimate_memory(model, hw, par, work))
-    record.update({key: None for key in ENERGY})
+    record.update(_NO_ENERGY)
     if not record["feasible"] and not time_infeasible:
-        record.update({key: math.nan for key in UNTIMED})
+        record.update(_UNTIMED_NAN)
         record["breakdown"], record["detail"] = {}, {}
         return record
     timed, work_done, physical_clock = hw, None, None
@@ -74,9 +77,8 @@ def _serve_record(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Se
     from core.serving.point import serve_point
 
     figures = serve_point(model, hw, par, work)
-    record = {key: math.nan for key in UNTIMED}
+    record = {**_UNTIMED_NAN, **_NO_ENERGY}
     record["kv_transfer_s"] = math.nan  # disaggregated points' figures set it
-    record.update({key: None for key in ENERGY})
     record.update(figures)
     record["tokens_per_s"] = figures["output_tokens_per_s"]
     record["memory_peak_gib"] = None
@@ -110,7 +112,7 @@ def slowed_energy_fields(record: dict, hw: HardwareSpec, gpus: int, slowdown: fl
     same work (a fault sample's slower links, a straggler): the GPUs wait the extra time out
     at their idle floor (with node overhead and PUE in the energies)."""
     if record.get("power_avg_w") is None or slowdown is None or math.isnan(slowdown):
-        return {key: None for key in ENERGY}
+        return dict(_NO_ENERGY)
     power, step_s = hw.gpu.power, record["step_time_s"]
     extra_s = step_s * (slowdown - 1.0)
     facility_j = (power.idle_w + power.node_overhead_w) * power.pue * extra_s * gpus
@@ -146,10 +148,22 @@ def energy_fields(hw: HardwareSpec, par: Parallelism, work, gpus: int, step_s: f
     return fields
 
 
+@functools.lru_cache(maxsize=16384)
+def _layout_reason(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: int) -> str | None:
+    """check_layout, memoized: a sweep meets each layout once per hardware variant."""
+    return check_layout(model, hw, par, work, gpus)
+
+
 def estimate_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work,
                     first_iteration: bool = False) -> MemoryEstimate:
     """Per-GPU memory of the most loaded stage, without timing anything else (training:
-    through the first iteration only, with `first_iteration`)."""
+    through the first iteration only, with `first_iteration`). Read on the hardware's
+    memory_view: variants apart only in rates share one memoized estimate."""
+    return _estimate(model, memory_view(hw), par, work, first_iteration)
+
+
+@functools.lru_cache(maxsize=16384)
+def _estimate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, first_iteration: bool) -> MemoryEstimate:
     if isinstance(work, TrainWorkload):
         shape = train_shape(par, work)
         micro = work.global_batch // (par.dp * par.micro_batch)

@@ -9,7 +9,9 @@ import pytest
 import core
 from core.model import energy, layout, memory, training
 from core.model.graph import train_shape
+from core.evaluation import _layout_reason, estimate_memory
 from core.model.memory import MemoryEstimate
+from core.model.specs import memory_view
 
 ALTERNATIVES = {
     "dp": (1, 2), "tp": (1, 2), "pp": (1, 2, 4), "cp": (1, 2), "ep": (1, 2), "sp": (None, True, False),
@@ -91,3 +93,37 @@ def test_the_memo_keys_on_its_fields():
     one = training.optimizer_step_s(model, hw, par)
     assert training.optimizer_step_s(model, hw, replace(par, zero=3)) < one  # shards the Adam update 2 ways
     assert training.optimizer_step_s(model, hw, replace(par, overlap_grad_reduce=False)) == one
+
+
+def _rate_variants(hw):
+    """`hw` with each kind of rate changed: what a bandwidth, FLOP/s, clock, network or
+    calibration what-if makes."""
+    gpu, dim = hw.gpu, hw.network[0]
+    return [
+        replace(hw, gpu=replace(gpu, hbm=replace(gpu.hbm, bandwidth_bps=gpu.hbm.bandwidth_bps / 2))),
+        replace(hw, gpu=replace(gpu, peak_flops=tuple((d, 3 * f) for d, f in gpu.peak_flops), clock_hz=gpu.clock_hz / 2)),
+        replace(hw, gpu=replace(gpu, l2=replace(gpu.l2, bandwidth_bps=1e12), launch_overhead_s=1e-5)),
+        replace(hw, network=(replace(dim, link_bandwidth_bps=dim.link_bandwidth_bps / 4, latency_s=1e-4),
+                             *hw.network[1:])),
+        replace(hw, calibration=replace(hw.calibration, compute_efficiency=0.5, sustained_clock=0.9)),
+    ]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+def test_memory_and_layout_verdicts_read_no_rate(dtype):
+    """estimate_memory and evaluate's layout check read the hardware's memory_view, shared by
+    variants apart only in rates: on each such variant they give what the memory model and
+    check_layout give on the variant itself, training and inference alike."""
+    base = replace(core.load_hardware("h100-sxm5-80gb"), dtype=dtype)
+    infer = core.InferWorkload(batch=8, prompt=1024, decode=256)
+    illegal = core.Parallelism(dp=2, tp=3, pp=1)  # 3 does not divide the heads
+    for model_name, par in LAYOUTS:
+        model = core.load_model(model_name)
+        for hw in [base] + _rate_variants(base):
+            assert memory_view(hw) is memory_view(base)
+            assert comparable(estimate_memory(model, hw, par, WORK)) == comparable(_memory_fresh(model, hw, par, WORK, GPUS))
+            engine = replace(par, zero=0, overlap_param_gather=False)
+            assert comparable(estimate_memory(model, hw, engine, infer)) == comparable(memory.inference_memory(
+                model, hw, engine, infer.batch, infer.prompt, infer.decode, infer.kv_bytes(hw)))
+            assert _layout_reason(model, memory_view(hw), illegal, WORK, 6) == layout.check_layout(
+                model, hw, illegal, WORK, 6)

@@ -558,6 +558,28 @@ def _sized_dims(network: tuple, gpus: int) -> tuple:
     return tuple(sized)
 
 
+@lru_cache(maxsize=1024)
+def memory_view(hw: HardwareSpec) -> HardwareSpec:
+    """`hw` as the memory model and the layout rules read it: names, dtypes, capacities, network
+    sizes and power figures kept, every rate (FLOP/s, bandwidths, clock, latencies, overheads,
+    calibration) set to one value, so that hardware variants apart only in rates (a bandwidth or
+    FLOP/s what-if) share one memoized memory estimate and layout verdict instead of each
+    computing it again (tests/test_memory_view.py holds them to the real hardware's)."""
+    gpu = hw.gpu
+    gpu = replace(gpu, peak_flops=tuple((dtype, 1.0) for dtype, _ in gpu.peak_flops), clock_hz=1.0,
+                  sram=replace(gpu.sram, bandwidth_bps=1.0), l2=replace(gpu.l2, bandwidth_bps=1.0),
+                  hbm=replace(gpu.hbm, bandwidth_bps=1.0), launch_overhead_s=0.0, mma_sync_share=1.0)
+    network = tuple(replace(dim, link_bandwidth_bps=1.0, latency_s=0.0, efficiency=1.0, oversubscription=1.0,
+                            switch_reduction=0.0, ll_bandwidth_bps=0.0) for dim in hw.network)
+    return _one_object(replace(hw, gpu=gpu, network=network, calibration=Calibration()))
+
+
+@lru_cache(maxsize=1024)
+def _one_object(spec):
+    """The first of equal specs met: memo keys then match by identity, not field by field."""
+    return spec
+
+
 @hash_once
 @dataclass(frozen=True)
 class Parallelism:

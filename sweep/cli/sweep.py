@@ -12,7 +12,7 @@ from sweep.execution.rates import last_rate, remember_rate
 from sweep.faults.summary import faults_summary
 from sweep.study.grid import grid_size, plan_study
 from sweep.store.query import knob_columns, query, render, summary_columns, wide_console
-from sweep.store.parts import ResultStore, part_files, read_results
+from sweep.store.parts import ResultStore, part_files, read_results, row_counts
 from sweep.study.loader import load_study
 
 SHOWN_REASONS = 5
@@ -66,15 +66,16 @@ def run(args) -> int:
     report = run_study(study, executor=executor, address=args.address, workers=args.workers, fresh=args.fresh,
                        batch_points=args.batch_points, part_rows=args.part_rows,
                        progress=not quiet, wait=args.wait)
-    table = read_results(study.output)
-    feasible = sum(table.column("feasible").to_pylist())
     if args.json:
+        rows, feasible = row_counts(study.output)
         print(json.dumps({**plan_summary(study, report.plan, report.legal), "evaluated": report.evaluated,
                           "feasible_evaluated": report.feasible, "infeasible_evaluated": report.infeasible,
                           "skipped": report.skipped, "seconds": round(report.seconds, 3),
                           "points_per_s": round(report.evaluated / report.seconds, 1) if report.seconds else None,
-                          "rows": table.num_rows, "feasible_rows": feasible, "parts_written": report.parts}))
+                          "rows": rows, "feasible_rows": feasible, "parts_written": report.parts}))
         return 0
+    table = read_results(study.output)
+    feasible = sum(table.column("feasible").to_pylist())
     console = wide_console()
     plan = report.plan
     print_plan(console, study, plan, report.legal)

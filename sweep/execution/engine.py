@@ -31,7 +31,7 @@ from sweep.store.parts import DEFINITION_KEY, ResultStore, finished_summary
 from sweep.study.loader import Study
 from sweep.evaluation.context import WorkContext, knob_type, unit_columns
 
-MAX_BATCH_POINTS = 512
+MAX_BATCH_POINTS = 2048
 PART_ROWS = 20_000
 PART_SECONDS = 5.0
 

@@ -242,6 +242,18 @@ def read_results(directory) -> pa.Table:
     return table.replace_schema_metadata(metadata)
 
 
+def row_counts(directory) -> tuple:
+    """(rows, feasible rows) of the study table, from its feasible column alone (a summary
+    that needs no more than these reads neither the other columns nor sorts)."""
+    while True:
+        try:
+            columns = [_read_part(p, columns=["feasible"]).column("feasible") for p in part_files(directory)]
+            break
+        except FileNotFoundError:  # a compaction removed a part meanwhile: list again
+            continue
+    return sum(len(c) for c in columns), sum(pc.sum(c).as_py() or 0 for c in columns)
+
+
 def sort_keys(table: pa.Table) -> list:
     """point_id, then fault_sample where the table has fault samples."""
     return [(name, "ascending") for name in ("point_id", "fault_sample") if name in table.column_names]
