@@ -59,7 +59,7 @@ def main() -> int:
     for item in done:
         groups[tuple(KEYS[key](item[0]) for key in keys)].append(item)
     print(f"{'group (' + ', '.join(keys) + ')':58s}     n  TTFT median  |err| in20  TPOT median  |err| in20")
-    for group in sorted(groups, key=lambda g: tuple(str(v).zfill(8) for v in g)):
+    for group in sorted(groups, key=lambda g: tuple((0, v, "") if isinstance(v, int) else (1, 0, v) for v in g)):
         print(_line(" ".join(str(v) for v in group), groups[group]))
     if done:
         print(_line("all", done))
