@@ -12,6 +12,7 @@ from core.model.graph import LayerShape, build_layer
 from core.model.inference import decode_points
 from core.model.layout import stage_groups
 from core.model.memory import kv_cache_bytes_per_token, layer_cache_bytes, state_bytes_per_sequence
+from core.model.ops.common import launch_s
 from core.model.ops.mla import mla_decode
 from core.model.specs import LayerKind, Parallelism
 
@@ -175,6 +176,18 @@ def test_absorbed_mla_decode_reads_the_latent_once_per_sequence():
     assert kernel.hbm_bytes == 4 * 1000 * (512 + 64) * 1 + queries
     assert kernel.flops == 2.0 * 4 * 16 * 1000 * (2 * 512 + 64)
     assert math.isclose(kernel.time_s, mla_decode(hw, 4, 16, 1000, 512, 64, 1).time_s)
+
+
+def test_mla_decode_fills_whole_head_tiles_and_waits_out_its_split_kv_chain():
+    """16 heads per rank cost a whole 64-row MMA tile once compute-bound, for a quarter of the
+    useful work; the smallest step is the chain of dependent launches (three beyond its own)."""
+    hw = core.load_hardware("h200-sxm-141gb")
+    sixteen = mla_decode(hw, 256, 16, 16384, 512, 64, 1)
+    sixty_four = mla_decode(hw, 256, 64, 16384, 512, 64, 1)
+    assert sixteen.time_s == sixty_four.time_s
+    assert 4 * sixteen.flops == sixty_four.flops
+    tiny = mla_decode(hw, 1, 16, 1, 512, 64, 1)
+    assert tiny.time_s - launch_s(hw) == pytest.approx(3 * hw.gpu.launch_overhead_s, rel=0.01)
 
 
 def test_presets_name_the_model_and_count_it():

@@ -9,6 +9,7 @@ from core.model.loader import load_hardware, load_model, with_dtype
 from core.model.memory import RUNTIME_RESERVE_BYTES, stage_params
 from core.model.specs import DTYPE_BYTES, Parallelism
 from core.serving.engines import engine_spec
+from core.serving import iteration
 from core.serving.iteration import IterationModel, bucket
 from core.serving.service import Pool, kv_tokens, serve, serve_disagg
 from core.serving.simulate import Load, simulate
@@ -142,6 +143,16 @@ def test_an_iteration_of_a_model_whose_layers_differ_sums_its_kinds_by_count():
     layers_s = sum(count * it._layer_s(spec, 64, 0, 0, 64, 2048)[0] for spec, count in groups)
     lm_head = it.time_s(0, 0, 64, 2048, False) - layers_s
     assert 0 < lm_head < 0.1 * layers_s
+
+
+def test_each_moe_layer_waits_out_its_routing_chain_even_in_a_cuda_graph(monkeypatch):
+    """DeepSeek-V3's 58 MoE layers each add MOE_CHAIN dependent launches to a decode step,
+    graph-replayed or not; its 3 dense layers add none."""
+    model = load_model("deepseek-v3")
+    with_chain = IterationModel(model, HW, 8, 1, 1).time_s(0, 0, 4, 1024, True)
+    monkeypatch.setattr(iteration, "MOE_CHAIN", 0)
+    without = IterationModel(model, HW, 8, 1, 1).time_s(0, 0, 4, 1024, True)
+    assert with_chain - without == pytest.approx(58 * 5 * HW.gpu.launch_overhead_s)
 
 
 def test_an_mla_cache_holds_one_latent_and_rope_key_per_token_and_layer_on_every_rank():

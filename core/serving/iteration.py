@@ -13,6 +13,15 @@ from core.model.specs import HardwareSpec, ModelSpec, Parallelism
 from core.model.training import time_ops
 
 
+# An MoE block in a serving engine is a chain of dependent kernels around its grouped GEMMs
+# (top-k routing, token permutation, the un-permute and weighted sum), each waiting out the last
+# one's launch latency, which CUDA-graph replay does not remove. AIConfigurator's MoE tables
+# (../shared/validation/kernels) at 1-8 tokens exceed our expert GEMMs by 16 us on B200
+# (FlashInfer's TensorRT-LLM kernels) and 35-45 us on H200 (Triton, TensorRT-LLM): five
+# launches, the B200 figure, is the lower bound taken.
+MOE_CHAIN = 5
+
+
 def bucket(tokens: int) -> int:
     """Round a token count up to a grid within 1/32 of it, so nearby contexts share a memo entry."""
     if tokens <= 64:
@@ -115,4 +124,6 @@ class IterationModel:
                                                  else seen, d, max(1, heads // kv_heads), False,
                                                  kernel=spec.attention_kernel).time_s
                 kernels += 1
+        if any(op.name == "router" for op in layer):
+            compute_s += MOE_CHAIN * hw.gpu.launch_overhead_s
         return compute_s + sum(dict(passed.comm_s).values()), kernels

@@ -6,6 +6,17 @@ from functools import lru_cache
 from ..specs import HardwareSpec
 from .common import KernelTime, launch_s, mixed_bandwidth_bps, stream_bandwidth_bps
 
+# The decode kernels (FlashMLA, TensorRT-LLM's MLA generation kernel) compute one sequence's
+# query heads as the rows of one 64-row MMA tile: fewer heads per rank (DeepSeek-V3's 128 over
+# tensor parallelism 8 leaves 16) run the tile part empty at the full tile's cost.
+MLA_HEAD_TILE = 64
+# The split-KV decode is a chain of dependent kernels (the tile scheduler's metadata, the
+# attention over each split, the combine of the splits), each waiting for the last one's launch
+# latency, which CUDA-graph replay does not remove. AIConfigurator's MLA generation tables
+# (../shared/validation/kernels) floor at about four launches: 10.7 us on H200, 10.9 on H100,
+# 8.7 on B200, 14.5 on A100, against 1.8-2.5 us for their smallest GEMM.
+MLA_DECODE_CHAIN = 3  # dependent kernels beyond the one a decode layer counts
+
 
 @lru_cache(maxsize=65536)
 def mla_decode(hw: HardwareSpec, batch: int, heads: int, context: int, kv_lora_rank: int, rope_dim: int,
@@ -13,12 +24,15 @@ def mla_decode(hw: HardwareSpec, batch: int, heads: int, context: int, kv_lora_r
     """One decode step's absorbed MLA over `context` cached tokens per sequence: scores over
     latent plus RoPE key (kv_lora_rank + rope_dim), values the latent itself (kv_lora_rank).
     The cache is read once per sequence (all heads share it); the matmuls run on the tensor
-    cores at the activation dtype (64 or 128 heads make a full MMA tile)."""
+    cores at the activation dtype, the heads padded to a whole MMA tile (MLA_HEAD_TILE), after
+    the split-KV chain's launch latencies (MLA_DECODE_CHAIN)."""
     cal = hw.calibration
     el = kv_bytes_per_element or hw.act_bytes
     cache_bytes = batch * context * (kv_lora_rank + rope_dim) * el
     q_bytes = batch * heads * (2 * kv_lora_rank + rope_dim) * hw.act_bytes  # query in, latent output out
     flops = 2.0 * batch * heads * context * (2 * kv_lora_rank + rope_dim)
+    tiled = flops * -(-heads // MLA_HEAD_TILE) * MLA_HEAD_TILE / heads
     rate = hw.gpu.flops(hw.act_dtype) * cal.sustained_clock * cal.compute_efficiency * cal.attention_efficiency
-    busy_s = max(cache_bytes / stream_bandwidth_bps(hw) + q_bytes / mixed_bandwidth_bps(hw), flops / rate)
-    return KernelTime(busy_s + launch_s(hw), flops, cache_bytes + q_bytes)
+    busy_s = max(cache_bytes / stream_bandwidth_bps(hw) + q_bytes / mixed_bandwidth_bps(hw), tiled / rate)
+    chain_s = MLA_DECODE_CHAIN * hw.gpu.launch_overhead_s
+    return KernelTime(busy_s + chain_s + launch_s(hw), flops, cache_bytes + q_bytes)
