@@ -124,6 +124,21 @@ def test_replay_runs_ranks_against_each_other():
     assert result.rank_finish_s == pytest.approx([result.time_s] * 4)
 
 
+def test_a_ring_all_reduce_waits_step_by_step_for_a_late_member():
+    """Rank 0 computes 1 ms first; ranks 1-3 start their first sends at once, but every later send
+    needs rank 0's chain of sends, so the ring ends 1 ms after an on-time one (no link is shared)."""
+    n, size, latency_s = 4, 4e6, 1e-6
+    network = Network([Dimension("ring_uni", n, 100, latency_s)])
+    trace = Trace(rank=np.array([0, 0, 1, 2, 3]), kind=np.array([COMPUTE] + [ALL_REDUCE] * 4),
+                  duration_s=np.array([1e-3, 0, 0, 0, 0]), bytes_=np.array([0] + [size] * 4),
+                  dep_offsets=np.array([0, 0, 1, 1, 1, 1]), deps=np.array([0]), group=np.zeros(5, dtype=np.int32),
+                  group_offsets=np.array([0, 4]), group_npus=np.arange(4))
+    step_s = size / n / 100e9 + latency_s
+    result = network.replay(trace)
+    assert result.time_s == pytest.approx(1e-3 + 2 * (n - 1) * step_s)
+    assert result.node_end_s[1:] == pytest.approx([1e-3 + 2 * (n - 1) * step_s] * 4)
+
+
 def test_replay_errors_are_clear():
     network = Network(RING4)
     trace = pipeline_trace()
