@@ -96,6 +96,14 @@ def test_network_files_ours_and_astra_sim(tmp_path):
         load_network_file(bad)
 
 
+def test_a_network_file_in_json_reads_as_its_yaml_twin(tmp_path):
+    config = {"topology": ["Ring", "Switch"], "npus_count": [4, 8], "bandwidth": [50.0, 12.5], "latency": [500.0, 1e3]}
+    as_json, as_yaml = tmp_path / "net.json", tmp_path / "net.yml"
+    as_json.write_text(json.dumps(config))
+    as_yaml.write_text("topology: [Ring, Switch]\nnpus_count: [4, 8]\nbandwidth: [50.0, 12.5]\nlatency: [500.0, 1000.0]\n")
+    assert load_network_file(as_json) == load_network_file(as_yaml)
+
+
 def pipeline_trace():
     """Rank 0 computes 1 ms then sends 1 GB to rank 1, which computes 2 ms after receiving;
     then ranks 0-3 all-reduce 4 MB once both are done."""
