@@ -68,8 +68,8 @@ namespace {
 
 enum EventType : uint8_t { kTxEnd = 0, kDone = 1 };
 
+// An event of a calendar bucket (its time is the bucket's).
 struct Event {
-  double t;
   int32_t id;  // flow slot for kTxEnd, op for kDone
   uint32_t version;
   uint8_t type;
@@ -79,18 +79,9 @@ struct Event {
 // flows at one instant, which then cost one map entry instead of heap work.
 class Calendar {
  public:
-  void push(const Event& e) {
-    auto it = last_ != buckets_.end() && last_->first == e.t ? last_ : buckets_.find(e.t);
-    if (it == buckets_.end()) {
-      std::vector<Event> bucket;
-      if (!spare_.empty()) {
-        bucket.swap(spare_.back());
-        spare_.pop_back();
-      }
-      it = buckets_.emplace(e.t, std::move(bucket)).first;
-    }
-    it->second.push_back(e);
-    last_ = it;
+  void push(double t, const Event& e) {
+    if (last_ != buckets_.end() && last_->first == t) last_->second.push_back(e);
+    else push_new_time(t, e);
   }
   bool empty() const { return buckets_.empty(); }
   double next_time() const { return buckets_.begin()->first; }
@@ -104,6 +95,20 @@ class Calendar {
   }
 
  private:
+  __attribute__((noinline)) void push_new_time(double t, const Event& e) {
+    auto it = buckets_.find(t);
+    if (it == buckets_.end()) {
+      std::vector<Event> bucket;
+      if (!spare_.empty()) {
+        bucket.swap(spare_.back());
+        spare_.pop_back();
+      }
+      it = buckets_.emplace(t, std::move(bucket)).first;
+    }
+    it->second.push_back(e);
+    last_ = it;
+  }
+
   std::map<double, std::vector<Event>> buckets_;
   std::map<double, std::vector<Event>>::iterator last_ = buckets_.end();
   std::vector<std::vector<Event>> spare_;
@@ -139,7 +144,8 @@ class RoutePool {
       links_.resize(links_.size() + size);
     }
     r.size = size;
-    std::copy(route.begin(), route.end(), links_.begin() + r.offset);
+    int* out = links_.data() + r.offset;
+    for (uint32_t i = 0; i < size; ++i) out[i] = route[i];  // routes are a few links: no memmove call
   }
 
   // Valid until the next assign().
@@ -343,7 +349,7 @@ class Simulator {
 
   void finish_at(int op, double t) {
     if (t <= now_) complete(op);
-    else events_.push(Event{t, op, 0, kDone});
+    else events_.push(t, Event{op, 0, kDone});
   }
 
   void drain_ready() {
@@ -530,7 +536,7 @@ class Simulator {
     if (rate == f.rate) return;
     f.rate = rate;
     ++f.version;
-    events_.push(Event{now_ + f.remaining / rate, slot, f.version, kTxEnd});
+    events_.push(now_ + f.remaining / rate, Event{slot, f.version, kTxEnd});
   }
 
   // Max-min fair rates by progressive filling over one connected component.
