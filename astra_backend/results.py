@@ -43,6 +43,12 @@ class LinkStats:
     def from_dict(cls, d):
         return cls(d)
 
+    def __reduce__(self):
+        """Pickled as numpy arrays (memoryviews do not pickle), e.g. to come back from a worker."""
+        import numpy as np
+
+        return LinkStats, ({key: np.asarray(values) for key, values in self._buffers.items()},)
+
     def busiest(self, count=5):
         """The `count` links that were busy longest (then carried most), as dicts, busiest first."""
         busy_s, sent = self._buffers["busy_s"].tolist(), self._buffers["bytes"].tolist()

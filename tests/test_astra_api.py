@@ -1,5 +1,6 @@
 """Python API: argument validation, network files, units, trace replay and the `rapid net` front door."""
 import json
+import pickle
 
 import numpy as np
 import pytest
@@ -94,6 +95,13 @@ def test_network_files_ours_and_astra_sim(tmp_path):
     bad.write_text("topology: [ Ring ]\nnpus_count: [ 4, 2 ]\nbandwidth: [ 50.0 ]\nlatency: [ 5.0 ]\n")
     with pytest.raises(NetworkSpecError, match="equal lengths"):
         load_network_file(bad)
+
+
+def test_a_collective_result_pickles_with_its_link_arrays():
+    result = Network(RING4).collective("all_reduce", 2**20)
+    again = pickle.loads(pickle.dumps(result))
+    assert again.time_s == result.time_s and np.array_equal(again.links.bytes_, result.links.bytes_)
+    assert again.links.busiest(2) == result.links.busiest(2) and again.links.failed.dtype == bool
 
 
 def test_a_network_file_in_json_reads_as_its_yaml_twin(tmp_path):
