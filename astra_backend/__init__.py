@@ -2,10 +2,10 @@
 max-min fair flows, collectives, soft/hard link faults and trace replay. Knows nothing about LLMs."""
 from .configs import astra_sim_network, load_network_file, network_from_config
 from .errors import AstraError, CollectiveSpecError, NetworkSpecError, NoRouteError, TraceSpecError
-from .network import COLLECTIVES, Network, PreparedReplay
+from .codes import ALGORITHMS, COLLECTIVES, NODE_KINDS
+from .network import Network, PreparedReplay
 from .results import CollectiveResult, LinkStats, ReplayResult
 from .spec import Dimension, HardFault, SoftFault
-from .trace import ALGORITHMS, NODE_KINDS, Trace
 
 __all__ = [
     "ALGORITHMS", "COLLECTIVES", "NODE_KINDS", "AstraError", "CollectiveResult", "CollectiveSpecError",
@@ -13,3 +13,12 @@ __all__ = [
     "ReplayResult", "SoftFault", "Trace", "TraceSpecError", "astra_sim_network", "load_network_file",
     "network_from_config",
 ]
+
+
+def __getattr__(name):
+    """Trace needs numpy: it is imported on first use, so `rapid net` starts without numpy."""
+    if name == "Trace":
+        from .trace import Trace
+
+        return Trace
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,11 +4,11 @@ import json
 import re
 import sys
 
+from .codes import ALGORITHMS, COLLECTIVES
 from .configs import load_network_file
 from .errors import AstraError, NetworkSpecError
-from .network import COLLECTIVES, Network
+from .network import Network
 from .spec import HardFault, SoftFault
-from .trace import ALGORITHMS
 from .units import parse_bytes
 
 KINDS = (*COLLECTIVES, "send_recv")

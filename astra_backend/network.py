@@ -1,15 +1,14 @@
 """The Python entry point: a validated network on which collectives run and traces replay."""
+from array import array
 import math
-
-import numpy as np
+from numbers import Integral, Real
 
 from . import _netsim
+from .codes import ALGORITHMS, COLLECTIVES, SEND_RECV
 from .errors import CollectiveSpecError, NetworkSpecError, NoRouteError, TraceSpecError
 from .results import CollectiveResult, LinkStats, ReplayResult
 from .spec import dims_arrays, fault_arrays, link_pairs
-from .trace import ALGORITHMS, Trace
 
-COLLECTIVES = {"all_reduce": 0, "reduce_scatter": 1, "all_gather": 2, "all_to_all": 3, "broadcast": 4}
 MAX_CHUNKS = 1024
 MAX_FLOW_ESTIMATE = 1 << 26  # about a gigabyte of ops and edges
 
@@ -31,7 +30,7 @@ def _as_tuple(faults, field):
 
 
 def _check_chunks(chunks, error):
-    if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or not 1 <= chunks <= MAX_CHUNKS:
+    if isinstance(chunks, bool) or not isinstance(chunks, Integral) or not 1 <= chunks <= MAX_CHUNKS:
         raise error(f"chunks: {chunks!r} must be an integer in [1, {MAX_CHUNKS}]")
     return int(chunks)
 
@@ -70,15 +69,15 @@ class Network:
             raise CollectiveSpecError(f"algorithm: {algorithm!r} is not known; allowed: {', '.join(ALGORITHMS)}")
         size = self._size(size_bytes)
         members = self._group(group)
-        if kind == "broadcast" and root not in members.tolist():
+        if kind == "broadcast" and root not in members:
             raise CollectiveSpecError(f"root: {root!r} must be an NPU of the group")
         chunks = _check_chunks(chunks, CollectiveSpecError)
-        if members.size * members.size * chunks > MAX_FLOW_ESTIMATE:
-            raise CollectiveSpecError(f"group: {members.size} NPUs x {chunks} chunks is too large to simulate "
+        if len(members) * len(members) * chunks > MAX_FLOW_ESTIMATE:
+            raise CollectiveSpecError(f"group: {len(members)} NPUs x {chunks} chunks is too large to simulate "
                                       f"(group size squared times chunks must stay below {MAX_FLOW_ESTIMATE})")
         out = _call(_netsim.collective, CollectiveSpecError, self._dims, self._faults, COLLECTIVES[kind],
                     ALGORITHMS[algorithm], members, size, int(root), chunks, bool(hierarchical))
-        return CollectiveResult(kind, algorithm, size, int(members.size), out["time_s"], out["flows"],
+        return CollectiveResult(kind, algorithm, size, len(members), out["time_s"], out["flows"],
                                 LinkStats.from_dict(out["links"]))
 
     def send_recv(self, src, dst, size_bytes, chunks=1):
@@ -86,13 +85,17 @@ class Network:
         members = self._group([src, dst])
         size = self._size(size_bytes)
         chunks = _check_chunks(chunks, CollectiveSpecError)
-        out = _call(_netsim.collective, CollectiveSpecError, self._dims, self._faults, 5, 0, members, size, 0,
-                    chunks, False)
+        out = _call(_netsim.collective, CollectiveSpecError, self._dims, self._faults, SEND_RECV, 0, members, size,
+                    0, chunks, False)
         return CollectiveResult("send_recv", "direct", size, 2, out["time_s"], out["flows"],
                                 LinkStats.from_dict(out["links"]))
 
     def replay(self, trace, chunks=1, hierarchical=True):
         """Runs every rank's dependency graph at once on this network (see Trace for the arrays)."""
+        import numpy as np
+
+        from .trace import Trace
+
         if not isinstance(trace, Trace):
             raise TraceSpecError(f"trace: {type(trace).__name__} must be an astra_backend.Trace")
         arrays = trace.arrays(self.num_npus)
@@ -104,12 +107,14 @@ class Network:
             raise TraceSpecError(f"trace: its collectives need about {estimate} flows, more than the "
                                  f"{MAX_FLOW_ESTIMATE} that fit in memory; use fewer chunks or smaller groups")
         out = _call(_netsim.replay, TraceSpecError, self._dims, self._faults, arrays, chunks, bool(hierarchical))
-        return ReplayResult(out["time_s"], out["rank_finish_s"], out["node_start_s"], out["node_end_s"],
-                            out["flows"], LinkStats.from_dict(out["links"]))
+        return ReplayResult(out["time_s"], np.asarray(out["rank_finish_s"]), np.asarray(out["node_start_s"]),
+                            np.asarray(out["node_end_s"]), out["flows"], LinkStats.from_dict(out["links"]))
 
     def prepare(self, trace, chunks=1, hierarchical=True):
         """`trace` matched into its operation graph once, to be re-run under other faults and
         compute durations without rebuilding it (see PreparedReplay)."""
+        from .trace import Trace
+
         if not isinstance(trace, Trace):
             raise TraceSpecError(f"trace: {type(trace).__name__} must be an astra_backend.Trace")
         arrays = trace.arrays(self.num_npus)
@@ -120,14 +125,14 @@ class Network:
 
     @staticmethod
     def _size(size_bytes):
-        ok = isinstance(size_bytes, (int, float, np.integer, np.floating)) and not isinstance(size_bytes, bool)
+        ok = isinstance(size_bytes, Real) and not isinstance(size_bytes, bool)
         if not ok or not math.isfinite(size_bytes) or not 0 <= size_bytes <= 1e18:
             raise CollectiveSpecError(f"size_bytes: {size_bytes!r} must be a finite number of bytes in [0, 1e18]")
         return float(size_bytes)
 
     def _group(self, group):
         if group is None:
-            return np.arange(self.num_npus, dtype=np.int32)
+            return array("i", range(self.num_npus))
         try:
             ids = [int(g) for g in group]
         except (TypeError, ValueError):
@@ -138,7 +143,7 @@ class Network:
             raise CollectiveSpecError(f"group: {group!r} must be non-empty NPU ids in 0..{self.num_npus - 1}")
         if len(set(ids)) != len(ids):
             raise CollectiveSpecError(f"group: {group!r} lists an NPU twice")
-        return np.array(ids, dtype=np.int32)
+        return array("i", ids)
 
 
 
@@ -155,6 +160,8 @@ class PreparedReplay:
     def run(self, soft_faults=(), hard_faults=(), duration_s=None):
         """(makespan seconds, bytes each directed link carried, in `Network.links()` order).
         Raises NoRouteError when hard faults leave a flow's endpoints disconnected."""
+        import numpy as np
+
         faults = fault_arrays(_as_tuple(soft_faults, "soft_faults"), _as_tuple(hard_faults, "hard_faults"),
                               self.network._pairs, self.network.num_nodes)
         if duration_s is not None:
@@ -162,10 +169,12 @@ class PreparedReplay:
             if duration_s.shape != (self.num_nodes,) or not np.all(np.isfinite(duration_s)) or np.any(duration_s < 0):
                 raise TraceSpecError(f"duration_s: expected {self.num_nodes} finite non-negative seconds")
         time_s, link_bytes = _call(self._native.run, TraceSpecError, faults, duration_s)
-        return float(time_s), link_bytes
+        return float(time_s), np.asarray(link_bytes)
 
     def shape(self):
         """The matched graph as numbers, flows as their routes (links numbered in order of first
         use, with bandwidth and latency) on the fault-free network: two prepared replays with
         equal shapes, given equal compute durations and no faults on their links, finish alike."""
-        return self._native.shape()
+        import numpy as np
+
+        return np.asarray(self._native.shape())

@@ -1,35 +1,61 @@
-"""Results of a simulation: times, bandwidths and per-link statistics as numpy arrays."""
+"""Results of a simulation: times, bandwidths and per-link statistics as numpy arrays (those of
+a collective made on first use, so that `rapid net` never imports numpy)."""
+from __future__ import annotations
+
 from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 
-@dataclass(frozen=True)
+def _column(key, as_bool=False):
+    """A LinkStats array read from the simulator's buffer `key` on first use."""
+
+    def read(self):
+        import numpy as np
+
+        values = np.asarray(self._buffers[key])
+        return values.astype(bool) if as_bool else values
+
+    return cached_property(read)
+
+
 class LinkStats:
     """One entry per directed link: endpoints (node ids; switches follow the NPUs), its dimension,
-    effective bandwidth and latency, whether it failed, and what it carried."""
+    effective bandwidth and latency, whether it failed, and what it carried (numpy arrays)."""
 
-    src: np.ndarray
-    dst: np.ndarray
-    dim: np.ndarray
-    bandwidth_Bps: np.ndarray
-    latency_s: np.ndarray
-    failed: np.ndarray
-    bytes_: np.ndarray
-    busy_s: np.ndarray
-    peak_flows: np.ndarray
+    src = _column("src")
+    dst = _column("dst")
+    dim = _column("dim")
+    bandwidth_Bps = _column("bandwidth_Bps")
+    latency_s = _column("latency_s")
+    failed = _column("failed", as_bool=True)
+    bytes_ = _column("bytes")
+    busy_s = _column("busy_s")
+    peak_flows = _column("peak_flows")
+
+    def __init__(self, buffers):
+        self._buffers = buffers  # the simulator's mapping of 1-D buffers (memoryviews or arrays)
 
     @classmethod
     def from_dict(cls, d):
-        return cls(d["src"], d["dst"], d["dim"], d["bandwidth_Bps"], d["latency_s"], d["failed"].astype(bool),
-                   d["bytes"], d["busy_s"], d["peak_flows"])
+        return cls(d)
+
+    def __reduce__(self):
+        """Pickled as numpy arrays (memoryviews do not pickle), e.g. to come back from a worker."""
+        import numpy as np
+
+        return LinkStats, ({key: np.asarray(values) for key, values in self._buffers.items()},)
 
     def busiest(self, count=5):
-        """The `count` links that were busy longest, as dicts, busiest first."""
-        order = np.lexsort((-self.bytes_, -self.busy_s))[:count]
-        return [{"src": int(self.src[i]), "dst": int(self.dst[i]), "dim": int(self.dim[i]),
-                 "bytes": float(self.bytes_[i]), "busy_s": float(self.busy_s[i]),
-                 "peak_flows": int(self.peak_flows[i])} for i in order if self.bytes_[i] > 0]
+        """The `count` links that were busy longest (then carried most), as dicts, busiest first."""
+        busy_s, sent = self._buffers["busy_s"].tolist(), self._buffers["bytes"].tolist()
+        order = sorted(range(len(busy_s)), key=lambda i: (-busy_s[i], -sent[i]))[:count]
+        src, dst, dim, peak = (self._buffers[k] for k in ("src", "dst", "dim", "peak_flows"))
+        return [{"src": int(src[i]), "dst": int(dst[i]), "dim": int(dim[i]), "bytes": float(sent[i]),
+                 "busy_s": float(busy_s[i]), "peak_flows": int(peak[i])} for i in order if sent[i] > 0]
 
 
 # nccl-tests bus-bandwidth factors: busbw = algbw * factor(n).

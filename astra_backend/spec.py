@@ -1,8 +1,8 @@
 """Network description: dimensions (innermost first) and link faults, validated before C++ sees them."""
+from array import array
 from dataclasses import dataclass
 import math
-
-import numpy as np
+from numbers import Integral, Real
 
 from .errors import NetworkSpecError
 
@@ -35,13 +35,13 @@ def topology_code(name, field="topology"):
 
 
 def _int(value, field, low, high):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
+    if isinstance(value, bool) or not isinstance(value, Integral) or not low <= value <= high:
         raise NetworkSpecError(f"{field}: {value!r} must be an integer in [{low}, {high}]")
     return int(value)
 
 
 def _real(value, field, low, high, low_open=False):
-    ok = isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool)
+    ok = isinstance(value, Real) and not isinstance(value, bool)
     ok = ok and math.isfinite(value) and (value > low if low_open else value >= low) and value <= high
     if not ok:
         bracket = "(" if low_open else "["
@@ -133,7 +133,7 @@ def _links_per_line(record):
 
 
 def dims_arrays(dims):
-    """Validated dimensions -> dict of numpy arrays for the C++ core."""
+    """Validated dimensions -> dict of int32 / float64 arrays for the C++ core."""
     if isinstance(dims, (str, bytes)) or not hasattr(dims, "__len__") or len(dims) == 0:
         raise NetworkSpecError(f"dims: {dims!r} must be a non-empty list of Dimension")
     records = []
@@ -148,7 +148,7 @@ def dims_arrays(dims):
     if links > MAX_LINKS:
         raise NetworkSpecError(f"dims: {links} links in total is more than the {MAX_LINKS} allowed")
     ints = ("topology", "size", "shape_x", "shape_y", "npus_per_leaf", "spines")
-    return {k: np.array([r[k] for r in records], dtype=np.int32 if k in ints else np.float64) for k in records[0]}
+    return {k: array("i" if k in ints else "d", [r[k] for r in records]) for k in records[0]}
 
 
 def link_pairs(links) -> set:
@@ -157,7 +157,7 @@ def link_pairs(links) -> set:
 
 
 def fault_arrays(soft, hard, existing, num_nodes):
-    """Validated faults -> dict of numpy arrays; every fault must name a link in `existing`
+    """Validated faults -> dict of int32 / float64 arrays; every fault must name a link in `existing`
     (a set of (src, dst) pairs, see link_pairs)."""
 
     def endpoints(fault, field):
@@ -182,4 +182,4 @@ def fault_arrays(soft, hard, existing, num_nodes):
         a, b = endpoints(fault, f"hard_faults[{i}]")
         arrays["hard_a"].append(a)
         arrays["hard_b"].append(b)
-    return {k: np.array(v, dtype=np.float64 if "factor" in k or "latency" in k else np.int32) for k, v in arrays.items()}
+    return {k: array("d" if "factor" in k or "latency" in k else "i", v) for k, v in arrays.items()}

@@ -4,13 +4,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .codes import ALGORITHMS, ALL_REDUCE, BROADCAST, COMPUTE, NODE_KINDS, RECV, SEND  # noqa: F401 (callers read them here too)
 from .errors import TraceSpecError
-
-COMPUTE, SEND, RECV, ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, BROADCAST = range(8)
-NODE_KINDS = {"compute": COMPUTE, "send": SEND, "recv": RECV, "all_reduce": ALL_REDUCE,
-              "reduce_scatter": REDUCE_SCATTER, "all_gather": ALL_GATHER, "all_to_all": ALL_TO_ALL,
-              "broadcast": BROADCAST}
-ALGORITHMS = {"ring": 0, "direct": 1, "halving_doubling": 2, "double_binary_tree": 3}
 
 
 def _empty_int():

@@ -1,5 +1,6 @@
 """Python API: argument validation, network files, units, trace replay and the `rapid net` front door."""
 import json
+import pickle
 
 import numpy as np
 import pytest
@@ -96,6 +97,21 @@ def test_network_files_ours_and_astra_sim(tmp_path):
         load_network_file(bad)
 
 
+def test_a_collective_result_pickles_with_its_link_arrays():
+    result = Network(RING4).collective("all_reduce", 2**20)
+    again = pickle.loads(pickle.dumps(result))
+    assert again.time_s == result.time_s and np.array_equal(again.links.bytes_, result.links.bytes_)
+    assert again.links.busiest(2) == result.links.busiest(2) and again.links.failed.dtype == bool
+
+
+def test_a_network_file_in_json_reads_as_its_yaml_twin(tmp_path):
+    config = {"topology": ["Ring", "Switch"], "npus_count": [4, 8], "bandwidth": [50.0, 12.5], "latency": [500.0, 1e3]}
+    as_json, as_yaml = tmp_path / "net.json", tmp_path / "net.yml"
+    as_json.write_text(json.dumps(config))
+    as_yaml.write_text("topology: [Ring, Switch]\nnpus_count: [4, 8]\nbandwidth: [50.0, 12.5]\nlatency: [500.0, 1000.0]\n")
+    assert load_network_file(as_json) == load_network_file(as_yaml)
+
+
 def pipeline_trace():
     """Rank 0 computes 1 ms then sends 1 GB to rank 1, which computes 2 ms after receiving;
     then ranks 0-3 all-reduce 4 MB once both are done."""
@@ -122,6 +138,21 @@ def test_replay_runs_ranks_against_each_other():
     assert result.node_start_s[5] == pytest.approx(3e-3 + transfer)
     assert result.time_s == pytest.approx(3e-3 + transfer + all_reduce)
     assert result.rank_finish_s == pytest.approx([result.time_s] * 4)
+
+
+def test_a_ring_all_reduce_waits_step_by_step_for_a_late_member():
+    """Rank 0 computes 1 ms first; ranks 1-3 start their first sends at once, but every later send
+    needs rank 0's chain of sends, so the ring ends 1 ms after an on-time one (no link is shared)."""
+    n, size, latency_s = 4, 4e6, 1e-6
+    network = Network([Dimension("ring_uni", n, 100, latency_s)])
+    trace = Trace(rank=np.array([0, 0, 1, 2, 3]), kind=np.array([COMPUTE] + [ALL_REDUCE] * 4),
+                  duration_s=np.array([1e-3, 0, 0, 0, 0]), bytes_=np.array([0] + [size] * 4),
+                  dep_offsets=np.array([0, 0, 1, 1, 1, 1]), deps=np.array([0]), group=np.zeros(5, dtype=np.int32),
+                  group_offsets=np.array([0, 4]), group_npus=np.arange(4))
+    step_s = size / n / 100e9 + latency_s
+    result = network.replay(trace)
+    assert result.time_s == pytest.approx(1e-3 + 2 * (n - 1) * step_s)
+    assert result.node_end_s[1:] == pytest.approx([1e-3 + 2 * (n - 1) * step_s] * 4)
 
 
 def test_replay_errors_are_clear():

@@ -35,3 +35,12 @@ def test_a_prepared_replay_refuses_what_it_cannot_run():
         prepared.run(hard_faults=[HardFault(0, 1), HardFault(1, 2)])
     with pytest.raises(TraceSpecError, match="duration_s"):
         prepared.run(duration_s=np.zeros(3))
+
+
+def test_prepared_replays_of_one_graph_share_a_shape_and_other_sizes_do_not():
+    network = Network(RING)
+    shape = network.prepare(pipeline_trace()).shape()
+    assert np.array_equal(shape, network.prepare(pipeline_trace()).shape())
+    bigger = pipeline_trace()
+    bigger.bytes_ = np.array([0, 1e9, 1e9, 0, 8e6, 8e6, 8e6, 8e6])  # only the ring all-reduce grows
+    assert not np.array_equal(shape, network.prepare(bigger).shape())

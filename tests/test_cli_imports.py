@@ -49,3 +49,12 @@ def test_a_local_grid_sweep_loads_neither_optuna_nor_ray_nor_plotly(tmp_path):
 def test_report_loads_plotly_but_not_optuna_or_ray(tmp_path):
     loaded = modules_after(["report", "--help"], tmp_path)
     assert "plotly" in loaded and not loaded & {"optuna", "ray"}
+
+
+def test_net_on_a_json_network_file_runs_without_numpy_or_yaml(tmp_path):
+    network = tmp_path / "switch.json"
+    network.write_text(json.dumps({"topology": ["Switch"], "npus_count": [8], "bandwidth": [100.0],
+                                   "latency": [1000.0]}))
+    loaded = modules_after(["net", "--network", str(network), "--collective", "all_reduce", "--size", "1MiB"],
+                           tmp_path)
+    assert "astra_backend" in loaded and not loaded & {"numpy", "yaml"}

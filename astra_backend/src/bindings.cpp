@@ -1,4 +1,4 @@
-// Python binding: arrays in, dicts of numpy arrays out; the GIL is released
+// Python binding: buffers (numpy or array.array) in, dicts of buffers out; the GIL is released
 // while the network is built and simulated.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -21,11 +21,13 @@ namespace {
 template <class T>
 using Array = nb::ndarray<const T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
+// A 1-D array owning `values`, handed to Python as a memoryview: the caller wraps it with
+// numpy only where it needs numpy, so `rapid net` never imports it.
 template <class T>
-nb::ndarray<nb::numpy, T, nb::ndim<1>> to_numpy(std::vector<T>&& values) {
+nb::ndarray<nb::memview, T, nb::ndim<1>> to_buffer(std::vector<T>&& values) {
   auto* owned = new std::vector<T>(std::move(values));
   nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
-  return nb::ndarray<nb::numpy, T, nb::ndim<1>>(owned->data(), {owned->size()}, owner);
+  return nb::ndarray<nb::memview, T, nb::ndim<1>>(owned->data(), {owned->size()}, owner);
 }
 
 template <class T>
@@ -42,7 +44,7 @@ std::vector<double> real_vector(const nb::dict& d, const char* key) {
   return to_vector(nb::cast<Array<double>>(d[key]));
 }
 
-// Everything needed to rebuild one faulted network, copied out of numpy.
+// Everything needed to rebuild one faulted network, copied out of Python's buffers.
 struct NetSpec {
   std::vector<DimSpec> dims;
   std::vector<int32_t> soft_a, soft_b, hard_a, hard_b;
@@ -94,15 +96,15 @@ nb::dict link_stats(const Network& net, LinkStats&& stats) {
     failed.push_back(l.failed);
   }
   nb::dict d;
-  d["src"] = to_numpy(std::move(src));
-  d["dst"] = to_numpy(std::move(dst));
-  d["dim"] = to_numpy(std::move(dim));
-  d["bandwidth_Bps"] = to_numpy(std::move(bw));
-  d["latency_s"] = to_numpy(std::move(lat));
-  d["failed"] = to_numpy(std::move(failed));
-  d["bytes"] = to_numpy(std::move(stats.bytes));
-  d["busy_s"] = to_numpy(std::move(stats.busy_s));
-  d["peak_flows"] = to_numpy(std::move(stats.peak_flows));
+  d["src"] = to_buffer(std::move(src));
+  d["dst"] = to_buffer(std::move(dst));
+  d["dim"] = to_buffer(std::move(dim));
+  d["bandwidth_Bps"] = to_buffer(std::move(bw));
+  d["latency_s"] = to_buffer(std::move(lat));
+  d["failed"] = to_buffer(std::move(failed));
+  d["bytes"] = to_buffer(std::move(stats.bytes));
+  d["busy_s"] = to_buffer(std::move(stats.busy_s));
+  d["peak_flows"] = to_buffer(std::move(stats.peak_flows));
   return d;
 }
 
@@ -183,9 +185,9 @@ nb::dict run_replay(const nb::dict& dims, const nb::dict& faults, const nb::dict
   nb::dict d;
   d["time_s"] = out.sim.makespan_s;
   d["flows"] = out.sim.flows;
-  d["rank_finish_s"] = to_numpy(std::move(out.rank_finish_s));
-  d["node_start_s"] = to_numpy(std::move(out.node_start_s));
-  d["node_end_s"] = to_numpy(std::move(out.node_end_s));
+  d["rank_finish_s"] = to_buffer(std::move(out.rank_finish_s));
+  d["node_start_s"] = to_buffer(std::move(out.node_start_s));
+  d["node_end_s"] = to_buffer(std::move(out.node_end_s));
   d["links"] = link_stats(*net, std::move(out.sim.links));
   return d;
 }
@@ -219,11 +221,11 @@ class Prepared {
       nb::gil_scoped_release release;
       out = replay_->run(*spec.build(), durations);
     }
-    return nb::make_tuple(out.makespan_s, to_numpy(std::move(out.links.bytes)));
+    return nb::make_tuple(out.makespan_s, to_buffer(std::move(out.links.bytes)));
   }
 
   // See PreparedReplay::shape; on the network without faults.
-  nb::ndarray<nb::numpy, double, nb::ndim<1>> shape() {
+  nb::ndarray<nb::memview, double, nb::ndim<1>> shape() {
     std::vector<double> out;
     {
       nb::gil_scoped_release release;
@@ -231,7 +233,7 @@ class Prepared {
       spec.dims = dims_;
       out = replay_->shape(*spec.build());
     }
-    return to_numpy(std::move(out));
+    return to_buffer(std::move(out));
   }
 
  private:

@@ -61,19 +61,10 @@ const char* kind_name(int kind) {
   return names[kind];
 }
 
-void ring_pass(Steps& st, int p, double bytes, int steps) {
-  for (int k = 0; k < steps; ++k) {
-    st.begin();
-    for (int i = 0; i < p; ++i) st.send(i, (i + 1) % p, bytes);
-    st.end();
-  }
-}
-
+// All-to-all and broadcast on a ring; all-reduce, reduce-scatter and all-gather are ring passes
+// (Dag::add_ring).
 void ring(Steps& st, int kind, int p, double S, int root) {
   switch (kind) {
-    case kAllReduce: ring_pass(st, p, S / p, 2 * (p - 1)); break;
-    case kReduceScatter:
-    case kAllGather: ring_pass(st, p, S / p, p - 1); break;
     case kAllToAll:
       for (int k = 1; k < p; ++k) {
         st.begin();
@@ -223,6 +214,8 @@ std::vector<int> double_binary_tree(Dag& dag, const std::vector<int>& npus, cons
 std::vector<int> emit_base(Dag& dag, int kind, int algo, const std::vector<int>& npus, double S, int root_index,
                            const std::vector<int>& start) {
   const int p = static_cast<int>(npus.size());
+  if (p > 1 && algo == kAlgoRing && (kind == kAllReduce || kind == kReduceScatter || kind == kAllGather))
+    return dag.add_ring(npus, S / p, kind == kAllReduce ? 2 * (p - 1) : p - 1, start);
   Steps st(dag, npus, start);
   if (p > 1) {
     if (algo == kAlgoRing) ring(st, kind, p, S, root_index);

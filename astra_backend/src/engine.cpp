@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <stdexcept>
 
 namespace netsim {
 
@@ -12,6 +13,39 @@ int Dag::join(const std::vector<int>& preds) {
   const int j = add_nop();
   for (int p : preds) add_dep(p, j);
   return j;
+}
+
+std::vector<int> Dag::add_ring(const std::vector<int>& npus, double bytes, int steps, const std::vector<int>& start) {
+  const int p = static_cast<int>(npus.size());
+  RingPass r;
+  const int64_t first = rings_.empty() ? kRingFlowBase
+                                       : rings_.back().first_id + int64_t{rings_.back().steps} * rings_.back().size();
+  if (first + int64_t{steps} * p > std::numeric_limits<int32_t>::max())
+    throw std::length_error("too many ring flows to number");
+  r.first_id = static_cast<int32_t>(first);
+  r.ops_before = size();
+  r.steps = steps;
+  r.bytes = bytes;
+  r.npus.assign(npus.begin(), npus.end());
+  r.has_start.resize(p);
+  for (int i = 0; i < p; ++i)
+    if (start[i] >= 0) {
+      r.has_start[i] = 1;
+      add_dep(start[i], r.first_id + i);
+    }
+  for (int i = 0; i < p; ++i) {
+    r.end_ops.push_back(add_nop());
+    pending_[r.end_ops.back()] = 2;
+  }
+  rings_.push_back(std::move(r));
+  return std::vector<int>(rings_.back().end_ops.begin(), rings_.back().end_ops.end());
+}
+
+int Dag::ring_index(int id) const {
+  if (rings_.size() == 1) return 0;
+  const auto it = std::upper_bound(rings_.begin(), rings_.end(), id,
+                                   [](int value, const RingPass& r) { return value < r.first_id; });
+  return static_cast<int>(it - rings_.begin()) - 1;
 }
 
 void Dag::finalize() {
@@ -34,8 +68,8 @@ namespace {
 
 enum EventType : uint8_t { kTxEnd = 0, kDone = 1 };
 
+// An event of a calendar bucket (its time is the bucket's).
 struct Event {
-  double t;
   int32_t id;  // flow slot for kTxEnd, op for kDone
   uint32_t version;
   uint8_t type;
@@ -45,18 +79,9 @@ struct Event {
 // flows at one instant, which then cost one map entry instead of heap work.
 class Calendar {
  public:
-  void push(const Event& e) {
-    auto it = last_ != buckets_.end() && last_->first == e.t ? last_ : buckets_.find(e.t);
-    if (it == buckets_.end()) {
-      std::vector<Event> bucket;
-      if (!spare_.empty()) {
-        bucket.swap(spare_.back());
-        spare_.pop_back();
-      }
-      it = buckets_.emplace(e.t, std::move(bucket)).first;
-    }
-    it->second.push_back(e);
-    last_ = it;
+  void push(double t, const Event& e) {
+    if (last_ != buckets_.end() && last_->first == t) last_->second.push_back(e);
+    else push_new_time(t, e);
   }
   bool empty() const { return buckets_.empty(); }
   double next_time() const { return buckets_.begin()->first; }
@@ -70,6 +95,20 @@ class Calendar {
   }
 
  private:
+  __attribute__((noinline)) void push_new_time(double t, const Event& e) {
+    auto it = buckets_.find(t);
+    if (it == buckets_.end()) {
+      std::vector<Event> bucket;
+      if (!spare_.empty()) {
+        bucket.swap(spare_.back());
+        spare_.pop_back();
+      }
+      it = buckets_.emplace(t, std::move(bucket)).first;
+    }
+    it->second.push_back(e);
+    last_ = it;
+  }
+
   std::map<double, std::vector<Event>> buckets_;
   std::map<double, std::vector<Event>>::iterator last_ = buckets_.end();
   std::vector<std::vector<Event>> spare_;
@@ -105,7 +144,8 @@ class RoutePool {
       links_.resize(links_.size() + size);
     }
     r.size = size;
-    std::copy(route.begin(), route.end(), links_.begin() + r.offset);
+    int* out = links_.data() + r.offset;
+    for (uint32_t i = 0; i < size; ++i) out[i] = route[i];  // routes are a few links: no memmove call
   }
 
   // Valid until the next assign().
@@ -231,12 +271,23 @@ class Simulator {
     memo_route_.resize(net.num_npus());
     memo_latency_s_.assign(net.num_npus(), 0.0);
     if (record) out_.op_end_s.assign(dag.ops_.size(), std::numeric_limits<double>::quiet_NaN());
+    for (const RingPass& r : dag.rings_) {
+      ring_member_base_.push_back(static_cast<int64_t>(ring_done_.size()));
+      ring_done_.resize(ring_done_.size() + r.size(), 0);
+    }
     reserve_flow_slots();
   }
 
   SimOutput run() {
-    for (int i = 0; i < dag_.size(); ++i)
-      if (pending_[i] == 0) ready_.push_back(i);
+    size_t r = 0;
+    for (int i = 0; i <= dag_.size(); ++i) {
+      for (; r < dag_.rings_.size() && dag_.rings_[r].ops_before == i; ++r) {
+        const RingPass& ring = dag_.rings_[r];
+        for (int m = 0; m < ring.size(); ++m)
+          if (!ring.has_start[m]) ready_.push_back(ring.first_id + m);
+      }
+      if (i < dag_.size() && pending_[i] == 0) ready_.push_back(i);
+    }
     drain_ready();
     solve_rates();
     while (!events_.empty()) {
@@ -261,28 +312,60 @@ class Simulator {
 
  private:
   void complete(int op) {
-    if (!out_.op_end_s.empty()) out_.op_end_s[op] = now_;
     out_.makespan_s = std::max(out_.makespan_s, now_);
+    if (op >= kRingFlowBase) {
+      complete_ring_flow(op);
+      return;
+    }
+    if (!out_.op_end_s.empty()) out_.op_end_s[op] = now_;
     ++out_.completed_ops;
     for (int64_t k = dag_.succ_offsets_[op]; k < dag_.succ_offsets_[op + 1]; ++k) {
       const int s = dag_.succ_[k];
-      if (--pending_[s] == 0) ready_.push_back(s);
+      if (s >= kRingFlowBase || --pending_[s] == 0) ready_.push_back(s);  // a ring's step 0 waits on one op
+    }
+  }
+
+  // Flow (k, i) of a ring pass is done: member i's and member i + 1's next sends (or end ops)
+  // lose a predecessor, visited in the order the edges of a stored DAG would list them.
+  void complete_ring_flow(int op) {
+    const int index = dag_.ring_index(op);
+    const RingPass& r = dag_.rings_[index];
+    const int p = r.size();
+    const int local = op - r.first_id;
+    const int k = local / p;
+    const int i = local % p;
+    int32_t* done = ring_done_.data() + ring_member_base_[index];
+    done[i] = k + 1;
+    const int first = i == p - 1 ? 0 : i;
+    const int second = i == p - 1 ? p - 1 : i + 1;
+    for (int j : {first, second}) {
+      if (k + 1 == r.steps) {
+        if (--pending_[r.end_ops[j]] == 0) ready_.push_back(r.end_ops[j]);
+      } else if (done[j] > k && done[j == 0 ? p - 1 : j - 1] > k) {
+        ready_.push_back(r.first_id + (k + 1) * p + j);
+      }
     }
   }
 
   void finish_at(int op, double t) {
     if (t <= now_) complete(op);
-    else events_.push(Event{t, op, 0, kDone});
+    else events_.push(t, Event{op, 0, kDone});
   }
 
   void drain_ready() {
     while (!ready_.empty()) {
       const int op = ready_.back();
       ready_.pop_back();
+      if (op >= kRingFlowBase) {
+        const RingPass& r = dag_.ring_of(op);
+        const int i = (op - r.first_id) % r.size();
+        start_flow(op, r.npus[i], r.npus[i + 1 == r.size() ? 0 : i + 1], r.bytes);
+        continue;
+      }
       const Op& o = ops_[op];
       if (o.src == kNop) complete(op);
       else if (o.src == kDelay) finish_at(op, now_ + o.amount);
-      else start_flow(op);
+      else start_flow(op, o.src, o.dst, o.amount);
     }
   }
 
@@ -291,6 +374,7 @@ class Simulator {
   void reserve_flow_slots() {
     size_t flow_ops = 0;
     for (const Op& o : ops_) flow_ops += o.src >= 0;
+    for (const RingPass& r : dag_.rings_) flow_ops += r.size();
     flows_.reserve(flow_ops);
     marks_.reserve(flow_ops);
   }
@@ -313,16 +397,15 @@ class Simulator {
     }
   }
 
-  void start_flow(int op) {
-    const Op& o = ops_[op];
-    if (o.src == o.dst) {
+  void start_flow(int op, int src, int dst, double amount) {
+    if (src == dst) {
       complete(op);
       return;
     }
     ++out_.flows;
-    const std::vector<int>& route = route_from(o.src, o.dst);
-    const double latency_s = memo_latency_s_[o.src];
-    if (o.amount <= 0.0) {
+    const std::vector<int>& route = route_from(src, dst);
+    const double latency_s = memo_latency_s_[src];
+    if (amount <= 0.0) {
       finish_at(op, now_ + latency_s);
       return;
     }
@@ -332,7 +415,7 @@ class Simulator {
     f.latency_s = latency_s;
     f.op = op;
     marks_[slot].active = true;
-    f.remaining = o.amount;
+    f.remaining = amount;
     f.rate = 0.0;
     f.last_s = now_;
     ++f.version;
@@ -341,7 +424,7 @@ class Simulator {
       if (ls.active_flows++ == 0) ls.busy_since = now_;
       ls.flows.push_back(slot);
       out_.links.peak_flows[l] = std::max<int32_t>(out_.links.peak_flows[l], ls.active_flows);
-      out_.links.bytes[l] += o.amount;
+      out_.links.bytes[l] += amount;
       mark_dirty(l);
     }
   }
@@ -453,7 +536,7 @@ class Simulator {
     if (rate == f.rate) return;
     f.rate = rate;
     ++f.version;
-    events_.push(Event{now_ + f.remaining / rate, slot, f.version, kTxEnd});
+    events_.push(now_ + f.remaining / rate, Event{slot, f.version, kTxEnd});
   }
 
   // Max-min fair rates by progressive filling over one connected component.
@@ -498,6 +581,8 @@ class Simulator {
   const Dag& dag_;
   const std::vector<Op>& ops_;
   std::vector<int32_t>& pending_;
+  std::vector<int64_t> ring_member_base_;  // per ring pass: its members' first entry in ring_done_
+  std::vector<int32_t> ring_done_;         // per ring member: its sends done so far (they end in order)
   SimOutput out_;
   double now_ = 0.0;
   std::vector<Flow> flows_;

@@ -15,13 +15,31 @@ namespace netsim {
 // src >= 0 marks a flow; delays and joins use these negative codes (16-byte ops).
 enum OpKind : int32_t { kDelay = -1, kNop = -2 };
 
+// Op ids from here on name the flows of ring passes, which are implied by the ring, not stored.
+constexpr int32_t kRingFlowBase = 1 << 30;
+
 struct Op {
   double amount = 0.0;  // bytes for a flow, seconds for a delay
   int32_t src = kNop;
   int32_t dst = 0;
 };
 
-// A DAG of flows, delays and joins; successors stored as CSR after finalize().
+// A ring pass stored in compact form: in step k member i sends `bytes` to member i + 1 (mod p)
+// once its own send and its left neighbour's send of step k - 1 are done (step 0: once its
+// start op is). Flow (k, i) has the id first_id + k * p + i; each member's end op (a join of
+// its last send and its last receive) is an ordinary op.
+struct RingPass {
+  int32_t first_id = kRingFlowBase;
+  int32_t ops_before = 0;  // ops added before it: its flows come after them in a DAG's start order
+  int32_t steps = 0;
+  double bytes = 0.0;
+  std::vector<int32_t> npus;
+  std::vector<uint8_t> has_start;  // member i's step-0 send waits for an op (an edge into the pass)
+  std::vector<int32_t> end_ops;
+  int size() const { return static_cast<int>(npus.size()); }
+};
+
+// A DAG of flows, delays, joins and ring passes; successors stored as CSR after finalize().
 class Dag {
  public:
   int add_flow(int src, int dst, double bytes) { return add(Op{bytes, src, dst}); }
@@ -30,8 +48,14 @@ class Dag {
   void add_dep(int pred, int succ) {
     edge_from_.push_back(pred);
     edge_to_.push_back(succ);
-    ++pending_[succ];
+    if (succ < kRingFlowBase) ++pending_[succ];
   }
+  // Adds a ring pass of `steps` steps of `bytes` on `npus` after `start` (one op per member,
+  // -1: none); returns each member's end op.
+  std::vector<int> add_ring(const std::vector<int>& npus, double bytes, int steps, const std::vector<int>& start);
+  // The ring pass holding flow id `id` (>= kRingFlowBase).
+  const RingPass& ring_of(int id) const { return rings_[ring_index(id)]; }
+  int ring_index(int id) const;
   void reserve(size_t ops, size_t edges) {
     ops_.reserve(ops);
     pending_.reserve(ops);
@@ -47,6 +71,7 @@ class Dag {
   std::vector<int32_t> pending_;  // unfinished predecessors of each op
   std::vector<int64_t> succ_offsets_;
   std::vector<int32_t> succ_;
+  std::vector<RingPass> rings_;
 
  private:
   int add(const Op& op) {

@@ -151,11 +151,8 @@ std::vector<double> PreparedReplay::shape(Network& net) const {
   std::map<int, int> renumbered;
   std::vector<int> path;
   const auto& links = net.links();
-  for (const Op& op : dag_.ops_) {
-    out.push_back(op.src < 0 ? op.src : -3);
-    out.push_back(op.amount);
-    if (op.src < 0) continue;
-    net.route(op.src, op.dst, path);
+  auto add_route = [&](int src, int dst) {
+    net.route(src, dst, path);
     out.push_back(static_cast<double>(path.size()));
     for (int l : path) {
       const auto [it, fresh] = renumbered.emplace(l, static_cast<int>(renumbered.size()));
@@ -165,6 +162,18 @@ std::vector<double> PreparedReplay::shape(Network& net) const {
         out.push_back(links[l].latency_s);
       }
     }
+  };
+  for (const Op& op : dag_.ops_) {
+    out.push_back(op.src < 0 ? op.src : -3);
+    out.push_back(op.amount);
+    if (op.src >= 0) add_route(op.src, op.dst);
+  }
+  for (const RingPass& r : dag_.rings_) {
+    out.insert(out.end(), {-4.0, static_cast<double>(r.first_id), static_cast<double>(r.ops_before),
+                           static_cast<double>(r.steps), r.bytes, static_cast<double>(r.size())});
+    out.insert(out.end(), r.has_start.begin(), r.has_start.end());
+    out.insert(out.end(), r.end_ops.begin(), r.end_ops.end());
+    for (int i = 0; i < r.size(); ++i) add_route(r.npus[i], r.npus[(i + 1) % r.size()]);
   }
   out.insert(out.end(), dag_.pending_.begin(), dag_.pending_.end());
   out.insert(out.end(), dag_.succ_offsets_.begin(), dag_.succ_offsets_.end());
