@@ -51,6 +51,7 @@ def _check_rules(folder, prefix, gpus):
             attrs = node_attrs(node)
             kind = TYPE_NAME[node.type]
             assert set(node.data_deps) <= ids  # dependencies come first and are in this file
+            assert len(set(node.data_deps)) == len(node.data_deps)  # named twice, the feeder never frees it
             ids.add(node.id)
             if kind == "COMP_NODE":
                 assert attrs["num_ops"] > 0 and attrs["tensor_size"] > 0

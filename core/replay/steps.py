@@ -221,11 +221,14 @@ def pipeline_trace(ctx: Context, work: StageWork, micro: int, message_bytes: flo
     gradients = grad_bytes(par)
 
     def sync(collective, parts, bytes_per_param, after):
-        """The bucket's collectives, dense then expert, one after the other on the DP stream."""
+        """The bucket's collectives, dense then expert, one after the other on the DP stream; the
+        last one's exits, none when nothing is synced (the optimizer then waits on the backward
+        alone: a node naming one dependency twice is never freed by ASTRA-sim's feeder)."""
+        placed = ()
         for axis, params in _synced_parts(ctx, parts):
-            after = tuple(program.place(_comm_block(ctx, axis, collective, params * bytes_per_param, classes),
-                                        after))
-        return list(after)
+            after = placed = tuple(program.place(_comm_block(ctx, axis, collective, params * bytes_per_param,
+                                                             classes), after))
+        return list(placed)
 
     def tag(chunk, m, backward):  # one per transfer between two ranks, named by the receiving chunk
         return 2 * (m * chunks + chunk) + backward
