@@ -717,18 +717,18 @@ class ServeWorkload:
         no pool value a study sweeps for its disaggregated points enters an aggregated point."""
         if self.disagg:
             return self
-        return replace(self, **{f"{pool}_{name}": _POOL_DEFAULTS[name] for pool in SERVE_POOLS for name in POOL_FIELDS})
+        return replace(self, **_POOL_DEFAULTS)
 
 
 # What a disaggregated pool is given, per pool: `prefill_<field>`, `decode_<field>`
 SERVE_POOLS = ("prefill", "decode")
 POOL_FIELDS = ("workers", "tp", "ep", "attention_dp", "batch")
+POOL_KNOBS = tuple(f"{pool}_{name}" for pool in SERVE_POOLS for name in POOL_FIELDS)
 # ServeWorkload fields a study may sweep as knobs: the load and engine, which no layout rule reads,
 # and the serving layout's own (attention-DP, disaggregated pools, the KV cache's dtype), which
 # decide with the Parallelism whether a point can run
 SERVE_LOAD_KNOBS = ("concurrency", "request_rate", "isl", "osl", "requests", "engine", "max_num_tokens",
                     "max_batch", "length_spread")
-SERVE_LAYOUT_KNOBS = ("attention_dp", "kv_dtype", "disagg",
-                      *(f"{pool}_{name}" for pool in SERVE_POOLS for name in POOL_FIELDS))
+SERVE_LAYOUT_KNOBS = ("attention_dp", "kv_dtype", "disagg", *POOL_KNOBS)
 SERVE_KNOBS = SERVE_LOAD_KNOBS + SERVE_LAYOUT_KNOBS
-_POOL_DEFAULTS = {name: ServeWorkload.__dataclass_fields__[f"prefill_{name}"].default for name in POOL_FIELDS}
+_POOL_DEFAULTS = {knob: ServeWorkload.__dataclass_fields__[knob].default for knob in POOL_KNOBS}

@@ -1,18 +1,14 @@
 """One serving configuration as a study point: the layout's dp engines of tp x pp GPUs each
 sharing a ServeWorkload's requests, or the workload's prefill and decode pools; the same path
 `rapid run --mode serve` takes."""
-from dataclasses import fields
-
 from core.errors import SpecError
 from core.model.layout import check_layout, serving_etp
-from core.model.specs import KV_DTYPES, POOL_FIELDS, SERVE_POOLS, Parallelism, ServeWorkload
+from core.model.specs import KV_DTYPES, POOL_FIELDS, POOL_KNOBS, SERVE_POOLS, Parallelism, ServeWorkload
 
 from .engines import engine_spec
 from .service import Pool, check_load, check_pool, serve, serve_disagg
 from .simulate import Load
 
-_DEFAULTS = {f.name: f.default for f in fields(ServeWorkload)}
-POOL_KNOBS = tuple(f"{pool}_{name}" for pool in SERVE_POOLS for name in POOL_FIELDS)
 # what lays out an aggregated engine, which a disaggregated point leaves at 1 (its pools lay it out)
 ENGINE_KNOBS = ("tp", "pp", "ep", "attention_dp")
 
@@ -51,17 +47,21 @@ def check_serve_workload(work: ServeWorkload, source: str, prefix: str = "worklo
 
 def serve_layout_reason(model, hw, par: Parallelism, work: ServeWorkload, gpus: int) -> str:
     """Why a serving point's layout cannot run ("" when it can), beyond check_layout's rules: its
-    etp the tp GPUs ep leaves (the one split the simulator times); an aggregated point's attention-DP ranks divide its engine's tp GPUs and it sets no pool; a
-    disaggregated point is laid out by its pools alone, which fill the GPUs, each pool a layout
-    check_layout accepts whose attention-DP and ep divide its tp."""
-    expert_tp = serving_etp(par.tp, par.ep) if par.ep > 1 else par.tp
+    etp the tp GPUs ep leaves (the one split the simulator times); an aggregated point's
+    attention-DP ranks divide its engine's tp GPUs and it sets no pool; a disaggregated point is
+    laid out by its pools alone, which fill the GPUs, each pool a layout check_layout accepts
+    whose attention-DP and ep divide its tp."""
+    expert_tp = serving_etp(par.tp, par.ep)
     if par.etp and par.etp != expert_tp:
         return (f"etp ({par.etp}) must be tp / ep ({par.tp} / {par.ep} = {expert_tp}): a serving engine splits "
                 "each expert over the GPUs of its tp that ep leaves (TensorRT-LLM's moe_tp_size)")
     if not work.disagg:
-        pooled = [f"{name} = {getattr(work, name)}" for name in POOL_KNOBS if getattr(work, name) != _DEFAULTS[name]]
+        settled = work.settled()
+        pooled = [f"{name} = {getattr(work, name)}" for name in POOL_KNOBS
+                  if getattr(work, name) != getattr(settled, name)]
         if pooled:
-            return f"{', '.join(pooled)}: disaggregated pool knobs, which an aggregated point (disagg false) does not take"
+            return (f"{', '.join(pooled)}: disaggregated pool knobs, which an aggregated point (disagg false) "
+                    "does not take")
         if par.tp % work.attention_dp:
             return (f"attention_dp ({work.attention_dp}) must divide an engine's tp ({par.tp}): each attention-DP "
                     "rank runs attention over tp / attention_dp of its GPUs")

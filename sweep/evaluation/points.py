@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from core import Parallelism, evaluate
-from core.serving.point import POOL_KNOBS
+from core.model.specs import POOL_KNOBS
 from sweep.metrics import METRICS, SERVE_METRICS
 from sweep.study.cost_block import cost_fields
 from sweep.study.grid import PointBlock

@@ -18,7 +18,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColu
                            TimeElapsedColumn, TimeRemainingColumn)
 
 from core import MODEL_VERSION
-from core.serving.point import POOL_KNOBS
+from core.model.specs import POOL_KNOBS
 
 from . import raycluster
 from .rates import remember_rate
