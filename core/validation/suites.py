@@ -248,18 +248,23 @@ SUITES = {"training": training_cases, "a100_training": framework_training_cases,
           **{name: functools.partial(published_cases, name) for name in PUBLISHED_SUITES}}
 
 
-# Suites summarised per group of measured kernels, not per case (core.validation.kernels); they
-# run only when named, as their tables live beside the repository (../shared/validation).
-GROUPED_SUITES = ("kernels", "serving")
+# Suites summarised per group of measured kernels or runs, not per case; they run only when
+# named (kernels and serving read tables beside the repository, ../shared/validation).
+GROUPED_SUITES = ("kernels", "measured", "serving")
 
 
 def grouped_suite(name: str) -> tuple:
-    """(records, skipped) of the grouped suite `name`: error figures per group, rows skipped."""
+    """(records, skipped) of the grouped suite `name`: error figures per group, rows skipped.
+    Each suite's module loads on first use only."""
     if name == "serving":
-        from . import serving  # the serving rows load on first use only
+        from . import serving
 
         return serving.serving_groups()
-    from . import kernels  # the kernel tables load on first use only
+    if name == "measured":
+        from . import measured
+
+        return measured.measured_groups()
+    from . import kernels
 
     return kernels.kernel_groups()
 

@@ -16,7 +16,7 @@ ENERGY_SUITES = ("energy", "energy_at_pace")
 
 def add_arguments(parser) -> None:
     parser.add_argument("--suite", action="append", choices=(*SUITES, *GROUPED_SUITES),
-                        help="run only this suite (repeatable; default: all but kernels)")
+                        help="run only this suite (repeatable; default: all but kernels, measured and serving)")
     parser.add_argument("--json", action="store_true", help="print cases and summary as JSON")
 
 
@@ -99,9 +99,13 @@ def _print_groups(groups: list, skipped: list) -> None:
             (g["framework"], g["kernel"], g["dtype"], g["bucket"], f"{g['n']:,}", f"{g['median_error_pct']:+.1f} %",
              f"{g['mean_abs_error_pct']:.1f} %", f"{g['p90_abs_error_pct']:.1f} %"))
     hardware = {g["gpu"]: g["hardware"] for g in groups}
+    suites = {}
+    for g in groups:
+        suites.setdefault(g["gpu"], {})[g["suite"]] = None
+    suites = {gpu: " and ".join(names) for gpu, names in suites.items()}
     console = _console(rows.values())
     for gpu, table_rows in rows.items():
-        table = Table(title=f"kernels on {gpu} (preset {hardware[gpu]})", show_edge=False)
+        table = Table(title=f"{suites[gpu]} on {gpu} (preset {hardware[gpu]})", show_edge=False)
         for column in ("framework", "kernel", "dtype", "bucket"):
             table.add_column(column, no_wrap=True)
         for column in ("n", "median error", "mean |error|", "p90 |error|"):
@@ -117,8 +121,11 @@ def _print_groups(groups: list, skipped: list) -> None:
         console.print(f"kernels not compared: {sum(reasons.values()):,} rows")
         for (gpu, reason), count in sorted(reasons.items()):
             console.print(f"  {gpu}: {reason} ({count:,})")
-    console.print("error = predicted / measured - 1, over AIConfigurator's measured kernel tables "
-                  "(../shared/validation/kernels); nothing is fitted to them here.")
+    sources = {"kernels": "AIConfigurator's measured kernel tables (../shared/validation/kernels)",
+               "measured": "our own H100 and H200 runs (core/validation/data/measured; sustained rows "
+                           "are SM clock in MHz and board power in W under the power limit)"}
+    named = [sources[s] for s in dict.fromkeys(g["suite"] for g in groups)]
+    console.print(f"error = predicted / measured - 1, over {' and '.join(named)}; nothing is fitted to them here.")
     console.print()
 
 

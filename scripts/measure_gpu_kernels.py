@@ -1,0 +1,390 @@
+"""Measure one GPU's kernels and the clocks it holds under load, for the operator model's
+GPU-family parameters (docs/accuracy.md, "Measured on our own H100"). Runs on a machine with
+an NVIDIA GPU, PyTorch, Triton and nvidia-ml-py; writes CSVs under --out and prints a summary.
+
+What it measures, each with random inputs (never zeros, which draw less power) and the L2
+flushed between timed calls (triton.testing.do_bench), median of repeats:
+- gemm.csv: BF16 (torch.mm) and FP8 e4m3 per-tensor-scaled (torch._scaled_mm) GEMMs on the
+  m, n, k grid of the kernel tables, so rows compare one to one with those tables;
+- pointwise.csv: elementwise, normalisation, softmax, FP8 cast, amax and fused AdamW kernels,
+  with the bytes each must move, for the share of HBM bandwidth such kernels reach;
+- attention.csv: fused causal attention forward and forward + backward (cuDNN and
+  FlashAttention-2 backends of scaled_dot_product_attention), the training backward no kernel
+  table holds;
+- launch.csv: back-to-back tiny kernels launched eagerly and from a CUDA graph (launch gap);
+- sustained.csv and clocks.csv: long loops of one kernel (BF16 GEMM, FP8 GEMM, attention
+  forward + backward, HBM copy) with the achieved rate per window beside the SM clock, power
+  draw, temperature and throttle reasons sampled every 50 ms by NVML: the clock a
+  power-limited GPU sustains, which whole steps otherwise have to fit.
+
+    python3 scripts/measure_gpu_kernels.py --out DIR [--quick]
+"""
+import argparse
+import csv
+import json
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from triton.testing import do_bench
+
+GEMM_M = (1, 16, 64, 256, 1024, 4096, 8192, 16384)
+GEMM_NK = ((4096, 4096), (8192, 8192), (1024, 8192), (8192, 1024), (5120, 5120), (12288, 4096),
+           (16384, 8192), (8192, 16384))
+POINTWISE_ELEMENTS = (2**22, 2**25, 2**28)
+POINTWISE_HIDDEN = 8192
+ATTENTION_SHAPES = (  # batch, sequence, heads, head dim
+    (16, 1024, 32, 128), (8, 2048, 32, 128), (4, 4096, 32, 128), (2, 8192, 32, 128),
+    (1, 16384, 32, 128), (1, 32768, 32, 128), (4, 4096, 32, 64), (1, 16384, 32, 64))
+ATTENTION_BACKENDS = ("CUDNN_ATTENTION", "FLASH_ATTENTION")
+SAMPLE_PERIOD_S = 0.05
+WINDOW_S = 0.25
+
+
+def median_ms(fn, rep_ms=100):
+    return do_bench(fn, warmup=25, rep=rep_ms, return_mode="median")
+
+
+def write_csv(path, rows):
+    if not rows:
+        return
+    fields = list(dict.fromkeys(key for row in rows for key in row))
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def section(name, job, out, *args):
+    """Run one measurement section; a failure is logged and the others still run."""
+    start = time.time()
+    try:
+        rows = job(*args)
+    except Exception:
+        print(f"[{name}] FAILED after {time.time() - start:.1f} s")
+        traceback.print_exc()
+        return []
+    write_csv(out / f"{name}.csv", rows)
+    print(f"[{name}] {len(rows)} rows in {time.time() - start:.1f} s", flush=True)
+    return rows
+
+
+def fp8_operands(m, n, k):
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    w = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
+    one = torch.ones((), device="cuda", dtype=torch.float32)
+    return lambda: torch._scaled_mm(a, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+
+def bf16_operands(m, n, k):
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    return lambda: torch.mm(a, w.t())
+
+
+GEMM_BUILDERS = {"bfloat16": bf16_operands, "fp8": fp8_operands}
+
+
+def measure_gemms(quick):
+    rows = []
+    for dtype, build in GEMM_BUILDERS.items():
+        for n, k in GEMM_NK[:3] if quick else GEMM_NK:
+            for m in GEMM_M:
+                row = {"dtype": dtype, "m": m, "n": n, "k": k}
+                try:
+                    fn = build(m, n, k)
+                    ms = median_ms(fn)
+                    row.update(latency_ms=ms, tflops=2 * m * n * k / ms / 1e9)
+                except RuntimeError as error:
+                    row["error"] = str(error).splitlines()[0][:160]
+                rows.append(row)
+                torch.cuda.empty_cache()
+    return rows
+
+
+def pointwise_ops(elements):
+    """name -> (callable, bytes it must move at least, kernels it launches)."""
+    rows_ = elements // POINTWISE_HIDDEN
+    x = torch.randn(rows_, POINTWISE_HIDDEN, device="cuda", dtype=torch.bfloat16)
+    y = torch.randn_like(x)
+    z = torch.empty_like(x)
+    weight = torch.randn(POINTWISE_HIDDEN, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn_like(weight)
+    fp8 = torch.empty(x.shape, device="cuda", dtype=torch.float8_e4m3fn)
+    two = 2 * elements
+    ops = {
+        "copy": (lambda: z.copy_(x), 2 * two, 1),
+        "add": (lambda: torch.add(x, y, out=z), 3 * two, 1),
+        "gelu_tanh": (lambda: F.gelu(x, approximate="tanh"), 2 * two, 1),
+        "silu": (lambda: F.silu(x), 2 * two, 1),
+        "layer_norm": (lambda: F.layer_norm(x, (POINTWISE_HIDDEN,), weight, bias), 2 * two, 1),
+        "rms_norm": (lambda: F.rms_norm(x, (POINTWISE_HIDDEN,), weight), 2 * two, 1),
+        "softmax": (lambda: torch.softmax(x, dim=-1), 2 * two, 1),
+        "dropout": (lambda: F.dropout(x, 0.1, training=True), 2 * two + elements, 1),
+        "cast_fp8": (lambda: fp8.copy_(x), two + elements, 1),
+        "aminmax": (lambda: torch.aminmax(x), two, 1),
+    }
+    return ops
+
+
+def measure_pointwise(quick):
+    rows = []
+    for elements in POINTWISE_ELEMENTS[1:] if quick else POINTWISE_ELEMENTS:
+        for name, (fn, bytes_, kernels) in pointwise_ops(elements).items():
+            ms = median_ms(fn)
+            rows.append({"op": name, "elements": elements, "dtype": "bfloat16", "bytes": bytes_,
+                         "kernels": kernels, "latency_ms": ms, "gbps": bytes_ / ms / 1e6})
+        torch.cuda.empty_cache()
+    rows.extend(measure_adamw(2**26 if quick else 2**28))
+    return rows
+
+
+def measure_adamw(params):
+    """Fused AdamW over one FP32 tensor: reads param, grad, m, v; writes param, m, v."""
+    param = torch.nn.Parameter(torch.randn(params, device="cuda"))
+    param.grad = torch.randn_like(param)
+    optimizer = torch.optim.AdamW([param], lr=1e-4, fused=True)
+    optimizer.step()
+    bytes_ = 4 * params * 7
+    ms = median_ms(optimizer.step)
+    del optimizer, param
+    torch.cuda.empty_cache()
+    return [{"op": "adamw_fused_fp32", "elements": params, "dtype": "float32", "bytes": bytes_,
+             "kernels": 1, "latency_ms": ms, "gbps": bytes_ / ms / 1e6}]
+
+
+def attention_tensors(batch, seq, heads, dim, grad):
+    shape = (batch, heads, seq, dim)
+    return [torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=grad) for _ in range(3)]
+
+
+def measure_attention(quick):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    rows = []
+    for backend in ATTENTION_BACKENDS:
+        for batch, seq, heads, dim in ATTENTION_SHAPES[:4] if quick else ATTENTION_SHAPES:
+            row = {"backend": backend, "batch": batch, "seq": seq, "heads": heads, "head_dim": dim,
+                   "causal": True, "fwd_flop": 2 * batch * heads * seq * seq * dim}  # 4 b h s^2 d / 2
+            try:
+                with sdpa_kernel([getattr(SDPBackend, backend)]):
+                    q, k, v = attention_tensors(batch, seq, heads, dim, grad=True)
+                    grad_out = torch.randn_like(q)
+
+                    def forward():
+                        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+                    def forward_backward():
+                        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                        torch.autograd.grad(out, (q, k, v), grad_out)
+
+                    with torch.no_grad():
+                        row["fwd_ms"] = median_ms(forward)
+                    row["fwd_bwd_ms"] = median_ms(forward_backward)
+                    row["bwd_ms"] = row["fwd_bwd_ms"] - row["fwd_ms"]
+                    row["fwd_tflops"] = row["fwd_flop"] / row["fwd_ms"] / 1e9
+                    row["bwd_tflops"] = 2.5 * row["fwd_flop"] / row["bwd_ms"] / 1e9
+            except RuntimeError as error:
+                row["error"] = str(error).splitlines()[0][:160]
+            rows.append(row)
+            torch.cuda.empty_cache()
+    return rows
+
+
+def measure_launch(_quick):
+    tiny = torch.zeros(1, device="cuda")
+    count = 2000
+    rows = []
+    torch.cuda.synchronize()
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(count):
+            tiny.add_(1)
+        torch.cuda.synchronize()
+        rows.append({"mode": "eager", "kernels": count, "per_kernel_us": (time.perf_counter() - start) / count * 1e6})
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        with torch.cuda.graph(graph):
+            for _ in range(count):
+                tiny.add_(1)
+    torch.cuda.synchronize()
+    for _ in range(3):
+        start = time.perf_counter()
+        graph.replay()
+        torch.cuda.synchronize()
+        rows.append({"mode": "graph", "kernels": count, "per_kernel_us": (time.perf_counter() - start) / count * 1e6})
+    rows.append({"mode": "do_bench_single", "kernels": 1, "per_kernel_us": median_ms(lambda: tiny.add_(1)) * 1e3})
+    return rows
+
+
+class ClockSampler(threading.Thread):
+    """Samples SM and memory clock, power, temperature and throttle reasons through NVML."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        import pynvml
+        self.nvml = pynvml
+        pynvml.nvmlInit()
+        self.handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        self.phase = "start"
+        self.rows = []
+        self.running = True
+
+    def limits(self):
+        nvml, handle = self.nvml, self.handle
+        return {"power_limit_w": nvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1e3,
+                "max_sm_clock_mhz": nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM),
+                "max_mem_clock_mhz": nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_MEM)}
+
+    def run(self):
+        nvml, handle = self.nvml, self.handle
+        while self.running:
+            reasons = -1
+            for getter in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+                try:
+                    reasons = getattr(nvml, getter)(handle)
+                    break
+                except Exception:
+                    continue
+            self.rows.append({
+                "t_s": time.time(), "phase": self.phase,
+                "sm_clock_mhz": nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM),
+                "mem_clock_mhz": nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM),
+                "power_w": nvml.nvmlDeviceGetPowerUsage(handle) / 1e3,
+                "temp_c": nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU),
+                "reasons": reasons})
+            time.sleep(SAMPLE_PERIOD_S)
+
+
+def sustained_loads():
+    """name -> (callable, FLOPs per call, bytes per call)."""
+    size = 8192
+    bf16 = bf16_operands(size, size, size)
+    fp8 = fp8_operands(size, size, size)
+    q, k, v = attention_tensors(4, 8192, 32, 128, grad=True)
+    grad_out = torch.randn_like(q)
+
+    def attention():
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        torch.autograd.grad(out, (q, k, v), grad_out)
+
+    tokens = torch.randn(16384, size, device="cuda", dtype=torch.bfloat16)
+    weight = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+
+    def mixed():  # a GEMM with the elementwise kernels that follow it in a layer
+        out = torch.mm(tokens, weight.t())
+        torch.add(F.gelu(out, approximate="tanh"), tokens)
+
+    source = torch.randn(2**29, device="cuda", dtype=torch.bfloat16)
+    target = torch.empty_like(source)
+    attention_flop = 3.5 * 2 * 4 * 32 * 8192 * 8192 * 128
+    return {"gemm_bf16_8192": (bf16, 2 * size**3, 0), "gemm_fp8_8192": (fp8, 2 * size**3, 0),
+            "attention_fwd_bwd_cudnn": (attention, attention_flop, 0),
+            "gemm_gelu_add_bf16": (mixed, 2 * 16384 * size * size, 5 * 16384 * size * 2),
+            "hbm_copy_1gib": (lambda: target.copy_(source), 0, 2 * source.numel() * 2)}
+
+
+def measure_sustained(sampler, seconds, idle_s):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    rows = []
+    sampler.phase = "idle"
+    time.sleep(idle_s)
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+        for name, (fn, flop, bytes_) in sustained_loads().items():
+            try:
+                fn()
+                torch.cuda.synchronize()
+            except RuntimeError:
+                print(f"[sustained] {name} failed")
+                traceback.print_exc()
+                continue
+            start = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            per_call = max(time.perf_counter() - start, 1e-5)
+            inner = max(1, int(WINDOW_S / per_call))
+            sampler.phase = name
+            end = time.time() + seconds
+            while time.time() < end:
+                start = time.perf_counter()
+                for _ in range(inner):
+                    fn()
+                torch.cuda.synchronize()
+                elapsed = time.perf_counter() - start
+                rows.append({"phase": name, "t_s": time.time(), "calls": inner, "elapsed_s": elapsed,
+                             "tflops": flop * inner / elapsed / 1e12, "gbps": bytes_ * inner / elapsed / 1e9})
+            sampler.phase = "idle"
+            time.sleep(idle_s)
+    return rows
+
+
+def environment():
+    props = torch.cuda.get_device_properties(0)
+    return {"device": props.name, "sm_count": props.multi_processor_count,
+            "memory_bytes": props.total_memory, "torch": torch.__version__, "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version(),
+            "l2_bytes": getattr(props, "L2_cache_size", None)}
+
+
+def summarise_kernels(gemm, pointwise, attention, launch):
+    """The figures a reader wants first; the CSVs hold every row."""
+    for row in gemm:
+        if row["m"] >= 1024 and "tflops" in row:
+            print(f"gemm {row['dtype']:9s} {row['m']:6d} x {row['n']:6d} x {row['k']:6d} {row['tflops']:7.1f} TFLOP/s")
+    for row in pointwise:
+        if row["elements"] == max(r["elements"] for r in pointwise if r["op"] == row["op"]):
+            print(f"pointwise {row['op']:18s} {row['elements']:11d} {row['gbps']:7.0f} GB/s")
+    for row in attention:
+        if "bwd_tflops" in row:
+            print(f"attention {row['backend']:16s} b{row['batch']} s{row['seq']} d{row['head_dim']}"
+                  f" fwd {row['fwd_tflops']:6.1f} bwd {row['bwd_tflops']:6.1f} TFLOP/s")
+    for row in launch:
+        print(f"launch {row['mode']:16s} {row['per_kernel_us']:6.2f} us per kernel")
+
+
+def summarise(sustained_rows, clock_rows):
+    print("\nphase                       TFLOP/s  GB/s   SM MHz (median)  power W (median)  temp C")
+    for phase in dict.fromkeys(row["phase"] for row in sustained_rows):
+        windows = [row for row in sustained_rows if row["phase"] == phase][2:]  # skip ramp-up
+        samples = [row for row in clock_rows if row["phase"] == phase][10:]
+        if not windows or not samples:
+            continue
+        mid = lambda values: sorted(values)[len(values) // 2]
+        print(f"{phase:26s} {mid([w['tflops'] for w in windows]):8.1f} {mid([w['gbps'] for w in windows]):6.0f}"
+              f" {mid([s['sm_clock_mhz'] for s in samples]):10d} {mid([s['power_w'] for s in samples]):16.0f}"
+              f" {mid([s['temp_c'] for s in samples]):8d}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--quick", action="store_true", help="fewer shapes and shorter loads")
+    parser.add_argument("--sustain-s", type=float, default=20.0)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    sampler = ClockSampler()
+    env = environment() | sampler.limits()
+    print(json.dumps(env), flush=True)
+    (args.out / "environment.json").write_text(json.dumps(env, indent=1))
+    sampler.start()
+    sampler.phase = "kernels"
+    launch = section("launch", measure_launch, args.out, args.quick)
+    gemm = section("gemm", measure_gemms, args.out, args.quick)
+    pointwise = section("pointwise", measure_pointwise, args.out, args.quick)
+    attention = section("attention", measure_attention, args.out, args.quick)
+    sustained = section("sustained", measure_sustained, args.out, sampler,
+                        args.sustain_s / (4 if args.quick else 1), 3.0)
+    sampler.running = False
+    sampler.join()
+    write_csv(args.out / "clocks.csv", sampler.rows)
+    print(f"{len(sampler.rows)} clock samples")
+    summarise_kernels(gemm, pointwise, attention, launch)
+    summarise(sustained, sampler.rows)
+
+
+if __name__ == "__main__":
+    main()
