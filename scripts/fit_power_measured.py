@@ -1,123 +1,186 @@
-"""Fit a GPU's power-model energies on the long single-kernel loops we measured ourselves
-(core/validation/data/measured/<gpu>/: sustained.csv and clocks.csv), and print them beside
-the preset's estimates. It edits nothing.
+"""Fit a GPU's power model on the long single-kernel loops we measured ourselves
+(core/validation/data/measured/<gpu>/: sustained.csv, curve.csv and their NVML samples), and
+print it beside the preset's estimates. It edits nothing.
 
 The power model (core/model/power.py) gives a busy board's watts at clock share r (of the
 preset's clock) as
 
-    idle + active * r^3 + r^2 * sum_dtype(flop_energy * FLOP/s) + hbm_energy * HBM bytes/s
+    idle + V(r)^2 * (active * r * busy + sum_dtype(flop_energy * FLOP/s)) + hbm_energy * HBM B/s
 
-Each loop gives one such equation at its settled clock, rate and watts; the idle floor is read
-off the idle stretches between loops (clocks up, context alive). Least squares over the
-loops gives active, the BF16 and FP8 FLOP energies and the HBM byte energy. Each loop is then
-left out in turn, the rest refitted, and the clock the left-out loop would settle at under the
-board's limit predicted (its rate scaling with the clock, as compute-bound work does): the
-error against the measured clock is the figure that says whether four numbers describe the
-board. The fit on one GPU also predicts the other's loops (H100 and H200 share a die).
+with the voltage V(r) = floor + (1 - floor) * r, 1 at the preset's clock (floor 0: voltage in
+proportion to the clock). Each loop gives one such equation at the clock it settled at, its
+rate and its watts; the idle floor is read off the idle stretches between loops (clocks up,
+context alive). For each voltage floor on a grid, least squares over the loops gives active,
+the BF16 and FP8 FLOP energies and the HBM byte energy; the floor with the smallest error in
+predicted clocks wins. Each loop is then left out in turn, everything refitted, and the clock
+the left-out loop settles at under the board's limit predicted (compute scaling with the
+clock): that error says whether the model describes the board. A fit on one GPU also
+predicts the other's loops (H100 and H200 share a die).
+
+A duty loop (a GEMM, then an idle spin of the SMs in clock cycles) is busy for the share of
+its time the GEMM runs: its rate over the rate the same GEMM reaches back to back at that
+clock.
 
     .venv/bin/python scripts/fit_power_measured.py
 """
 import json
 import statistics
+from dataclasses import dataclass
 
 import numpy as np
 
+from core.model import ops
 from core.model.loader import load_hardware
+from core.model.power import voltage_sq
 from core.validation.measured import MEASURED_DIR, PRESET_BY_GPU, loop_activities, rows, settled_samples
 
+FLOORS = np.round(np.arange(0.0, 0.951, 0.01), 2)
 UNKNOWNS = ("active_w", "flop_energy bf16 (pJ)", "flop_energy fp8 (pJ)", "hbm_energy (pJ/B)")
-LOOP_DTYPE = {"gemm_bf16_8192": "bf16", "gemm_fp8_8192": "fp8", "attention_fwd_bwd_cudnn": "bf16",
-              "gemm_gelu_add_bf16": "bf16", "hbm_copy_1gib": None}
+CURVE_GEMMS = {"gemm_bf16_2048": ("bf16", 2048), "gemm_bf16_4096": ("bf16", 4096),
+               "gemm_fp8_4096": ("fp8", 4096), "gemm_fp8_2048": ("fp8", 2048)}
+DUTY = "duty_bf16_8192_sleep"
 
 
-def loops(gpu: str) -> tuple:
-    """(idle W, power limit W, preset clock MHz, highest clock share the board reaches,
-    {loop: (clock share, dtype, FLOP/s, HBM B/s, W)}, hardware)."""
-    folder = MEASURED_DIR / gpu
-    hw = load_hardware(PRESET_BY_GPU[gpu])
-    windows = rows(folder / "sustained.csv")
-    settled = settled_samples(rows(folder / "clocks.csv"))
-    idle_w = statistics.median(float(r["power_w"]) for r in settled["idle"] if int(r["sm_clock_mhz"]) > 1000)
+@dataclass(frozen=True)
+class Loop:
+    name: str
+    share: float  # settled SM clock over the preset's clock
+    flops: dict  # dtype -> FLOP/s at that clock
+    busy: float  # share of the time a kernel other than an idle spin runs
+    hbm_bps: float  # HBM bytes/s at that clock
+    bytes_follow_clock: bool  # False for a copy, whose rate the clock does not set
+    watts: float
+
+
+def _loops_of(hw, windows, clocks) -> list:
+    settled = settled_samples(clocks)
     clock_mhz = hw.gpu.clock_hz / 1e6
     activities = loop_activities(hw)
-    out = {}
-    for phase, dtype in LOOP_DTYPE.items():
-        samples = settled.get(phase)
-        rates = [w for w in windows if w["phase"] == phase][4:]
+    for name, (dtype, n) in CURVE_GEMMS.items():
+        gemm = ops.gemm(hw, n, n, n, dtype=dtype)
+        activities[name] = (dtype, gemm.flops, gemm.hbm_bytes)
+    loops, per_mhz = [], None
+    for name in dict.fromkeys(w["phase"] for w in windows):
+        samples = settled.get(name)
+        rates = [w for w in windows if w["phase"] == name][4:]
         if not samples or not rates:
             continue
+        mhz = statistics.median(float(s["sm_clock_mhz"]) for s in samples)
+        watts = statistics.median(float(s["power_w"]) for s in samples)
         flops_per_s = statistics.median(float(w["tflops"]) for w in rates) * 1e12
-        work = activities[phase]
-        call_s = 1.0 / (flops_per_s / sum(c for _, c in work.flops)) if work.flops else None
-        if call_s is None:  # the copy: its bytes are its rate
-            hbm_per_s = statistics.median(float(w["gbps"]) for w in rates) * 1e9
+        if name == "hbm_copy_1gib":
+            bps = statistics.median(float(w["gbps"]) for w in rates) * 1e9
+            loops.append(Loop(name, mhz / clock_mhz, {}, 1.0, bps, False, watts))
+            continue
+        busy = 1.0
+        if name.startswith(DUTY):
+            per_mhz = per_mhz or flops_per_s / mhz  # the first duty loop spins for 0 cycles
+            busy = flops_per_s / (per_mhz * mhz)
+            work = activities["gemm_bf16_8192"]
+            dtype_flops, call_bytes = work.flops, work.hbm_bytes
+        elif isinstance(activities[name], tuple):
+            dtype, call_flops, call_bytes = activities[name]
+            dtype_flops = ((dtype, call_flops),)
         else:
-            hbm_per_s = work.hbm_bytes / call_s
-        share = statistics.median(float(s["sm_clock_mhz"]) for s in samples) / clock_mhz
-        out[phase] = (share, dtype, flops_per_s, hbm_per_s, statistics.median(float(s["power_w"]) for s in samples))
-    top = json.loads((folder / "environment.json").read_text())["max_sm_clock_mhz"] / clock_mhz
-    return idle_w, hw.gpu.power.limit_w, clock_mhz, top, out, hw
+            work = activities[name]
+            dtype_flops, call_bytes = work.flops, work.hbm_bytes
+        total = sum(c for _, c in dtype_flops)
+        calls_per_s = flops_per_s / total
+        flops = {}
+        for dtype, count in dtype_flops:
+            flops[dtype] = flops.get(dtype, 0.0) + count * calls_per_s
+        loops.append(Loop(name, mhz / clock_mhz, flops, busy, call_bytes * calls_per_s, True, watts))
+    return loops
 
 
-def design(idle_w: float, loops_: dict) -> tuple:
-    """Least-squares system: one row per loop over UNKNOWNS (energies in J)."""
-    a, b = [], []
-    for share, dtype, flops, hbm, watts in loops_.values():
-        a.append([share**3, share**2 * flops if dtype == "bf16" else 0.0,
-                  share**2 * flops if dtype == "fp8" else 0.0, hbm])
-        b.append(watts - idle_w)
-    return np.array(a), np.array(b)
+def measured_loops(gpu: str) -> tuple:
+    """(hardware, idle W, highest clock share the board reaches, loops)."""
+    folder = MEASURED_DIR / gpu
+    hw = load_hardware(PRESET_BY_GPU[gpu])
+    loops = _loops_of(hw, rows(folder / "sustained.csv"), rows(folder / "clocks.csv"))
+    if (folder / "curve.csv").exists():
+        loops += _loops_of(hw, rows(folder / "curve.csv"), rows(folder / "curve_clocks.csv"))
+    idle = settled_samples(rows(folder / "clocks.csv"))["idle"]
+    idle_w = statistics.median(float(r["power_w"]) for r in idle if int(r["sm_clock_mhz"]) > 1000)
+    top = json.loads((folder / "environment.json").read_text())["max_sm_clock_mhz"] / (hw.gpu.clock_hz / 1e6)
+    return hw, idle_w, top, loops
 
 
-def fit(idle_w: float, loops_: dict) -> np.ndarray:
-    a, b = design(idle_w, loops_)
-    return np.linalg.lstsq(a, b, rcond=None)[0]
-
-
-def settled_share(params, idle_w: float, limit_w: float, top: float, loop: tuple) -> float:
-    """The clock share at which the loop draws the limit (rate scaling with the clock), or the
-    board's highest clock share `top` where the limit does not bind there."""
-    share0, dtype, flops0, hbm0, _ = loop
+def watts(params, floor: float, idle_w: float, loop: Loop, share: float) -> float:
+    """The loop's draw at clock share `share` (its rates scaled from the settled clock)."""
     active, e_bf16, e_fp8, e_hbm = params
-    energy = {"bf16": e_bf16, "fp8": e_fp8}.get(dtype, 0.0)
+    scale = share / loop.share
+    flop_w = (e_bf16 * loop.flops.get("bf16", 0.0) + e_fp8 * loop.flops.get("fp8", 0.0)) * scale
+    bytes_w = e_hbm * loop.hbm_bps * (scale if loop.bytes_follow_clock else 1.0)
+    return idle_w + voltage_sq(share, floor) * (active * share * loop.busy + flop_w) + bytes_w
 
-    def watts(r):
-        scale = r / share0 if dtype else 1.0
-        return idle_w + active * r**3 + r**2 * energy * flops0 * scale + e_hbm * hbm0 * scale
 
+def fit(loops: list, floor: float, idle_w: float) -> np.ndarray:
+    """Least-squares energies at one voltage floor, active power held at 0 W or above."""
+    a = np.array([[voltage_sq(l.share, floor) * l.share * l.busy, voltage_sq(l.share, floor) * l.flops.get("bf16", 0.0),
+                   voltage_sq(l.share, floor) * l.flops.get("fp8", 0.0), l.hbm_bps] for l in loops])
+    b = np.array([l.watts - idle_w for l in loops])
+    params = np.linalg.lstsq(a, b, rcond=None)[0]
+    if params[0] < 0:
+        params = np.concatenate([[0.0], np.linalg.lstsq(a[:, 1:], b, rcond=None)[0]])
+    return params
+
+
+def settled_share(params, floor: float, idle_w: float, limit_w: float, top: float, loop: Loop) -> float:
+    """The clock share at which the loop draws the limit, or `top` where it stays under."""
+    if watts(params, floor, idle_w, loop, top) <= limit_w:
+        return top
     low, high = 0.3, top
-    if watts(high) <= limit_w:
-        return high
     for _ in range(40):
         mid = (low + high) / 2
-        low, high = (mid, high) if watts(mid) <= limit_w else (low, mid)
+        low, high = (mid, high) if watts(params, floor, idle_w, loop, mid) <= limit_w else (low, mid)
     return low
 
 
+def clock_errors(params, floor, idle_w, limit_w, top, loops) -> list:
+    return [settled_share(params, floor, idle_w, limit_w, top, l) / l.share - 1.0 for l in loops]
+
+
+def best_fit(loops, idle_w, limit_w, top) -> tuple:
+    """(floor, energies) with the smallest mean |clock error| over `loops`."""
+    def score(floor):
+        params = fit(loops, floor, idle_w)
+        return np.mean(np.abs(clock_errors(params, floor, idle_w, limit_w, top, loops))), floor, params
+
+    _, floor, params = min((score(f) for f in FLOORS), key=lambda s: s[0])
+    return floor, params
+
+
 def report(gpu: str, other: str) -> None:
-    idle_w, limit_w, clock_mhz, top, loops_, hw = loops(gpu)
-    params = fit(idle_w, loops_)
-    power = hw.gpu.power
+    hw, idle_w, top, loops = measured_loops(gpu)
+    power, limit_w = hw.gpu.power, hw.gpu.power.limit_w
+    floor, params = best_fit(loops, idle_w, limit_w, top)
     preset = (power.active_w, power.flop_energy("bf16"), power.flop_energy("fp8"), power.hbm_energy_j_per_byte)
-    print(f"\n{gpu} ({hw.gpu.name}, preset clock {clock_mhz:.0f} MHz, limit {limit_w:.0f} W): "
+    clock_mhz = hw.gpu.clock_hz / 1e6
+    print(f"\n{gpu} ({hw.gpu.name}; preset clock {clock_mhz:.0f} MHz, limit {limit_w:.0f} W, {len(loops)} loops): "
           f"idle with clocks up {idle_w:.0f} W (preset idle_power {power.idle_w:.0f} W)")
+    print(f"  voltage floor          fitted {floor:7.2f}   preset    0 (voltage in proportion to the clock)")
     for name, value, was in zip(UNKNOWNS, params, preset):
         scale = 1.0 if name == "active_w" else 1e12
         print(f"  {name:22s} fitted {value * scale:7.3f}   preset {was * scale:7.3f}")
-    print("  loop                       clock share  W measured  W fitted  left-out clock (MHz) measured / predicted")
-    for phase, loop in loops_.items():
-        rest = {p: v for p, v in loops_.items() if p != phase}
-        left_out = fit(idle_w, rest) if len(rest) >= len(UNKNOWNS) else params
-        a, _ = design(idle_w, {phase: loop})
-        predicted = settled_share(left_out, idle_w, limit_w, top, loop) * clock_mhz
-        print(f"  {phase:26s} {loop[0]:10.3f} {loop[4]:11.0f} {idle_w + float(a[0] @ params):9.0f}"
-              f"   {loop[0] * clock_mhz:6.0f} / {predicted:6.0f} ({predicted / (loop[0] * clock_mhz) - 1:+.1%})")
-    other_idle, other_limit, other_clock, other_top, other_loops, _ = loops(other)
-    print(f"  fitted here, {other}'s loops (its own idle {other_idle:.0f} W):")
-    for phase, loop in other_loops.items():
-        predicted = settled_share(params, other_idle, other_limit, other_top, loop) * other_clock
-        print(f"  {phase:26s} measured {loop[0] * other_clock:6.0f} MHz, predicted {predicted:6.0f} "
-              f"({predicted / (loop[0] * other_clock) - 1:+.1%})")
+    preset_errors = clock_errors(preset, 0.0, power.idle_w, limit_w, top, loops)
+    print("  loop                          MHz   W    fitted    left out   preset's model")
+    left_out = []
+    for i, loop in enumerate(loops):
+        rest = loops[:i] + loops[i + 1:]
+        rest_floor, rest_params = best_fit(rest, idle_w, limit_w, top)
+        error = settled_share(rest_params, rest_floor, idle_w, limit_w, top, loop) / loop.share - 1.0
+        left_out.append(error)
+        fitted = settled_share(params, floor, idle_w, limit_w, top, loop) / loop.share - 1.0
+        print(f"  {loop.name:28s} {loop.share * clock_mhz:5.0f} {loop.watts:4.0f}   {fitted:+7.1%}   {error:+7.1%}"
+              f"   {preset_errors[i]:+7.1%}")
+    mean = lambda errors: 100 * float(np.mean(np.abs(errors)))
+    print(f"  mean |clock error|: fitted {mean(clock_errors(params, floor, idle_w, limit_w, top, loops)):.1f} %, "
+          f"left out {mean(left_out):.1f} %, preset's model {mean(preset_errors):.1f} %")
+    _, other_idle, other_top, other_loops = measured_loops(other)
+    errors = clock_errors(params, floor, other_idle, limit_w, other_top, other_loops)
+    print(f"  fitted here, {other}'s {len(other_loops)} loops (its own idle {other_idle:.0f} W): mean |clock error| "
+          f"{mean(errors):.1f} % (" + ", ".join(f"{l.name} {e:+.1%}" for l, e in zip(other_loops, errors)) + ")")
 
 
 def main() -> None:

@@ -17,7 +17,12 @@ flushed between timed calls (triton.testing.do_bench), median of repeats:
   draw, temperature and throttle reasons sampled every 50 ms by NVML: the clock a
   power-limited GPU sustains, which whole steps otherwise have to fit.
 
-    python3 scripts/measure_gpu_kernels.py --out DIR [--quick]
+With --curve it measures instead what the first run left open: curve.csv and curve_clocks.csv,
+loops of graded power (a BF16 GEMM then an idle spin of growing length; GEMMs of other sizes
+and dtypes) for the clock the board settles at against its draw, and attention_tiles.csv,
+cuDNN attention forward and backward over sequence length and batch x heads.
+
+    python3 scripts/measure_gpu_kernels.py --out DIR [--quick | --curve]
 """
 import argparse
 import csv
@@ -295,29 +300,80 @@ def measure_sustained(sampler, seconds, idle_s):
     with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
         for name, (fn, flop, bytes_) in sustained_loads().items():
             try:
-                fn()
-                torch.cuda.synchronize()
+                rows += run_loop(sampler, name, fn, flop, bytes_, seconds)
             except RuntimeError:
                 print(f"[sustained] {name} failed")
                 traceback.print_exc()
-                continue
-            start = time.perf_counter()
-            fn()
-            torch.cuda.synchronize()
-            per_call = max(time.perf_counter() - start, 1e-5)
-            inner = max(1, int(WINDOW_S / per_call))
-            sampler.phase = name
-            end = time.time() + seconds
-            while time.time() < end:
-                start = time.perf_counter()
-                for _ in range(inner):
-                    fn()
-                torch.cuda.synchronize()
-                elapsed = time.perf_counter() - start
-                rows.append({"phase": name, "t_s": time.time(), "calls": inner, "elapsed_s": elapsed,
-                             "tflops": flop * inner / elapsed / 1e12, "gbps": bytes_ * inner / elapsed / 1e9})
-            sampler.phase = "idle"
             time.sleep(idle_s)
+    return rows
+
+
+def run_loop(sampler, name, fn, flop, bytes_, seconds):
+    """One long loop of `fn` in windows of about WINDOW_S, labelled `name` for the sampler."""
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    inner = max(1, int(WINDOW_S / max(time.perf_counter() - start, 1e-5)))
+    sampler.phase = name
+    rows, end = [], time.time() + seconds
+    while time.time() < end:
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        torch.cuda.synchronize()
+        elapsed = time.perf_counter() - start
+        rows.append({"phase": name, "t_s": time.time(), "calls": inner, "elapsed_s": elapsed,
+                     "tflops": flop * inner / elapsed / 1e12, "gbps": bytes_ * inner / elapsed / 1e9})
+    sampler.phase = "idle"
+    return rows
+
+
+def measure_clock_curve(sampler, seconds):
+    """Loads of graded power, for the board's clock against its draw: a BF16 GEMM 8192^3
+    followed by an idle spin of the SMs (torch.cuda._sleep, in clock cycles) of growing
+    length, and GEMMs of other sizes and dtypes run back to back."""
+    size = 8192
+    bf16 = bf16_operands(size, size, size)
+    flop = 2 * size**3
+    rows = []
+    for cycles in (0, 500_000, 1_000_000, 2_000_000, 4_000_000, 8_000_000):
+        def duty(cycles=cycles):
+            bf16()
+            if cycles:
+                torch.cuda._sleep(cycles)
+        rows += run_loop(sampler, f"duty_bf16_8192_sleep{cycles}", duty, flop, 0, seconds)
+    for dtype, n in (("bf16", 2048), ("bf16", 4096), ("fp8", 4096), ("fp8", 2048)):
+        fn = GEMM_BUILDERS["bfloat16" if dtype == "bf16" else "fp8"](n, n, n)
+        rows += run_loop(sampler, f"gemm_{dtype}_{n}", fn, 2 * n**3, 0, seconds)
+    return rows
+
+
+def measure_attention_tiles(_quick):
+    """cuDNN attention forward and backward over sequence length and batch x heads, for the
+    fixed cost per tile the backward carries at short sequences."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    rows = []
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+        for seq in (512, 1024, 2048, 4096):
+            for batch_heads in (32, 128, 512):
+                batch, heads, dim = batch_heads // 32, 32, 128
+                q, k, v = attention_tensors(batch, seq, heads, dim, grad=True)
+                grad_out = torch.randn_like(q)
+                row = {"backend": "CUDNN_ATTENTION", "batch": batch, "seq": seq, "heads": heads, "head_dim": dim,
+                       "causal": True, "fwd_flop": 2 * batch * heads * seq * seq * dim}
+                with torch.no_grad():
+                    row["fwd_ms"] = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+                def forward_backward():
+                    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                    torch.autograd.grad(out, (q, k, v), grad_out)
+
+                row["fwd_bwd_ms"] = median_ms(forward_backward)
+                row["bwd_ms"] = row["fwd_bwd_ms"] - row["fwd_ms"]
+                rows.append(row)
+                torch.cuda.empty_cache()
     return rows
 
 
@@ -327,6 +383,13 @@ def environment():
             "memory_bytes": props.total_memory, "torch": torch.__version__, "cuda": torch.version.cuda,
             "cudnn": torch.backends.cudnn.version(),
             "l2_bytes": getattr(props, "L2_cache_size", None)}
+
+
+def _read_back(path):
+    if not path.exists():
+        return []
+    with open(path, newline="") as handle:
+        return [{**row, "tflops": float(row["tflops"]), "gbps": float(row["gbps"])} for row in csv.DictReader(handle)]
 
 
 def summarise_kernels(gemm, pointwise, attention, launch):
@@ -363,6 +426,8 @@ def main():
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--quick", action="store_true", help="fewer shapes and shorter loads")
     parser.add_argument("--sustain-s", type=float, default=20.0)
+    parser.add_argument("--curve", action="store_true",
+                        help="instead: the clock curve (graded loads) and attention over sequence and batch")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
@@ -371,6 +436,14 @@ def main():
     print(json.dumps(env), flush=True)
     (args.out / "environment.json").write_text(json.dumps(env, indent=1))
     sampler.start()
+    if args.curve:
+        section("attention_tiles", measure_attention_tiles, args.out, args.quick)
+        section("curve", measure_clock_curve, args.out, sampler, args.sustain_s)
+        sampler.running = False
+        sampler.join()
+        write_csv(args.out / "curve_clocks.csv", sampler.rows)
+        summarise(_read_back(args.out / "curve.csv"), sampler.rows)
+        return
     sampler.phase = "kernels"
     launch = section("launch", measure_launch, args.out, args.quick)
     gemm = section("gemm", measure_gemms, args.out, args.quick)

@@ -12,11 +12,11 @@ from core.model.training import model_flops, train_step
 
 def test_flash2_runs_its_tile_matmuls_at_the_mma_sync_share_on_hopper_only():
     h100, a100 = load_hardware("h100-sxm5-80gb"), load_hardware("a100-sxm4-80gb")
-    assert h100.gpu.mma_sync_share == pytest.approx(0.54)
+    assert h100.gpu.mma_sync_share == pytest.approx(0.59)
     args = (32, 16384, 16384, 128, 1, True)
     fused, fa2 = ops.flash_attention(h100, *args), ops.flash_attention(h100, *args, kernel="flash2")
     assert fa2.flops == fused.flops
-    assert fa2.time_s > 1.5 * fused.time_s  # the tensor part (most of it at 16K) at 0.54 of the rate
+    assert fa2.time_s > 1.4 * fused.time_s  # the tensor part (most of it at 16K) at 0.59 of the rate: x 1.69
     assert ops.flash_attention(a100, *args, kernel="flash2").time_s == ops.flash_attention(a100, *args).time_s
 
 

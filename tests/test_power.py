@@ -39,6 +39,15 @@ def test_the_clock_under_a_limit_solves_floor_plus_dynamic_power_in_closed_form(
     assert clock_under(POWER, GEMMS, 100.5) == CLOCK_FLOOR  # below what the floor clock still draws
 
 
+def test_a_voltage_floor_keeps_the_energy_per_flop_higher_at_a_lower_clock_so_a_limit_bites_deeper():
+    floored = PowerSpec(**{**POWER.__dict__, "voltage_floor": 0.5})
+    # At half the clock the voltage is 0.5 + 0.5 * 0.5 = 0.75: 600 J * 0.5625, not * 0.25.
+    assert energy_j(floored, GEMMS.at_clock(0.5)) == pytest.approx(100 * 2 + 600 * 0.5625)
+    # Busy power at clock r: 100 + 600 r (0.5 + 0.5 r)^2 = 400 at r = 0.5 ** (1/3) without the
+    # floor (0.794); with it, r (1 + r)^2 = 2 gives r = 0.6956.
+    assert clock_under(floored, GEMMS, 400.0) == pytest.approx(0.695620769, abs=1e-8)
+
+
 def test_relative_clock_keeps_the_fitted_sustained_clock_at_the_default_limit():
     at_tdp = PowerSpec(**{**POWER.__dict__, "tdp_w": 400.0, "limit_w": 400.0})
     assert whole_step_clock(at_tdp, GEMMS, 0.9) == (0.9, pytest.approx(0.5 ** (1 / 3)))
@@ -109,6 +118,7 @@ def test_a_bad_cost_block_is_refused_naming_the_field(data, field):
     ({"gpu.flop_energy": {"bf16": "0.7 pJ"}}, "gpu.flop_energy"),  # fp32, tf32, fp16, fp8 missing
     ({"gpu.hbm_energy": "25 W"}, "gpu.hbm_energy"),
     ({"gpu.idle_power": None}, "gpu.idle_power"),
+    ({"gpu.voltage_floor": 1.0}, "gpu.voltage_floor"),  # the line must fall below the boost voltage
 ])
 def test_bad_power_fields_are_refused_in_one_line(overrides, field):
     with pytest.raises(SpecError, match=field.replace(".", r"\.")):
@@ -207,13 +217,13 @@ def test_power_and_energy_units():
 def test_a_fault_samples_slower_step_idles_through_its_extra_time():
     from core.evaluation import ENERGY, slowed_energy_fields
 
-    hw = core.load_hardware("h100-sxm5-80gb", {"gpu.pue": 1.5, "gpu.node_overhead": "20 W"})  # idle floor 180 W
+    hw = core.load_hardware("h100-sxm5-80gb", {"gpu.pue": 1.5, "gpu.node_overhead": "20 W"})  # idle floor 170 W
     record = {key: None for key in ENERGY}
     record.update(step_time_s=10.0, power_avg_w=500.0, gpu_clock_share=0.9, energy_per_step_j=4 * 5200 * 1.5,
                   energy_per_token_j=1.0, run_days=2.0, run_mwh=3.0)
-    slowed = slowed_energy_fields(record, hw, 4, 1.5)  # 5 s more at (180 + 20) W x 1.5, on 4 GPUs
-    scale = (4 * 5200 * 1.5 + 200 * 1.5 * 5 * 4) / (4 * 5200 * 1.5)
+    slowed = slowed_energy_fields(record, hw, 4, 1.5)  # 5 s more at (170 + 20) W x 1.5, on 4 GPUs
+    scale = (4 * 5200 * 1.5 + 190 * 1.5 * 5 * 4) / (4 * 5200 * 1.5)
     assert slowed["energy_per_step_j"] == pytest.approx(4 * 5200 * 1.5 * scale)
     assert slowed["energy_per_token_j"] == pytest.approx(scale) and slowed["run_mwh"] == pytest.approx(3 * scale)
-    assert slowed["power_avg_w"] == pytest.approx((500 * 10 + 180 * 5) / 15) and slowed["run_days"] == 3.0
+    assert slowed["power_avg_w"] == pytest.approx((500 * 10 + 170 * 5) / 15) and slowed["run_days"] == 3.0
     assert slowed["energy_per_request_j"] is None and slowed["gpu_clock_share"] == 0.9

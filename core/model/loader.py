@@ -311,7 +311,7 @@ def _gpu_from_mapping(data, source: str) -> GpuSpec:
 
 
 POWER_FIELDS = ("tdp", "power_limit", "idle_power", "active_power", "flop_energy", "hbm_energy", "link_energy",
-                "power_clock", "node_overhead", "pue")
+                "power_clock", "voltage_floor", "node_overhead", "pue")
 
 
 def _power(f, peak: dict) -> PowerSpec | None:
@@ -348,8 +348,17 @@ def _power(f, peak: dict) -> PowerSpec | None:
                      flop_energy_j=flop_energy, hbm_energy_j_per_byte=f.unit("hbm_energy", units.parse_energy),
                      link_energy_j_per_byte=f.unit("link_energy", units.parse_energy),
                      clock=f.choice("power_clock", POWER_CLOCKS, "relative"),
+                     voltage_floor=_voltage_floor(f),
                      node_overhead_w=f.unit("node_overhead", units.parse_power, 0),
                      pue=_pue(f))
+
+
+def _voltage_floor(f) -> float:
+    value = f.raw("voltage_floor", 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise SpecError(f.source, f.name("voltage_floor"), value,
+                        "expected a voltage share in [0, 1): where the voltage-frequency line meets zero clock")
+    return float(value)
 
 
 def _pue(f) -> float:

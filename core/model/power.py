@@ -8,9 +8,12 @@ much of that time is compute-bound (scales with the clock). Its energy at clock 
     idle_w * time + active_w * r * v(r)^2 * busy + v(r)^2 * sum(flop_energy * FLOPs)
         + hbm_energy * HBM bytes + link_energy * link bytes
 
-with v(r) the voltage share. In the DVFS range voltage roughly tracks frequency, so v = r:
-SM power goes as f*V^2 ~ r^3 per busy second and a FLOP's switching energy as V^2 ~ r^2,
-while HBM and links run on their own clocks and voltages. A limit below what the work would
+with v(r) the voltage share: v = floor + (1 - floor) r, the board's voltage-frequency curve as
+a line through 1 at the boost clock (`voltage_floor`; 0: voltage in proportion to the clock).
+SM power goes as f*V^2 per busy second and a FLOP's switching energy as V^2, while HBM and
+links run on their own clocks and voltages. Measured on our own H100 (graded loads under its
+700 W limit, scripts/fit_power_measured.py) the floor is about half the boost voltage: a
+lower clock saves less per FLOP than V ~ f says, so a limit takes the clock further down. A limit below what the work would
 draw at the boost clock lowers r until the power while kernels run meets it (busy_power_w);
 compute-bound time then stretches by 1/r, memory-bound time does not."""
 from dataclasses import dataclass
@@ -52,9 +55,14 @@ class Activity:
                         self.busy_compute_bound_s * (stretch + 1.0), clock)
 
 
+def voltage_sq(share: float, floor: float) -> float:
+    """The squared voltage share at clock share `share` on a curve with that floor."""
+    return (floor + (1.0 - floor) * share) ** 2
+
+
 def energy_j(power: PowerSpec, work: Activity) -> float:
     """Joules one GPU spends on `work` at the clock share it was timed at."""
-    v2 = work.clock ** 2
+    v2 = voltage_sq(work.clock, power.voltage_floor)
     flop_j = sum(count * power.flop_energy(dtype) for dtype, count in work.flops)
     return (power.idle_w * work.time_s + power.active_w * work.clock * v2 * work.busy_s + v2 * flop_j
             + power.hbm_energy_j_per_byte * work.hbm_bytes + power.link_energy_j_per_byte * work.link_bytes)
@@ -78,8 +86,8 @@ def busy_power_w(power: PowerSpec, work: Activity) -> float:
 def clock_under(power: PowerSpec, work: Activity, limit_w: float) -> float:
     """The clock share (of the boost clock) at which `work` draws at most `limit_w` while its
     kernels run: 1 when the boost clock stays under it, CLOCK_FLOOR when even that is over.
-    Busy power at clock r is idle + active r^3 + (r^2 FLOP energy + HBM and link energy) /
-    busy seconds at r, rising with r; solved by bisection on those few numbers."""
+    Busy power at clock r is idle + active r v(r)^2 + (v(r)^2 FLOP energy + HBM and link
+    energy) / busy seconds at r, rising with r; solved by bisection on those few numbers."""
     return _clock_under(power, work.busy_s, work.busy_compute_bound_s, work.clock, work.flops, work.hbm_bytes,
                         work.link_bytes, limit_w)
 
@@ -91,14 +99,15 @@ def _clock_under(power: PowerSpec, busy_s: float, bound_s: float, clock: float, 
     exposed communication ask again)."""
     flop_j = sum(count * power.flop_energy(dtype) for dtype, count in flops)
     fixed_j = power.hbm_energy_j_per_byte * hbm_bytes + power.link_energy_j_per_byte * link_bytes
-    idle_w, active_w = power.idle_w, power.active_w
+    idle_w, active_w, floor = power.idle_w, power.active_w, power.voltage_floor
 
     def over(r: float) -> bool:
         """Whether busy power at clock share r exceeds the limit."""
         busy_at_r = busy_s + bound_s * (clock / r - 1.0)
         if busy_at_r <= 0:
             return idle_w > limit_w
-        return idle_w + active_w * r ** 3 + (r * r * flop_j + fixed_j) / busy_at_r > limit_w
+        v2 = voltage_sq(r, floor)
+        return idle_w + active_w * r * v2 + (v2 * flop_j + fixed_j) / busy_at_r > limit_w
 
     if not over(1.0):
         return 1.0

@@ -435,6 +435,7 @@ class PowerSpec:
     # relative: the limit's clock over the default limit's scales calibration.sustained_clock;
     # absolute: the power model's clock is the whole-step clock (sustained_clock left at 1)
     clock: str = "relative"
+    voltage_floor: float = 0.0  # voltage share the V-f line reaches at zero clock (0: V ~ f)
     node_overhead_w: float = 0.0  # per GPU: host CPUs, NICs, switches, fans (facility figures)
     pue: float = 1.0  # facility power over IT power
 
