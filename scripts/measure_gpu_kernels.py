@@ -20,9 +20,11 @@ flushed between timed calls (triton.testing.do_bench), median of repeats:
 With --curve it measures instead what the first run left open: curve.csv and curve_clocks.csv,
 loops of graded power (a BF16 GEMM then an idle spin of growing length; GEMMs of other sizes
 and dtypes) for the clock the board settles at against its draw, and attention_tiles.csv,
-cuDNN attention forward and backward over sequence length and batch x heads.
+cuDNN attention forward and backward over sequence length and batch x heads. With --tiles,
+attention_tiles_large.csv: the same on both backends at batch x heads large enough that the
+GPU's work, not autograd's launch, sets the time.
 
-    python3 scripts/measure_gpu_kernels.py --out DIR [--quick | --curve]
+    python3 scripts/measure_gpu_kernels.py --out DIR [--quick | --curve | --tiles]
 """
 import argparse
 import csv
@@ -350,30 +352,40 @@ def measure_clock_curve(sampler, seconds):
     return rows
 
 
-def measure_attention_tiles(_quick):
-    """cuDNN attention forward and backward over sequence length and batch x heads, for the
-    fixed cost per tile the backward carries at short sequences."""
+SMALL_TILES = ((512, 1024, 2048, 4096), (32, 128, 512))
+# Enough batch x heads at every length that the GPU's work, not autograd's launch, sets the time.
+LARGE_TILES = ((256, 512, 1024, 2048, 4096), (1024, 4096))
+
+
+def _tile_row(backend, seq, batch_heads):
+    batch, heads, dim = batch_heads // 32, 32, 128
+    q, k, v = attention_tensors(batch, seq, heads, dim, grad=True)
+    grad_out = torch.randn_like(q)
+    row = {"backend": backend, "batch": batch, "seq": seq, "heads": heads, "head_dim": dim, "causal": True,
+           "fwd_flop": 2 * batch * heads * seq * seq * dim}
+    with torch.no_grad():
+        row["fwd_ms"] = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+    def forward_backward():
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        torch.autograd.grad(out, (q, k, v), grad_out)
+
+    row["fwd_bwd_ms"] = median_ms(forward_backward)
+    row["bwd_ms"] = row["fwd_bwd_ms"] - row["fwd_ms"]
+    return row
+
+
+def measure_attention_tiles(grid, backends):
+    """Causal attention forward and backward over sequence length and batch x heads (head dim
+    128), for the fixed cost per tile the backward carries at short sequences."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     rows = []
-    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-        for seq in (512, 1024, 2048, 4096):
-            for batch_heads in (32, 128, 512):
-                batch, heads, dim = batch_heads // 32, 32, 128
-                q, k, v = attention_tensors(batch, seq, heads, dim, grad=True)
-                grad_out = torch.randn_like(q)
-                row = {"backend": "CUDNN_ATTENTION", "batch": batch, "seq": seq, "heads": heads, "head_dim": dim,
-                       "causal": True, "fwd_flop": 2 * batch * heads * seq * seq * dim}
-                with torch.no_grad():
-                    row["fwd_ms"] = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
-
-                def forward_backward():
-                    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-                    torch.autograd.grad(out, (q, k, v), grad_out)
-
-                row["fwd_bwd_ms"] = median_ms(forward_backward)
-                row["bwd_ms"] = row["fwd_bwd_ms"] - row["fwd_ms"]
-                rows.append(row)
-                torch.cuda.empty_cache()
+    for backend in backends:
+        with sdpa_kernel([getattr(SDPBackend, backend)]):
+            for seq in grid[0]:
+                for batch_heads in grid[1]:
+                    rows.append(_tile_row(backend, seq, batch_heads))
+                    torch.cuda.empty_cache()
     return rows
 
 
@@ -428,6 +440,8 @@ def main():
     parser.add_argument("--sustain-s", type=float, default=20.0)
     parser.add_argument("--curve", action="store_true",
                         help="instead: the clock curve (graded loads) and attention over sequence and batch")
+    parser.add_argument("--tiles", action="store_true",
+                        help="instead: attention over sequence and large batch x heads, cuDNN and FlashAttention-2")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
@@ -436,8 +450,13 @@ def main():
     print(json.dumps(env), flush=True)
     (args.out / "environment.json").write_text(json.dumps(env, indent=1))
     sampler.start()
+    if args.tiles:
+        for row in section("attention_tiles_large", measure_attention_tiles, args.out, LARGE_TILES, ATTENTION_BACKENDS):
+            print(f"{row['backend']:16s} s{row['seq']:5d} bh{row['batch'] * row['heads']:5d}"
+                  f" fwd {row['fwd_ms']:8.3f} bwd {row['bwd_ms']:8.3f} ms")
+        return
     if args.curve:
-        section("attention_tiles", measure_attention_tiles, args.out, args.quick)
+        section("attention_tiles", measure_attention_tiles, args.out, SMALL_TILES, ("CUDNN_ATTENTION",))
         section("curve", measure_clock_curve, args.out, sampler, args.sustain_s)
         sampler.running = False
         sampler.join()
