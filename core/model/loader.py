@@ -451,6 +451,13 @@ def _calibration(raw, source: str) -> Calibration:
         kernel_overhead_s=c.unit("kernel_overhead", units.parse_time, BaseUnits(base.kernel_overhead_s)),
         collective_step_s=c.unit("collective_step", units.parse_time, BaseUnits(base.collective_step_s)),
         decode_attention_rate=c.number("decode_attention_rate", base.decode_attention_rate, low=-1e-12, high=1e3),
+        attention_softmax_overlap=c.boolean("attention_softmax_overlap", base.attention_softmax_overlap),
+        attention_backward_passes=c.boolean("attention_backward_passes", base.attention_backward_passes),
+        attention_floor_s=c.unit("attention_floor", units.parse_time, BaseUnits(base.attention_floor_s)),
+        attention_tile_s=c.unit("attention_tile", units.parse_time, BaseUnits(base.attention_tile_s)),
+        attention_backward_share=c.number("attention_backward_share", base.attention_backward_share, high=4.0),
+        attention_backward_tile_s=c.unit("attention_backward_tile", units.parse_time,
+                                         BaseUnits(base.attention_backward_tile_s)),
     )
     c.done(ignored=("fitted_on", "notes"))
     return calibration

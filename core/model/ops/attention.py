@@ -24,6 +24,7 @@ FLASH1_SLOWDOWN = 2.0
 # the next one up, padded (csrc/flash_attn/fmha_api.cpp, run_fmha_fwd / run_fmha_bwd), as its
 # Triton kernels pad to the next power of two (flash_attn_triton.py, BLOCK_HEADDIM).
 FLASH1_HEAD_DIMS = (32, 64, 128)
+DQ_ACCUMULATOR_BYTES = 4  # the backward accumulates dQ in FP32 across KV tiles
 
 
 
@@ -39,8 +40,11 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     """One fused attention kernel (FlashAttention-2 style): scores stay in SRAM.
 
     `batch_heads` counts query heads; `kv_groups` is query heads per KV head (GQA).
-    Backward does five tile matmuls to forward's two and recomputes the scores. `kernel`
-    flash2 (FlashAttention-2) issues mma.sync, at the GPU's mma_sync_share of the rate; flash1
+    Backward does five tile matmuls to forward's two, recomputes the scores, runs its tensor
+    cores at attention_backward_share of the forward's rate, and adds the memory-bound passes
+    around it (backward_pass_bytes). Each 128-row query tile costs attention_tile_s
+    (attention_backward_tile_s in the backward), spread over the SMs. `kernel` flash2
+    (FlashAttention-2) issues mma.sync, at the GPU's mma_sync_share of the rate; flash1
     (FlashAttention 1.x) does FlashAttention-2's work in FLASH1_SLOWDOWN times its time, its
     tile matmuls at the head dimension of the kernel it has (FLASH1_HEAD_DIMS)."""
     gpu, cal = hw.gpu, hw.calibration
@@ -54,23 +58,55 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     per_sm = ceil(tiles / gpu.sm_count) / (tiles / gpu.sm_count)  # tail-wave under-fill
     clock = cal.sustained_clock
     rate = gpu.flops(hw.act_dtype) * clock * cal.compute_efficiency * cal.attention_efficiency
+    if backward:
+        rate *= cal.attention_backward_share
     if kernel in ("flash2", "flash1"):
         rate *= gpu.mma_sync_share
     tensor_s = flops * tile_dim / head_dim / rate * per_sm
     exp_rate = SFU_OPS_PER_SM_PER_CLOCK * gpu.sm_count * gpu.clock_hz * clock
     softmax_s = (2 if backward else 1) * scores * SOFTMAX_FP32_OPS / (gpu.flops("fp32") * clock) * per_sm
     softmax_s += scores / exp_rate * per_sm  # one exp per score, forward and recomputed in backward
+    # FlashAttention-3's forward (cuDNN's and the engines' Hopper/Blackwell kernels alike)
+    # overlaps one warpgroup's softmax with another's asynchronous warpgroup matmuls, on GPUs
+    # that have them (those whose mma.sync reaches less than the full rate); the backward,
+    # FlashAttention 1 and 2, and GPUs before Hopper run the two in turn.
+    overlapped = cal.attention_softmax_overlap and (kernel == "flash" or kernel == "flash2" and not backward)
+    compute_s = max(tensor_s, softmax_s) if overlapped else tensor_s + softmax_s
+    tile_cost_s = cal.attention_backward_tile_s if backward else cal.attention_tile_s
+    compute_s += tiles * tile_cost_s / gpu.sm_count * per_sm / clock  # cycles: longer at a lower clock
     q_bytes = batch_heads * q_len * head_dim * el
     kv_bytes = 2 * (batch_heads // kv_groups) * kv_len * head_dim * el
-    kv_passes = ceil(q_len / FLASH_TILE_Q) * visible
+    q_tiles = ceil(q_len / FLASH_TILE_Q)
+    kv_passes = q_tiles * visible
     l2_bytes = q_bytes * 2 + kv_bytes * max(1.0, kv_passes)
     hbm_bytes = (q_bytes * 2 + kv_bytes) * (2 if backward else 1)
-    if kv_bytes > gpu.l2.capacity_bytes * L2_USABLE_FRACTION:
+    if resident_kv_bytes(gpu, batch_heads // kv_groups, q_tiles * kv_groups, kv_bytes) > \
+            gpu.l2.capacity_bytes * L2_USABLE_FRACTION:
         hbm_bytes = max(hbm_bytes, l2_bytes)
     memory_s = max(hbm_bytes / mixed_bandwidth_bps(hw),
                    l2_bytes / gpu.l2.bandwidth_bps)
-    busy_s = max(tensor_s + softmax_s, memory_s) * (FLASH1_SLOWDOWN if kernel == "flash1" else 1.0)
-    return KernelTime(busy_s + launch_s(hw), flops, hbm_bytes)
+    busy_s = max(compute_s, memory_s) * (FLASH1_SLOWDOWN if kernel == "flash1" else 1.0)
+    if backward and cal.attention_backward_passes:
+        passes = backward_pass_bytes(batch_heads * q_len * head_dim, el)
+        busy_s += passes / mixed_bandwidth_bps(hw)
+        hbm_bytes += passes
+    return KernelTime(cal.attention_floor_s + busy_s + launch_s(hw), flops, hbm_bytes)
+
+
+def resident_kv_bytes(gpu, kv_heads: int, tiles_per_kv_head: int, kv_bytes: float) -> float:
+    """K and V of the heads the SMs work on at once (one query tile per SM, the tiles of a
+    head next to each other): what must stay in L2 for every query tile to read them once
+    from HBM."""
+    in_flight = min(kv_heads, ceil(gpu.sm_count / tiles_per_kv_head))
+    return kv_bytes / kv_heads * in_flight
+
+
+def backward_pass_bytes(q_elements: float, el: float) -> float:
+    """HBM bytes of the memory-bound passes a FlashAttention backward runs beside its main
+    kernel: reading O and dO for their row-wise dot product (the softmax gradient's D), zeroing
+    the FP32 dQ accumulator the main kernel adds into, and converting it to the activation
+    dtype (FlashAttention-2's flash_bwd_preprocess / convert_dQ kernels; cuDNN does alike)."""
+    return q_elements * (2 * el + DQ_ACCUMULATOR_BYTES + DQ_ACCUMULATOR_BYTES + el)
 
 
 @lru_cache(maxsize=65536)

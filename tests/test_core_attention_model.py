@@ -1,0 +1,104 @@
+"""The fused attention model's measured terms (scripts/fit_attention.py fits them): softmax
+overlap, per-tile costs, the backward's own rate and passes, L2 residency, the CP ring."""
+import dataclasses
+
+import pytest
+
+from core.errors import SpecError
+from core.model import ops
+from core.model.graph import _ring_steps
+from core.model.loader import _calibration, load_hardware, load_model
+from core.model.ops.attention import backward_pass_bytes, resident_kv_bytes
+
+
+def bare(hw, **calibration):
+    """No launch or kernel overhead, no measured attention terms unless given."""
+    neutral = dict(kernel_overhead_s=0.0, attention_softmax_overlap=False, attention_backward_passes=False,
+                   attention_floor_s=0.0, attention_tile_s=0.0, attention_backward_share=1.0,
+                   attention_backward_tile_s=0.0, sustained_clock=1.0)
+    gpu = dataclasses.replace(hw.gpu, launch_overhead_s=0.0)
+    return dataclasses.replace(hw, gpu=gpu, calibration=dataclasses.replace(hw.calibration,
+                                                                           **{**neutral, **calibration}))
+
+
+def test_the_backward_passes_read_o_and_do_and_round_trip_an_fp32_dq():
+    """1,000 BF16 elements: O and dO read (4,000 B), the FP32 dQ zeroed (4,000 B), read back
+    (4,000 B) and written in BF16 (2,000 B)."""
+    assert backward_pass_bytes(1000, 2) == 14_000
+
+
+def test_only_the_heads_in_flight_must_fit_in_l2():
+    """132 SMs over 32 query tiles per KV head: 5 of the 64 KV heads are worked on at once."""
+    gpu = load_hardware("h100-sxm5-80gb").gpu
+    assert resident_kv_bytes(gpu, 64, 32, 64_000) == 5_000
+    assert resident_kv_bytes(gpu, 2, 1, 2_000) == 2_000  # every head in flight
+
+
+def test_the_forward_hides_the_softmax_under_the_matmuls_when_the_gpu_overlaps_them():
+    """4 x 32 heads x 4,096 tokens, causal, on H100: the matmuls take longer than the softmax, so
+    overlapping them removes the softmax's whole time (closed form of the model's two terms):
+    4,096 query tiles on 132 SMs run in 32 waves where 31.03 would do."""
+    h100 = load_hardware("h100-sxm5-80gb")
+    serial, overlapped = bare(h100), bare(h100, attention_softmax_overlap=True)
+    args = (128, 4096, 4096, 128, 1, True)
+    gpu = h100.gpu
+    scores = 128 * 4096 * 4096 * ops.causal_fraction(4096)
+    waves = 32 / (4096 / 132)
+    softmax_s = (scores * 5 / gpu.flops("fp32") + scores / (16 * gpu.sm_count * gpu.clock_hz)) * waves
+    gain = ops.flash_attention(serial, *args).time_s - ops.flash_attention(overlapped, *args).time_s
+    assert gain == pytest.approx(softmax_s)
+    # FlashAttention-2's backward keeps them in turn; cuDNN's fused backward overlaps them too
+    assert ops.flash_attention(serial, *args, True, "flash2").time_s == \
+        ops.flash_attention(overlapped, *args, True, "flash2").time_s
+    assert ops.flash_attention(overlapped, *args, True).time_s < ops.flash_attention(serial, *args, True).time_s
+
+
+def test_each_query_tile_costs_its_own_time_spread_over_the_sms():
+    """132 heads x 128 tokens on 132 SMs: one query tile per SM, one wave, so 50 us more per
+    tile (forward or backward) is 50 us more; 133 heads take two waves and so twice that."""
+    h100 = load_hardware("h100-sxm5-80gb")
+    short = bare(h100, attention_tile_s=50e-6, attention_backward_tile_s=60e-6)
+    long = bare(h100, attention_tile_s=100e-6, attention_backward_tile_s=110e-6)
+    for heads, waves in ((132, 1), (133, 2)):
+        args = (heads, 128, 128, 128, 1, True)
+        for backward in (False, True):
+            extra = ops.flash_attention(long, *args, backward).time_s - ops.flash_attention(short, *args, backward).time_s
+            assert extra == pytest.approx(waves * 50e-6)
+
+
+def test_the_backward_tensor_rate_and_its_passes():
+    """Halving attention_backward_share doubles the backward's matmul time and leaves the
+    forward alone; the passes add their bytes at the elementwise rate."""
+    h100 = load_hardware("h100-sxm5-80gb")
+    args = (256, 8192, 8192, 128, 1, True)
+    full, half = bare(h100), bare(h100, attention_backward_share=0.5)
+    assert ops.flash_attention(half, *args).time_s == ops.flash_attention(full, *args).time_s
+    gpu, cal = full.gpu, full.calibration
+    flops = 5 * 2.0 * 256 * 8192 * 8192 * ops.causal_fraction(8192) * 128
+    waves = 125 / (16384 / 132)  # 256 heads x 64 query tiles on 132 SMs
+    tensor_s = flops / (gpu.flops("bf16") * cal.compute_efficiency * cal.attention_efficiency) * waves
+    slower = ops.flash_attention(half, *args, True).time_s - ops.flash_attention(full, *args, True).time_s
+    assert slower == pytest.approx(tensor_s)
+    passes = bare(h100, attention_backward_passes=True)
+    bytes_ = backward_pass_bytes(256 * 8192 * 128, 2)
+    added = ops.flash_attention(passes, *args, True)
+    assert added.time_s - ops.flash_attention(full, *args, True).time_s == \
+        pytest.approx(bytes_ / (gpu.hbm.bandwidth_bps * cal.memory_efficiency))
+    assert added.hbm_bytes - ops.flash_attention(full, *args, True).hbm_bytes == pytest.approx(bytes_)
+
+
+def test_a_context_parallel_rank_runs_one_kernel_per_ring_step():
+    """CP 4, 1,024 local tokens: a causal kernel over its own chunks and three unmasked ones of
+    512 queries against 1,024 keys, their FLOPs the causal share of 1,024 x 4,096 scores."""
+    hw = bare(load_hardware("h100-sxm5-80gb"))
+    ring = _ring_steps(load_model("llama3.1-8b"), hw, 8, 1024, 128, 1, 4, False)
+    own = 2 * 2.0 * 8 * 1024 * 1024 * ops.causal_fraction(1024) * 128
+    peers = 3 * 2 * 2.0 * 8 * 512 * 1024 * 128
+    assert ring.flops == pytest.approx(own + peers)
+    one = ops.flash_attention(hw, 8, 512, 1024, 128, 1, False)
+    assert ring.time_s > ops.flash_attention(hw, 8, 1024, 1024, 128, 1, True).time_s + 3 * one.time_s
+
+
+def test_a_backward_share_out_of_range_is_refused():
+    with pytest.raises(SpecError, match="attention_backward_share"):
+        _calibration({"inherits": "h100-sxm5-80gb", "attention_backward_share": 0}, "hw.yaml")
