@@ -1,8 +1,10 @@
 """Fit the fused attention model (core/model/ops/attention.py, flash_attention) per GPU family,
 forward and backward, and print the errors in-sample and held out. It edits nothing.
 
-Forward: attention_efficiency (the tensor cores' share, relative to compute_efficiency) and
-attention_tile_s (each 128-row query tile's own cost) on the prefill rows of the vLLM table of
+The candidate model costs the backward's memory-bound passes and, on GPUs with warpgroup MMA
+(mma_sync_share < 1), overlaps the softmax with the matmuls (attention_softmax_overlap).
+Forward: attention_efficiency (the tensor cores' share, relative to compute_efficiency),
+attention_tile_s (each 128-row query tile's own cost) and attention_floor_s on the prefill rows of the vLLM table of
 ../shared/validation/kernels/<gpu> (BF16, BF16 cache, no sliding window; every STRIDE-th row),
 minimising the mean |log(predicted / measured)|. Held out: the TensorRT-LLM table and, on H100
 and H200, our own cuDNN forward (core/validation/data/measured/<gpu>/attention.csv).
@@ -100,6 +102,8 @@ def main() -> None:
     for gpu in args.gpus:
         preset = PRESET_BY_GPU[gpu]
         hw = kernels_alone(with_dtype(load_hardware(preset), "bf16", preset, "dtype"))
+        # the candidate: softmax overlap where the GPU has warpgroup MMA, the backward's passes
+        hw = with_cal(hw, attention_softmax_overlap=hw.gpu.mma_sync_share < 1, attention_backward_passes=True)
         vllm = prefill_rows(gpu, "vllm")
         if not vllm:
             continue

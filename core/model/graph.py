@@ -250,32 +250,10 @@ def _flash_pair(model, hw, shape, blocks_per_doc, d, groups, window):
     keys = attended_keys(kv_len, window)
     causal = not keys
     kv_len = keys or kv_len
-    if causal and shape.cp > 1 and q_len * shape.cp == kv_len:
-        return tuple(_ring_steps(model, hw, blocks, q_len, d, groups, shape.cp, backward) for backward in (False, True))
     kernel = ops.flash_attention(hw, blocks, q_len, kv_len, d, groups, causal, kernel=model.attention_kernel)
     back = ops.flash_attention(hw, blocks, q_len, kv_len, d, groups, causal, backward=True,
                                kernel=model.attention_kernel)
     return kernel, back
-
-
-def _ring_steps(model, hw, blocks, q_len, d, groups, cp, backward):
-    """A context-parallel rank's causal attention as Transformer Engine's ring runs it: one
-    fused kernel per step, the first causal over the rank's own (load-balanced) chunks, each
-    of the cp - 1 others over half its queries against a peer's chunks, or all its queries
-    against half a peer's (the same work), unmasked."""
-    own = ops.flash_attention(hw, blocks, q_len, q_len, d, groups, True, backward, model.attention_kernel)
-    peer = ops.flash_attention(hw, blocks, max(1, q_len // 2), q_len, d, groups, False, backward,
-                               model.attention_kernel)
-    steps = cp - 1
-    q_elements, kv_elements = blocks * q_len * d, 2 * blocks // groups * q_len * d
-    el = hw.act_bytes
-    # Each step's partial result merged into the rank's: the forward rescales its output into
-    # an FP32 accumulator by the log-sum-exp (read the step's O, read and write the sum); the
-    # backward adds the step's dQ into the rank's and its dK, dV into the ones passed on.
-    merge = (ops.pointwise(hw, q_elements * (el + 8)) if not backward
-             else ops.pointwise(hw, 3 * el * (q_elements + kv_elements)))
-    return ops.KernelTime(own.time_s + steps * (peer.time_s + merge.time_s), own.flops + steps * peer.flops,
-                          own.hbm_bytes + steps * (peer.hbm_bytes + merge.hbm_bytes))
 
 
 @dataclass(frozen=True)

@@ -514,12 +514,12 @@ class Calibration:
     # KV-cache elements the decode attention kernel gets through per SM per clock cycle, each
     # query head reading its KV head's cache (0 = bound by memory bandwidth alone)
     decode_attention_rate: float = 0.0
-    # Fused attention beyond its matmuls (scripts/fit_attention.py): a kernel's fixed time beyond
-    # the launch (prologue, the op's small kernels), each 128-row query tile's own cost in the
-    # forward (loading Q, the epilogue's rescale and store), the backward's tensor-core rate
-    # relative to the forward's, and each query tile's cost in the backward.
-    # Whether the fused kernels overlap the softmax with the matmuls (FlashAttention-3 style, on
-    # GPUs with warpgroup MMA) and whether the backward's memory-bound passes are costed.
+    # Fused attention beyond its matmuls (scripts/fit_attention.py): whether the kernels overlap
+    # the softmax with the matmuls (FlashAttention-3 style, on GPUs with warpgroup MMA), whether
+    # the backward's memory-bound passes are costed, a kernel's fixed time beyond the launch,
+    # each 128-row query tile's own cost in the forward (loading Q, the epilogue's rescale and
+    # store), the backward's tensor-core rate relative to the forward's, and each query tile's
+    # cost in the backward.
     attention_softmax_overlap: bool = False
     attention_backward_passes: bool = False
     attention_floor_s: float = 0.0

@@ -66,22 +66,21 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     exp_rate = SFU_OPS_PER_SM_PER_CLOCK * gpu.sm_count * gpu.clock_hz * clock
     softmax_s = (2 if backward else 1) * scores * SOFTMAX_FP32_OPS / (gpu.flops("fp32") * clock) * per_sm
     softmax_s += scores / exp_rate * per_sm  # one exp per score, forward and recomputed in backward
-    # FlashAttention-3's forward (cuDNN's and the engines' Hopper/Blackwell kernels alike)
-    # overlaps one warpgroup's softmax with another's asynchronous warpgroup matmuls, on GPUs
-    # that have them (those whose mma.sync reaches less than the full rate); the backward,
-    # FlashAttention 1 and 2, and GPUs before Hopper run the two in turn.
+    # On GPUs with asynchronous warpgroup MMA (attention_softmax_overlap) the fused kernels
+    # (FlashAttention-3, cuDNN's, the engines') hide one warpgroup's softmax under another's
+    # matmuls; FlashAttention-2's forward hides it as well (it takes 1 / mma_sync_share of the
+    # fused time, softmax and all), its backward does not (our H100 rows: -4 % median run in
+    # turn, -12 % overlapped); FlashAttention 1 and GPUs before Hopper run the two in turn.
     overlapped = cal.attention_softmax_overlap and (kernel == "flash" or kernel == "flash2" and not backward)
     compute_s = max(tensor_s, softmax_s) if overlapped else tensor_s + softmax_s
     tile_cost_s = cal.attention_backward_tile_s if backward else cal.attention_tile_s
     compute_s += tiles * tile_cost_s / gpu.sm_count * per_sm / clock  # cycles: longer at a lower clock
     q_bytes = batch_heads * q_len * head_dim * el
     kv_bytes = 2 * (batch_heads // kv_groups) * kv_len * head_dim * el
-    q_tiles = ceil(q_len / FLASH_TILE_Q)
-    kv_passes = q_tiles * visible
+    kv_passes = ceil(q_len / FLASH_TILE_Q) * visible
     l2_bytes = q_bytes * 2 + kv_bytes * max(1.0, kv_passes)
     hbm_bytes = (q_bytes * 2 + kv_bytes) * (2 if backward else 1)
-    if resident_kv_bytes(gpu, batch_heads // kv_groups, q_tiles * kv_groups, kv_bytes) > \
-            gpu.l2.capacity_bytes * L2_USABLE_FRACTION:
+    if kv_bytes > gpu.l2.capacity_bytes * L2_USABLE_FRACTION:
         hbm_bytes = max(hbm_bytes, l2_bytes)
     memory_s = max(hbm_bytes / mixed_bandwidth_bps(hw),
                    l2_bytes / gpu.l2.bandwidth_bps)
@@ -91,14 +90,6 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
         busy_s += passes / mixed_bandwidth_bps(hw)
         hbm_bytes += passes
     return KernelTime(cal.attention_floor_s + busy_s + launch_s(hw), flops, hbm_bytes)
-
-
-def resident_kv_bytes(gpu, kv_heads: int, tiles_per_kv_head: int, kv_bytes: float) -> float:
-    """K and V of the heads the SMs work on at once (one query tile per SM, the tiles of a
-    head next to each other): what must stay in L2 for every query tile to read them once
-    from HBM."""
-    in_flight = min(kv_heads, ceil(gpu.sm_count / tiles_per_kv_head))
-    return kv_bytes / kv_heads * in_flight
 
 
 def backward_pass_bytes(q_elements: float, el: float) -> float:
