@@ -15,7 +15,7 @@ def module_names() -> dict:
         for path in (ROOT / package).rglob("*.py"):
             parts = path.relative_to(ROOT).with_suffix("").parts
             names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    names["astra_backend._netsim"] = None
+    names["astra_backend._netsim"] = names["core.serving._loop"] = None
     return names
 
 

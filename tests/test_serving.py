@@ -10,7 +10,8 @@ from core.model.memory import RUNTIME_RESERVE_BYTES, stage_params
 from core.model.specs import DTYPE_BYTES, Parallelism
 from core.serving.engines import engine_spec
 from core.serving import iteration
-from core.serving.iteration import IterationModel, bucket
+from core.serving._loop import bucket
+from core.serving.iteration import IterationModel
 from core.serving.service import Pool, kv_tokens, serve, serve_disagg
 from core.serving.simulate import Load, simulate
 from core.validation import serving as serving_rows

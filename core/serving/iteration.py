@@ -1,7 +1,8 @@
 """Time of one engine iteration from its token mix: a prefill chunk (query tokens over a context)
 beside a batch of decodes (one token each over their caches), through every layer of the
-operator model. Memoized on bucketed contexts, so a simulation of thousands of iterations
-costs a few hundred operator-model evaluations."""
+operator model. Memoized (core/serving/src/loop.cpp's IterationMemo) on token counts rounded up
+within 1/32 of them (core.serving._loop.bucket), so a simulation of thousands of iterations costs
+a few hundred operator-model evaluations, fewer once the engine's memo is warm."""
 from dataclasses import dataclass, field, replace
 
 from core.model import ops
@@ -12,6 +13,8 @@ from core.model.layout import group_spans
 from core.model.specs import HardwareSpec, ModelSpec, Parallelism
 from core.model.training import time_ops
 
+from ._loop import IterationMemo
+
 
 # An MoE block in a serving engine is a chain of dependent kernels around its grouped GEMMs
 # (top-k routing, token permutation, the un-permute and weighted sum), each waiting out the last
@@ -20,14 +23,6 @@ from core.model.training import time_ops
 # (FlashInfer's TensorRT-LLM kernels) and 35-45 us on H200 (Triton, TensorRT-LLM): five
 # launches, the B200 figure, is the lower bound taken.
 MOE_CHAIN = 5
-
-
-def bucket(tokens: int) -> int:
-    """Round a token count up to a grid within 1/32 of it, so nearby contexts share a memo entry."""
-    if tokens <= 64:
-        return tokens
-    step = 1 << max(0, tokens.bit_length() - 6)
-    return -(-tokens // step) * step
 
 
 @dataclass
@@ -43,7 +38,7 @@ class IterationModel:
     kv_bytes: float
     attention_dp: int = 1
     iteration_overhead_s: float = 0.0
-    memo: dict = field(default_factory=dict)
+    memo: IterationMemo = field(default_factory=IterationMemo)
 
     def __post_init__(self):
         gpus = self.tp * self.pp
@@ -62,11 +57,7 @@ class IterationModel:
         """Seconds of one iteration: `prefill_tokens` new prompt tokens attending to
         `prefill_past` cached ones plus themselves, and `decodes` sequences of mean context
         `decode_context`."""
-        key = (bucket(prefill_tokens), bucket(prefill_past), decodes, bucket(decode_context), graph)
-        seconds = self.memo.get(key)
-        if seconds is None:
-            seconds = self.memo[key] = self._time_s(*key)
-        return seconds
+        return self.memo.time_s(prefill_tokens, prefill_past, decodes, decode_context, graph, self._time_s)
 
     def _time_s(self, prefill_tokens, prefill_past, decodes, decode_context, graph) -> float:
         hw, t = self.hw, self.attention_tp

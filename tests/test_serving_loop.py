@@ -1,0 +1,115 @@
+"""The compiled iteration loop (core/serving/src/loop.cpp): small schedules worked out by hand,
+the plain-Python loop it replaced (tests/serving_reference.py) matched bit for bit, and its
+iteration-time memo asking the operator model once per token mix."""
+from dataclasses import replace
+
+import pytest
+import serving_reference
+
+from core.model.loader import load_hardware, load_model
+from core.serving.engines import engine_spec
+from core.serving.iteration import IterationModel
+from core.serving.service import lifetime_s
+from core.serving.simulate import Load, simulate
+
+MODEL = load_model("llama3.1-8b")
+HW = load_hardware("h200-sxm-141gb")
+IT = IterationModel(MODEL, HW, 1, 1, 2)
+
+
+def _engine(name):
+    return replace(engine_spec(name), iteration_overhead_s=0.0, request_overhead_s=0.0)
+
+
+def test_two_prompts_share_one_prefill_iteration_then_decode_together():
+    # vLLM mixes: both 100-token prompts fit one 8192-token iteration; their 2 further tokens
+    # are one decode span of 2 steps over contexts 100 and 101
+    result = simulate(IT, _engine("vllm"), Load(100, 3, concurrency=2, requests=2), 10**6)
+    prefill_s = IT.time_s(200, 0, 0, 0, False)
+    span_s = IT.time_s(0, 0, 2, 100, True) + IT.time_s(0, 0, 2, 101, True)
+    assert result.ttft_s == (prefill_s,) * 4
+    assert result.tpot_s[0] == pytest.approx(span_s / 2, rel=1e-12)
+    assert result.duration_s == pytest.approx(prefill_s + span_s, rel=1e-12)
+    assert (result.prefill_tokens, result.decode_tokens, result.iterations) == (200, 4, 3)
+
+
+def test_a_prefill_that_does_not_mix_stalls_the_running_decode():
+    # SGLang's default: request 1 arrives 2.5 decode steps into request 0's 9; request 0's
+    # decode span stops at the 3rd step, request 1's prefill runs alone, then both decode
+    prefill_s, step_s = IT.time_s(100, 0, 0, 0, False), IT.time_s(0, 0, 1, 100, True)
+    second_s = prefill_s + 2.5 * step_s
+    result = simulate(IT, _engine("sglang"), Load(100, 10, concurrency=2, requests=2, ramp_s=2 * second_s), 10**6)
+    t = IT.time_s
+    first_span_s = 3 * (t(0, 0, 1, 100, True) + t(0, 0, 1, 102, True)) / 2
+    both_s = 6 * (t(0, 0, 2, 101, True) + t(0, 0, 2, 106, True)) / 2  # contexts (103 + 100) // 2 = 101 on
+    last_s = 3 * (t(0, 0, 1, 106, True) + t(0, 0, 1, 108, True)) / 2
+    ends = (prefill_s + first_span_s + prefill_s + both_s, prefill_s + first_span_s + prefill_s + both_s + last_s)
+    firsts = (prefill_s, prefill_s + first_span_s + prefill_s)
+    assert result.ttft_s[0] == pytest.approx((firsts[0] + firsts[1] - second_s) / 2, rel=1e-12)
+    assert result.tpot_s[0] == pytest.approx(((ends[0] - firsts[0]) + (ends[1] - firsts[1])) / 18, rel=1e-12)
+    assert result.duration_s == pytest.approx(ends[1], rel=1e-12)
+    assert (result.prefill_tokens, result.decode_tokens, result.iterations) == (200, 18, 1 + 3 + 1 + 6 + 3)
+
+
+CASES = {
+    "vllm closed ramp": ("vllm", Load(300, 40, concurrency=6, requests=60, ramp_s=0.05), 10**6),
+    "vllm cycles": ("vllm", Load(512, 64, concurrency=4, requests=200), 10**6),
+    "vllm preempts": ("vllm", Load(200, 60, concurrency=8, requests=40), 1200),
+    "vllm small budget": ("vllm-512", Load(1500, 20, concurrency=5, requests=30), 10**6),
+    "vllm spread open": ("vllm", Load(400, 50, request_rate=40.0, requests=80, length_spread=0.3), 10**6),
+    "vllm prefilled": ("vllm", Load(800, 30, concurrency=12, requests=60, prefilled=True, ramp_s=0.02), 10**6),
+    "trtllm closed ramp": ("trtllm", Load(1000, 30, concurrency=16, requests=120, ramp_s=0.1), 10**6),
+    "trtllm tight cache": ("trtllm", Load(600, 50, concurrency=10, requests=50), 3000),
+    "trtllm warmup skipped": ("trtllm", Load(256, 16, concurrency=3, requests=40, skip_warmup=True), 10**6),
+    "sglang closed ramp": ("sglang", Load(2000, 25, concurrency=16, requests=120, ramp_s=0.1), 10**6),
+    "sglang preempts": ("sglang", Load(300, 80, concurrency=6, requests=30, length_spread=0.2), 1500),
+    "sglang one token": ("sglang", Load(64, 1, concurrency=3, requests=20), 10**6),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_compiled_loop_gives_the_plain_python_loops_figures_to_the_bit(name):
+    engine_name, load, kv_tokens = CASES[name]
+    engine = _engine(engine_name.split("-")[0])
+    if engine_name.endswith("-512"):
+        engine = replace(engine, max_num_tokens=512, max_batch=4)
+    compiled, plain = simulate(IT, engine, load, kv_tokens), serving_reference.simulate(IT, engine, load, kv_tokens)
+    assert repr(compiled) == repr(plain)  # every float's shortest repr: bit for bit, NaN (no TPOT) included
+
+
+def test_a_scheduler_state_whose_decodes_end_at_other_steps_is_not_taken_for_a_cycle():
+    # a client ramped over one request's lifetime: states at completions agree on the cheap
+    # fingerprint (queue, cache, decodes, sum of ends) long before the ends themselves recur
+    engine = _engine("vllm")
+    load = Load(128, 64, concurrency=4, requests=100)
+    load = replace(load, ramp_s=lifetime_s(IT, engine, load))
+    compiled, plain = simulate(IT, engine, load, 10**6), serving_reference.simulate(IT, engine, load, 10**6)
+    assert repr(compiled) == repr(plain)
+
+
+def test_preemption_and_cycle_cases_exercise_what_they_name():
+    engine, load, kv_tokens = CASES["vllm preempts"]
+    assert simulate(IT, _engine(engine), load, kv_tokens).preemptions > 0
+    engine, load, kv_tokens = CASES["vllm cycles"]
+    cycled = simulate(IT, _engine(engine), load, kv_tokens)
+    assert cycled.iterations > 0 and len(set(cycled.ttft_s)) > 1
+
+
+def test_the_memo_asks_the_operator_model_once_per_bucketed_token_mix():
+    it = IterationModel(MODEL, HW, 1, 1, 2)
+    asked = []
+
+    def operator_model(*mix):
+        asked.append(mix)
+        return IterationModel._time_s(it, *mix)
+
+    it._time_s = operator_model
+    load = Load(700, 90, concurrency=5, requests=30, ramp_s=0.05)
+    first = simulate(it, _engine("vllm"), load, 10**6)
+    assert len(asked) == len(set(asked)) == len(it.memo) > 0
+    before = len(asked)
+    assert simulate(it, _engine("vllm"), load, 10**6) == first
+    assert len(asked) == before  # a warm memo runs the loop without the operator model
+    it.time_s(0, 0, 3, 1000, True)
+    it.time_s(0, 0, 3, 1001, True)  # 1000 and 1001 both round up to 1008
+    assert asked[before:] == [(0, 0, 3, 1008, True)]
