@@ -8,6 +8,8 @@ from core.errors import SpecError
 from core.model.loader import load_hardware, load_model, with_dtype
 from core.model.memory import RUNTIME_RESERVE_BYTES, stage_params
 from core.model.specs import DTYPE_BYTES, Parallelism
+from core.model.graph import build_decode_layer
+from core.model.ops import gemm
 from core.serving.engines import engine_spec
 from core.serving import iteration
 from core.serving.iteration import IterationModel, bucket
@@ -201,3 +203,27 @@ def test_a_closed_loop_of_fewer_requests_than_engines_leaves_the_rest_idle():
     four = serve(MODEL, HW, _engine(), load, Pool(workers=4))
     assert four["tpot_s"] == alone["tpot_s"] and four["output_tokens_per_s"] == alone["output_tokens_per_s"]
     assert four["output_tokens_per_s_per_gpu"] == pytest.approx(alone["output_tokens_per_s_per_gpu"] / 4)
+
+
+def test_expert_parallel_ranks_each_run_their_share_of_the_experts_and_send_tokens_by_all_to_all():
+    """Mixtral (8 experts, top 2) on tp 2 with ep 2: each rank holds 4 whole experts and runs
+    the 16 x 2 / 2 = 16 expert copies routed to them (4 rows on each); its own 8 tokens go to
+    their experts and back as two all-to-alls of 8 x 2 x 4096 activations."""
+    model = load_model("mixtral-8x7b")
+    layer = build_decode_layer(model, HW, 16, 1, 2, 2.0, ep=2, dispatched=8)
+    ops_ = {op.name: op for op in layer}
+    assert ops_["mlp_up"].time_s == pytest.approx(gemm(HW, 4, 2 * 14336, 4096, 4).time_s)
+    a2a = 8 * 2 * 4096 * HW.act_bytes
+    assert [(op.name, op.collective, op.bytes_) for op in layer if op.kind == "comm"] == [
+        ("attn.allreduce", "all_reduce", 16 * 4096 * HW.act_bytes),
+        ("moe.dispatch", "all_to_all", a2a), ("moe.combine", "all_to_all", a2a)]
+
+
+def test_expert_parallelism_changes_an_attention_dp_engines_iteration():
+    """An 8-GPU DeepSeek-V3 engine with 8 attention-DP ranks: splitting the experts over ep 8
+    (all-to-all) instead of over tp 8 (all-reduce) moves its iteration time."""
+    model = load_model("deepseek-v3")
+    tp_split = IterationModel(model, HW, 8, 1, 1, attention_dp=8).time_s(0, 0, 16, 1024, True)
+    ep_split = IterationModel(model, HW, 8, 1, 1, attention_dp=8, ep=8).time_s(0, 0, 16, 1024, True)
+    assert ep_split != tp_split
+

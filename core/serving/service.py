@@ -85,12 +85,13 @@ _MEMOS = {}
 
 def iteration_model(model, hw, pool: Pool, kv_bytes: float, overhead_s: float) -> IterationModel:
     """One engine's iteration model, its memo kept across configurations that share it."""
-    key = (model, hw, pool.tp, pool.pp, kv_bytes, pool.attention_dp, overhead_s)
+    key = (model, hw, pool.tp, pool.pp, kv_bytes, pool.attention_dp, overhead_s, pool.ep)
     it = _MEMOS.get(key)
     if it is None:
         if len(_MEMOS) > 256:
             _MEMOS.clear()
-        it = _MEMOS[key] = IterationModel(model, hw, pool.tp, pool.pp, kv_bytes, pool.attention_dp, overhead_s)
+        it = _MEMOS[key] = IterationModel(model, hw, pool.tp, pool.pp, kv_bytes, pool.attention_dp, overhead_s,
+                                          pool.ep)
     return it
 
 
