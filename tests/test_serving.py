@@ -227,3 +227,17 @@ def test_expert_parallelism_changes_an_attention_dp_engines_iteration():
     ep_split = IterationModel(model, HW, 8, 1, 1, attention_dp=8, ep=8).time_s(0, 0, 16, 1024, True)
     assert ep_split != tp_split
 
+
+
+def test_each_engine_takes_its_kv_cache_from_its_own_memory_knob():
+    """Llama 3.1 8B (BF16) on one H200: TensorRT-LLM caches 0.9 of what the weights and the
+    runtime leave, SGLang 0.88 of it, vLLM fills 0.9 of the whole memory with weights, runtime
+    and cache."""
+    capacity = HW.gpu.hbm.capacity_bytes
+    weights = max(stage_params(MODEL, Parallelism())) * 2
+    per_token = 32 * 8 * 128 * 2 * 2  # layers x kv heads x head dim x (K, V) x bytes
+    expected = {"trtllm": 0.9 * (capacity - weights - RUNTIME_RESERVE_BYTES),
+                "sglang": 0.88 * (capacity - weights - RUNTIME_RESERVE_BYTES),
+                "vllm": 0.9 * capacity - weights - RUNTIME_RESERVE_BYTES}
+    for name, cache_bytes in expected.items():
+        assert kv_tokens(MODEL, HW, Pool(), _engine(name), 2.0) == int(cache_bytes / per_token)
