@@ -10,7 +10,10 @@ dynamics); the request overhead (added to every TTFT) by a scan minimising mean 
 25 % + mean |TPOT error| / 15 %. Fitted on the dense models' rows by default: DeepSeek-V3's
 errors are dominated by its MoE operator times, which no engine overhead should absorb. Left-one-engine-out: one
 (ramp, spread, slots, iteration, request) set fitted on the other engines' rows predicts the
-left-out engine's."""
+left-out engine's. Then, with its engine's grid point, each version family with enough rows
+gets its own request overhead (core/serving/engines.FAMILY_REQUEST_OVERHEAD_S), reported beside
+the engine's own for it (left-one-family-out: the request overhead the engine's other families
+fit)."""
 import argparse
 import sys
 from itertools import product
@@ -25,6 +28,7 @@ REQUEST_GRID_S = tuple(i * 0.005 for i in range(41))
 SPREAD_GRID = (0.02, 0.05, 0.1, 0.2)
 RAMP_GRID = (0.0, 1.0)
 SLOTS_GRID = (1.5, 3.0, 10.0)
+FAMILY_ROWS = 20  # fewest fitted rows a version family needs for a request overhead of its own
 
 
 # Each mean |error| counts against its target (issue 24: TTFT 25 %, TPOT 15 %), so neither
@@ -47,7 +51,7 @@ def _runs(rows):
     for ramp, spread, slots, it_s in product(RAMP_GRID, SPREAD_GRID, SLOTS_GRID, ITERATION_GRID_S):
         engines = serving.with_overheads({e: it_s for e in serving.ENGINES}, {e: 0.0 for e in serving.ENGINES})
         clients = tuple({e: value for e in serving.ENGINES} for value in (ramp, spread, slots))
-        out[ramp, spread, slots, it_s] = serving.cases(engines, rows, clients)[0]
+        out[ramp, spread, slots, it_s] = serving.cases(engines, rows, clients, families={})[0]
         print(f"  simulated ramp share {ramp}, length spread {spread}, {slots} requests per slot, iteration overhead"
               f" {it_s * 1e3:.1f} ms", flush=True)
     return out
@@ -91,7 +95,30 @@ def main() -> int:
         print(f"  {engine} predicted with ramp share {key[0]}, length spread {key[1]}, {key[2]} requests per slot,"
               f" iteration {key[3] * 1e3:.1f} ms, request {req_s * 1e3:.0f} ms")
         _report(f"{engine} left out", [(r, t + req_s, p) for r, t, p in runs[key] if r["backend"] == engine])
+    _fit_families(runs, fits)
     return 0
+
+
+def _family(row) -> tuple:
+    return row["backend"], serving.version_family(row["backend_version"])
+
+
+def _fit_families(runs, fits):
+    """Each version family's request overhead at its engine's grid point, and its rows' errors
+    with it, with the engine's own, and with the one its engine's other families fit."""
+    print("version families (request overhead of their own; left-one-family-out):")
+    for engine, (_, key, engine_req_s) in fits.items():
+        done = [c for c in runs[key] if c[0]["backend"] == engine]
+        for family in sorted({_family(r) for r, _, _ in done}):
+            mine = [c for c in done if _family(c[0]) == family]
+            if len(mine) < FAMILY_ROWS:
+                continue
+            own = min(REQUEST_GRID_S, key=lambda req: _score(mine, req))
+            others = [c for c in done if _family(c[0]) != family]
+            rest = min(REQUEST_GRID_S, key=lambda req: _score(others, req)) if others else engine_req_s
+            print(f"  {family}: request_overhead_s {own:.3f} (engine's {engine_req_s:.3f}, other families' {rest:.3f})")
+            for label, req in (("own", own), ("engine's", engine_req_s), ("left out", rest)):
+                _report(f"{family} {label}", [(r, t + req, p) for r, t, p in mine])
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from core.model.memory import RUNTIME_RESERVE_BYTES, stage_params
 from core.model.specs import DTYPE_BYTES, Parallelism
 from core.model.graph import build_decode_layer
 from core.model.ops import gemm
+from core.serving import engines as engines_module
 from core.serving.engines import engine_spec
 from core.serving import iteration
 from core.serving.iteration import IterationModel, bucket
@@ -241,3 +242,19 @@ def test_each_engine_takes_its_kv_cache_from_its_own_memory_knob():
                 "vllm": 0.9 * capacity - weights - RUNTIME_RESERVE_BYTES}
     for name, cache_bytes in expected.items():
         assert kv_tokens(MODEL, HW, Pool(), _engine(name), 2.0) == int(cache_bytes / per_token)
+
+
+def test_a_version_family_is_the_versions_major_and_minor():
+    assert engines_module.version_family("1.0.0rc3") == "1.0"
+    assert engines_module.version_family("0.12.0") == "0.12"
+    assert engines_module.version_family("") == ""
+
+
+def test_a_measured_row_takes_its_version_familys_request_overhead(monkeypatch):
+    """Two rows alike but for their engine version: the family with a request overhead of its
+    own waits that much longer for its first token than the one on the engine's own."""
+    row = next(r for r in serving_rows.rows() if r["backend"] == "vllm" and r["mode"] == "agg")
+    monkeypatch.setattr(serving_rows, "FAMILY_REQUEST_OVERHEAD_S", {("vllm", "9.9"): 1.015})
+    slow = serving_rows.predict({**row, "backend_version": "9.9.1"})
+    plain = serving_rows.predict({**row, "backend_version": "9.8.1"})
+    assert slow["ttft_s"] - plain["ttft_s"] == pytest.approx(1.015 - engine_spec("vllm").request_overhead_s)

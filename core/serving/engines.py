@@ -57,6 +57,18 @@ ENGINES = {
                          kv_block_tokens=1, kv_memory_fraction=0.88, max_num_tokens=8192, max_batch=1024,
                          cuda_graph_max_batch=256, iteration_overhead_s=0.001, request_overhead_s=0.120),
 }
+# Request overheads of engine version families (a version's major.minor; "" for the measured rows
+# that record none, one benchmark campaign's) where they differ from the engine's own: fitted by
+# scripts/fit_serving.py beside it, on the families with enough dense rows; the others keep it.
+FAMILY_REQUEST_OVERHEAD_S = {("trtllm", ""): 0.015, ("trtllm", "1.0"): 0.090,
+                             ("vllm", ""): 0.010, ("vllm", "0.12"): 0.035}
+
+
+def version_family(version: str) -> str:
+    """An engine version's family: its major.minor ("1.0.0rc3" -> "1.0"; "" stays "")."""
+    return ".".join(version.split(".")[:2])
+
+
 # Engine versions measured only end to end (not serving-simulator engines): vLLM 0.5.4, the engine
 # of ML.ENERGY v2.0, ran its scheduler, sampler and detokenizer in Python between the GPU's
 # iterations, without chunked prefill. Host overheads per GPU family (the host machines differ),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from core.errors import SpecError
 from core.model.loader import load_hardware, load_model, with_dtype
-from core.serving.engines import ENGINES, engine_spec
+from core.serving.engines import ENGINES, FAMILY_REQUEST_OVERHEAD_S, engine_spec, version_family
 from core.serving.service import Pool, serve, serve_disagg
 from core.serving.simulate import Load
 
@@ -66,11 +66,16 @@ def concurrency(row: dict) -> int:
     return _int(row["batch_size"])
 
 
-def predict(row: dict, engines: dict | None = None, clients: tuple | None = None) -> dict:
+def predict(row: dict, engines: dict | None = None, clients: tuple | None = None,
+            families: dict | None = None) -> dict:
     """The simulator's record for one measured row; `engines` overrides the engine specs,
     `clients` the (ramp shares, length spreads, requests per slot) of the clients, per engine
-    name."""
+    name, `families` the request overheads per (engine, version family)."""
     engine = (engines or ENGINES)[row["backend"]]
+    family = (row["backend"], version_family(row["backend_version"]))
+    overheads = FAMILY_REQUEST_OVERHEAD_S if families is None else families
+    if family in overheads:
+        engine = replace(engine, request_overhead_s=overheads[family])
     model = load_model(MODELS[row["model_path"]])
     dtype = DTYPES[row["gemm_quant_mode"]]
     hw = with_dtype(load_hardware(SYSTEMS[row["system"]]), dtype, "serving row", "dtype")
@@ -100,8 +105,10 @@ def group_key(row: dict) -> tuple:
     return (row["system"], row["model_path"].split("/")[-1], row["backend"], row["mode"])
 
 
-def cases(engines: dict | None = None, selected=None, clients: tuple | None = None) -> tuple:
-    """([(row, predicted ttft_s, predicted tpot_s)], [(row, reason)]) over the measured rows."""
+def cases(engines: dict | None = None, selected=None, clients: tuple | None = None,
+          families: dict | None = None) -> tuple:
+    """([(row, predicted ttft_s, predicted tpot_s)], [(row, reason)]) over the measured rows
+    (predict's overrides)."""
     done, skipped = [], []
     for row in selected if selected is not None else rows():
         reason = skip_reason(row)
@@ -109,7 +116,7 @@ def cases(engines: dict | None = None, selected=None, clients: tuple | None = No
             skipped.append((row, reason))
             continue
         try:
-            record = predict(row, engines, clients)
+            record = predict(row, engines, clients, families)
         except SpecError as exc:  # a layout the simulator does not take yet (e.g. attention-DP beyond tp)
             skipped.append((row, f"layout not modelled: {exc.field} {exc.value}: {exc.allowed}"))
             continue
