@@ -1,17 +1,22 @@
 """Fit, per serving engine, its two host overheads (per iteration, per request) and the ramp-up
-share and length spread of the benchmark client that measured it, on the measured serving rows
-(../shared/validation/serving), then print the in-sample and left-one-engine-out TTFT / TPOT
-errors. Rerun it whenever kernel times move, and copy the figures into core/serving/engines.py
-(overheads) and core/validation/serving.py (RAMP_SHARE, LENGTH_SPREAD).
+share, length spread and requests per slot of the benchmark client that measured it, on the
+measured serving rows (../shared/validation/serving), then print the in-sample and
+left-one-engine-out TTFT / TPOT errors. Rerun it whenever kernel times move, and copy the figures
+into core/serving/engines.py (overheads) and core/validation/serving.py (RAMP_SHARE,
+LENGTH_SPREAD, REQUESTS_PER_SLOT).
 
-The iteration overhead, ramp share and length spread come from grids (they change the simulated
+The iteration overhead and the client's figures come from grids (they change the simulated
 dynamics); the request overhead (added to every TTFT) by a scan minimising mean |TTFT error| /
 25 % + mean |TPOT error| / 15 %. Fitted on the dense models' rows by default: DeepSeek-V3's
 errors are dominated by its MoE operator times, which no engine overhead should absorb. Left-one-engine-out: one
-(ramp, spread, iteration, request) set fitted on the other engines' rows predicts the left-out
-engine's."""
+(ramp, spread, slots, iteration, request) set fitted on the other engines' rows predicts the
+left-out engine's. Then, with its engine's grid point, each version family with enough rows
+gets its own request overhead (core/serving/engines.FAMILY_REQUEST_OVERHEAD_S), reported beside
+the engine's own for it (left-one-family-out: the request overhead the engine's other families
+fit)."""
 import argparse
 import sys
+from itertools import product
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -22,6 +27,8 @@ ITERATION_GRID_S = (0.0, 0.001, 0.002, 0.004)
 REQUEST_GRID_S = tuple(i * 0.005 for i in range(41))
 SPREAD_GRID = (0.02, 0.05, 0.1, 0.2)
 RAMP_GRID = (0.0, 1.0)
+SLOTS_GRID = (1.5, 3.0, 10.0)
+FAMILY_ROWS = 20  # fewest fitted rows a version family needs for a request overhead of its own
 
 
 # Each mean |error| counts against its target (issue 24: TTFT 25 %, TPOT 15 %), so neither
@@ -38,21 +45,20 @@ def _score(done, request_s):
 
 
 def _runs(rows):
-    """{(ramp share, length spread, iteration overhead): [(row, ttft without request overhead, tpot)]}."""
+    """{(ramp share, length spread, requests per slot, iteration overhead): [(row, ttft without
+    request overhead, tpot)]}."""
     out = {}
-    for ramp in RAMP_GRID:
-        for spread in SPREAD_GRID:
-            for it_s in ITERATION_GRID_S:
-                engines = serving.with_overheads({e: it_s for e in serving.ENGINES}, {e: 0.0 for e in serving.ENGINES})
-                clients = ({e: ramp for e in serving.ENGINES}, {e: spread for e in serving.ENGINES})
-                out[ramp, spread, it_s] = serving.cases(engines, rows, clients)[0]
-                print(f"  simulated ramp share {ramp}, length spread {spread}, iteration overhead {it_s * 1e3:.1f} ms",
-                      flush=True)
+    for ramp, spread, slots, it_s in product(RAMP_GRID, SPREAD_GRID, SLOTS_GRID, ITERATION_GRID_S):
+        engines = serving.with_overheads({e: it_s for e in serving.ENGINES}, {e: 0.0 for e in serving.ENGINES})
+        clients = tuple({e: value for e in serving.ENGINES} for value in (ramp, spread, slots))
+        out[ramp, spread, slots, it_s] = serving.cases(engines, rows, clients, families={})[0]
+        print(f"  simulated ramp share {ramp}, length spread {spread}, {slots} requests per slot, iteration overhead"
+              f" {it_s * 1e3:.1f} ms", flush=True)
     return out
 
 
 def _best(runs, keep):
-    """(score, (ramp, spread, iteration overhead), request overhead) minimising the score on the rows
+    """(score, (ramp, spread, slots, iteration overhead), request overhead) minimising the score on the rows
     `keep` takes."""
     chosen = {k: [c for c in v if keep(c[0])] for k, v in runs.items()}
     return min(((_score(done, req), key, req) for key, done in chosen.items() if done
@@ -78,18 +84,41 @@ def main() -> int:
     runs = _runs(rows)
     fits = {e: _best(runs, lambda r, e=e: r["backend"] == e) for e in engines}
     print("fitted (in-sample):")
-    for engine, (score, (ramp, spread, it_s), req_s) in fits.items():
-        print(f"  {engine}: ramp share {ramp}  length spread {spread}  iteration_overhead_s {it_s:.4f}"
-              f"  request_overhead_s {req_s:.3f}  (score {score:.2f})")
+    for engine, (score, (ramp, spread, slots, it_s), req_s) in fits.items():
+        print(f"  {engine}: ramp share {ramp}  length spread {spread}  requests per slot {slots}"
+              f"  iteration_overhead_s {it_s:.4f}  request_overhead_s {req_s:.3f}  (score {score:.2f})")
     for engine, (_, key, req_s) in fits.items():
         _report(f"{engine} in-sample", [(r, t + req_s, p) for r, t, p in runs[key] if r["backend"] == engine])
     print("left-one-engine-out (one set fitted on the other engines' rows):")
     for engine in engines:
         _, key, req_s = _best(runs, lambda r, e=engine: r["backend"] != e)
-        print(f"  {engine} predicted with ramp share {key[0]}, length spread {key[1]}, iteration {key[2] * 1e3:.1f} ms,"
-              f" request {req_s * 1e3:.0f} ms")
+        print(f"  {engine} predicted with ramp share {key[0]}, length spread {key[1]}, {key[2]} requests per slot,"
+              f" iteration {key[3] * 1e3:.1f} ms, request {req_s * 1e3:.0f} ms")
         _report(f"{engine} left out", [(r, t + req_s, p) for r, t, p in runs[key] if r["backend"] == engine])
+    _fit_families(runs, fits)
     return 0
+
+
+def _family(row) -> tuple:
+    return row["backend"], serving.version_family(row["backend_version"])
+
+
+def _fit_families(runs, fits):
+    """Each version family's request overhead at its engine's grid point, and its rows' errors
+    with it, with the engine's own, and with the one its engine's other families fit."""
+    print("version families (request overhead of their own; left-one-family-out):")
+    for engine, (_, key, engine_req_s) in fits.items():
+        done = [c for c in runs[key] if c[0]["backend"] == engine]
+        for family in sorted({_family(r) for r, _, _ in done}):
+            mine = [c for c in done if _family(c[0]) == family]
+            if len(mine) < FAMILY_ROWS:
+                continue
+            own = min(REQUEST_GRID_S, key=lambda req: _score(mine, req))
+            others = [c for c in done if _family(c[0]) != family]
+            rest = min(REQUEST_GRID_S, key=lambda req: _score(others, req)) if others else engine_req_s
+            print(f"  {family}: request_overhead_s {own:.3f} (engine's {engine_req_s:.3f}, other families' {rest:.3f})")
+            for label, req in (("own", own), ("engine's", engine_req_s), ("left out", rest)):
+                _report(f"{family} {label}", [(r, t + req, p) for r, t, p in mine])
 
 
 if __name__ == "__main__":

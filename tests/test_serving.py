@@ -8,6 +8,9 @@ from core.errors import SpecError
 from core.model.loader import load_hardware, load_model, with_dtype
 from core.model.memory import RUNTIME_RESERVE_BYTES, stage_params
 from core.model.specs import DTYPE_BYTES, Parallelism
+from core.model.graph import build_decode_layer
+from core.model.ops import gemm
+from core.serving import engines as engines_module
 from core.serving.engines import engine_spec
 from core.serving import iteration
 from core.serving._loop import bucket
@@ -202,3 +205,57 @@ def test_a_closed_loop_of_fewer_requests_than_engines_leaves_the_rest_idle():
     four = serve(MODEL, HW, _engine(), load, Pool(workers=4))
     assert four["tpot_s"] == alone["tpot_s"] and four["output_tokens_per_s"] == alone["output_tokens_per_s"]
     assert four["output_tokens_per_s_per_gpu"] == pytest.approx(alone["output_tokens_per_s_per_gpu"] / 4)
+
+
+def test_expert_parallel_ranks_each_run_their_share_of_the_experts_and_send_tokens_by_all_to_all():
+    """Mixtral (8 experts, top 2) on tp 2 with ep 2: each rank holds 4 whole experts and runs
+    the 16 x 2 / 2 = 16 expert copies routed to them (4 rows on each); its own 8 tokens go to
+    their experts and back as two all-to-alls of 8 x 2 x 4096 activations."""
+    model = load_model("mixtral-8x7b")
+    layer = build_decode_layer(model, HW, 16, 1, 2, 2.0, ep=2, dispatched=8)
+    ops_ = {op.name: op for op in layer}
+    assert ops_["mlp_up"].time_s == pytest.approx(gemm(HW, 4, 2 * 14336, 4096, 4).time_s)
+    a2a = 8 * 2 * 4096 * HW.act_bytes
+    assert [(op.name, op.collective, op.bytes_) for op in layer if op.kind == "comm"] == [
+        ("attn.allreduce", "all_reduce", 16 * 4096 * HW.act_bytes),
+        ("moe.dispatch", "all_to_all", a2a), ("moe.combine", "all_to_all", a2a)]
+
+
+def test_expert_parallelism_changes_an_attention_dp_engines_iteration():
+    """An 8-GPU DeepSeek-V3 engine with 8 attention-DP ranks: splitting the experts over ep 8
+    (all-to-all) instead of over tp 8 (all-reduce) moves its iteration time."""
+    model = load_model("deepseek-v3")
+    tp_split = IterationModel(model, HW, 8, 1, 1, attention_dp=8).time_s(0, 0, 16, 1024, True)
+    ep_split = IterationModel(model, HW, 8, 1, 1, attention_dp=8, ep=8).time_s(0, 0, 16, 1024, True)
+    assert ep_split != tp_split
+
+
+
+def test_each_engine_takes_its_kv_cache_from_its_own_memory_knob():
+    """Llama 3.1 8B (BF16) on one H200: TensorRT-LLM caches 0.9 of what the weights and the
+    runtime leave, SGLang 0.88 of it, vLLM fills 0.9 of the whole memory with weights, runtime
+    and cache."""
+    capacity = HW.gpu.hbm.capacity_bytes
+    weights = max(stage_params(MODEL, Parallelism())) * 2
+    per_token = 32 * 8 * 128 * 2 * 2  # layers x kv heads x head dim x (K, V) x bytes
+    expected = {"trtllm": 0.9 * (capacity - weights - RUNTIME_RESERVE_BYTES),
+                "sglang": 0.88 * (capacity - weights - RUNTIME_RESERVE_BYTES),
+                "vllm": 0.9 * capacity - weights - RUNTIME_RESERVE_BYTES}
+    for name, cache_bytes in expected.items():
+        assert kv_tokens(MODEL, HW, Pool(), _engine(name), 2.0) == int(cache_bytes / per_token)
+
+
+def test_a_version_family_is_the_versions_major_and_minor():
+    assert engines_module.version_family("1.0.0rc3") == "1.0"
+    assert engines_module.version_family("0.12.0") == "0.12"
+    assert engines_module.version_family("") == ""
+
+
+def test_a_measured_row_takes_its_version_familys_request_overhead(monkeypatch):
+    """Two rows alike but for their engine version: the family with a request overhead of its
+    own waits that much longer for its first token than the one on the engine's own."""
+    row = next(r for r in serving_rows.rows() if r["backend"] == "vllm" and r["mode"] == "agg")
+    monkeypatch.setattr(serving_rows, "FAMILY_REQUEST_OVERHEAD_S", {("vllm", "9.9"): 1.015})
+    slow = serving_rows.predict({**row, "backend_version": "9.9.1"})
+    plain = serving_rows.predict({**row, "backend_version": "9.8.1"})
+    assert slow["ttft_s"] - plain["ttft_s"] == pytest.approx(1.015 - engine_spec("vllm").request_overhead_s)

@@ -567,11 +567,15 @@ def decode_context(model: ModelSpec, context: int) -> int:
 
 @lru_cache(maxsize=16384)
 def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: int, tp: int,
-                       kv_bytes: float) -> tuple:
+                       kv_bytes: float, ep: int = 1, dispatched: int = 0) -> tuple:
     """One layer of one decode step (a single new token per sequence) on one rank,
     reading a KV cache of `context` tokens stored at `kv_bytes` per element (its window's or
     chunk's share under sliding or chunked attention, decode_context; a fixed state for linear
-    attention and Mamba)."""
+    attention and Mamba). `ep` of the tp ranks split the routed experts between them (each
+    expert over tp / ep GPUs), a rank running its experts' share of the `batch` tokens' expert
+    copies; the rank's own `dispatched` tokens (attention data parallelism) travel to their
+    experts' ranks and back by all-to-all, else every rank holds all the tokens and the
+    experts' partial outputs are summed by the all-reduce over tp."""
     if not model.uniform:
         raise ValueError(f"{model.name}: its layers differ; build each spec of model.layer_groups()")
     el = hw.act_bytes
@@ -602,16 +606,22 @@ def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: 
     if model.moe is None:
         ffn, rows, experts = model.ffn_hidden // tp, batch, 1
     else:
-        ffn = model.moe.expert_ffn_hidden // tp
-        routed = batch * model.moe.top_k
-        experts = min(model.moe.experts, routed)  # experts a step's tokens actually touch
+        etp = max(1, tp // ep)
+        ffn = model.moe.expert_ffn_hidden // etp
+        routed = -(-batch * model.moe.top_k // ep)  # expert copies of the tokens this rank's experts take
+        experts = min(model.moe.experts // ep, routed)  # experts a step's tokens actually touch
         rows = -(-routed // experts)
         out.append(_compute("router", ops.gemm(hw, batch, model.moe.experts, h, dtype=hw.act_dtype)))
+    a2a = dispatched * model.moe.top_k * h * el if model.moe is not None and ep > 1 and dispatched else 0
+    if a2a:
+        out.append(replace(_comm("moe.dispatch", "all_to_all", "ep", a2a), outer_share=node_limited_share(model.moe)))
     out.append(_compute("mlp_up", ops.gemm(hw, rows, ffn * width, h, experts)))
     act = rows * experts * ffn * el
     out.append(_compute("activation", ops.pointwise(hw, (3 if gated else 2) * act)))
     out.append(_compute("mlp_down", ops.gemm(hw, rows, h, ffn, experts)))
-    if tp > 1:
+    if a2a:
+        out.append(replace(_comm("moe.combine", "all_to_all", "ep", a2a), outer_share=node_limited_share(model.moe)))
+    if tp > 1 and not (a2a and ep == tp):
         out.append(_comm("mlp.allreduce", "all_reduce", "tp", row))
     out.append(_compute("residual2", ops.pointwise(hw, 3 * row)))
     return tuple(out)

@@ -19,7 +19,7 @@ class EngineSpec:
     # and the newest request is preempted (recomputed later) when the cache runs out
     kv_policy: str
     kv_block_tokens: int
-    kv_memory_fraction: float  # share of the memory left after the weights that holds the KV cache
+    kv_memory_fraction: float  # the engine's memory knob, of what kv_budget says
     max_num_tokens: int  # token budget of one iteration (prefill chunk plus decodes)
     max_batch: int  # requests in flight per engine
     cuda_graph_max_batch: int  # decode-only iterations up to this batch replay as a CUDA graph
@@ -30,6 +30,12 @@ class EngineSpec:
     # tensor-parallel rank beyond the first (the step's inputs sent to each worker process)
     sequence_overhead_s: float = 0.0
     rank_overhead_s: float = 0.0
+    # what kv_memory_fraction is a share of: "free", the memory the weights and the runtime
+    # leave, all of it for the KV cache (TensorRT-LLM's free_gpu_memory_fraction; SGLang's
+    # mem_fraction_static, a share of the whole memory, is sized by SGLang from the GPU's memory
+    # to leave its runtime a few GiB, which this approximates); "utilization", the whole memory,
+    # for the weights, the runtime and the KV cache (vLLM's gpu_memory_utilization)
+    kv_budget: str = "free"
 
     def host_s(self, sequences: int, tp: int) -> float:
         """Host seconds of one decode iteration of `sequences` running sequences on `tp` ranks."""
@@ -45,18 +51,32 @@ ENGINES = {
                          cuda_graph_max_batch=512, iteration_overhead_s=0.002, request_overhead_s=0.060),
     "vllm": EngineSpec("vllm", mixed_batches=True, chunked_prefill=True, kv_policy="on_demand",
                        kv_block_tokens=16, kv_memory_fraction=0.9, max_num_tokens=8192, max_batch=1024,
-                       cuda_graph_max_batch=512, iteration_overhead_s=0.004, request_overhead_s=0.015),
+                       cuda_graph_max_batch=512, iteration_overhead_s=0.004, request_overhead_s=0.015,
+                       kv_budget="utilization"),
     "sglang": EngineSpec("sglang", mixed_batches=False, chunked_prefill=True, kv_policy="on_demand",
                          kv_block_tokens=1, kv_memory_fraction=0.88, max_num_tokens=8192, max_batch=1024,
-                         cuda_graph_max_batch=256, iteration_overhead_s=0.0, request_overhead_s=0.200),
+                         cuda_graph_max_batch=256, iteration_overhead_s=0.001, request_overhead_s=0.120),
 }
+# Request overheads of engine version families (a version's major.minor; "" for the measured rows
+# that record none, one benchmark campaign's) where they differ from the engine's own: fitted by
+# scripts/fit_serving.py beside it, on the families with enough dense rows; the others keep it.
+FAMILY_REQUEST_OVERHEAD_S = {("trtllm", ""): 0.015, ("trtllm", "1.0"): 0.090,
+                             ("vllm", ""): 0.010, ("vllm", "0.12"): 0.035}
+
+
+def version_family(version: str) -> str:
+    """An engine version's family: its major.minor ("1.0.0rc3" -> "1.0"; "" stays "")."""
+    return ".".join(version.split(".")[:2])
+
+
 # Engine versions measured only end to end (not serving-simulator engines): vLLM 0.5.4, the engine
 # of ML.ENERGY v2.0, ran its scheduler, sampler and detokenizer in Python between the GPU's
 # iterations, without chunked prefill. Host overheads per GPU family (the host machines differ),
 # fitted by scripts/fit_vllm_host.py on ../shared/validation/energy; rerun it when kernel times move.
 _VLLM_0_5 = EngineSpec("vllm-0.5", mixed_batches=False, chunked_prefill=False, kv_policy="on_demand",
                        kv_block_tokens=16, kv_memory_fraction=0.9, max_num_tokens=8192, max_batch=256,
-                       cuda_graph_max_batch=256, iteration_overhead_s=0.0, request_overhead_s=0.0)
+                       cuda_graph_max_batch=256, iteration_overhead_s=0.0, request_overhead_s=0.0,
+                       kv_budget="utilization")
 LEGACY_ENGINES = {
     ("vllm-0.5", "a100"): replace(_VLLM_0_5, iteration_overhead_s=0.005293, sequence_overhead_s=0.000389,
                                   rank_overhead_s=0.009442),

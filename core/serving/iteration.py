@@ -30,7 +30,9 @@ class IterationModel:
     """One engine's iterations: `model` on `tp` x `pp` GPUs of `hw`, a KV cache of `kv_bytes`
     per element; `attention_dp` ranks each run attention for their own requests (the layer's
     heads split over tp / attention_dp) and the FFN on all ranks' tokens together (the iteration
-    times one rank whose peers run the same mix). CUDA-graph iterations pay no per-kernel launch."""
+    times one rank whose peers run the same mix); `ep` of the tp GPUs split the routed experts,
+    the attention-DP ranks' tokens sent to their experts and back by all-to-all.
+    CUDA-graph iterations pay no per-kernel launch."""
     model: ModelSpec
     hw: HardwareSpec
     tp: int
@@ -38,13 +40,14 @@ class IterationModel:
     kv_bytes: float
     attention_dp: int = 1
     iteration_overhead_s: float = 0.0
+    ep: int = 1
     memo: IterationMemo = field(default_factory=IterationMemo)
 
     def __post_init__(self):
         gpus = self.tp * self.pp
         self.dims = self.hw.dims_for(gpus)
-        spans = group_spans(Parallelism(tp=self.tp, pp=self.pp), self.dims)
-        self.spans = {"tp": spans.get("tp", ()), "ep": spans.get("tp", ()), "etp": spans.get("tp", ())}
+        spans = group_spans(Parallelism(tp=self.tp, pp=self.pp, ep=self.ep, etp=max(1, self.tp // self.ep)), self.dims)
+        self.spans = {"tp": spans.get("tp", ()), "ep": spans.get("ep", ()), "etp": spans.get("etp", ())}
         self.pp_span = spans.get("pp", ())[:1]
         self.attention_tp = max(1, self.tp // self.attention_dp)
         # Serving engines decode with GQA-grouped kernels (TensorRT-LLM's XQA, FlashInfer in vLLM
@@ -85,12 +88,13 @@ class IterationModel:
         running requests' caches (a sliding window's share of them) and the prefill chunk's
         fused attention."""
         hw, t = self.hw, self.attention_tp
-        layer = build_decode_layer(spec, hw, tokens, 1, t, self.kv_bytes)
+        layer = build_decode_layer(spec, hw, tokens, 1, t, self.kv_bytes, self.ep)
         if self.attention_dp > 1:
             # attention on this rank's tokens over its tp / attention_dp GPUs; the FFN (experts)
             # on every rank's tokens over all tp GPUs, as attention-DP engines gather them
             attention_end = next((i + 1 for i, op in enumerate(layer) if op.name == "residual1"), 0)
-            ffn = build_decode_layer(spec, hw, tokens * self.attention_dp, 1, self.tp, self.kv_bytes)
+            ffn = build_decode_layer(spec, hw, tokens * self.attention_dp, 1, self.tp, self.kv_bytes, self.ep,
+                                     tokens)
             ffn_start = next((i + 1 for i, op in enumerate(ffn) if op.name == "residual1"), 0)
             layer = layer[:attention_end] + ffn[ffn_start:]
         passed = time_ops(hw, self.dims, self.spans, layer)

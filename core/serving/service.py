@@ -70,14 +70,17 @@ def kv_bytes_per_element(hw: HardwareSpec, kv_dtype: str, source: str = "") -> f
 
 
 def kv_tokens(model: ModelSpec, hw: HardwareSpec, pool: Pool, engine: EngineSpec, kv_bytes: float) -> int:
-    """Tokens the KV cache of one attention rank holds: the engine's share of the memory the
-    weights (in the compute dtype) and the runtime leave; 0 when the weights do not fit."""
+    """Tokens the KV cache of one attention rank holds: what the engine's memory fraction leaves
+    the cache (EngineSpec.kv_budget) once the weights (in the compute dtype), and the runtime
+    where the fraction holds it, are in; 0 when the weights do not fit."""
     par = Parallelism(tp=pool.tp, pp=pool.pp, ep=pool.ep, etp=1 if pool.ep > 1 else 0)
     weights = max(stage_params(model, par)) * DTYPE_BYTES[hw.dtype]
-    free = hw.gpu.hbm.capacity_bytes - weights - RUNTIME_RESERVE_BYTES
+    capacity, share = hw.gpu.hbm.capacity_bytes, engine.kv_memory_fraction
+    cache = {"free": share * (capacity - weights - RUNTIME_RESERVE_BYTES),
+             "utilization": share * capacity - weights - RUNTIME_RESERVE_BYTES}[engine.kv_budget]
     # every kind of layer's cache (MLA's latent, sliding windows before they fill), one stage's share
     per_token = kv_cache_bytes_per_token(model, kv_bytes, pool.tp // pool.attention_dp) / pool.pp
-    return max(0, int(engine.kv_memory_fraction * free / per_token))
+    return max(0, int(cache / per_token))
 
 
 _MEMOS = {}
@@ -85,12 +88,13 @@ _MEMOS = {}
 
 def iteration_model(model, hw, pool: Pool, kv_bytes: float, overhead_s: float) -> IterationModel:
     """One engine's iteration model, its memo kept across configurations that share it."""
-    key = (model, hw, pool.tp, pool.pp, kv_bytes, pool.attention_dp, overhead_s)
+    key = (model, hw, pool.tp, pool.pp, kv_bytes, pool.attention_dp, overhead_s, pool.ep)
     it = _MEMOS.get(key)
     if it is None:
         if len(_MEMOS) > 256:
             _MEMOS.clear()
-        it = _MEMOS[key] = IterationModel(model, hw, pool.tp, pool.pp, kv_bytes, pool.attention_dp, overhead_s)
+        it = _MEMOS[key] = IterationModel(model, hw, pool.tp, pool.pp, kv_bytes, pool.attention_dp, overhead_s,
+                                          pool.ep)
     return it
 
 

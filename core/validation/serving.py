@@ -8,7 +8,7 @@ from pathlib import Path
 
 from core.errors import SpecError
 from core.model.loader import load_hardware, load_model, with_dtype
-from core.serving.engines import ENGINES, engine_spec
+from core.serving.engines import ENGINES, FAMILY_REQUEST_OVERHEAD_S, engine_spec, version_family
 from core.serving.service import Pool, serve, serve_disagg
 from core.serving.simulate import Load
 
@@ -21,7 +21,6 @@ SYSTEMS = {"h100_sxm": "h100-sxm5-80gb", "h200_sxm": "h200-sxm-141gb", "b200_sxm
 # GEMM formats of the rows; an empty one is the checkpoint's BF16. Quantized rows keep their KV
 # cache in FP8, as these engines' FP8 and NVFP4 recipes do.
 DTYPES = {"": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "nvfp4"}
-REQUESTS_PER_SLOT = 10  # requests a benchmark sends per request kept in flight
 # How each engine's benchmark client offered its closed loop, fitted with the engine overheads
 # (scripts/fit_serving.py), since the engines were measured by different clients:
 # - ramp share: its first requests arrive spread over this share of one request's lifetime
@@ -29,9 +28,14 @@ REQUESTS_PER_SLOT = 10  # requests a benchmark sends per request kept in flight
 # - length spread: prompt and output lengths vary within +- this share of the nominal ones
 #   (random-dataset generators draw them; network and detokenizer jitter do the same to timing).
 #   Without it a closed loop of fixed lengths locks into waves that arrive together and queue
-#   their prefills, which the measured TTFTs do not show.
+#   their prefills, which the measured TTFTs do not show;
+# - requests per slot: requests the client sends in all per request it keeps in flight. The
+#   first `concurrency` of them arrive at once and queue for their prefills, so the fewer the
+#   client sends, the more that first wave weighs in the mean TTFT (SGLang's rows queue like a
+#   run of three waves, TensorRT-LLM's and vLLM's like ten).
 RAMP_SHARE = {"trtllm": 0.0, "vllm": 0.0, "sglang": 0.0}
 LENGTH_SPREAD = {"trtllm": 0.1, "vllm": 0.1, "sglang": 0.02}
+REQUESTS_PER_SLOT = {"trtllm": 10.0, "vllm": 10.0, "sglang": 3.0}
 
 
 def rows() -> list:
@@ -62,17 +66,24 @@ def concurrency(row: dict) -> int:
     return _int(row["batch_size"])
 
 
-def predict(row: dict, engines: dict | None = None, clients: tuple | None = None) -> dict:
+def predict(row: dict, engines: dict | None = None, clients: tuple | None = None,
+            families: dict | None = None) -> dict:
     """The simulator's record for one measured row; `engines` overrides the engine specs,
-    `clients` the (ramp shares, length spreads) of the clients, per engine name."""
+    `clients` the (ramp shares, length spreads, requests per slot) of the clients, per engine
+    name, `families` the request overheads per (engine, version family)."""
     engine = (engines or ENGINES)[row["backend"]]
+    family = (row["backend"], version_family(row["backend_version"]))
+    overheads = FAMILY_REQUEST_OVERHEAD_S if families is None else families
+    if family in overheads:
+        engine = replace(engine, request_overhead_s=overheads[family])
     model = load_model(MODELS[row["model_path"]])
     dtype = DTYPES[row["gemm_quant_mode"]]
     hw = with_dtype(load_hardware(SYSTEMS[row["system"]]), dtype, "serving row", "dtype")
     kv = "fp8" if dtype != "bf16" else ""
     users = concurrency(row)
-    ramps, spreads = clients or (RAMP_SHARE, LENGTH_SPREAD)
-    load = Load(int(row["isl"]), int(row["osl"]), concurrency=users, requests=REQUESTS_PER_SLOT * users,
+    ramps, spreads, slots = clients or (RAMP_SHARE, LENGTH_SPREAD, REQUESTS_PER_SLOT)
+    load = Load(int(row["isl"]), int(row["osl"]), concurrency=users,
+                requests=max(users, round(slots[row["backend"]] * users)),
                 ramp_share=ramps[row["backend"]], length_spread=spreads[row["backend"]])
     if row["mode"] == "disagg":
         return serve_disagg(model, hw, engine, load, _pool(row, "prefill_"), _pool(row, "decode_"), kv)
@@ -94,8 +105,10 @@ def group_key(row: dict) -> tuple:
     return (row["system"], row["model_path"].split("/")[-1], row["backend"], row["mode"])
 
 
-def cases(engines: dict | None = None, selected=None, clients: tuple | None = None) -> tuple:
-    """([(row, predicted ttft_s, predicted tpot_s)], [(row, reason)]) over the measured rows."""
+def cases(engines: dict | None = None, selected=None, clients: tuple | None = None,
+          families: dict | None = None) -> tuple:
+    """([(row, predicted ttft_s, predicted tpot_s)], [(row, reason)]) over the measured rows
+    (predict's overrides)."""
     done, skipped = [], []
     for row in selected if selected is not None else rows():
         reason = skip_reason(row)
@@ -103,7 +116,7 @@ def cases(engines: dict | None = None, selected=None, clients: tuple | None = No
             skipped.append((row, reason))
             continue
         try:
-            record = predict(row, engines, clients)
+            record = predict(row, engines, clients, families)
         except SpecError as exc:  # a layout the simulator does not take yet (e.g. attention-DP beyond tp)
             skipped.append((row, f"layout not modelled: {exc.field} {exc.value}: {exc.allowed}"))
             continue

@@ -151,8 +151,9 @@ def _print_serving(records: list, skipped: list) -> None:
     console.print(table)
     for s in skipped:
         console.print(f"  not simulated: {s['model']}: {s['reason']} ({s['rows']} rows)")
-    console.print("Engine overheads and each client's ramp-up and length spread are fitted on these rows "
-                  "(scripts/fit_serving.py prints in-sample and left-one-engine-out errors).")
+    console.print("Engine overheads (request overheads per version family) and each client's ramp-up, length "
+                  "spread and requests per slot are fitted on these rows (scripts/fit_serving.py prints in-sample, "
+                  "left-one-engine-out and left-one-family-out errors).")
     console.print()
 
 
