@@ -1,13 +1,7 @@
 """Results of a simulation: times, bandwidths and per-link statistics as numpy arrays (those of
 a collective made on first use, so that `rapid net` never imports numpy)."""
-from __future__ import annotations
-
-from dataclasses import dataclass
+from collections import namedtuple
 from functools import cached_property
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import numpy as np
 
 
 def _column(key, as_bool=False):
@@ -69,17 +63,12 @@ BUS_FACTORS = {
 }
 
 
-@dataclass(frozen=True)
-class CollectiveResult:
-    """One collective: `time_s` from first send to last arrival; algbw = size / time (GB/s, 1e9 B/s)."""
+class CollectiveResult(namedtuple("CollectiveResult", "kind algorithm size_bytes group_size time_s flows links")):
+    """One collective: `time_s` from first send to last arrival; algbw = size / time (GB/s, 1e9 B/s);
+    `links` a LinkStats. Immutable records here are named tuples: `rapid net` starts without the
+    dataclasses and typing modules."""
 
-    kind: str
-    algorithm: str
-    size_bytes: float
-    group_size: int
-    time_s: float
-    flows: int
-    links: LinkStats
+    __slots__ = ()
 
     @property
     def algbw_gbps(self):
@@ -90,13 +79,8 @@ class CollectiveResult:
         return self.algbw_gbps * BUS_FACTORS[self.kind](self.group_size)
 
 
-@dataclass(frozen=True)
-class ReplayResult:
-    """A replayed trace: makespan, per-rank finish, per-node start/end (seconds) and per-link statistics."""
+class ReplayResult(namedtuple("ReplayResult", "time_s rank_finish_s node_start_s node_end_s flows links")):
+    """A replayed trace: makespan, per-rank finish, per-node start/end (seconds, numpy arrays) and
+    per-link statistics (a LinkStats)."""
 
-    time_s: float
-    rank_finish_s: np.ndarray
-    node_start_s: np.ndarray
-    node_end_s: np.ndarray
-    flows: int
-    links: LinkStats
+    __slots__ = ()

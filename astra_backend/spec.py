@@ -1,6 +1,6 @@
 """Network description: dimensions (innermost first) and link faults, validated before C++ sees them."""
 from array import array
-from dataclasses import dataclass
+from collections import namedtuple
 import math
 from numbers import Integral, Real
 
@@ -54,20 +54,14 @@ def _square_factor(n):
     return max(d for d in range(1, math.isqrt(n) + 1) if n % d == 0)
 
 
-@dataclass(frozen=True)
-class Dimension:
+class Dimension(namedtuple("Dimension", "topology size bandwidth_gbps latency_s shape npus_per_leaf spines "
+                                       "oversubscription", defaults=(0.0, None, None, None, 1.0))):
     """One network dimension: `size` NPUs joined by `topology`, every link `bandwidth_gbps` GB/s (1e9 B/s)
     and `latency_s` seconds. 2-D topologies take `shape` (x, y); fattree takes npus_per_leaf, spines and
-    oversubscription (leaf uplink capacity = npus_per_leaf * bandwidth / oversubscription)."""
+    oversubscription (leaf uplink capacity = npus_per_leaf * bandwidth / oversubscription). An immutable
+    record (a named tuple, not a dataclass: `rapid net` starts without the dataclasses module)."""
 
-    topology: str
-    size: int
-    bandwidth_gbps: float
-    latency_s: float = 0.0
-    shape: tuple | None = None
-    npus_per_leaf: int | None = None
-    spines: int | None = None
-    oversubscription: float = 1.0
+    __slots__ = ()
 
     def validated(self, field):
         """The C++ record of this dimension; raises NetworkSpecError naming `field`."""
@@ -102,22 +96,16 @@ class Dimension:
         return record
 
 
-@dataclass(frozen=True)
-class SoftFault:
+class SoftFault(namedtuple("SoftFault", "a b factor extra_latency_s", defaults=(0.0,))):
     """A degraded link between nodes `a` and `b` (both directions): bandwidth times `factor`, plus latency."""
 
-    a: int
-    b: int
-    factor: float
-    extra_latency_s: float = 0.0
+    __slots__ = ()
 
 
-@dataclass(frozen=True)
-class HardFault:
+class HardFault(namedtuple("HardFault", "a b")):
     """A removed link between nodes `a` and `b` (both directions)."""
 
-    a: int
-    b: int
+    __slots__ = ()
 
 
 def _links_per_line(record):

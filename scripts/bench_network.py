@@ -3,7 +3,9 @@
 ASTRA-sim's analytical binaries when ASTRA_SIM_BIN names them (':'-separated). Prints figures,
 asserts nothing: wall and CPU seconds (CPU time holds up better on a busy machine), peak RSS, and
 the ratios stock / ours of the whole processes, or ours whole / simulation alone. This process
-imports only the standard library (a child's peak RSS starts from its parent's at the fork).
+imports only the standard library (a child's peak RSS starts from its parent's at the fork). It
+compiles our packages' bytecode first, as an installed package has it, and prints the load average
+(the machine may be shared: run it when quiet).
 
     ASTRA_SIM_BIN=.../AstraSim_Analytical_Congestion_Unaware:.../AstraSim_Analytical_Congestion_Aware \\
         .venv/bin/python scripts/bench_network.py [--keep DIR]
@@ -35,6 +37,7 @@ NETWORKS = {  # ASTRA-sim's network YAML (bandwidth GiB/s, latency ns), read by 
 ALGORITHMS = ("ring", "direct")
 SIZES = {"64MiB": 64 * MIB, "1GiB": GIB}
 STOCK_TIMEOUT_S = 900
+PACKAGES = ("astra_backend", "core", "sweep")
 FINISHED = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles")
 
 
@@ -184,6 +187,11 @@ def main():
         for name, network in NETWORKS.items():
             (folder / f"{name}.yml").write_text(json.dumps(network))
         workloads = workload_sets(folder) if binaries else {}
+        # bytecode first, as an installed package has it (where PYTHONDONTWRITEBYTECODE is set, a
+        # run never writes its own and compiles every module it imports, each time)
+        subprocess.run([sys.executable, "-m", "compileall", "-q", *PACKAGES], cwd=ROOT, check=True)
+        print(f"load average {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} CPUs; bytecode of "
+              f"{', '.join(PACKAGES)} compiled before timing")
         print("ASTRA-sim: " + (", ".join(binaries) or "none (set ASTRA_SIM_BIN)"))
         print("ours = `rapid net`, the whole command, Python start-up included; sim alone = our network built and "
               "one collective simulated, timed inside a fresh process; collective_ms = the simulated time; ratios = stock / "
@@ -194,6 +202,7 @@ def main():
             for algorithm in ALGORITHMS:
                 for size_name in SIZES:
                     bench_case(folder, name, network, algorithm, size_name, binaries, workloads)
+        print(f"load average {os.getloadavg()[0]:.2f} (1 min) at the end")
 
 
 if __name__ == "__main__":

@@ -51,10 +51,20 @@ def test_report_loads_plotly_but_not_optuna_or_ray(tmp_path):
     assert "plotly" in loaded and not loaded & {"optuna", "ray"}
 
 
-def test_net_on_a_json_network_file_runs_without_numpy_or_yaml(tmp_path):
+# What `rapid net` has no use for: numpy and the YAML parser (a JSON network file), the operator
+# model (core), and the standard library's costliest modules to import, which it does without.
+NOT_FOR_NET = {"numpy", "yaml", "core", "dataclasses", "inspect", "typing", "threading"}
+
+
+def test_net_on_a_json_network_file_imports_nothing_it_does_not_use(tmp_path):
     network = tmp_path / "switch.json"
     network.write_text(json.dumps({"topology": ["Switch"], "npus_count": [8], "bandwidth": [100.0],
                                    "latency": [1000.0]}))
-    loaded = modules_after(["net", "--network", str(network), "--collective", "all_reduce", "--size", "1MiB"],
-                           tmp_path)
-    assert "astra_backend" in loaded and not loaded & {"numpy", "yaml"}
+    loaded = modules_after(["net", "--network", str(network), "--collective", "all_reduce", "--size", "1MiB",
+                            "--json"], tmp_path)
+    assert "astra_backend" in loaded and not loaded & NOT_FOR_NET
+
+
+def test_net_help_imports_nothing_it_does_not_use(tmp_path):
+    assert not modules_after(["net", "--help"], tmp_path) & NOT_FOR_NET
+

@@ -419,14 +419,23 @@ class Simulator {
     f.rate = 0.0;
     f.last_s = now_;
     ++f.version;
+    bool alone = true;
+    double slowest = std::numeric_limits<double>::infinity();
     for (int l : route) {
       LinkState& ls = links_[l];
       if (ls.active_flows++ == 0) ls.busy_since = now_;
+      else alone = false;
       ls.flows.push_back(slot);
       out_.links.peak_flows[l] = std::max<int32_t>(out_.links.peak_flows[l], ls.active_flows);
       out_.links.bytes[l] += amount;
-      mark_dirty(l);
+      slowest = std::min(slowest, ls.capacity);
     }
+    // On idle links the flow moves no other flow's rate, so its links need no re-solve: unless a
+    // flow joins one of them in this batch (which dirties that link, and the re-solve takes this
+    // flow in), it runs at its slowest link's capacity (solve_rates gives it that).
+    if (alone) lone_starts_.push_back({slot, slowest});
+    else
+      for (int l : route) mark_dirty(l);
   }
 
   // The route src -> dst and its latency, kept per source: a ring member sends to the same
@@ -511,6 +520,9 @@ class Simulator {
       if (!comp_flows_.empty()) water_fill();
     }
     dirty_.clear();
+    for (const LoneStart& start : lone_starts_)
+      if (!marks_[start.slot].in_component) assign_rate(flows_[start.slot], start.slot, start.rate);
+    lone_starts_.clear();
     for (int l : all_comp_links_) links_[l].in_component = false;
     for (int s : all_comp_flows_) marks_[s].in_component = false;
     all_comp_links_.clear();
@@ -598,6 +610,11 @@ class Simulator {
   std::vector<Event> batch_;
   std::vector<int> ready_;
   std::vector<int> dirty_;
+  struct LoneStart {
+    int slot;
+    double rate;  // its slowest link's capacity
+  };
+  std::vector<LoneStart> lone_starts_;  // flows started on idle links since the last solve
   std::vector<int> stack_;
   std::vector<int> comp_flows_, comp_links_, all_comp_flows_, all_comp_links_;
   ShareHeap heap_;

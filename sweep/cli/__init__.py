@@ -7,9 +7,6 @@ import importlib
 import os
 import signal
 import sys
-import threading
-
-from core.errors import SpecError
 
 COMMANDS = {
     "run": ("sweep.cli.run", "predict one configuration (training step or inference request)"),
@@ -31,11 +28,14 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """Every subcommand is listed; only `command`'s module is imported to give its options
-    (argparse reads no other subcommand's options in one call)."""
+    """The parser of `command` alone when it is one (argparse reads no other subcommand's
+    options in one call, and each parser costs start-up time), else of every subcommand, for
+    `rapid --help` and for the error that lists them; only `command`'s module is imported."""
     parser = OneLineParser(prog="rapid", description="Design-space exploration for LLM training and inference.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     for name, (module_name, help_text) in COMMANDS.items():
+        if command in COMMANDS and name != command:
+            continue
         command_parser = sub.add_parser(name, help=help_text, description=help_text)
         if name == command:
             importlib.import_module(module_name).add_arguments(command_parser)
@@ -44,14 +44,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    command = next((word for word in argv if not word.startswith("-")), None)
+    command = argv[0] if argv and not argv[0].startswith("-") else None  # a leading option is --help's
     args = build_parser(command).parse_args(argv)
     module = importlib.import_module(COMMANDS[args.command][0])
     stop = _Stop(args.command)
     previous = stop.install()
     try:
         return module.run(args) or 0
-    except SpecError as err:
+    except ValueError as err:
+        if not _is_spec_error(err):
+            raise
         print(f"rapid {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -63,6 +65,13 @@ def main(argv=None) -> int:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _is_spec_error(err: Exception) -> bool:
+    """Whether `err` is a core.errors.SpecError; a command that never imported core.errors (as
+    `rapid net`) cannot have raised one, so the CLI does not import it either."""
+    errors = sys.modules.get("core.errors")
+    return errors is not None and isinstance(err, errors.SpecError)
 
 
 class _Stop:
@@ -100,7 +109,10 @@ class _Stop:
 
     def install(self) -> dict:
         """Puts the handler on SIGINT and SIGTERM; returns the handlers it replaced (none off
-        the main thread, where signals cannot be set)."""
-        if threading.current_thread() is not threading.main_thread():
+        the main thread, where signal.signal refuses with ValueError)."""
+        try:
+            previous = {signal.SIGINT: signal.signal(signal.SIGINT, self.handle)}
+        except ValueError:
             return {}
-        return {signum: signal.signal(signum, self.handle) for signum in (signal.SIGINT, signal.SIGTERM)}
+        previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, self.handle)
+        return previous
