@@ -38,8 +38,9 @@ bench-sweep: $(STAMP)
 	$(BIN)/python scripts/bench_sweep.py
 
 # --dry-run of an 11,059,200-combination grid, a 1,843,200-combination --local --workers 2 run
-# and its re-run: seconds, points/s and peak RSS (SCALE=0.1 for a quick look); a 1,000-trial TPE
-# search and the parts a 10,000-trial search leaves
+# and its re-run: seconds, points/s and peak RSS (SCALE=0.1 for a quick look); the same kind of
+# study on a local Ray cluster of 1, 2 and 4 one-CPU raylets with the 32-node extrapolation; a
+# 1,000-trial TPE search and the parts a 10,000-trial search leaves
 bench-scale: $(STAMP)
 	$(BIN)/python scripts/bench_scale.py --scale $(or $(SCALE),1)
 	$(BIN)/python scripts/bench_search_scale.py

@@ -15,7 +15,7 @@ from sweep.cli import main
 from sweep.execution.engine import run_study
 from sweep.store.parts import part_files, read_results
 from sweep.study import grid as grid_module
-from sweep.study.grid import GridPlanner, plan_study
+from sweep.study.grid import DoneIds, GridPlanner, plan_study
 from sweep.study.loader import load_study
 from sweep.study.plan import Planner, group_reason, reason_pattern, _NUMBER
 
@@ -128,6 +128,33 @@ def test_the_small_study_plans_alike_in_chunks_of_any_size(write_study):
     assert [i for chunk in pieces.chunks(size=7, ids=True) for i in chunk.ids] == ids
     assert pieces.reasons() == whole.reasons() and pieces.legal == whole.legal == len(ids)
     assert_same_plan(study)
+
+
+def test_verdicts_gathered_in_any_order_plan_as_the_whole_grid(write_study):
+    """The count pass's Verdicts (what workers send back), of 7 combinations each and gathered
+    backwards, give the grid's legal count and reasons; the points picked from them (in
+    dispatch order) are the chunks' points, with their ids."""
+    study = load_study(write_study())
+    whole = GridPlanner(study)
+    ids = sorted(i for chunk in whole.chunks(ids=True) for i in chunk.ids)
+    pieces = GridPlanner(study)
+    verdicts = [pieces.verdict(part) for part in pieces.ranges(size=7)]
+    for verdict in reversed(verdicts):
+        pieces.add(verdict)
+    assert pieces.legal == whole.legal == len(ids)
+    assert list(pieces.reasons()[0].items()) == list(whole.reasons()[0].items())  # counts, in the order shown
+    assert pieces.reasons()[1] == whole.reasons()[1]
+    picked = [i for v in verdicts for i in pieces.block(pieces.picked(v.numbers())).ids]
+    assert sorted(picked) == ids
+
+
+def test_a_block_skips_the_ids_a_table_holds(write_study):
+    study = load_study(write_study())
+    grid = GridPlanner(study)
+    chunk = next(grid.chunks(ids=True))
+    held = DoneIds(chunk.ids[::3])
+    assert len(held) == len(chunk.ids[::3])
+    assert sorted(grid.block(chunk, held).ids) == sorted(set(chunk.ids) - set(chunk.ids[::3]))
 
 
 def test_a_space_without_a_legal_point_is_refused_as_before(write_study):

@@ -179,13 +179,28 @@ def power_limited(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gp
     """(hardware at the kernel clock the power limit leaves, one GPU's Activity there, its
     physical clock share), from the step or request timed at `hw` in `time_s`: the clock falls
     where the limit is below what the kernels draw (power.whole_step_clock) and compute-bound
-    time stretches. A step that stays under both limits at the boost clock needs no probe."""
+    time stretches. The clocks read what the GPU keeps busy, not the wall time, so they come
+    from _power_state, shared by the steps apart only in their exposed communication."""
+    state = _train_power_state if isinstance(work, TrainWorkload) else _infer_power_state
+    timed, work_done, kernel_clock, physical = state(model, hw, par, work, gpus)
+    work_done = work_done.spanning(time_s)
+    return timed, work_done if kernel_clock is None else work_done.at_clock(kernel_clock), physical
+
+
+def _power_state(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: int) -> tuple:
+    """(hardware at the kernel clock, one GPU's Activity at `hw`'s clock over no wall time, the
+    kernel clock to take it to (None: it stays), the physical clock share). A step that stays
+    under both limits at the boost clock needs no probe."""
     power = hw.gpu.power
     clock = hw.calibration.sustained_clock
     if clock == 1.0:
-        plain = activity(model, hw, par, work, gpus, time_s, probe=False)
+        plain = activity(model, hw, par, work, gpus, 0.0, probe=False)
         if busy_power_w(power, plain) <= min(power.limit_w, power.tdp_w):
-            return hw, plain, 1.0
-    work_done = activity(model, hw, par, work, gpus, time_s)
+            return hw, plain, None, 1.0
+    work_done = activity(model, hw, par, work, gpus, 0.0)
     kernel_clock, physical = whole_step_clock(power, work_done, clock)
-    return at_kernel_clock(hw, kernel_clock), work_done.at_clock(kernel_clock), physical
+    return at_kernel_clock(hw, kernel_clock), work_done, kernel_clock, physical
+
+
+_train_power_state = on_fields(*TRAIN_WORK_FIELDS)(_power_state)  # what _train_work reads, as activity does
+_infer_power_state = lru_cache(maxsize=16384)(_power_state)

@@ -63,9 +63,16 @@ def voltage_sq(share: float, floor: float) -> float:
 def energy_j(power: PowerSpec, work: Activity) -> float:
     """Joules one GPU spends on `work` at the clock share it was timed at."""
     v2 = voltage_sq(work.clock, power.voltage_floor)
-    flop_j = sum(count * power.flop_energy(dtype) for dtype, count in work.flops)
+    flop_j = flops_j(power, work.flops)
     return (power.idle_w * work.time_s + power.active_w * work.clock * v2 * work.busy_s + v2 * flop_j
             + power.hbm_energy_j_per_byte * work.hbm_bytes + power.link_energy_j_per_byte * work.link_bytes)
+
+
+@lru_cache(maxsize=16384)
+def flops_j(power: PowerSpec, flops: tuple) -> float:
+    """Switching joules of ((dtype, FLOPs), ...) at the boost clock's voltage (memoized: a
+    step's FLOPs are shared by its layouts apart only in communication)."""
+    return sum(count * power.flop_energy(dtype) for dtype, count in flops)
 
 
 def power_w(power: PowerSpec, work: Activity) -> float:
@@ -97,7 +104,7 @@ def _clock_under(power: PowerSpec, busy_s: float, bound_s: float, clock: float, 
                  link_bytes: float, limit_w: float) -> float:
     """clock_under on the numbers it reads (not the wall time: steps that differ only in
     exposed communication ask again)."""
-    flop_j = sum(count * power.flop_energy(dtype) for dtype, count in flops)
+    flop_j = flops_j(power, flops)
     fixed_j = power.hbm_energy_j_per_byte * hbm_bytes + power.link_energy_j_per_byte * link_bytes
     idle_w, active_w, floor = power.idle_w, power.active_w, power.voltage_floor
 

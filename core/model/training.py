@@ -162,11 +162,11 @@ PIPELINE_FIELDS = ("dp", "tp", "pp", "cp", "ep", "sp", "micro_batch", "recompute
 
 def train_step(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: TrainWorkload, gpus: int):
     """(step seconds, breakdown dict, model FLOPs per step); memory is estimate_memory's job."""
-    (dims, spans, micro, split, stage_compute, slowest, pipeline_s, bubble_s, pipe_comm, stage_forward,
+    (dims, micro, split, stage_compute, slowest, pipeline_s, bubble_s, pipe_comm, stage_forward,
      stage_backward) = _pipeline(model, hw, par, work, gpus)
     breakdown = {"compute_s": micro * stage_compute[slowest], "bubble_s": bubble_s}
     comm = dict(pipe_comm)
-    dp_comm, dp_exposed = data_parallel(model, hw, par, dims, spans, stage_forward, stage_backward, split, micro)
+    dp_comm, dp_exposed = data_parallel(model, hw, par, dims, stage_forward, stage_backward, split, micro)
     add_times(comm, dp_exposed)
     optimizer_s = optimizer_step_s(model, hw, par)
     breakdown["optimizer_s"] = optimizer_s
@@ -179,7 +179,7 @@ def train_step(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Train
 
 @on_fields(*PIPELINE_FIELDS)
 def _pipeline(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: TrainWorkload, gpus: int) -> tuple:
-    """The step up to its data-parallel traffic and optimizer: (dims, spans, micro-batches,
+    """The step up to its data-parallel traffic and optimizer: (dims, micro-batches,
     layers per stage, each stage's compute per micro-batch, the slowest stage, pipeline and
     bubble seconds, the slowest stage's exposed communication per dimension ((name, seconds),
     ...), each stage's forward and backward seconds per micro-batch). Shared by the layouts
@@ -252,7 +252,7 @@ def _pipeline(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: TrainW
     else:
         add_times(comm, comms[slowest], micro)
     add_times(comm, p2p, micro)
-    return (dims, spans, micro, split, tuple(stage_compute), slowest, pipeline_s, bubble_s, tuple(comm.items()),
+    return (dims, micro, split, tuple(stage_compute), slowest, pipeline_s, bubble_s, tuple(comm.items()),
             tuple(stage_forward), tuple(stage_backward))
 
 
@@ -394,7 +394,7 @@ def ddp_bucket_params(dp: int) -> float:
     return max(40e6, 1e6 * dp)
 
 
-def data_parallel(model, hw, par, dims, spans, stage_forward, stage_backward, split, micro) -> tuple:
+def data_parallel(model, hw, par, dims, stage_forward, stage_backward, split, micro) -> tuple:
     """(total DP communication seconds, exposed seconds per dimension) as the framework runs it.
 
     Dense parameters synchronise over the data-parallel (and context-parallel) group, expert
@@ -415,24 +415,14 @@ def data_parallel(model, hw, par, dims, spans, stage_forward, stage_backward, sp
     Each rank starts as soon as its own pipeline work is done, and a later stage finishes its
     backward earlier (stage s by s of its backward chunks): that head start hides as much.
     The most exposed stage sets the step. `stage_forward` / `stage_backward`: each stage's
-    layers' forward and backward (with recompute) seconds per micro-batch."""
-    dense_span = merge_spans(spans.get("dp", ()), spans.get("cp", ()))
-    expert_span = spans.get("edp", ())
-    if not dense_span and not expert_span:
+    layers' forward and backward (with recompute) seconds per micro-batch.
+    The collectives come from _dp_syncs, shared by the layouts apart in what sets the passes'
+    times or the overlaps; only how much of them the passes hide is worked out here."""
+    syncs = _dp_syncs(model, hw, par, dims)
+    if syncs is None:
         return 0.0, {}
-    parts = stage_param_parts(model, par)
-    weight_bytes, gradient_bytes = memory.weight_bytes(hw, par), memory.grad_bytes(par)
-
-    def sync(kind, dense, expert, bytes_per_param):
-        return dict(_sync(hw, dims, kind, dense, expert, bytes_per_param, dense_span, expert_span))
-
     if par.zero >= 3:
-        stage = max(range(par.pp), key=lambda s: sum(parts[s]))
-        dense, expert = (count / split[stage] for count in parts[stage])
-        gather = sync("all_gather", dense, expert, weight_bytes)
-        scatter = sync("reduce_scatter", dense, expert, gradient_bytes)
-        gather_s, scatter_s = sum(gather.values()), sum(scatter.values())
-        unhidden = zero3_unhidden_share(split[stage])
+        stage, gather, scatter, gather_s, scatter_s, unhidden = syncs
         # reshard_after_forward: every layer of every micro-batch gathers again, forward and
         # backward; kept gathered, each layer gathers once per step, in the first forward
         regather = par.reshard_after_forward
@@ -447,8 +437,57 @@ def data_parallel(model, hw, par, dims, spans, stage_forward, stage_backward, sp
             add_times(exposed, gather, scale * behind_backward)
         add_times(exposed, scatter, scale * (unhidden + (1 - unhidden) * behind_backward))
         return gathers * gather_s * (2 if regather else 1) + scale * scatter_s, exposed
+    worst = None
+    for stage, layers, reduce, reduce_total, gather, gather_total, last_bucket, head_start in syncs:
+        backward_s, forward_s = stage_backward[stage] / layers, stage_forward[stage] / layers  # per layer
+        reduce_s = _exposed_overlapped(reduce_total, stage_backward[stage], last_bucket, head_start * backward_s,
+                                       par.overlap_grad_reduce)
+        gather_s = _exposed_overlapped(gather_total, stage_forward[stage], last_bucket, head_start * forward_s,
+                                       par.overlap_param_gather)
+        if worst is None or reduce_s + gather_s > worst[0]:
+            worst = (reduce_s + gather_s, reduce, reduce_total, reduce_s, gather, gather_total, gather_s)
+    _, reduce, reduce_total, reduce_s, gather, gather_total, gather_s = worst
+    exposed = {}
+    for times, total, seconds in ((reduce, reduce_total, reduce_s), (gather, gather_total, gather_s)):
+        if total:
+            add_times(exposed, times, seconds / total)
+    return reduce_total + gather_total, exposed
+
+
+# The layout fields data_parallel's collectives read (the groups, each stage's parameters and
+# layers, the bytes per parameter, the ZeRO stage): not the overlaps, nor what sets the passes'
+# times (micro-batch, recompute, schedule).
+DP_SYNC_FIELDS = ("dp", "tp", "pp", "cp", "ep", "etp", "placement", "zero", "virtual_stages", "first_stage_layers",
+                  "last_stage_layers", "grad_dtype", "fp8_params")
+
+
+@on_fields(*DP_SYNC_FIELDS)
+def _dp_syncs(model: ModelSpec, hw: HardwareSpec, par: Parallelism, dims: tuple):
+    """data_parallel's collectives, none of them timed against a pass yet: None without a
+    data-parallel group; under ZeRO 3 (the most loaded stage, its per-layer gather and
+    scatter ((dimension, seconds) dicts), their totals, the unhidden share); else per stage
+    unlike the earlier ones (stage, layers, gradient reduction, its total, parameter gather,
+    its total, the last bucket's share, the stage's head start in layers)."""
+    spans = group_spans(par, dims)
+    dense_span = merge_spans(spans.get("dp", ()), spans.get("cp", ()))
+    expert_span = spans.get("edp", ())
+    if not dense_span and not expert_span:
+        return None
+    parts = stage_param_parts(model, par)
+    split = stage_layers(model.layers, par)
+    weight_bytes, gradient_bytes = memory.weight_bytes(hw, par), memory.grad_bytes(par)
+
+    def sync(kind, dense, expert, bytes_per_param):
+        return dict(_sync(hw, dims, kind, dense, expert, bytes_per_param, dense_span, expert_span))
+
+    if par.zero >= 3:
+        stage = max(range(par.pp), key=lambda s: sum(parts[s]))
+        dense, expert = (count / split[stage] for count in parts[stage])
+        gather = sync("all_gather", dense, expert, weight_bytes)
+        scatter = sync("reduce_scatter", dense, expert, gradient_bytes)
+        return stage, gather, scatter, sum(gather.values()), sum(scatter.values()), zero3_unhidden_share(split[stage])
     bucket = ddp_bucket_params(par.dp * par.cp)
-    worst, seen = None, set()
+    stages, seen = [], set()
     for stage, ((dense, expert), layers) in enumerate(zip(parts, split)):
         if (dense, expert, layers) in seen:  # an identical earlier stage has less head start
             continue
@@ -456,22 +495,9 @@ def data_parallel(model, hw, par, dims, spans, stage_forward, stage_backward, sp
         kind = "all_reduce" if par.zero == 0 else "reduce_scatter"
         reduce = sync(kind, dense, expert, gradient_bytes)
         gather = sync("all_gather", dense, expert, weight_bytes) if par.zero else {}
-        last_bucket = min(1.0, bucket / (dense + expert))
-        head_start = stage * layers / par.virtual_stages
-        backward_s, forward_s = stage_backward[stage] / layers, stage_forward[stage] / layers  # per layer
-        reduce_s = _exposed_overlapped(sum(reduce.values()), stage_backward[stage], last_bucket,
-                                       head_start * backward_s, par.overlap_grad_reduce)
-        gather_s = _exposed_overlapped(sum(gather.values()), stage_forward[stage], last_bucket,
-                                       head_start * forward_s, par.overlap_param_gather)
-        if worst is None or reduce_s + gather_s > worst[0]:
-            worst = (reduce_s + gather_s, reduce, reduce_s, gather, gather_s)
-    _, reduce, reduce_s, gather, gather_s = worst
-    exposed = {}
-    for times, seconds in ((reduce, reduce_s), (gather, gather_s)):
-        total = sum(times.values())
-        if total:
-            add_times(exposed, times, seconds / total)
-    return sum(reduce.values()) + sum(gather.values()), exposed
+        stages.append((stage, layers, reduce, sum(reduce.values()), gather, sum(gather.values()),
+                       min(1.0, bucket / (dense + expert)), stage * layers / par.virtual_stages))
+    return tuple(stages)
 
 
 @lru_cache(maxsize=16384)

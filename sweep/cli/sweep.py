@@ -71,6 +71,7 @@ def run(args) -> int:
         print(json.dumps({**plan_summary(study, report.plan, report.legal), "evaluated": report.evaluated,
                           "feasible_evaluated": report.feasible, "infeasible_evaluated": report.infeasible,
                           "skipped": report.skipped, "seconds": round(report.seconds, 3),
+                          "driver_cpu_s": round(report.driver_cpu_s, 3),
                           "points_per_s": round(report.evaluated / report.seconds, 1) if report.seconds else None,
                           "rows": rows, "feasible_rows": feasible, "parts_written": report.parts}))
         return 0

@@ -21,6 +21,8 @@ class WorkContext:
     faults: object = None  # a sweep.study.faults_block.FaultSpec: batches are then FaultBlocks, one row per sample
     cost: object = None  # a sweep.study.cost_block.CostSpec: the dollar columns
     workload_knobs: tuple = ()  # ((knob index, workload field), ...): a serving study's swept load
+    grid: object = None  # a sweep.study.grid.GridPlanner where workers plan the grid (ChunkRange, GridSlice batches)
+    done: object = None  # the sweep.study.grid.DoneIds GridSlice batches skip
 
     def workload_of(self, knob_columns: list, row: int):
         """The workload of the point at `row` of a batch whose knob values are `knob_columns`."""

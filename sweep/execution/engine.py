@@ -7,7 +7,7 @@ import math
 import subprocess
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from importlib import metadata as package_metadata
 from pathlib import Path
 
@@ -23,7 +23,8 @@ from core.model.specs import POOL_KNOBS
 from . import raycluster
 from .rates import remember_rate
 from sweep.faults.draws import KEY_COLUMNS, fault_blocks, memory_fits
-from sweep.study.grid import GridPlanner, PointBlock, grid_size, plan_study
+from sweep.study.grid import (DoneIds, GridPlanner, GridSlice, PointBlock, check_faulted_network, grid_size,
+                              plan_study)
 from sweep.study.plan import Plan, definition_digests, locality_key
 from .runner import make_executor, run_batches
 from sweep.study.space import AUTO
@@ -47,6 +48,7 @@ class SweepReport:
     infeasible: int = 0
     parts: int = 0
     seconds: float = 0.0
+    driver_cpu_s: float = 0.0  # CPU time of the driver's own process over those seconds (coordinating, writing)
 
 
 def run_study(study: Study, executor: str = "ray", address: str | None = None, workers: int | None = None,
@@ -62,15 +64,23 @@ def run_study(study: Study, executor: str = "ray", address: str | None = None, w
         return SweepReport(plan, summary["legal"], skipped=summary["rows"])
     if executor == "ray":
         raycluster.preflight(address)
-    with planning_bar(progress, grid_size(study.space)) as bar:
-        plan = plan_study(study, points=study.faults is not None, progress=bar.advance)
-    start = time.perf_counter()
-    with ResultStore(study.output, study_metadata(study), fresh=fresh, wait=wait) as store:
-        report = _evaluate_missing(study, plan, store, executor, address, workers, batch_points, part_rows,
-                                   part_seconds, progress)
-        store.compact(part_rows)
-        store.mark_finished(key, {"total": plan.total, "legal": report.legal, "illegal": dict(plan.illegal),
-                                  "examples": plan.illegal_examples, "rows": report.skipped + report.evaluated})
+    grid, runner, verdicts = None, None, ()
+    try:
+        with planning_bar(progress, grid_size(study.space)) as bar:
+            if study.faults is None:
+                plan, grid, verdicts, runner = _count(study, executor, address, workers, bar.advance)
+            else:
+                plan = plan_study(study, points=True, progress=bar.advance)
+        start = time.perf_counter()
+        with ResultStore(study.output, study_metadata(study), fresh=fresh, wait=wait) as store:
+            report = _evaluate_missing(study, plan, grid, verdicts, store, runner, executor, address, workers,
+                                       batch_points, part_rows, part_seconds, progress)
+            store.compact(part_rows)
+            store.mark_finished(key, {"total": plan.total, "legal": report.legal, "illegal": dict(plan.illegal),
+                                      "examples": plan.illegal_examples, "rows": report.skipped + report.evaluated})
+    finally:
+        if runner is not None:
+            runner.close()
     if report.evaluated:
         remember_rate(f"run {study.backend}", plan.total, time.perf_counter() - start)
     return report
@@ -82,14 +92,54 @@ def finished_key(study: Study) -> str:
     return hashlib.sha256(json.dumps(study_metadata(study), sort_keys=True).encode()).hexdigest()
 
 
-def _evaluate_missing(study, plan, store, executor, address, workers, batch_points, part_rows, part_seconds,
-                      progress) -> SweepReport:
+def _count(study, executor, address, workers, progress) -> tuple:
+    """The grid's count pass: every chunk judged, on Ray's workers (which then plan the points
+    too: the runner, returned, holds the grid) or here; (Plan without points, the GridPlanner,
+    the Verdicts in grid order, that runner or None). A space without a legal point is a study
+    error."""
+    check_faulted_network(study)
+    grid = GridPlanner(study)
+    runner, verdicts = None, []
+    try:
+        if executor == "ray":
+            runner = make_executor(executor, replace(work_context(study, grid.models, grid.hardware), grid=grid),
+                                   address, workers)
+
+            def take(verdict, part) -> None:
+                grid.add(verdict)
+                verdicts.append(verdict)
+                progress(part.stop - part.start)
+
+            run_batches(runner, grid.ranges(), take)
+            verdicts.sort(key=lambda verdict: verdict.start)
+        else:
+            for part in grid.ranges():
+                verdicts.append(grid.verdict(part))
+                grid.add(verdicts[-1])
+                progress(part.stop - part.start)
+        grid.refuse_empty()
+    except BaseException:
+        if runner is not None:
+            runner.close()
+        raise
+    illegal, examples = grid.reasons()
+    return Plan((), grid.models, grid.hardware, illegal, examples, grid.total, grid.legal), grid, verdicts, runner
+
+
+def _evaluate_missing(study, plan, grid, verdicts, store, runner, executor, address, workers, batch_points, part_rows,
+                      part_seconds, progress) -> SweepReport:
+    """Evaluate what the table lacks on `runner` (one started here when None, closed here)."""
     context = work_context(study, plan.models, plan.hardware)
     if study.faults is None:
-        done = store.done_ids()
+        done = DoneIds(store.done_ids())
         report = SweepReport(plan, plan.legal)
         rows = max(0, plan.legal - len(done))  # done rows of points the space still holds, as a rule all
-        todo = _grid_blocks(study, done, report)
+        if runner is None:
+            todo = _grid_blocks(grid, verdicts, done, report)
+        else:  # workers plan the points: they need the grid and the done ids
+            runner.share(replace(context, grid=grid, done=done))
+            size = batch_points or _batch_size(rows, runner.workers)
+            todo = (GridSlice(numbers) for verdict in verdicts for numbers in _slices(verdict.numbers(), size))
     else:
         done = store.done_keys(KEY_COLUMNS)
         todo = fault_blocks(sorted(plan.points, key=locality_key), study.faults, done, memory_fits(context))
@@ -100,15 +150,21 @@ def _evaluate_missing(study, plan, store, executor, address, workers, batch_poin
     if first is None:
         return report
     todo = itertools.chain([first], todo)
-    runner = make_executor(executor, context, address, workers)
+    owned = runner is None
+    if owned:
+        runner = make_executor(executor, context, address, workers)
     if progress:
         Console(stderr=True).print(runner.note, highlight=False)
-    size = batch_points or max(1, min(MAX_BATCH_POINTS, math.ceil(rows / (runner.workers * 8))))
+    size = batch_points or _batch_size(rows, runner.workers)
     parts = _PartBuffer(store, part_rows, part_seconds)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     try:
         with progress_bar(progress, rows, "points" if study.faults is None else "rows") as bar:
-            def on_table(table: pa.Table, batch) -> None:
+            def on_table(table: pa.Table | None, batch) -> None:
+                if isinstance(batch, GridSlice):
+                    report.skipped += len(batch) - (0 if table is None else table.num_rows)
+                if table is None:
+                    return
                 feasible = pc.sum(table.column("feasible")).as_py() or 0
                 report.evaluated += table.num_rows
                 report.feasible += feasible
@@ -118,29 +174,44 @@ def _evaluate_missing(study, plan, store, executor, address, workers, batch_poin
 
             run_batches(runner, _batches(todo, size), on_table)
         report.seconds = time.perf_counter() - start  # the progress bar's span: one rate, not two
+        report.driver_cpu_s = time.process_time() - cpu_start
     finally:
         parts.flush()  # whatever finished is kept, even when the run stops early
-        runner.close()
+        if owned:
+            runner.close()
     report.parts = parts.written
     return report
 
 
-def _grid_blocks(study, done: set, report: SweepReport):
-    """The grid's legal points not in `done` as one PointBlock per chunk (the driver holds one
-    chunk's arrays, not the study's points), each in dispatch order; skipped ones are counted."""
-    grid = GridPlanner(study)
-    for chunk in grid.chunks(ids=True):
-        block = grid.block(chunk, skip=done)
-        report.skipped += len(chunk.legal) - len(block)
+def _batch_size(rows: int, workers: int) -> int:
+    """Points per batch: about eight batches a worker, at most MAX_BATCH_POINTS."""
+    return max(1, min(MAX_BATCH_POINTS, math.ceil(rows / (workers * 8))))
+
+
+def _slices(numbers, size: int):
+    return (numbers[start:start + size] for start in range(0, len(numbers), size))
+
+
+def _grid_blocks(grid: GridPlanner, verdicts, done: DoneIds, report: SweepReport):
+    """The grid's legal points (the count pass's Verdicts) not in `done` as one PointBlock per
+    chunk (the driver holds one chunk's arrays, not the study's points), each in dispatch
+    order; skipped ones are counted."""
+    for verdict in verdicts:
+        block = grid.block(grid.picked(verdict.numbers()), skip=done)
+        report.skipped += len(verdict.order) - len(block)
         if len(block):
             yield block
 
 
 def _batches(items, size: int):
-    """Batches of `size` points, pulled as the executor asks: slices of each PointBlock, or
-    consecutive runs of points (or fault blocks)."""
+    """Batches of `size` points, pulled as the executor asks: slices of each PointBlock, each
+    GridSlice as it is (already `size` points at most), or consecutive runs of points (or fault
+    blocks)."""
     batch = []
     for item in items:
+        if isinstance(item, GridSlice):
+            yield item
+            continue
         if isinstance(item, PointBlock):
             yield from (item.slice(start, start + size) for start in range(0, len(item), size))
             continue

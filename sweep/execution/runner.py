@@ -158,6 +158,10 @@ class RayExecutor:
         self.task = ray.remote(num_cpus=1, max_retries=3)(evaluate_batch)
         self.in_flight = set()
 
+    def share(self, context: WorkContext) -> None:
+        """Ship another context for the batches submitted from now on."""
+        self.context_ref = self.ray.put(context)
+
     def submit(self, batch):
         ref = self.task.remote(self.context_ref, batch)
         self.in_flight.add(ref)

@@ -36,14 +36,64 @@ SERVE_INPUTS = ("dp", "tp", "pp", "ep", "etp", "model", "hardware")
 
 @dataclass
 class Chunk:
-    """Combinations [start, stop): the legal ones (combination numbers) and, when asked, their ids."""
-    start: int
-    stop: int
-    legal: np.ndarray
-    columns: dict  # Parallelism field -> (codes per combination in the chunk, values)
+    """Combinations (`numbers`, one row each; [start, stop) unless picked): the legal rows and,
+    when asked, their ids."""
+    numbers: np.ndarray
+    legal: np.ndarray  # rows
+    columns: dict  # Parallelism field -> (codes per row, values)
     model_codes: np.ndarray
     hardware_codes: np.ndarray
     ids: list | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Combinations [start, stop) judged on their own (one task of a count pass, on a worker or
+    in the driver): the legal ones as offsets from `start` in dispatch order (points sharing
+    core's memos side by side, as PointBlock orders them, combination number for the id),
+    their rejections, and which of the reasons are the GPU-count rule's."""
+    start: int
+    stop: int
+    order: np.ndarray  # uint32 offsets
+    rejections: "Rejections"
+    gpu_count_reasons: frozenset
+
+    def numbers(self) -> np.ndarray:
+        return self.order.astype(np.int64) + self.start
+
+
+@dataclass(frozen=True)
+class ChunkRange:
+    """A count-pass task: combinations [start, stop) to judge (GridPlanner.verdict)."""
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True)
+class GridSlice:
+    """An evaluation task: legal combinations (numbers) a worker plans into points, skipping
+    those its table already holds, and evaluates."""
+    numbers: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.numbers)
+
+
+class DoneIds:
+    """Point ids a table holds, as sorted 64-bit integers (a point id is 16 hex digits): 8 bytes
+    an id to ship to workers, not a string's ~70."""
+
+    def __init__(self, ids=()):
+        self.values = np.unique(np.fromiter((int(i, 16) for i in ids), np.uint64, len(ids)))
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def holds(self, ids: list) -> np.ndarray:
+        """Whether each of `ids` is among them."""
+        if not len(self.values):
+            return np.zeros(len(ids), bool)
+        return np.isin(np.fromiter((int(i, 16) for i in ids), np.uint64, len(ids)), self.values)
 
 
 @dataclass(frozen=True)
@@ -102,6 +152,17 @@ class Rejections:
         kept = self.shared.get(pattern, numbers)
         self.shared[pattern] = [mine if mine == theirs else None for mine, theirs in zip(kept, numbers)]
 
+    def merge(self, other: "Rejections") -> None:
+        """Take in another share of the grid's rejections (any order: counts add, the first
+        member is the lowest combination number, shared numbers those both shares keep)."""
+        for pattern, count in other.counts.items():
+            self.counts[pattern] += count
+            number, reason = other.first[pattern]
+            if pattern not in self.first or number < self.first[pattern][0]:
+                self.first[pattern] = (number, reason)
+            kept = self.shared.get(pattern, other.shared[pattern])
+            self.shared[pattern] = [mine if mine == theirs else None for mine, theirs in zip(kept, other.shared[pattern])]
+
     def ordered(self) -> Counter:
         """The counts in the order the per-point path meets the patterns (ties keep it)."""
         return Counter({p: self.counts[p] for p in sorted(self.counts, key=lambda p: self.first[p][0])})
@@ -155,18 +216,62 @@ class GridPlanner:
         return {k.name: k.values[(number // stride) % size]
                 for k, stride, size in zip(self.space.knobs, self.strides, self.sizes)}
 
+    def ranges(self, size: int | None = None):
+        """ChunkRanges of CHUNK_COMBINATIONS (or `size`) combinations covering the grid in order."""
+        size = size or CHUNK_COMBINATIONS
+        return [ChunkRange(start, min(self.total, start + size)) for start in range(0, self.total, size)]
+
     def chunks(self, size: int | None = None, ids: bool = False):
         """Every chunk in grid order (CHUNK_COMBINATIONS each unless `size`); rejections and the
         legal count accumulate as they go."""
-        size = size or CHUNK_COMBINATIONS
-        for start in range(0, self.total, size):
-            chunk = self.chunk(start, min(self.total, start + size), ids)
+        for part in self.ranges(size):
+            chunk = self.chunk(part.start, part.stop, ids)
+            self.legal += len(chunk.legal)
             yield chunk
 
-    def chunk(self, start: int, stop: int, ids: bool = False) -> Chunk:
+    def verdict(self, part: ChunkRange) -> Verdict:
+        """The combinations of `part` judged on their own, for `add` to gather (in any order)."""
+        rejections = Rejections()
+        chunk = self.chunk(part.start, part.stop, rejections=rejections)
+        legal = chunk.legal
+        order = legal[np.lexsort((legal, *self._locality(chunk, legal)))]
+        reasons = frozenset(r for _, r in rejections.first.values() if r in self.planner.gpu_count_reasons)
+        return Verdict(part.start, part.stop, order.astype(np.uint32), rejections, reasons)
+
+    def add(self, verdict: Verdict) -> None:
+        """Count a Verdict in: the legal total, the rejections and their reasons."""
+        self.legal += len(verdict.order)
+        self.rejections.merge(verdict.rejections)
+        self.planner.gpu_count_reasons |= verdict.gpu_count_reasons
+
+    def picked(self, numbers: np.ndarray, ids: bool = True) -> Chunk:
+        """A chunk of legal combinations (a Verdict's, or a slice of them) with their ids,
+        planned without judging them again."""
+        index = self._index(numbers)
+        columns, _ = self._columns(index)
+        chunk = Chunk(numbers, np.arange(len(numbers)), columns,
+                      self.model_table[_mixed(index, self.model_axes, self.sizes)],
+                      self.hardware_table[_mixed(index, self.hardware_axes, self.sizes)])
+        if ids:
+            chunk.ids = self._id_texts.ids(chunk)
+        return chunk
+
+    def _index(self, numbers: np.ndarray) -> list:
+        """Each knob's value index per combination number."""
+        return [(numbers // stride) % size if size > 1 else np.zeros(len(numbers), np.int64)
+                for stride, size in zip(self.strides, self.sizes)]
+
+    def _locality(self, chunk: Chunk, rows: np.ndarray) -> list:
+        """Sort keys, least significant first, putting rows that share core's memos side by side
+        (plan.locality_key's order: specs, micro-batch, cp, tp, sp, ep)."""
+        return [*(chunk.columns[name][0][rows] for name in ("ep", "sp", "tp", "cp", "micro_batch")),
+                chunk.hardware_codes[rows], chunk.model_codes[rows]]
+
+    def chunk(self, start: int, stop: int, ids: bool = False, rejections: "Rejections | None" = None) -> Chunk:
+        """Combinations [start, stop) judged: their rejections go to `rejections` (the grid's own
+        unless given)."""
         numbers = np.arange(start, stop, dtype=np.int64)
-        index = [(numbers // stride) % size if size > 1 else np.zeros(len(numbers), np.int64)
-                 for stride, size in zip(self.strides, self.sizes)]
+        index = self._index(numbers)
         columns, gpu_count_broken = self._columns(index)
         model_codes = self.model_table[_mixed(index, self.model_axes, self.sizes)]
         hardware_codes = self.hardware_table[_mixed(index, self.hardware_axes, self.sizes)]
@@ -182,10 +287,9 @@ class GridPlanner:
                 index[axis], self.sizes[axis]
         if self.study.mode == "serve":
             self._serve_failures(start, failed, codes, sizes)
-        self._reject(start, failed, codes, sizes)
+        self._reject(start, failed, codes, sizes, self.rejections if rejections is None else rejections)
         legal = np.flatnonzero(failed == 0)
-        self.legal += len(legal)
-        chunk = Chunk(start, stop, legal, columns, model_codes, hardware_codes)
+        chunk = Chunk(numbers, legal, columns, model_codes, hardware_codes)
         if ids:
             chunk.ids = self._id_texts.ids(chunk)
         return chunk
@@ -230,7 +334,7 @@ class GridPlanner:
         refused = np.array([isinstance(self.planner.point(self.choice(start + int(rows[i]))), str) for i in first])
         failed[rows[refused[inverse.reshape(-1)]]] = SERVE_RULE
 
-    def _reject(self, start: int, failed: np.ndarray, codes: dict, sizes: dict) -> None:
+    def _reject(self, start: int, failed: np.ndarray, codes: dict, sizes: dict, rejections: "Rejections") -> None:
         """Group the chunk's rejections by what their reason's text depends on; the text of
         each group from the per-point path."""
         for rule in np.unique(failed[failed > 0]).tolist():
@@ -245,7 +349,7 @@ class GridPlanner:
                 if not isinstance(reason, str):
                     raise RuntimeError(f"core.layout_failures rule {rule} rejects combination {start + row}, "
                                        "which check_layout accepts: the two rule books differ")
-                self.rejections.add(reason, count, start + row)
+                rejections.add(reason, count, start + row)
 
     def points(self, chunk: Chunk, skip: set = frozenset()) -> list:
         """The chunk's legal combinations as Points (needs the chunk's ids), but those in `skip`."""
@@ -256,25 +360,23 @@ class GridPlanner:
             if point_id in skip:
                 continue
             par = tuple(values[codes[row]] for codes, values in (chunk.columns[n] for n in PARALLELISM_FIELDS))
-            values = tuple(par[field_at[k.name]] if k.name in field_at else k.values[(chunk.start + row)
-                                                                                    // stride % size]
+            values = tuple(par[field_at[k.name]] if k.name in field_at else k.values[chunk.numbers[row] // stride % size]
                            for k, stride, size in zip(knobs, self.strides, self.sizes))
             values = tuple(",".join(v) if k.name == "placement" else v for k, v in zip(knobs, values))
             out.append(Point(point_id, values, par, int(chunk.model_codes[row]), int(chunk.hardware_codes[row])))
         return out
 
-    def block(self, chunk: Chunk, skip: set = frozenset()) -> "PointBlock":
+    def block(self, chunk: Chunk, skip: DoneIds | None = None) -> "PointBlock":
         """The chunk's legal combinations but those in `skip` (needs the chunk's ids) as arrays,
         in dispatch order (plan.locality_key's: points sharing core's memos side by side)."""
-        keep = [i for i, point_id in enumerate(chunk.ids) if point_id not in skip] if skip else range(len(chunk.ids))
-        rows = chunk.legal[np.asarray(keep, np.int64)]
-        ids = np.array([chunk.ids[i] for i in keep], dtype=str)
-        locality = [chunk.columns[name][0][rows] for name in ("ep", "sp", "tp", "cp", "micro_batch")]
-        order = np.lexsort((ids, *locality, chunk.hardware_codes[rows], chunk.model_codes[rows]))
+        keep = np.flatnonzero(~skip.holds(chunk.ids)) if skip is not None and len(skip) else np.arange(len(chunk.ids))
+        rows = chunk.legal[keep]
+        ids = np.array(chunk.ids, dtype=str)[keep]
+        order = np.lexsort((ids, *self._locality(chunk, rows)))
         rows, ids = rows[order], ids[order]
         field_at = {name: i for i, name in enumerate(PARALLELISM_FIELDS)}
         knobs = tuple(field_at[k.name] if k.name in field_at else
-                      ((rows + chunk.start) // stride % size, k.values)
+                      (chunk.numbers[rows] // stride % size, k.values)
                       for k, stride, size in zip(self.space.knobs, self.strides, self.sizes))
         return PointBlock(ids.tolist(), tuple((chunk.columns[n][0][rows], chunk.columns[n][1]) for n in PARALLELISM_FIELDS),
                           knobs, chunk.model_codes[rows], chunk.hardware_codes[rows])
@@ -371,7 +473,7 @@ class _IdTexts:
             columns.append(np.array([text + constant + "}" + self.tails[0] for text in table], dtype=object)[codes])
         else:
             columns.append(np.array([text + constant + "}" for text in table], dtype=object)[codes])
-            numbers, tail = chunk.start + legal, np.zeros(len(legal), np.int64)
+            numbers, tail = chunk.numbers[legal], np.zeros(len(legal), np.int64)
             for axis in self.workload_axes:
                 tail = tail * self.grid.sizes[axis] + (numbers // self.grid.strides[axis]) % self.grid.sizes[axis]
             columns.append(self.tails[tail])
@@ -393,21 +495,26 @@ def _json(value) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def plan_study(study: Study, points: bool = True, progress=None) -> Plan:
-    """Every legal point of the grid (only their count with `points=False`); a space with none
-    is a study error. `progress(combinations)` is called after each chunk."""
+def check_faulted_network(study: Study) -> None:
+    """A replaying backend's network with the hardware's faults must still connect every GPU."""
     if study.backend != "analytical" and study.hardware_spec().faults:
         try:
             astra_network(study.hardware_spec(), study.gpus)
         except SpecError as err:
             raise SpecError(study.path, f"hardware ({study.hardware}): faults", err.value, err.allowed) from None
+
+
+def plan_study(study: Study, points: bool = True, progress=None) -> Plan:
+    """Every legal point of the grid (only their count with `points=False`); a space with none
+    is a study error. `progress(combinations)` is called after each chunk."""
+    check_faulted_network(study)
     grid = GridPlanner(study)
     found = []
     for chunk in grid.chunks(ids=points):
         if points:
             found += grid.points(chunk)
         if progress:
-            progress(chunk.stop - chunk.start)
+            progress(len(chunk.numbers))
     grid.refuse_empty()
     illegal, examples = grid.reasons()
     return Plan(tuple(sorted(found, key=lambda p: p.point_id)), grid.models, grid.hardware, illegal, examples,
