@@ -83,7 +83,6 @@ LEGACY_ENGINES = {
     ("vllm-0.5", "h100"): replace(_VLLM_0_5, iteration_overhead_s=0.006801, sequence_overhead_s=0.000366,
                                   rank_overhead_s=0.011212),
 }
-KV_POLICIES = ("reserve", "on_demand")
 
 
 def engine_spec(name: str, max_num_tokens: int = 0, max_batch: int = 0, source: str = "") -> EngineSpec:

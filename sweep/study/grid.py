@@ -351,14 +351,12 @@ class GridPlanner:
                                        "which check_layout accepts: the two rule books differ")
                 rejections.add(reason, count, start + row)
 
-    def points(self, chunk: Chunk, skip: set = frozenset()) -> list:
-        """The chunk's legal combinations as Points (needs the chunk's ids), but those in `skip`."""
+    def points(self, chunk: Chunk) -> list:
+        """The chunk's legal combinations as Points (needs the chunk's ids)."""
         knobs = self.space.knobs
         field_at = {name: i for i, name in enumerate(PARALLELISM_FIELDS)}
         out = []
         for row, point_id in zip(chunk.legal.tolist(), chunk.ids):
-            if point_id in skip:
-                continue
             par = tuple(values[codes[row]] for codes, values in (chunk.columns[n] for n in PARALLELISM_FIELDS))
             values = tuple(par[field_at[k.name]] if k.name in field_at else k.values[chunk.numbers[row] // stride % size]
                            for k, stride, size in zip(knobs, self.strides, self.sizes))
