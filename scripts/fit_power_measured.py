@@ -39,6 +39,7 @@ UNKNOWNS = ("active_w", "flop_energy bf16 (pJ)", "flop_energy fp8 (pJ)", "hbm_en
 CURVE_GEMMS = {"gemm_bf16_2048": ("bf16", 2048), "gemm_bf16_4096": ("bf16", 4096),
                "gemm_fp8_4096": ("fp8", 4096), "gemm_fp8_2048": ("fp8", 2048)}
 DUTY = "duty_bf16_8192_sleep"
+STREAM = "stream_bf16_m"  # decode-like GEMMs reading their weights from HBM: held out, never fitted
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,10 @@ def _loops_of(hw, windows, clocks) -> list:
         mhz = statistics.median(float(s["sm_clock_mhz"]) for s in samples)
         watts = statistics.median(float(s["power_w"]) for s in samples)
         flops_per_s = statistics.median(float(w["tflops"]) for w in rates) * 1e12
+        if name.startswith(STREAM):  # the weights' bytes as measured; the GEMM's FLOPs in BF16
+            bps = statistics.median(float(w["gbps"]) for w in rates) * 1e9
+            loops.append(Loop(name, mhz / clock_mhz, {"bf16": flops_per_s}, 1.0, bps, True, watts))
+            continue
         if name == "hbm_copy_1gib":
             bps = statistics.median(float(w["gbps"]) for w in rates) * 1e9
             loops.append(Loop(name, mhz / clock_mhz, {}, 1.0, bps, False, watts))
@@ -94,16 +99,19 @@ def _loops_of(hw, windows, clocks) -> list:
 
 
 def measured_loops(gpu: str) -> tuple:
-    """(hardware, idle W, highest clock share the board reaches, loops)."""
+    """(hardware, idle W, highest clock share the board reaches, loops fitted on, loops held out)."""
     folder = MEASURED_DIR / gpu
     hw = load_hardware(PRESET_BY_GPU[gpu])
     loops = _loops_of(hw, rows(folder / "sustained.csv"), rows(folder / "clocks.csv"))
     if (folder / "curve.csv").exists():
         loops += _loops_of(hw, rows(folder / "curve.csv"), rows(folder / "curve_clocks.csv"))
+    held = []
+    if (folder / "stream.csv").exists():
+        held = _loops_of(hw, rows(folder / "stream.csv"), rows(folder / "stream_clocks.csv"))
     idle = settled_samples(rows(folder / "clocks.csv"))["idle"]
     idle_w = statistics.median(float(r["power_w"]) for r in idle if int(r["sm_clock_mhz"]) > 1000)
     top = json.loads((folder / "environment.json").read_text())["max_sm_clock_mhz"] / (hw.gpu.clock_hz / 1e6)
-    return hw, idle_w, top, loops
+    return hw, idle_w, top, loops, held
 
 
 def watts(params, floor: float, idle_w: float, loop: Loop, share: float) -> float:
@@ -152,19 +160,19 @@ def best_fit(loops, idle_w, limit_w, top) -> tuple:
 
 
 def report(gpu: str, other: str) -> None:
-    hw, idle_w, top, loops = measured_loops(gpu)
+    hw, idle_w, top, loops, held = measured_loops(gpu)
     power, limit_w = hw.gpu.power, hw.gpu.power.limit_w
     floor, params = best_fit(loops, idle_w, limit_w, top)
     preset = (power.active_w, power.flop_energy("bf16"), power.flop_energy("fp8"), power.hbm_energy_j_per_byte)
     clock_mhz = hw.gpu.clock_hz / 1e6
     print(f"\n{gpu} ({hw.gpu.name}; preset clock {clock_mhz:.0f} MHz, limit {limit_w:.0f} W, {len(loops)} loops): "
           f"idle with clocks up {idle_w:.0f} W (preset idle_power {power.idle_w:.0f} W)")
-    print(f"  voltage floor          fitted {floor:7.2f}   preset    0 (voltage in proportion to the clock)")
+    print(f"  voltage floor          fitted {floor:7.2f}   preset {power.voltage_floor:7.2f}")
     for name, value, was in zip(UNKNOWNS, params, preset):
         scale = 1.0 if name == "active_w" else 1e12
         print(f"  {name:22s} fitted {value * scale:7.3f}   preset {was * scale:7.3f}")
-    preset_errors = clock_errors(preset, 0.0, power.idle_w, limit_w, top, loops)
-    print("  loop                          MHz   W    fitted    left out   preset's model")
+    preset_errors = clock_errors(preset, power.voltage_floor, power.idle_w, limit_w, top, loops)
+    print("  loop                          MHz   W    fitted    left out   the preset as it is")
     left_out = []
     for i, loop in enumerate(loops):
         rest = loops[:i] + loops[i + 1:]
@@ -176,8 +184,14 @@ def report(gpu: str, other: str) -> None:
               f"   {preset_errors[i]:+7.1%}")
     mean = lambda errors: 100 * float(np.mean(np.abs(errors)))
     print(f"  mean |clock error|: fitted {mean(clock_errors(params, floor, idle_w, limit_w, top, loops)):.1f} %, "
-          f"left out {mean(left_out):.1f} %, preset's model {mean(preset_errors):.1f} %")
-    _, other_idle, other_top, other_loops = measured_loops(other)
+          f"left out {mean(left_out):.1f} %, the preset as it is {mean(preset_errors):.1f} %")
+    for loop in held:
+        predicted = settled_share(params, floor, idle_w, limit_w, top, loop)
+        print(f"  held out: {loop.name:18s} {loop.share * clock_mhz:5.0f} MHz {loop.watts:4.0f} W measured;"
+              f" predicted {predicted * clock_mhz:5.0f} MHz ({predicted / loop.share - 1:+.1%}),"
+              f" {watts(params, floor, idle_w, loop, loop.share):4.0f} W at the measured clock"
+              f" ({watts(params, floor, idle_w, loop, loop.share) / loop.watts - 1:+.1%})")
+    _, other_idle, other_top, other_loops, _ = measured_loops(other)
     errors = clock_errors(params, floor, other_idle, limit_w, other_top, other_loops)
     print(f"  fitted here, {other}'s {len(other_loops)} loops (its own idle {other_idle:.0f} W): mean |clock error| "
           f"{mean(errors):.1f} % (" + ", ".join(f"{l.name} {e:+.1%}" for l, e in zip(other_loops, errors)) + ")")

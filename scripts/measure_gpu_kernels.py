@@ -22,9 +22,10 @@ loops of graded power (a BF16 GEMM then an idle spin of growing length; GEMMs of
 and dtypes) for the clock the board settles at against its draw, and attention_tiles.csv,
 cuDNN attention forward and backward over sequence length and batch x heads. With --tiles,
 attention_tiles_large.csv: the same on both backends at batch x heads large enough that the
-GPU's work, not autograd's launch, sets the time.
+GPU's work, not autograd's launch, sets the time. With --stream, stream.csv and
+stream_clocks.csv: decode-like GEMMs reading their weights from HBM, with clocks and power.
 
-    python3 scripts/measure_gpu_kernels.py --out DIR [--quick | --curve | --tiles]
+    python3 scripts/measure_gpu_kernels.py --out DIR [--quick | --curve | --tiles | --stream]
 """
 import argparse
 import csv
@@ -375,6 +376,17 @@ def _tile_row(backend, seq, batch_heads):
     return row
 
 
+def measure_weight_streams(sampler, seconds):
+    """Loops of decode-like GEMMs whose weights (28672 x 8192 BF16, 470 MB, past the L2) stream
+    from HBM each call, at a few token counts: the board's draw while reading weights."""
+    n, k = 28672, 8192
+    rows = []
+    for m in (1, 16, 64, 256, 1024):
+        fn = bf16_operands(m, n, k)
+        rows += run_loop(sampler, f"stream_bf16_m{m}", fn, 2 * m * n * k, 2 * (n * k + m * k + m * n), seconds)
+    return rows
+
+
 def measure_attention_tiles(grid, backends):
     """Causal attention forward and backward over sequence length and batch x heads (head dim
     128), for the fixed cost per tile the backward carries at short sequences."""
@@ -440,6 +452,8 @@ def main():
     parser.add_argument("--sustain-s", type=float, default=20.0)
     parser.add_argument("--curve", action="store_true",
                         help="instead: the clock curve (graded loads) and attention over sequence and batch")
+    parser.add_argument("--stream", action="store_true",
+                        help="instead: decode-like GEMMs streaming their weights from HBM, with clocks and power")
     parser.add_argument("--tiles", action="store_true",
                         help="instead: attention over sequence and large batch x heads, cuDNN and FlashAttention-2")
     args = parser.parse_args()
@@ -450,6 +464,13 @@ def main():
     print(json.dumps(env), flush=True)
     (args.out / "environment.json").write_text(json.dumps(env, indent=1))
     sampler.start()
+    if args.stream:
+        section("stream", measure_weight_streams, args.out, sampler, args.sustain_s)
+        sampler.running = False
+        sampler.join()
+        write_csv(args.out / "stream_clocks.csv", sampler.rows)
+        summarise(_read_back(args.out / "stream.csv"), sampler.rows)
+        return
     if args.tiles:
         for row in section("attention_tiles_large", measure_attention_tiles, args.out, LARGE_TILES, ATTENTION_BACKENDS):
             print(f"{row['backend']:16s} s{row['seq']:5d} bh{row['batch'] * row['heads']:5d}"
