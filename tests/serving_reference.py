@@ -130,11 +130,11 @@ def simulate(it, engine, load: Load, kv_tokens: int) -> SimResult:
                     decoding[victim] = False
                     finish_sum -= finish[victim]
                     stale += 1
-                    made = osl[victim] - out_left[victim]
                     decodes -= 1
                     sum_base -= ctx0[victim] - join[victim]
                     kv_used -= footprint(victim) + (clock - join[victim])
-                    need[victim], done[victim] = isl[victim] + made, 0
+                    out_left[victim] -= clock - join[victim]  # made since it joined: kept, recomputed
+                    need[victim], done[victim] = isl[victim] + osl[victim] - out_left[victim], 0
                     waiting.appendleft(victim)
                     preemptions += 1
                     continue

@@ -51,6 +51,15 @@ def test_a_prefill_that_does_not_mix_stalls_the_running_decode():
     assert (result.prefill_tokens, result.decode_tokens, result.iterations) == (200, 18, 1 + 3 + 1 + 6 + 3)
 
 
+def test_a_preempted_request_keeps_the_tokens_it_made():
+    # 8 requests of 200 + 60 tokens share a 1,200-token cache: decodes get preempted, and each
+    # victim recomputes its prompt and output so far, then decodes only what is left, so the
+    # decode steps are every request's output but its first token (made by the prefill), once
+    result = simulate(IT, _engine("vllm"), Load(200, 60, concurrency=8, requests=40), 1200)
+    assert result.preemptions > 0
+    assert result.decode_tokens == 40 * (60 - 1)
+
+
 CASES = {
     "vllm closed ramp": ("vllm", Load(300, 40, concurrency=6, requests=60, ramp_s=0.05), 10**6),
     "vllm cycles": ("vllm", Load(512, 64, concurrency=4, requests=200), 10**6),

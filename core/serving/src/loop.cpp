@@ -234,11 +234,13 @@ class Loop {
     finish_squares_ -= square(finish_[victim]);
     drop_end(finish_[victim]);
     stale_ += 1;
-    const i64 made = osl_[victim] - out_left_[victim];
     decodes_ -= 1;
     sum_base_ -= ctx0_[victim] - join_[victim];
     kv_used_ -= footprint(victim) + (clock_ - join_[victim]);
-    need_[victim] = isl_[victim] + made;
+    // the tokens it made since it joined are kept: it recomputes prompt and output so far, then
+    // decodes only what is left (vLLM's recompute)
+    out_left_[victim] -= clock_ - join_[victim];
+    need_[victim] = isl_[victim] + osl_[victim] - out_left_[victim];
     done_[victim] = 0;
     waiting_.push_front(victim);
     preemptions_ += 1;
