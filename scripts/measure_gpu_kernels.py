@@ -169,33 +169,46 @@ def attention_tensors(batch, seq, heads, dim, grad):
     return [torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=grad) for _ in range(3)]
 
 
+def attention_calls(batch, seq, heads, dim):
+    """(forward, forward then backward) of causal attention on fresh random tensors, on the
+    backend the caller's sdpa_kernel context picks."""
+    q, k, v = attention_tensors(batch, seq, heads, dim, grad=True)
+    grad_out = torch.randn_like(q)
+
+    def forward():
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def forward_backward():
+        torch.autograd.grad(forward(), (q, k, v), grad_out)
+
+    return forward, forward_backward
+
+
+def timed_attention(backend, batch, seq, heads, dim):
+    """One attention row: forward, forward + backward and backward times (ms)."""
+    row = {"backend": backend, "batch": batch, "seq": seq, "heads": heads, "head_dim": dim, "causal": True,
+           "fwd_flop": 2 * batch * heads * seq * seq * dim}  # 4 b h s^2 d, the causal half
+    forward, forward_backward = attention_calls(batch, seq, heads, dim)
+    with torch.no_grad():
+        row["fwd_ms"] = median_ms(forward)
+    row["fwd_bwd_ms"] = median_ms(forward_backward)
+    row["bwd_ms"] = row["fwd_bwd_ms"] - row["fwd_ms"]
+    return row
+
+
 def measure_attention(quick):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     rows = []
     for backend in ATTENTION_BACKENDS:
         for batch, seq, heads, dim in ATTENTION_SHAPES[:4] if quick else ATTENTION_SHAPES:
-            row = {"backend": backend, "batch": batch, "seq": seq, "heads": heads, "head_dim": dim,
-                   "causal": True, "fwd_flop": 2 * batch * heads * seq * seq * dim}  # 4 b h s^2 d / 2
             try:
                 with sdpa_kernel([getattr(SDPBackend, backend)]):
-                    q, k, v = attention_tensors(batch, seq, heads, dim, grad=True)
-                    grad_out = torch.randn_like(q)
-
-                    def forward():
-                        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-
-                    def forward_backward():
-                        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-                        torch.autograd.grad(out, (q, k, v), grad_out)
-
-                    with torch.no_grad():
-                        row["fwd_ms"] = median_ms(forward)
-                    row["fwd_bwd_ms"] = median_ms(forward_backward)
-                    row["bwd_ms"] = row["fwd_bwd_ms"] - row["fwd_ms"]
-                    row["fwd_tflops"] = row["fwd_flop"] / row["fwd_ms"] / 1e9
-                    row["bwd_tflops"] = 2.5 * row["fwd_flop"] / row["bwd_ms"] / 1e9
+                    row = timed_attention(backend, batch, seq, heads, dim)
+                row["fwd_tflops"] = row["fwd_flop"] / row["fwd_ms"] / 1e9
+                row["bwd_tflops"] = 2.5 * row["fwd_flop"] / row["bwd_ms"] / 1e9
             except RuntimeError as error:
-                row["error"] = str(error).splitlines()[0][:160]
+                row = {"backend": backend, "batch": batch, "seq": seq, "heads": heads, "head_dim": dim,
+                       "error": str(error).splitlines()[0][:160]}
             rows.append(row)
             torch.cuda.empty_cache()
     return rows
@@ -272,12 +285,7 @@ def sustained_loads():
     size = 8192
     bf16 = bf16_operands(size, size, size)
     fp8 = fp8_operands(size, size, size)
-    q, k, v = attention_tensors(4, 8192, 32, 128, grad=True)
-    grad_out = torch.randn_like(q)
-
-    def attention():
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        torch.autograd.grad(out, (q, k, v), grad_out)
+    _, attention = attention_calls(4, 8192, 32, 128)
 
     tokens = torch.randn(16384, size, device="cuda", dtype=torch.bfloat16)
     weight = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
@@ -358,24 +366,6 @@ SMALL_TILES = ((512, 1024, 2048, 4096), (32, 128, 512))
 LARGE_TILES = ((256, 512, 1024, 2048, 4096), (1024, 4096))
 
 
-def _tile_row(backend, seq, batch_heads):
-    batch, heads, dim = batch_heads // 32, 32, 128
-    q, k, v = attention_tensors(batch, seq, heads, dim, grad=True)
-    grad_out = torch.randn_like(q)
-    row = {"backend": backend, "batch": batch, "seq": seq, "heads": heads, "head_dim": dim, "causal": True,
-           "fwd_flop": 2 * batch * heads * seq * seq * dim}
-    with torch.no_grad():
-        row["fwd_ms"] = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
-
-    def forward_backward():
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        torch.autograd.grad(out, (q, k, v), grad_out)
-
-    row["fwd_bwd_ms"] = median_ms(forward_backward)
-    row["bwd_ms"] = row["fwd_bwd_ms"] - row["fwd_ms"]
-    return row
-
-
 def measure_weight_streams(sampler, seconds):
     """Loops of decode-like GEMMs whose weights (28672 x 8192 BF16, 470 MB, past the L2) stream
     from HBM each call, at a few token counts: the board's draw while reading weights."""
@@ -396,7 +386,7 @@ def measure_attention_tiles(grid, backends):
         with sdpa_kernel([getattr(SDPBackend, backend)]):
             for seq in grid[0]:
                 for batch_heads in grid[1]:
-                    rows.append(_tile_row(backend, seq, batch_heads))
+                    rows.append(timed_attention(backend, batch_heads // 32, seq, 32, 128))
                     torch.cuda.empty_cache()
     return rows
 
