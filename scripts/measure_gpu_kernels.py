@@ -399,13 +399,6 @@ def environment():
             "l2_bytes": getattr(props, "L2_cache_size", None)}
 
 
-def _read_back(path):
-    if not path.exists():
-        return []
-    with open(path, newline="") as handle:
-        return [{**row, "tflops": float(row["tflops"]), "gbps": float(row["gbps"])} for row in csv.DictReader(handle)]
-
-
 def summarise_kernels(gemm, pointwise, attention, launch):
     """The figures a reader wants first; the CSVs hold every row."""
     for row in gemm:
@@ -435,6 +428,15 @@ def summarise(sustained_rows, clock_rows):
               f" {mid([s['temp_c'] for s in samples]):8d}")
 
 
+def stop_and_summarise(sampler, clocks_path, loops):
+    """Stop sampling, write every sample, and print each loop's rate beside its clock and power."""
+    sampler.running = False
+    sampler.join()
+    write_csv(clocks_path, sampler.rows)
+    print(f"{len(sampler.rows)} clock samples")
+    summarise(loops, sampler.rows)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -455,11 +457,8 @@ def main():
     (args.out / "environment.json").write_text(json.dumps(env, indent=1))
     sampler.start()
     if args.stream:
-        section("stream", measure_weight_streams, args.out, sampler, args.sustain_s)
-        sampler.running = False
-        sampler.join()
-        write_csv(args.out / "stream_clocks.csv", sampler.rows)
-        summarise(_read_back(args.out / "stream.csv"), sampler.rows)
+        loops = section("stream", measure_weight_streams, args.out, sampler, args.sustain_s)
+        stop_and_summarise(sampler, args.out / "stream_clocks.csv", loops)
         return
     if args.tiles:
         for row in section("attention_tiles_large", measure_attention_tiles, args.out, LARGE_TILES, ATTENTION_BACKENDS):
@@ -468,11 +467,8 @@ def main():
         return
     if args.curve:
         section("attention_tiles", measure_attention_tiles, args.out, SMALL_TILES, ("CUDNN_ATTENTION",))
-        section("curve", measure_clock_curve, args.out, sampler, args.sustain_s)
-        sampler.running = False
-        sampler.join()
-        write_csv(args.out / "curve_clocks.csv", sampler.rows)
-        summarise(_read_back(args.out / "curve.csv"), sampler.rows)
+        loops = section("curve", measure_clock_curve, args.out, sampler, args.sustain_s)
+        stop_and_summarise(sampler, args.out / "curve_clocks.csv", loops)
         return
     sampler.phase = "kernels"
     launch = section("launch", measure_launch, args.out, args.quick)
@@ -481,12 +477,8 @@ def main():
     attention = section("attention", measure_attention, args.out, args.quick)
     sustained = section("sustained", measure_sustained, args.out, sampler,
                         args.sustain_s / (4 if args.quick else 1), 3.0)
-    sampler.running = False
-    sampler.join()
-    write_csv(args.out / "clocks.csv", sampler.rows)
-    print(f"{len(sampler.rows)} clock samples")
     summarise_kernels(gemm, pointwise, attention, launch)
-    summarise(sustained, sampler.rows)
+    stop_and_summarise(sampler, args.out / "clocks.csv", sustained)
 
 
 if __name__ == "__main__":
