@@ -10,9 +10,9 @@ _ASTRA_GIB = 2**30 / 1e9  # ASTRA-sim bandwidth unit (GiB/s) in our GB/s
 _OUR_KEYS = {"name", "topology", "size", "link_bandwidth", "latency", "shape", "npus_per_leaf", "spines",
              "oversubscription", "parallelism", "axes", "efficiency"}
 # Keys of the hardware presets that describe NCCL's algorithms rather than links: in-switch
-# reduction (NVLS) and the LL protocol's bandwidth cap. core's closed forms cost them; the
-# link-level simulator moves bytes over links and has neither, so it reads past them.
-_ALGORITHM_KEYS = {"switch_reduction", "ll_bandwidth"}
+# reduction (NVLS), the LL protocol's bandwidth cap and the pipeline fills. core's closed forms
+# cost them; the link-level simulator moves bytes over links and has none, so it reads past them.
+_ALGORITHM_KEYS = {"switch_reduction", "ll_bandwidth", "ring_fill_chunks", "all_to_all_fill_chunks"}
 
 
 def load_network_file(path, npus=None):

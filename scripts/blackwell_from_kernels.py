@@ -10,10 +10,8 @@
   FP8 ratio (fp8_efficiency = that over its compute_efficiency);
 - weight-stream efficiency: the same for BF16 GEMMs of 1 to 8 rows over a >= 256 MiB weight
   (HBM-bound), scaling H100's stream_efficiency 0.925 (capped at 1);
-- NVLink efficiency: the closed-form NCCL model's all-reduce time (NVLink efficiency and
-  network_efficiency 1) over the measured NCCL 2.29.2 all-reduce at 256 MiB to 1 GiB, on as
-  many GPUs as the table has in one domain (8 on DGX parts, 4 on GB trays), against H100 on
-  the same count; the preset's NVLink efficiency is H100's 0.8 times the ratio.
+The NVLink dimension's figures (efficiency, pipeline fill, NVLS share) are fitted on the
+NCCL tables by scripts/fit_nccl.py.
 
 Also the NVFP4 GEMM rates, for the dtype work that follows (no fp4 field yet).
 
@@ -31,7 +29,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from core.model import ops  # noqa: E402
-from core.model.collectives import collective_time  # noqa: E402
 from core.model.loader import load_hardware  # noqa: E402
 
 KERNELS = Path("/work/shared/validation/kernels")
@@ -39,7 +36,7 @@ KERNELS = Path("/work/shared/validation/kernels")
 PARTS = {"h100_sxm": "h100-sxm5-80gb", "b200_sxm": "b200-sxm-180gb", "b300_sxm": "b300-sxm-288gb",
          "gb200": "gb200-nvl72", "gb300": "gb300-nvl72"}
 # H100's calibrated factors (core/model/presets/gpus/h100-sxm5-80gb.yaml) the ratios scale
-H100 = {"compute_efficiency": 0.650, "fp8_efficiency": 0.750, "stream_efficiency": 0.925, "nvlink": 0.8}
+H100 = {"compute_efficiency": 0.650, "fp8_efficiency": 0.750, "stream_efficiency": 0.925}
 # GB200's BF16 table (cuBLAS through torch linear) sits far below its own FP8 table and below
 # B200's on the same die (median 0.51 of peak against B200's 0.69, while its FP8 matches
 # B200's); a tuning gap of that collection rather than the silicon, so GB200 takes B200's BF16
@@ -48,11 +45,9 @@ BF16_FROM = {"gb200": "b200_sxm"}
 BIG = 4096
 STREAM_ROWS = 8
 STREAM_BYTES = 256 * 2**20
-NCCL_MIN_BYTES = 256 * 2**20
 NEUTRAL = {"calibration.compute_efficiency": 1.0, "calibration.fp8_efficiency": 1.0,
            "calibration.stream_efficiency": 1.0, "calibration.memory_efficiency": 1.0,
-           "calibration.kernel_overhead": "0 us", "calibration.network_efficiency": 1.0,
-           "network.nvlink.efficiency": 1.0}
+           "calibration.kernel_overhead": "0 us"}
 
 
 def system(kernels: Path, part: str) -> dict:
@@ -72,29 +67,6 @@ def gemm_efficiency(hw, rows: pd.DataFrame, dtype: str) -> float:
                   for r in rows.itertuples())
 
 
-def nccl_efficiency(hw, rows: pd.DataFrame) -> float:
-    dims = hw.network
-    out = []
-    for r in rows.itertuples():
-        size = float(r.message_size) * 2  # elements of half
-        model = sum(collective_time(hw, dims, "all_reduce", size, ((0, int(r.num_gpus)),)).values())
-        out.append(model / (r.latency * 1e-3))
-    return median(out)
-
-
-def nccl_rows(kernels: Path, part: str, gpus: int) -> pd.DataFrame:
-    d = table(kernels, part, "comm", "nccl_perf")
-    d = d[(d.op_name == "all_reduce") & (d.nccl_dtype == "half") & (d.num_gpus == gpus)]
-    return d[d.message_size * 2 >= NCCL_MIN_BYTES]
-
-
-def bus_bw(rows: pd.DataFrame) -> float:
-    """NCCL bus bandwidth (GB/s) of the largest all-reduce in rows."""
-    r = rows.loc[rows.message_size.idxmax()]
-    n = r.num_gpus
-    return r.message_size * 2 / (r.latency * 1e-3) * 2 * (n - 1) / n / 1e9
-
-
 def derive(kernels: Path = KERNELS) -> dict:
     """{part: figures} for every part, H100 included (its ratios are 1)."""
     figures = {}
@@ -105,7 +77,6 @@ def derive(kernels: Path = KERNELS) -> dict:
         big = g[(g.m >= BIG) & (g.n >= BIG) & (g.k >= BIG)]
         stream = g[(g.gemm_dtype == "bfloat16") & (g.m <= STREAM_ROWS) & (g.n * g.k * 2 >= STREAM_BYTES)]
         flops = 2.0 * big.m * big.n * big.k / (big.latency * 1e-3)
-        gpus_in_table = 8 if part.endswith("_sxm") else 4
         f = {
             "bf16_peak": spec["gpu"]["bfloat16_tc_flops"], "fp8_peak": spec["gpu"]["fp8_tc_flops"],
             "fp4_peak": spec["gpu"].get("fp4_tc_flops"), "hbm_bw": spec["gpu"]["mem_bw"],
@@ -118,13 +89,7 @@ def derive(kernels: Path = KERNELS) -> dict:
             "e_bf16": gemm_efficiency(hw, big[big.gemm_dtype == "bfloat16"], "bf16"),
             "e_fp8": gemm_efficiency(hw, big[big.gemm_dtype == "fp8"], "fp8"),
             "e_stream": gemm_efficiency(hw, stream, "bf16"),
-            "nccl_gpus": gpus_in_table,
         }
-        for n in (4, 8):
-            rows = nccl_rows(kernels, part, n)
-            if len(rows):
-                f[f"e_nccl{n}"] = nccl_efficiency(hw, rows)
-                f[f"busbw{n}"] = bus_bw(rows)
         figures[part] = f
     h = figures["h100_sxm"]
     for part, f in figures.items():
@@ -132,8 +97,6 @@ def derive(kernels: Path = KERNELS) -> dict:
         f["fp8_share"] = H100["compute_efficiency"] * H100["fp8_efficiency"] * f["e_fp8"] / h["e_fp8"]
         f["fp8_efficiency"] = f["fp8_share"] / f["compute_efficiency"]
         f["stream_efficiency"] = min(1.0, H100["stream_efficiency"] * f["e_stream"] / h["e_stream"])
-        n = f["nccl_gpus"]
-        f["nvlink_efficiency"] = min(1.0, H100["nvlink"] * f[f"e_nccl{n}"] / h[f"e_nccl{n}"])
     return figures
 
 
@@ -154,12 +117,9 @@ def main() -> None:
                if f["nvfp4_median_tflops"] else "")
         print(f"  {part:9s} bf16 {f['bf16_median_tflops']:6.0f} ({f['bf16_median_tflops'] * T / f['bf16_peak']:.3f})"
               f"  fp8 {f['fp8_median_tflops']:6.0f} ({f['fp8_median_tflops'] * T / f['fp8_peak']:.3f}){fp4}")
-    print("\nmodel at neutral factors / measured (median); NCCL bus bandwidth of the largest all-reduce (GB/s)")
+    print("\nmodel at neutral factors / measured (median)")
     for part, f in figures.items():
-        nccl = "  ".join(f"nccl{n} {f[f'e_nccl{n}']:.3f} (busbw {f[f'busbw{n}']:.0f})"
-                         for n in (4, 8) if f"e_nccl{n}" in f)
-        print(f"  {part:9s} gemm bf16 {f['e_bf16']:.3f}  gemm fp8 {f['e_fp8']:.3f}  "
-              f"stream {f['e_stream']:.3f}  {nccl}")
+        print(f"  {part:9s} gemm bf16 {f['e_bf16']:.3f}  gemm fp8 {f['e_fp8']:.3f}  stream {f['e_stream']:.3f}")
     print("\nderived preset factors (H100's calibrated value x the part's ratio to H100 in the same tables)")
     for part, source in BF16_FROM.items():
         print(f"  ({part}'s BF16 efficiency taken from {source}: its own BF16 GEMMs reach "
@@ -167,8 +127,7 @@ def main() -> None:
               f"{figures[part]['e_fp8'] / figures[source]['e_fp8']:.2f})")
     for part, f in figures.items():
         print(f"  {part:9s} compute_efficiency {f['compute_efficiency']:.3f}  fp8_efficiency {f['fp8_efficiency']:.3f}"
-              f" (FP8 share of FP8 peak {f['fp8_share']:.3f})  stream_efficiency {f['stream_efficiency']:.3f}"
-              f"  nvlink efficiency {f['nvlink_efficiency']:.3f} (from {f['nccl_gpus']} GPUs)")
+              f" (FP8 share of FP8 peak {f['fp8_share']:.3f})  stream_efficiency {f['stream_efficiency']:.3f}")
 
 
 if __name__ == "__main__":

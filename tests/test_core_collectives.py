@@ -2,7 +2,7 @@ from dataclasses import replace
 
 import pytest
 
-from core.model.collectives import (PROTOCOLS, all_reduce_times, collective_time, nvls_all_reduce_s, nvls_chunk_bytes,
+from core.model.collectives import (BARE, PROTOCOLS, all_reduce_times, collective_time, nvls_all_reduce_s, nvls_chunk_bytes,
                                     one_dim_time)
 from core.model.loader import load_hardware
 from core.model.specs import NetworkDim
@@ -136,3 +136,27 @@ def test_hopper_preset_reduces_in_the_switch_and_caps_ll():
     nvlink = load_hardware("h100-sxm5-80gb").network[0]
     assert (nvlink.switch_reduction, nvlink.ll_bandwidth_bps) == (1.0, 141e9)
     assert load_hardware("a100-sxm4-80gb").network[0].switch_reduction == 0.0
+
+
+def test_ring_fill_costs_few_ranks_most():
+    """A ring pass with 0.5 chunk of fill: 2 ranks move (1 + 0.5) / 2 of the buffer where the
+    bare ring moves 1 / 2 (+50 %), 8 ranks (7 + 0.5) / 8 for 7 / 8 (+7 %); all-reduce's ring
+    pays it once over its 2(n-1) steps."""
+    filled = replace(NVSWITCH, ring_fill_chunks=0.5, all_to_all_fill_chunks=1.0)
+    base, extra, _ = PROTOCOLS["simple"]
+    bus_bps = 300e9 * 0.8
+    size = 1e9
+    for n in (2, 8):
+        expected = base + (n - 1) * (1e-6 + extra) + (n - 1 + 0.5) / n * size / bus_bps
+        assert one_dim_time("all_gather", size, filled, n) == pytest.approx(expected)
+        assert one_dim_time("reduce_scatter", size, filled, n) == pytest.approx(expected)
+    ring = base + 2 * 3 * (1e-6 + extra) + (2 * 3 + 0.5) / 4 * size / bus_bps
+    assert all_reduce_times(size, filled, 4, log_tree=False)["ring/simple"] == pytest.approx(ring)
+    a2a = base + 1 * (1e-6 + extra) + (1 + 1.0) / 2 * size / bus_bps
+    assert one_dim_time("all_to_all", size, filled, 2) == pytest.approx(a2a)
+
+
+def test_bare_algorithms_have_no_fill():
+    """The compiled simulator's bare ring (BARE) moves (n-1)/n of the buffer whatever the fill."""
+    filled = replace(NVSWITCH, ring_fill_chunks=0.5)
+    assert one_dim_time("all_gather", 1e9, filled, 2, protocols=BARE) == pytest.approx(1e-6 + 0.5e9 / (300e9 * 0.8))

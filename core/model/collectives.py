@@ -65,9 +65,18 @@ def one_dim_time(kind: str, bytes_: float, dim: NetworkDim, ranks: float, effici
         return min(all_reduce_times(bytes_, dim, ranks, efficiency, step_s, log_tree, protocols).values())
     bw = _bandwidth_bps(dim, ranks, efficiency)
     steps = ranks - 1
+    chunks = steps + _fill_chunks(dim, kind, protocols)
     return min(base + steps * (dim.latency_s + extra + step_s)
-               + steps / ranks * bytes_ / _bus_bps(dim, bw, name, share)
+               + chunks / ranks * bytes_ / _bus_bps(dim, bw, name, share)
                for name, (base, extra, share) in protocols.items())
+
+
+def _fill_chunks(dim: NetworkDim, kind: str, protocols: dict) -> float:
+    """NCCL's pipeline fill in per-rank chunks (NetworkDim.ring_fill_chunks and
+    all_to_all_fill_chunks); the compiled simulator's bare algorithms (BARE) have none."""
+    if protocols is BARE:
+        return 0.0
+    return dim.all_to_all_fill_chunks if kind == "all_to_all" else dim.ring_fill_chunks
 
 
 def all_reduce_times(bytes_: float, dim: NetworkDim, ranks: float, efficiency: float = 1.0,
@@ -78,11 +87,12 @@ def all_reduce_times(bytes_: float, dim: NetworkDim, ranks: float, efficiency: f
     up and down. NVLS where the switch reduces (see nvls_all_reduce_s)."""
     bw = _bandwidth_bps(dim, ranks, efficiency)
     steps = ranks - 1
+    fill = _fill_chunks(dim, "all_reduce", protocols)
     times = {}
     for name, (base, extra, share) in protocols.items():
         hop = dim.latency_s + extra + step_s
         bus = _bus_bps(dim, bw, name, share)
-        times[f"ring/{name}"] = base + 2 * steps * hop + 2 * steps / ranks * bytes_ / bus
+        times[f"ring/{name}"] = base + 2 * steps * hop + (2 * steps + fill) / ranks * bytes_ / bus
         if log_tree:
             times[f"tree/{name}"] = base + 2 * ceil(log2(ranks)) * hop + 2 * bytes_ / bus
     if dim.switch_reduction > 0 and dim.topology == "switch" and protocols is PROTOCOLS:

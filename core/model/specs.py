@@ -481,6 +481,13 @@ class NetworkDim:
     # Ceiling on one GPU's bus bandwidth under NCCL's LL protocol, whose 8-byte flag-and-data
     # stores the GPU issues at a bounded rate whatever the link (NCCL's llMaxBw); 0 = none.
     ll_bandwidth_bps: float = 0.0
+    # NCCL's pipeline fill on this dimension, in per-rank chunks: a ring pass (all-gather,
+    # reduce-scatter, ring all-reduce) takes as long as `ring_fill_chunks` more chunk transfers
+    # than its n-1 (2(n-1)) steps, an all-to-all `all_to_all_fill_chunks` more than its n-1
+    # peers' chunks. Few ranks feel it most (2 ranks: 1 step). Fitted on NCCL's tables by
+    # scripts/fit_nccl.py; 0 = none.
+    ring_fill_chunks: float = 0.0
+    all_to_all_fill_chunks: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -583,7 +590,8 @@ def memory_view(hw: HardwareSpec) -> HardwareSpec:
                   sram=replace(gpu.sram, bandwidth_bps=1.0), l2=replace(gpu.l2, bandwidth_bps=1.0),
                   hbm=replace(gpu.hbm, bandwidth_bps=1.0), launch_overhead_s=0.0, mma_sync_share=1.0)
     network = tuple(replace(dim, link_bandwidth_bps=1.0, latency_s=0.0, efficiency=1.0, oversubscription=1.0,
-                            switch_reduction=0.0, ll_bandwidth_bps=0.0) for dim in hw.network)
+                            switch_reduction=0.0, ll_bandwidth_bps=0.0, ring_fill_chunks=0.0,
+                            all_to_all_fill_chunks=0.0) for dim in hw.network)
     return _one_object(replace(hw, gpu=gpu, network=network, calibration=Calibration()))
 
 
