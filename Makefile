@@ -3,7 +3,7 @@ PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
-SOURCES := pyproject.toml CMakeLists.txt $(shell find astra_backend core/serving -name '*.cpp' -o -name '*.hpp' -o -name 'CMakeLists.txt' 2>/dev/null)
+SOURCES := pyproject.toml CMakeLists.txt $(shell find astra_backend core/serving core/chakra -name '*.cpp' -o -name '*.hpp' -o -name 'CMakeLists.txt' 2>/dev/null)
 
 .PHONY: run test validate bench bench-sweep bench-scale bench-faults validate-network bench-network report-check bench-report clean
 

@@ -72,6 +72,7 @@ def test_a_cut_or_garbled_trace_file_is_named_not_replayed(tmp_path):
     cases = {
         b"": "0 bytes",
         whole[:-3]: "the file ends inside it",  # cut inside the last node
+        whole + b"\x85": "record 7.*at byte %d.*the file ends inside it" % len(whole),  # inside a length prefix
         whole[:second_node]: "= 6: at most the 1 nodes that follow it",  # cut between two nodes: only our count tells
         varint(3) + b"\xff\xff\xff": "does not parse",
     }

@@ -29,3 +29,21 @@ def test_local_pool_replaces_a_killed_worker_and_finishes_every_batch(write_stud
         executor.close()
     assert killed
     assert sorted(seen) == sorted(p.point_id for p in points)
+
+
+def test_a_pool_worker_ends_at_sigterm_whatever_handler_the_driver_holds(write_study):
+    """A worker forked from a driver that catches SIGTERM must still end at it: the pool's own
+    clean-up of a broken pool terminates the survivors, which would otherwise wait forever."""
+    study = load_study(write_study())
+    plan = plan_study(study)
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    executor = LocalExecutor(work_context(study, plan.models, plan.hardware), workers=1)
+    try:
+        executor.submit(list(plan.points)[:1]).result()
+        worker = next(iter(executor.pool._processes.values()))
+        worker.terminate()
+        worker.join(30)
+        assert worker.exitcode == -signal.SIGTERM
+    finally:
+        executor.close(stop=True)
+        signal.signal(signal.SIGTERM, previous)

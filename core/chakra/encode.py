@@ -1,14 +1,17 @@
-"""A replay's arrays written straight to Chakra `.et` files, with numpy and no per-node objects.
+"""A replay's arrays written straight to Chakra `.et` files, with no per-node objects.
 
-Each node is laid out as a row of byte slots (a field's key and value, left-aligned, each slot as
-wide as its widest value); the bytes a row leaves unused are dropped when the rows are joined.
-The bytes are the ones protobuf writes for the same node (`trace.to_proto`): fields in number
-order, zero scalars left out, an attribute's oneof value always written."""
+Each distinct node content (all fields after the dependencies) is laid out with numpy as a row of
+byte slots (a field's key and value, left-aligned, each slot as wide as its widest value); the
+bytes a row leaves unused are dropped when the rows are joined. The compiled writer then puts
+each node's id, kind and dependencies in front of its content. The bytes are the ones protobuf
+writes for the same node (`trace.to_proto`): fields in number order, zero scalars left out, an
+attribute's oneof value always written."""
 from pathlib import Path
 
 import numpy as np
 from astra_backend import ALGORITHMS, NODE_KINDS
 
+from . import _wire
 from .schema import COLLECTIVE_TYPES, NODE_TYPES, AttributeProto, Node
 from .trace import COLLECTIVE_OF, EXACT_DURATION_ATTR, metadata_record, remove_rank_files, varint
 from .wire import distinct
@@ -16,8 +19,7 @@ from .wire import distinct
 VARINT, LENGTH = 0, 2
 COMPUTE, SEND, RECV = NODE_KINDS["compute"], NODE_KINDS["send"], NODE_KINDS["recv"]
 IDLE = max(NODE_KINDS.values()) + 1  # the zero-time op of an NPU the replay gave nothing
-ROW_CHUNK_BYTES = 8 << 20  # laid-out rows held at a time: bounds the memory a file takes to write
-ROW_BYTES, DEP_BYTES = 192, 5  # a row's width at most, but for its dependencies; bytes per dependency
+NODES_PER_WRITE = 1 << 18  # nodes laid out at a time: bounds the memory a file takes to write
 _KIND_NAME = {code: name for name, code in NODE_KINDS.items()}
 _ALGORITHM_NAME = {code: name for name, code in ALGORITHMS.items()}
 
@@ -116,18 +118,19 @@ def _head(code: int) -> bytes:
 
 
 _HEADS = [_head(code) for code in range(IDLE + 1)]
+_HEAD_TABLE = np.frombuffer(b"".join(_HEADS), np.uint8)
+_HEAD_OFFSETS = np.cumsum([0] + [len(head) for head in _HEADS], dtype=np.int64)
 
 
 class _Rows:
-    """Records laid out as rows of slots (see the module's docstring), `prefix` columns left in
-    front for each record's length."""
+    """Records laid out as rows of slots (see the module's docstring)."""
 
-    def __init__(self, count: int, slots: list, prefix: int = 0):
-        width = prefix + sum(data.shape[1] for data, _ in slots)
-        self.cells = np.empty((count, width), np.uint8)  # every column is written: by a slot, or the prefix
+    def __init__(self, count: int, slots: list):
+        width = sum(data.shape[1] for data, _ in slots)
+        self.cells = np.empty((count, width), np.uint8)  # every column is written by a slot
         self.used = np.empty((count, width), bool)
         self.size = np.zeros(count, np.int64)
-        col = prefix
+        col = 0
         for data, widths in slots:
             end = col + data.shape[1]
             self.cells[:, col:end] = data
@@ -141,13 +144,6 @@ class _Rows:
         at = np.cumsum(self.used, axis=1) - 1
         table[np.nonzero(self.used)[0], at[self.used]] = self.cells[self.used]
         return table, self.size
-
-    def records(self, prefix: int) -> np.ndarray:
-        """The rows' records, each behind its length, one after the other."""
-        data, widths = varints(self.size)
-        self.cells[:, :data.shape[1]] = data
-        self.used[:, :prefix] = np.arange(prefix) < widths[:, None]
-        return self.cells[self.used]
 
 
 def _content(rank: int, nodes: dict, costs: tuple, group_sizes) -> tuple:
@@ -202,32 +198,14 @@ def _content(rank: int, nodes: dict, costs: tuple, group_sizes) -> tuple:
     return table, np.concatenate([lengths for _, lengths in tables]), row
 
 
-def _dependency_slots(deps: np.ndarray, counts: np.ndarray) -> tuple:
-    """(key and length slot, packed values slot) of each node's data_deps; `deps` holds the
-    awaited nodes' ids, `counts` how many each node awaits."""
-    count = counts.size
-    data, widths = varints(deps)
-    owner = np.repeat(np.arange(count), counts)
-    payload = np.bincount(owner, weights=widths, minlength=count).astype(np.int64)
-    key, key_widths = _keyed(_key(5, LENGTH), payload)
-    values = np.zeros((count, int(payload.max(initial=0))), np.uint8)
-    before = np.concatenate(([0], np.cumsum(widths)))  # bytes of the deps ahead of each one
-    offset = before[:-1] - np.repeat(before[np.cumsum(counts) - counts], counts)
-    for byte in range(data.shape[1]):
-        has = widths > byte
-        values[owner[has], offset[has] + byte] = data[has, byte]
-    return (key, key_widths * (counts > 0)), (values, payload)
-
-
-def _node_bytes(rank: int, nodes: dict, costs: tuple, group_sizes) -> np.ndarray:
-    """The length-prefixed records of `nodes` (arrays of one rank's nodes, in order)."""
-    ids = nodes["id"]
-    data, widths = _keyed(_key(1, VARINT), ids)
+def _node_bytes(rank: int, nodes: dict, costs: tuple, group_sizes) -> bytes:
+    """The length-prefixed records of `nodes` (arrays of one rank's nodes, in order): id, the kind's
+    name and type, dependencies, then the content, laid out by the compiled writer."""
     table, lengths, row = _content(rank, nodes, costs, group_sizes)
-    slots = [(data, widths * (ids != 0)), _choice(_HEADS, nodes["kind"]),
-             *_dependency_slots(nodes["deps"], nodes["dep_counts"]), (table[row], lengths[row])]
-    prefix = varints([sum(data.shape[1] for data, _ in slots)])[0].shape[1]
-    return _Rows(ids.size, slots, prefix).records(prefix)
+    return _wire.assemble(np.ascontiguousarray(nodes["id"], np.int64), np.ascontiguousarray(nodes["kind"], np.int64),
+                          _HEAD_TABLE, _HEAD_OFFSETS, np.ascontiguousarray(nodes["dep_counts"], np.int64),
+                          np.ascontiguousarray(nodes["deps"], np.int64), np.ascontiguousarray(table, np.uint8),
+                          np.ascontiguousarray(lengths, np.int64), np.ascontiguousarray(row, np.int64))
 
 
 def write_rank_files(directory, prefix: str, trace, group_sizes, costs: tuple, npus: int, metadata: dict) -> list:
@@ -257,10 +235,8 @@ def write_rank_files(directory, prefix: str, trace, group_sizes, costs: tuple, n
             handle.write(metadata_record(metadata, max(1, mine.size)))
             if not mine.size:
                 handle.write(_node_bytes(npu, idle, costs, group_sizes))
-            most = int((dep_offsets[mine + 1] - dep_offsets[mine]).max(initial=0))
-            step = max(1, ROW_CHUNK_BYTES // (ROW_BYTES + DEP_BYTES * most))
-            for start in range(0, mine.size, step):
-                part = mine[start:start + step]
+            for start in range(0, mine.size, NODES_PER_WRITE):
+                part = mine[start:start + NODES_PER_WRITE]
                 first, dep_counts = dep_offsets[part], dep_offsets[part + 1] - dep_offsets[part]
                 ends = np.cumsum(dep_counts)
                 awaited = deps[np.repeat(first - (ends - dep_counts), dep_counts) + np.arange(ends[-1] if ends.size else 0)]

@@ -11,9 +11,9 @@ feeder reads them:
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 from google.protobuf.message import DecodeError
 
+from . import _wire
 from .schema import COLLECTIVE_TYPES, NODE_TYPES, GlobalMetadata, Node
 from core.errors import SpecError
 
@@ -63,19 +63,6 @@ def varint(value: int) -> bytes:
         else:
             out.append(low)
             return bytes(out)
-
-
-def _read_varint(data: bytes, pos: int) -> tuple:
-    if data[pos] < 0x80:
-        return data[pos], pos + 1
-    result = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
 
 
 # the mapping tables read backwards, built once (the readers and writers run per node)
@@ -175,36 +162,16 @@ def record_spans(path) -> tuple:
     data = path.read_bytes()
     if not data:
         raise SpecError(str(path), "<file>", "0 bytes", "a Chakra trace: a GlobalMetadata record, then the nodes")
-    prefixes, pos, total = [], 0, len(data)
-    append = prefixes.append
-    while pos < total:  # the one loop over records: each one's start depends on the one before
-        append(pos)
-        size = data[pos]
-        if size < 0x80:
-            pos += 1 + size
-            continue
-        try:
-            size, after = _read_varint(data, pos)
-        except IndexError:  # the file ends inside the length prefix
-            size, after = 1, total
-        pos = after + size
-    if pos > total:
-        raise SpecError(str(path), f"record {len(prefixes) - 1}", f"at byte {prefixes[-1]}",
-                        f"a whole record; the file ends inside it after {total} bytes (cut short?)")
-    starts = np.array(prefixes, np.int64)
-    ends = np.append(starts[1:], total)
-    raw = np.frombuffer(data, np.uint8)
-    pending = np.arange(starts.size)
-    while pending.size:  # each record starts after its length's last byte (one below 0x80)
-        last = raw[starts[pending]] < 0x80
-        starts[pending] += 1
-        pending = pending[~last]
+    starts, ends, cut_at = _wire.records(data)
+    if cut_at >= 0:
+        raise SpecError(str(path), f"record {starts.size - 1}", f"at byte {cut_at}",
+                        f"a whole record; the file ends inside it after {len(data)} bytes (cut short?)")
     counted = [a.int64_val for a in parse_record(path, GlobalMetadata, data[starts[0]:ends[0]], 0).attr
                if a.name == NODE_COUNT_ATTR and a.WhichOneof("value") == "int64_val"]
     if counted and counted[0] > len(starts) - 1:
         raise SpecError(str(path), f"GlobalMetadata {NODE_COUNT_ATTR}", counted[0],
                         f"at most the {len(starts) - 1} nodes that follow it (the file was cut short)")
-    return data, np.array(starts, np.int64), np.array(ends, np.int64)
+    return data, starts, ends
 
 
 def node_records(path) -> tuple:

@@ -80,10 +80,13 @@ PARENT_POLL_S = 0.5
 
 def _set_pool_context(context: WorkContext) -> None:
     """Worker start-up: keep the context, leave Ctrl-C to the driver (which stops the pool
-    and says so in one line), and exit as soon as the driver is gone, even after SIGKILL."""
+    and says so in one line), end at SIGTERM (the driver's handler, inherited at the fork, would
+    turn it into a batch's exception, sent back through a result queue a dead sibling may hold
+    locked), and exit as soon as the driver is gone, even after SIGKILL."""
     global _POOL_CONTEXT
     _POOL_CONTEXT = context
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
 
 
@@ -113,7 +116,7 @@ class LocalExecutor:
         try:
             return self.pool.submit(_evaluate_in_pool, batch)
         except BrokenProcessPool:
-            self.pool.shutdown(wait=False, cancel_futures=True)
+            self._kill_pool()  # its live workers may wait forever on a result queue the dead one held
             self.pool = self._start()
             return self.pool.submit(_evaluate_in_pool, batch)
 
@@ -127,9 +130,13 @@ class LocalExecutor:
     def close(self, stop: bool | None = None) -> None:
         """Wait for the workers to finish; with `stop` (by default: when closing as an exception
         unwinds) kill them instead, so a stopped sweep exits at once, not after its batches."""
-        if not _stopping(stop):
+        if _stopping(stop):
+            self._kill_pool()
+        else:
             self.pool.shutdown(wait=True, cancel_futures=True)
-            return
+
+    def _kill_pool(self) -> None:
+        """Shuts the pool down without waiting for its batches: its workers are killed."""
         workers = list((getattr(self.pool, "_processes", None) or {}).values())
         manager = getattr(self.pool, "_executor_manager_thread", None)
         self.pool.shutdown(wait=False, cancel_futures=True)
