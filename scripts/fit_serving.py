@@ -50,7 +50,7 @@ def _runs(rows):
     out = {}
     for ramp, spread, slots, it_s in product(RAMP_GRID, SPREAD_GRID, SLOTS_GRID, ITERATION_GRID_S):
         engines = serving.with_overheads({e: it_s for e in serving.ENGINES}, {e: 0.0 for e in serving.ENGINES})
-        clients = tuple({e: value for e in serving.ENGINES} for value in (ramp, spread, slots))
+        clients = tuple({h: value for h in serving.HARNESSES} for value in (ramp, spread, slots))
         out[ramp, spread, slots, it_s] = serving.cases(engines, rows, clients, families={})[0]
         print(f"  simulated ramp share {ramp}, length spread {spread}, {slots} requests per slot, iteration overhead"
               f" {it_s * 1e3:.1f} ms", flush=True)
@@ -77,7 +77,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--every", type=int, default=3, help="fit on every n-th row (speed)")
     parser.add_argument("--all-models", action="store_true", help="fit on DeepSeek-V3's rows too")
+    parser.add_argument("--workflow", action="store_true",
+                        help="fit only the workflow harness's client (the db-dump rows), engine overheads as they are")
     args = parser.parse_args()
+    if args.workflow:
+        return _fit_workflow()
     rows = [r for r in serving.rows() if not serving.skip_reason(r)
             and (args.all_models or "DeepSeek" not in r["model_path"])][::args.every]
     engines = sorted({r["backend"] for r in rows})
@@ -96,6 +100,31 @@ def main() -> int:
               f" iteration {key[3] * 1e3:.1f} ms, request {req_s * 1e3:.0f} ms")
         _report(f"{engine} left out", [(r, t + req_s, p) for r, t, p in runs[key] if r["backend"] == engine])
     _fit_families(runs, fits)
+    return 0
+
+
+def _fit_workflow() -> int:
+    """The workflow harness's length spread and requests per slot (core/validation/serving.py,
+    key WORKFLOW) on its rows, with the engines' fitted overheads; left-one-engine-out: the
+    pair fitted on the other engine's workflow rows predicts this engine's."""
+    rows = [r for r in serving.rows() if not serving.skip_reason(r) and serving.harness(r) == serving.WORKFLOW]
+    runs = {}
+    for spread, slots in product(SPREAD_GRID, SLOTS_GRID + (2.0, 5.0)):
+        clients = (serving.RAMP_SHARE, {**serving.LENGTH_SPREAD, serving.WORKFLOW: spread},
+                   {**serving.REQUESTS_PER_SLOT, serving.WORKFLOW: slots})
+        runs[spread, slots] = serving.cases(None, rows, clients)[0]
+        print(f"  simulated length spread {spread}, {slots} requests per slot", flush=True)
+
+    def best(keep):
+        return min(runs, key=lambda key: _score([c for c in runs[key] if keep(c[0])], 0.0))
+
+    chosen = best(lambda r: True)
+    print(f"workflow harness (in-sample): length spread {chosen[0]}  requests per slot {chosen[1]}")
+    _report("workflow in-sample", runs[chosen])
+    for engine in sorted({r["backend"] for r in rows}):
+        key = best(lambda r, e=engine: r["backend"] != e)
+        _report(f"{engine} in-sample ({chosen[0]}, {chosen[1]})", [c for c in runs[chosen] if c[0]["backend"] == engine])
+        _report(f"{engine} left out ({key[0]}, {key[1]})", [c for c in runs[key] if c[0]["backend"] == engine])
     return 0
 
 

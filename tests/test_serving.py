@@ -86,6 +86,24 @@ def test_disaggregated_ttft_includes_the_kv_transfer():
     assert record["ttft_s"] > record["kv_transfer_s"]
 
 
+def test_a_disaggregated_first_wave_queues_at_a_prefill_engine_of_one_request():
+    # 8 requests sent at once, each the client's only one, to a prefill engine taking one
+    # prompt per iteration: the k-th waits k - 1 prefills, so the mean TTFT is 4.5 prefills
+    # (plus the KV transfer); a slot that came back at once instead would keep the queue full
+    prefill = Pool(batch=1)
+    record = serve_disagg(MODEL, HW, _engine(), Load(1024, 32, concurrency=8, requests=8), prefill, Pool())
+    prefill_s = IterationModel(MODEL, HW, 1, 1, 2).time_s(1024, 0, 0, 0, False)
+    assert record["ttft_s"] == pytest.approx(4.5 * prefill_s + record["kv_transfer_s"], rel=1e-9)
+
+
+def test_shares_of_a_closed_loop_split_its_requests_too():
+    # four engines share 8 requests in flight and 40 in all: each runs 2 in flight and 10 in all
+    alone = serve(MODEL, HW, _engine(), Load(256, 16, concurrency=2, requests=10), Pool())
+    shared = serve(MODEL, HW, _engine(), Load(256, 16, concurrency=8, requests=40), Pool(workers=4))
+    assert shared["ttft_s"] == alone["ttft_s"] and shared["tpot_s"] == alone["tpot_s"]
+    assert shared["output_tokens_per_s"] == pytest.approx(4 * alone["output_tokens_per_s"], rel=1e-12)
+
+
 @pytest.mark.parametrize("call, field", [
     (lambda: serve(MODEL, HW, _engine(), Load(10, 10, concurrency=0), Pool()), "concurrency"),
     (lambda: serve(MODEL, HW, _engine(), Load(10, 10, concurrency=1), Pool(tp=4, attention_dp=3)), "attention_dp"),

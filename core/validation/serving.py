@@ -33,9 +33,20 @@ DTYPES = {"": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "nvfp4"}
 #   first `concurrency` of them arrive at once and queue for their prefills, so the fewer the
 #   client sends, the more that first wave weighs in the mean TTFT (SGLang's rows queue like a
 #   run of three waves, TensorRT-LLM's and vLLM's like ten).
-RAMP_SHARE = {"trtllm": 0.0, "vllm": 0.0, "sglang": 0.0}
-LENGTH_SPREAD = {"trtllm": 0.1, "vllm": 0.1, "sglang": 0.02}
-REQUESTS_PER_SLOT = {"trtllm": 10.0, "vllm": 10.0, "sglang": 3.0}
+# The clients are per benchmark harness: each engine's own campaigns (keyed by engine name), and
+# the database's workflow runs ("db-dump" sources: every DeepSeek-V3 row, TensorRT-LLM and
+# SGLang, aggregated and disaggregated, with silicon_concurrency recorded), one harness for both
+# engines, fitted on those rows (scripts/fit_serving.py --workflow, left-one-engine-out beside).
+WORKFLOW = "workflow"
+RAMP_SHARE = {"trtllm": 0.0, "vllm": 0.0, "sglang": 0.0, WORKFLOW: 0.0}
+LENGTH_SPREAD = {"trtllm": 0.1, "vllm": 0.1, "sglang": 0.02, WORKFLOW: 0.2}
+REQUESTS_PER_SLOT = {"trtllm": 10.0, "vllm": 10.0, "sglang": 3.0, WORKFLOW: 5.0}
+HARNESSES = tuple(RAMP_SHARE)
+
+
+def harness(row: dict) -> str:
+    """The benchmark harness that measured a row: the workflow runs', else its engine's own."""
+    return WORKFLOW if row["silicon_data_source"].startswith("db-dump") else row["backend"]
 
 
 def rows() -> list:
@@ -61,9 +72,7 @@ def concurrency(row: dict) -> int:
         key, _, value = part.strip().partition("=")
         if key == "silicon_concurrency":
             return int(float(value))
-    if row["mode"] == "disagg":  # the decode pool full: its batch on every decode engine
-        return _int(row["decode_batch_size"]) * _int(row["decode_num_workers"])
-    return _int(row["batch_size"])
+    return _int(row["batch_size"], 0)  # 0: not recorded (disaggregated rows without silicon_concurrency)
 
 
 def predict(row: dict, engines: dict | None = None, clients: tuple | None = None,
@@ -82,9 +91,10 @@ def predict(row: dict, engines: dict | None = None, clients: tuple | None = None
     kv = "fp8" if dtype != "bf16" else ""
     users = concurrency(row)
     ramps, spreads, slots = clients or (RAMP_SHARE, LENGTH_SPREAD, REQUESTS_PER_SLOT)
+    client = harness(row)
     load = Load(int(row["isl"]), int(row["osl"]), concurrency=users,
-                requests=max(users, round(slots[row["backend"]] * users)),
-                ramp_share=ramps[row["backend"]], length_spread=spreads[row["backend"]])
+                requests=max(users, round(slots[client] * users)),
+                ramp_share=ramps[client], length_spread=spreads[client])
     if row["mode"] == "disagg":
         return serve_disagg(model, hw, engine, load, _pool(row, "prefill_"), _pool(row, "decode_"), kv)
     return serve(model, hw, engine, load, _pool(row), kv)
@@ -94,6 +104,10 @@ def skip_reason(row: dict) -> str:
     """Why a row cannot be predicted yet ('' when it can)."""
     if row["backend"] not in ENGINES:
         return f"engine {row['backend']} not modelled"
+    if not concurrency(row):
+        # a disaggregated prefill pool queues the client's whole first wave: without the
+        # requests in flight its TTFT is anyone's guess
+        return "requests in flight not recorded (no silicon_concurrency, no batch_size)"
     try:
         load_model(MODELS[row["model_path"]])
     except SpecError as err:
