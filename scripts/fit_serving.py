@@ -104,27 +104,33 @@ def main() -> int:
 
 
 def _fit_workflow() -> int:
-    """The workflow harness's length spread and requests per slot (core/validation/serving.py,
-    key WORKFLOW) on its rows, with the engines' fitted overheads; left-one-engine-out: the
-    pair fitted on the other engine's workflow rows predicts this engine's."""
+    """The workflow harness's length spread, requests per slot and request overhead
+    (core/validation/serving.py, key WORKFLOW) on its rows, the engines' iteration overheads as
+    they are; left-one-engine-out: the three fitted on the other engine's workflow rows predict
+    this engine's."""
     rows = [r for r in serving.rows() if not serving.skip_reason(r) and serving.harness(r) == serving.WORKFLOW]
     runs = {}
     for spread, slots in product(SPREAD_GRID, SLOTS_GRID + (2.0, 5.0)):
         clients = (serving.RAMP_SHARE, {**serving.LENGTH_SPREAD, serving.WORKFLOW: spread},
                    {**serving.REQUESTS_PER_SLOT, serving.WORKFLOW: slots})
-        runs[spread, slots] = serving.cases(None, rows, clients)[0]
+        runs[spread, slots] = serving.cases(None, rows, clients, harnesses={serving.WORKFLOW: 0.0})[0]
         print(f"  simulated length spread {spread}, {slots} requests per slot", flush=True)
 
     def best(keep):
-        return min(runs, key=lambda key: _score([c for c in runs[key] if keep(c[0])], 0.0))
+        return min(((_score(kept, req), key, req) for key, done in runs.items()
+                    for kept in [[c for c in done if keep(c[0])]] for req in REQUEST_GRID_S), key=lambda x: x[0])
 
-    chosen = best(lambda r: True)
-    print(f"workflow harness (in-sample): length spread {chosen[0]}  requests per slot {chosen[1]}")
-    _report("workflow in-sample", runs[chosen])
+    def shifted(key, req, engine=None):
+        return [(r, t + req, p) for r, t, p in runs[key] if engine in (None, r["backend"])]
+
+    _, chosen, chosen_req = best(lambda r: True)
+    print(f"workflow harness (in-sample): length spread {chosen[0]}  requests per slot {chosen[1]}"
+          f"  request overhead {chosen_req:.3f} s")
+    _report("workflow in-sample", shifted(chosen, chosen_req))
     for engine in sorted({r["backend"] for r in rows}):
-        key = best(lambda r, e=engine: r["backend"] != e)
-        _report(f"{engine} in-sample ({chosen[0]}, {chosen[1]})", [c for c in runs[chosen] if c[0]["backend"] == engine])
-        _report(f"{engine} left out ({key[0]}, {key[1]})", [c for c in runs[key] if c[0]["backend"] == engine])
+        _, key, req = best(lambda r, e=engine: r["backend"] != e)
+        _report(f"{engine} in-sample", shifted(chosen, chosen_req, engine))
+        _report(f"{engine} left out ({key[0]}, {key[1]}, {req:.3f} s)", shifted(key, req, engine))
     return 0
 
 

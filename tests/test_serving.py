@@ -277,3 +277,19 @@ def test_a_measured_row_takes_its_version_familys_request_overhead(monkeypatch):
     slow = serving_rows.predict({**row, "backend_version": "9.9.1"})
     plain = serving_rows.predict({**row, "backend_version": "9.8.1"})
     assert slow["ttft_s"] - plain["ttft_s"] == pytest.approx(1.015 - engine_spec("vllm").request_overhead_s)
+
+
+def test_a_workflow_row_takes_its_harness_client_and_request_overhead_whatever_its_version(monkeypatch):
+    """The database's workflow runs ("db-dump" sources) were measured by one client for every
+    engine: its request overhead replaces the version family's, and a row from another source
+    keeps its engine's."""
+    row = next(r for r in serving_rows.rows() if r["backend"] == "vllm" and r["mode"] == "agg")
+    workflow = {**row, "silicon_data_source": "db-dump/x; " + row["silicon_data_source"]}
+    assert (serving_rows.harness(row), serving_rows.harness(workflow)) == ("vllm", "workflow")
+    monkeypatch.setattr(serving_rows, "FAMILY_REQUEST_OVERHEAD_S", {("vllm", "9.9"): 1.015})
+    monkeypatch.setattr(serving_rows, "REQUESTS_PER_SLOT", {**serving_rows.REQUESTS_PER_SLOT, "workflow": 10.0})
+    monkeypatch.setattr(serving_rows, "LENGTH_SPREAD", {**serving_rows.LENGTH_SPREAD, "workflow": 0.1})
+    monkeypatch.setattr(serving_rows, "HARNESS_REQUEST_OVERHEAD_S", {"workflow": 0.515})
+    mine = serving_rows.predict({**workflow, "backend_version": "9.9.1"})
+    plain = serving_rows.predict({**row, "backend_version": "9.8.1"})
+    assert mine["ttft_s"] - plain["ttft_s"] == pytest.approx(0.515 - engine_spec("vllm").request_overhead_s)

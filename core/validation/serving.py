@@ -42,6 +42,11 @@ RAMP_SHARE = {"trtllm": 0.0, "vllm": 0.0, "sglang": 0.0, WORKFLOW: 0.0}
 LENGTH_SPREAD = {"trtllm": 0.1, "vllm": 0.1, "sglang": 0.02, WORKFLOW: 0.2}
 REQUESTS_PER_SLOT = {"trtllm": 10.0, "vllm": 10.0, "sglang": 3.0, WORKFLOW: 5.0}
 HARNESSES = tuple(RAMP_SHARE)
+# A harness's own time before a request's first token leaves, in place of the engine's request
+# overhead: the workflow runs' client reaches both engines through the same front end, and their
+# rows name no engine version (or none comparable with the dense campaigns'), fitted with its
+# client (scripts/fit_serving.py --workflow).
+HARNESS_REQUEST_OVERHEAD_S = {WORKFLOW: 0.155}
 
 
 def harness(row: dict) -> str:
@@ -76,14 +81,18 @@ def concurrency(row: dict) -> int:
 
 
 def predict(row: dict, engines: dict | None = None, clients: tuple | None = None,
-            families: dict | None = None) -> dict:
+            families: dict | None = None, harnesses: dict | None = None) -> dict:
     """The simulator's record for one measured row; `engines` overrides the engine specs,
-    `clients` the (ramp shares, length spreads, requests per slot) of the clients, per engine
-    name, `families` the request overheads per (engine, version family)."""
+    `clients` the (ramp shares, length spreads, requests per slot) of the clients, per harness
+    (harness()), `families` the request overheads per (engine, version family), `harnesses`
+    those per harness."""
     engine = (engines or ENGINES)[row["backend"]]
     family = (row["backend"], version_family(row["backend_version"]))
     overheads = FAMILY_REQUEST_OVERHEAD_S if families is None else families
-    if family in overheads:
+    own = HARNESS_REQUEST_OVERHEAD_S if harnesses is None else harnesses
+    if harness(row) in own:
+        engine = replace(engine, request_overhead_s=own[harness(row)])
+    elif family in overheads:
         engine = replace(engine, request_overhead_s=overheads[family])
     model = load_model(MODELS[row["model_path"]])
     dtype = DTYPES[row["gemm_quant_mode"]]
@@ -120,7 +129,7 @@ def group_key(row: dict) -> tuple:
 
 
 def cases(engines: dict | None = None, selected=None, clients: tuple | None = None,
-          families: dict | None = None) -> tuple:
+          families: dict | None = None, harnesses: dict | None = None) -> tuple:
     """([(row, predicted ttft_s, predicted tpot_s)], [(row, reason)]) over the measured rows
     (predict's overrides)."""
     done, skipped = [], []
@@ -130,7 +139,7 @@ def cases(engines: dict | None = None, selected=None, clients: tuple | None = No
             skipped.append((row, reason))
             continue
         try:
-            record = predict(row, engines, clients, families)
+            record = predict(row, engines, clients, families, harnesses)
         except SpecError as exc:  # a layout the simulator does not take yet (e.g. attention-DP beyond tp)
             skipped.append((row, f"layout not modelled: {exc.field} {exc.value}: {exc.allowed}"))
             continue
