@@ -39,14 +39,14 @@ DTYPES = {"": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "nvfp4"}
 # engines, fitted on those rows (scripts/fit_serving.py --workflow, left-one-engine-out beside).
 WORKFLOW = "workflow"
 RAMP_SHARE = {"trtllm": 0.0, "vllm": 0.0, "sglang": 0.0, WORKFLOW: 0.0}
-LENGTH_SPREAD = {"trtllm": 0.1, "vllm": 0.1, "sglang": 0.02, WORKFLOW: 0.2}
+LENGTH_SPREAD = {"trtllm": 0.1, "vllm": 0.1, "sglang": 0.02, WORKFLOW: 0.05}
 REQUESTS_PER_SLOT = {"trtllm": 10.0, "vllm": 10.0, "sglang": 3.0, WORKFLOW: 5.0}
 HARNESSES = tuple(RAMP_SHARE)
 # A harness's own time before a request's first token leaves, in place of the engine's request
 # overhead: the workflow runs' client reaches both engines through the same front end, and their
 # rows name no engine version (or none comparable with the dense campaigns'), fitted with its
 # client (scripts/fit_serving.py --workflow).
-HARNESS_REQUEST_OVERHEAD_S = {WORKFLOW: 0.155}
+HARNESS_REQUEST_OVERHEAD_S = {WORKFLOW: 0.150}
 
 
 def harness(row: dict) -> str:
@@ -66,10 +66,14 @@ def _int(value, default=1) -> int:
 def _pool(row: dict, prefix: str = "") -> Pool:
     get = lambda key: row.get(prefix + key, "")  # noqa: E731
     adp = _int(get("attention_dp_size"))
-    # the rows' tp_size is each attention rank's tensor parallelism: an engine spans tp x adp GPUs
-    return Pool(workers=_int(get("num_workers")) if prefix else 1, tp=_int(get("tp_size")) * adp, pp=_int(get("pp_size")),
-                ep=max(1, _int(get("moe_ep_size"))), attention_dp=adp,
-                batch=_int(get("batch_size"), 0) if prefix else 0)
+    # the rows' tp_size is each attention rank's tensor parallelism: an engine spans tp x adp GPUs.
+    # A decode pool's batch_size caps each rank's requests (the rows' concurrency is that cap
+    # times the ranks); a prefill pool's is 1 in every row, the configurator's estimation unit,
+    # not a cap we can tell the engines ran with, so a prefill engine batches prompts as its
+    # own defaults allow (its token budget)
+    batch = _int(get("batch_size"), 0) if prefix == "decode_" else 0
+    return Pool(workers=_int(get("num_workers")) if prefix else 1, tp=_int(get("tp_size")) * adp,
+                pp=_int(get("pp_size")), ep=max(1, _int(get("moe_ep_size"))), attention_dp=adp, batch=batch)
 
 
 def concurrency(row: dict) -> int:
