@@ -8,7 +8,9 @@ LENGTH_SPREAD, REQUESTS_PER_SLOT).
 The iteration overhead and the client's figures come from grids (they change the simulated
 dynamics); the request overhead (added to every TTFT) by a scan minimising mean |TTFT error| /
 25 % + mean |TPOT error| / 15 %. Fitted on the dense models' rows by default: DeepSeek-V3's
-errors are dominated by its MoE operator times, which no engine overhead should absorb. Left-one-engine-out: one
+errors are dominated by its MoE operator times, which no engine overhead should absorb; its rows
+all come from the database's workflow harness, whose client and request overhead `--workflow`
+fits on them alone (core/validation/serving.py, key WORKFLOW). Left-one-engine-out: one
 (ramp, spread, slots, iteration, request) set fitted on the other engines' rows predicts the
 left-out engine's. Then, with its engine's grid point, each version family with enough rows
 gets its own request overhead (core/serving/engines.FAMILY_REQUEST_OVERHEAD_S), reported beside

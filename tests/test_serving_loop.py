@@ -92,6 +92,9 @@ CASES = {
     "sglang closed ramp": ("sglang", Load(2000, 25, concurrency=16, requests=120, ramp_s=0.1), 10**6),
     "sglang preempts": ("sglang", Load(300, 80, concurrency=6, requests=30, length_spread=0.2), 1500),
     "sglang one token": ("sglang", Load(64, 1, concurrency=3, requests=20), 10**6),
+    "trtllm slots return": ("trtllm", Load(900, 1, concurrency=6, requests=40, length_spread=0.1, return_s=0.02),
+                            10**6),
+    "vllm slots return decoding": ("vllm", Load(300, 40, concurrency=5, requests=30, return_s=0.05), 10**6),
 }
 
 
