@@ -8,7 +8,9 @@ LENGTH_SPREAD, REQUESTS_PER_SLOT).
 The iteration overhead and the client's figures come from grids (they change the simulated
 dynamics); the request overhead (added to every TTFT) by a scan minimising mean |TTFT error| /
 25 % + mean |TPOT error| / 15 %. Fitted on the dense models' rows by default: DeepSeek-V3's
-errors are dominated by its MoE operator times, which no engine overhead should absorb. Left-one-engine-out: one
+errors are dominated by its MoE operator times, which no engine overhead should absorb; its rows
+all come from the database's workflow harness, whose client and request overhead `--workflow`
+fits on them alone (core/validation/serving.py, key WORKFLOW). Left-one-engine-out: one
 (ramp, spread, slots, iteration, request) set fitted on the other engines' rows predicts the
 left-out engine's. Then, with its engine's grid point, each version family with enough rows
 gets its own request overhead (core/serving/engines.FAMILY_REQUEST_OVERHEAD_S), reported beside
@@ -50,7 +52,7 @@ def _runs(rows):
     out = {}
     for ramp, spread, slots, it_s in product(RAMP_GRID, SPREAD_GRID, SLOTS_GRID, ITERATION_GRID_S):
         engines = serving.with_overheads({e: it_s for e in serving.ENGINES}, {e: 0.0 for e in serving.ENGINES})
-        clients = tuple({e: value for e in serving.ENGINES} for value in (ramp, spread, slots))
+        clients = tuple({h: value for h in serving.HARNESSES} for value in (ramp, spread, slots))
         out[ramp, spread, slots, it_s] = serving.cases(engines, rows, clients, families={})[0]
         print(f"  simulated ramp share {ramp}, length spread {spread}, {slots} requests per slot, iteration overhead"
               f" {it_s * 1e3:.1f} ms", flush=True)
@@ -77,7 +79,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--every", type=int, default=3, help="fit on every n-th row (speed)")
     parser.add_argument("--all-models", action="store_true", help="fit on DeepSeek-V3's rows too")
+    parser.add_argument("--workflow", action="store_true",
+                        help="fit only the workflow harness's client (the db-dump rows), engine overheads as they are")
     args = parser.parse_args()
+    if args.workflow:
+        return _fit_workflow()
     rows = [r for r in serving.rows() if not serving.skip_reason(r)
             and (args.all_models or "DeepSeek" not in r["model_path"])][::args.every]
     engines = sorted({r["backend"] for r in rows})
@@ -96,6 +102,37 @@ def main() -> int:
               f" iteration {key[3] * 1e3:.1f} ms, request {req_s * 1e3:.0f} ms")
         _report(f"{engine} left out", [(r, t + req_s, p) for r, t, p in runs[key] if r["backend"] == engine])
     _fit_families(runs, fits)
+    return 0
+
+
+def _fit_workflow() -> int:
+    """The workflow harness's length spread, requests per slot and request overhead
+    (core/validation/serving.py, key WORKFLOW) on its rows, the engines' iteration overheads as
+    they are; left-one-engine-out: the three fitted on the other engine's workflow rows predict
+    this engine's."""
+    rows = [r for r in serving.rows() if not serving.skip_reason(r) and serving.harness(r) == serving.WORKFLOW]
+    runs = {}
+    for spread, slots in product(SPREAD_GRID, SLOTS_GRID + (2.0, 5.0)):
+        clients = (serving.RAMP_SHARE, {**serving.LENGTH_SPREAD, serving.WORKFLOW: spread},
+                   {**serving.REQUESTS_PER_SLOT, serving.WORKFLOW: slots})
+        runs[spread, slots] = serving.cases(None, rows, clients, harnesses={serving.WORKFLOW: 0.0})[0]
+        print(f"  simulated length spread {spread}, {slots} requests per slot", flush=True)
+
+    def best(keep):
+        return min(((_score(kept, req), key, req) for key, done in runs.items()
+                    for kept in [[c for c in done if keep(c[0])]] for req in REQUEST_GRID_S), key=lambda x: x[0])
+
+    def shifted(key, req, engine=None):
+        return [(r, t + req, p) for r, t, p in runs[key] if engine in (None, r["backend"])]
+
+    _, chosen, chosen_req = best(lambda r: True)
+    print(f"workflow harness (in-sample): length spread {chosen[0]}  requests per slot {chosen[1]}"
+          f"  request overhead {chosen_req:.3f} s")
+    _report("workflow in-sample", shifted(chosen, chosen_req))
+    for engine in sorted({r["backend"] for r in rows}):
+        _, key, req = best(lambda r, e=engine: r["backend"] != e)
+        _report(f"{engine} in-sample", shifted(chosen, chosen_req, engine))
+        _report(f"{engine} left out ({key[0]}, {key[1]}, {req:.3f} s)", shifted(key, req, engine))
     return 0
 
 

@@ -54,13 +54,14 @@ def simulate(it, engine, load: Load, kv_tokens: int) -> SimResult:
     ttft, tpot, latency, weight = [], [], [], []
     now, clock = 0.0, 0
     issued = completed = 0
+    scheduled = first_wave  # requests whose arrival is known (the first wave's, then each successor's)
     decodes = sum_base = 0  # sum of decode contexts = sum_base + decodes * clock
     kv_used = 0
     busy = prefill_total = decode_total = iterations = 0.0
     preemptions = stale = finish_sum = 0
     finish = [0] * n  # decode clock at which a decoding request ends
     seen = {}
-    cyclic = closed and load.length_spread <= 0
+    cyclic = closed and load.length_spread <= 0 and load.return_s == 0
 
     def footprint(rid):
         tokens = isl[rid] + osl[rid] if reserve else need[rid]
@@ -78,10 +79,9 @@ def simulate(it, engine, load: Load, kv_tokens: int) -> SimResult:
         sum_base += ctx0[rid] - clock
 
     while completed < n:
-        if issued < first_wave:
-            while issued < first_wave and arrival[issued] <= now:
-                waiting.append(issued)
-                issued += 1
+        while issued < scheduled and arrival[issued] <= now:
+            waiting.append(issued)
+            issued += 1
         active = len(prefilling) + decodes
         while waiting and active < engine.max_batch:
             rid = waiting[0]
@@ -101,7 +101,7 @@ def simulate(it, engine, load: Load, kv_tokens: int) -> SimResult:
             else:
                 prefilling.append(rid)
         if not prefilling and not decodes:
-            now = max(now, arrival[issued])  # idle until the next arrival (open loop)
+            now = max(now, arrival[issued])  # idle until the next arrival
             continue
         chunks = []
         if prefilling:
@@ -117,7 +117,7 @@ def simulate(it, engine, load: Load, kv_tokens: int) -> SimResult:
         steps = 1
         if run_decodes and not chunks:
             steps = int(heap[0][0] - clock)
-            if issued < first_wave:
+            if issued < scheduled:
                 step_s = it.time_s(0, 0, decodes, (sum_base + decodes * clock) // decodes,
                                    decodes <= engine.cuda_graph_max_batch)
                 steps = min(steps, max(1, math.ceil((arrival[issued] - now) / step_s)))
@@ -187,10 +187,12 @@ def simulate(it, engine, load: Load, kv_tokens: int) -> SimResult:
                 tpot.append((now - first[rid]) / (osl[rid] - 1) if osl[rid] > 1 else math.nan)
                 weight.append(1)
             finished = True
-            if closed and issued < n:
-                arrival[issued] = now
-                waiting.append(issued)
-                issued += 1
+            if closed and scheduled < n:  # the successor arrives return_s later (at once: it waits now)
+                arrival[scheduled] = now + load.return_s
+                scheduled += 1
+                if load.return_s == 0:
+                    waiting.append(issued)
+                    issued += 1
         if len(order) > 2 * decodes + 64:
             order = [r for r in order if decoding[r]]
         if not (finished and cyclic and not stale and issued >= first_wave and completed >= warmup):
@@ -214,6 +216,7 @@ def simulate(it, engine, load: Load, kv_tokens: int) -> SimResult:
             weight[w] += repeats
         completed += repeats * per_cycle
         issued += repeats * per_cycle
+        scheduled += repeats * per_cycle
         for rid in (*prefilling, *waiting, *(r for _, r in heap)):
             arrival[rid] += shift[0]
             first[rid] += shift[0]

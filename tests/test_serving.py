@@ -86,6 +86,24 @@ def test_disaggregated_ttft_includes_the_kv_transfer():
     assert record["ttft_s"] > record["kv_transfer_s"]
 
 
+def test_a_disaggregated_first_wave_queues_at_a_prefill_engine_of_one_request():
+    # 8 requests sent at once, each the client's only one, to a prefill engine taking one
+    # prompt per iteration: the k-th waits k - 1 prefills, so the mean TTFT is 4.5 prefills
+    # (plus the KV transfer); a slot that came back at once instead would keep the queue full
+    prefill = Pool(batch=1)
+    record = serve_disagg(MODEL, HW, _engine(), Load(1024, 32, concurrency=8, requests=8), prefill, Pool())
+    prefill_s = IterationModel(MODEL, HW, 1, 1, 2).time_s(1024, 0, 0, 0, False)
+    assert record["ttft_s"] == pytest.approx(4.5 * prefill_s + record["kv_transfer_s"], rel=1e-9)
+
+
+def test_shares_of_a_closed_loop_split_its_requests_too():
+    # four engines share 8 requests in flight and 40 in all: each runs 2 in flight and 10 in all
+    alone = serve(MODEL, HW, _engine(), Load(256, 16, concurrency=2, requests=10), Pool())
+    shared = serve(MODEL, HW, _engine(), Load(256, 16, concurrency=8, requests=40), Pool(workers=4))
+    assert shared["ttft_s"] == alone["ttft_s"] and shared["tpot_s"] == alone["tpot_s"]
+    assert shared["output_tokens_per_s"] == pytest.approx(4 * alone["output_tokens_per_s"], rel=1e-12)
+
+
 @pytest.mark.parametrize("call, field", [
     (lambda: serve(MODEL, HW, _engine(), Load(10, 10, concurrency=0), Pool()), "concurrency"),
     (lambda: serve(MODEL, HW, _engine(), Load(10, 10, concurrency=1), Pool(tp=4, attention_dp=3)), "attention_dp"),
@@ -259,3 +277,19 @@ def test_a_measured_row_takes_its_version_familys_request_overhead(monkeypatch):
     slow = serving_rows.predict({**row, "backend_version": "9.9.1"})
     plain = serving_rows.predict({**row, "backend_version": "9.8.1"})
     assert slow["ttft_s"] - plain["ttft_s"] == pytest.approx(1.015 - engine_spec("vllm").request_overhead_s)
+
+
+def test_a_workflow_row_takes_its_harness_client_and_request_overhead_whatever_its_version(monkeypatch):
+    """The database's workflow runs ("db-dump" sources) were measured by one client for every
+    engine: its request overhead replaces the version family's, and a row from another source
+    keeps its engine's."""
+    row = next(r for r in serving_rows.rows() if r["backend"] == "vllm" and r["mode"] == "agg")
+    workflow = {**row, "silicon_data_source": "db-dump/x; " + row["silicon_data_source"]}
+    assert (serving_rows.harness(row), serving_rows.harness(workflow)) == ("vllm", "workflow")
+    monkeypatch.setattr(serving_rows, "FAMILY_REQUEST_OVERHEAD_S", {("vllm", "9.9"): 1.015})
+    monkeypatch.setattr(serving_rows, "REQUESTS_PER_SLOT", {**serving_rows.REQUESTS_PER_SLOT, "workflow": 10.0})
+    monkeypatch.setattr(serving_rows, "LENGTH_SPREAD", {**serving_rows.LENGTH_SPREAD, "workflow": 0.1})
+    monkeypatch.setattr(serving_rows, "HARNESS_REQUEST_OVERHEAD_S", {"workflow": 0.515})
+    mine = serving_rows.predict({**workflow, "backend_version": "9.9.1"})
+    plain = serving_rows.predict({**row, "backend_version": "9.8.1"})
+    assert mine["ttft_s"] - plain["ttft_s"] == pytest.approx(0.515 - engine_spec("vllm").request_overhead_s)

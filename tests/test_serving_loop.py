@@ -60,6 +60,25 @@ def test_a_preempted_request_keeps_the_tokens_it_made():
     assert result.decode_tokens == 40 * (60 - 1)
 
 
+def test_a_closed_loop_slot_comes_back_after_its_return_time():
+    # one slot, three one-token requests (prefill only): each successor arrives 0.5 s after its
+    # predecessor ends, so the engine idles between them and no prefill waits
+    prefill_s = IT.time_s(100, 0, 0, 0, False)
+    result = simulate(IT, _engine("sglang"), Load(100, 1, concurrency=1, requests=3, return_s=0.5), 10**6)
+    assert result.ttft_s == pytest.approx((prefill_s,) * 4, rel=1e-9)
+    assert result.duration_s == pytest.approx(3 * prefill_s + 2 * 0.5, rel=1e-12)
+    assert result.busy_s == pytest.approx(3 * prefill_s, rel=1e-12)
+
+
+def test_a_first_wave_queues_for_prefill_then_returning_slots_do_not():
+    # two slots sent at once to an engine that prefills one request at a time: the second waits
+    # one prefill; each successor arrives 10 s after its predecessor's end, to an idle engine
+    engine = replace(_engine("trtllm"), max_batch=1)
+    prefill_s = IT.time_s(100, 0, 0, 0, False)
+    result = simulate(IT, engine, Load(100, 1, concurrency=2, requests=4, return_s=10.0), 10**6)
+    assert result.ttft_s[0] == pytest.approx((prefill_s + 2 * prefill_s + prefill_s + prefill_s) / 4, rel=1e-12)
+
+
 CASES = {
     "vllm closed ramp": ("vllm", Load(300, 40, concurrency=6, requests=60, ramp_s=0.05), 10**6),
     "vllm cycles": ("vllm", Load(512, 64, concurrency=4, requests=200), 10**6),
@@ -73,6 +92,9 @@ CASES = {
     "sglang closed ramp": ("sglang", Load(2000, 25, concurrency=16, requests=120, ramp_s=0.1), 10**6),
     "sglang preempts": ("sglang", Load(300, 80, concurrency=6, requests=30, length_spread=0.2), 1500),
     "sglang one token": ("sglang", Load(64, 1, concurrency=3, requests=20), 10**6),
+    "trtllm slots return": ("trtllm", Load(900, 1, concurrency=6, requests=40, length_spread=0.1, return_s=0.02),
+                            10**6),
+    "vllm slots return decoding": ("vllm", Load(300, 40, concurrency=5, requests=30, return_s=0.05), 10**6),
 }
 
 

@@ -122,8 +122,9 @@ def lifetime_s(it: IterationModel, engine: EngineSpec, load: Load) -> float:
 
 def _share(load: Load, parts: int) -> Load:
     """One of `parts` engines' (or attention ranks') even share of the load."""
-    if load.concurrency:
-        return replace(load, concurrency=max(1, round(load.concurrency / parts)))
+    if load.concurrency:  # a closed loop's requests in flight and in all
+        users = max(1, round(load.concurrency / parts))
+        return replace(load, concurrency=users, requests=max(users, round(load.requests / parts)))
     return replace(load, request_rate=load.request_rate / parts)
 
 
@@ -182,9 +183,12 @@ DISAGG_ROUNDS = 3
 def serve_disagg(model: ModelSpec, hw: HardwareSpec, engine: EngineSpec, load: Load, prefill: Pool, decode: Pool,
                  kv_dtype: str = "", source: str = "") -> dict:
     """Disaggregated serving: prefill engines compute prompts and first tokens, hand the KV
-    cache over, decode engines continue. Each pool is simulated with its own queue; in a closed
-    loop the requests in flight split between the pools as their times do (Little's law:
-    N_pool = throughput x time in the pool), found by a fixed point."""
+    cache over, decode engines continue. Each pool is simulated with its own queue. In a closed
+    loop every client slot cycles through both pools: the prefill pool sees the whole first wave
+    at once, then each slot's next request only after its KV transfer and decode (the decode
+    pool's time per request, found by a fixed point), so prefills queue when the prefill pool is
+    the bottleneck or the wave is large; the decode pool holds the requests in flight as its
+    time takes them (Little's law: N_decode = throughput x time in decode)."""
     check_pool(prefill, source, "prefill_")
     check_pool(decode, source, "decode_")
     check_load(load, source)
@@ -198,15 +202,20 @@ def serve_disagg(model: ModelSpec, hw: HardwareSpec, engine: EngineSpec, load: L
         p_sim, _ = _engine_run(model, hw, prefill, engine, _share(first_load, p_ranks), kv_bytes)
         d_sim, fit = _engine_run(model, hw, decode, engine, _share(next_load, d_ranks), kv_bytes)
         return _disagg_record(p_sim, d_sim, d_ranks, gpus, fit * d_ranks, transfer_s, load.osl)
-    in_prefill, in_decode = 1.0, float(load.concurrency)
+    prefill_load, in_decode = _share(first_load, p_ranks), float(load.concurrency)
     for _ in range(DISAGG_ROUNDS):
-        p_sim, _ = _engine_run(model, hw, prefill, engine, _share(replace(first_load, concurrency=max(1, round(in_prefill))), p_ranks), kv_bytes)
-        d_sim, fit = _engine_run(model, hw, decode, engine, _share(replace(next_load, concurrency=max(1, round(in_decode))), d_ranks), kv_bytes)
-        if p_sim is None or d_sim is None:
+        decode_load = _share(replace(next_load, concurrency=max(1, round(in_decode))), d_ranks)
+        d_sim, fit = _engine_run(model, hw, decode, engine, decode_load, kv_bytes)
+        if d_sim is None:
+            p_sim = None
             break
-        p_time, d_time = p_sim.ttft_s[0], d_sim.request_s[0]
-        rate = load.concurrency / (p_time + transfer_s + d_time)
-        in_prefill, in_decode = rate * p_time, rate * d_time
+        d_time = d_sim.request_s[0]
+        p_sim, _ = _engine_run(model, hw, prefill, engine, replace(prefill_load, return_s=transfer_s + d_time),
+                               kv_bytes)
+        if p_sim is None:
+            break
+        rate = load.concurrency / (p_sim.ttft_s[0] + transfer_s + d_time)
+        in_decode = rate * d_time
         # the prefill pool paces the decode pool's first wave: it arrives at the loop's rate,
         # not all at once as the client sent it
         next_load = replace(next_load, ramp_share=0.0, ramp_s=in_decode / rate)

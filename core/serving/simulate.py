@@ -34,6 +34,9 @@ class Load:
     ramp_s: float = 0.0
     ramp_share: float = 0.0
     skip_warmup: bool = False
+    # closed loop: seconds from a request's end to its successor's arrival (0: at once). A
+    # disaggregated prefill pool's client slot comes back only after the KV transfer and decode.
+    return_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,7 @@ def simulate(it: IterationModel, engine: EngineSpec, load: Load, kv_tokens: int)
         it.memo, it._time_s, engine.mixed_batches, engine.chunked_prefill, engine.kv_policy == "reserve",
         engine.kv_block_tokens, engine.max_num_tokens, engine.max_batch, engine.cuda_graph_max_batch,
         engine.request_overhead_s, isl, osl, arrival, first_wave, warmup, closed,
-        closed and load.length_spread <= 0, load.prefilled, kv_tokens)
+        closed and load.length_spread <= 0, load.prefilled, kv_tokens, load.return_s)
     start = 0.0 if closed else arrival[0]
     return SimResult(ttft, tpot, latency, now - start, sum(osl), load.requests, busy, prefill, decode, iterations,
                      preemptions)

@@ -33,9 +33,25 @@ DTYPES = {"": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "nvfp4"}
 #   first `concurrency` of them arrive at once and queue for their prefills, so the fewer the
 #   client sends, the more that first wave weighs in the mean TTFT (SGLang's rows queue like a
 #   run of three waves, TensorRT-LLM's and vLLM's like ten).
-RAMP_SHARE = {"trtllm": 0.0, "vllm": 0.0, "sglang": 0.0}
-LENGTH_SPREAD = {"trtllm": 0.1, "vllm": 0.1, "sglang": 0.02}
-REQUESTS_PER_SLOT = {"trtllm": 10.0, "vllm": 10.0, "sglang": 3.0}
+# The clients are per benchmark harness: each engine's own campaigns (keyed by engine name), and
+# the database's workflow runs ("db-dump" sources: every DeepSeek-V3 row, TensorRT-LLM and
+# SGLang, aggregated and disaggregated, with silicon_concurrency recorded), one harness for both
+# engines, fitted on those rows (scripts/fit_serving.py --workflow, left-one-engine-out beside).
+WORKFLOW = "workflow"
+RAMP_SHARE = {"trtllm": 0.0, "vllm": 0.0, "sglang": 0.0, WORKFLOW: 0.0}
+LENGTH_SPREAD = {"trtllm": 0.1, "vllm": 0.1, "sglang": 0.02, WORKFLOW: 0.05}
+REQUESTS_PER_SLOT = {"trtllm": 10.0, "vllm": 10.0, "sglang": 3.0, WORKFLOW: 5.0}
+HARNESSES = tuple(RAMP_SHARE)
+# A harness's own time before a request's first token leaves, in place of the engine's request
+# overhead: the workflow runs' client reaches both engines through the same front end, and their
+# rows name no engine version (or none comparable with the dense campaigns'), fitted with its
+# client (scripts/fit_serving.py --workflow).
+HARNESS_REQUEST_OVERHEAD_S = {WORKFLOW: 0.150}
+
+
+def harness(row: dict) -> str:
+    """The benchmark harness that measured a row: the workflow runs', else its engine's own."""
+    return WORKFLOW if row["silicon_data_source"].startswith("db-dump") else row["backend"]
 
 
 def rows() -> list:
@@ -50,10 +66,14 @@ def _int(value, default=1) -> int:
 def _pool(row: dict, prefix: str = "") -> Pool:
     get = lambda key: row.get(prefix + key, "")  # noqa: E731
     adp = _int(get("attention_dp_size"))
-    # the rows' tp_size is each attention rank's tensor parallelism: an engine spans tp x adp GPUs
-    return Pool(workers=_int(get("num_workers")) if prefix else 1, tp=_int(get("tp_size")) * adp, pp=_int(get("pp_size")),
-                ep=max(1, _int(get("moe_ep_size"))), attention_dp=adp,
-                batch=_int(get("batch_size"), 0) if prefix else 0)
+    # the rows' tp_size is each attention rank's tensor parallelism: an engine spans tp x adp GPUs.
+    # A decode pool's batch_size caps each rank's requests (the rows' concurrency is that cap
+    # times the ranks); a prefill pool's is 1 in every row, the configurator's estimation unit,
+    # not a cap we can tell the engines ran with, so a prefill engine batches prompts as its
+    # own defaults allow (its token budget)
+    batch = _int(get("batch_size"), 0) if prefix == "decode_" else 0
+    return Pool(workers=_int(get("num_workers")) if prefix else 1, tp=_int(get("tp_size")) * adp,
+                pp=_int(get("pp_size")), ep=max(1, _int(get("moe_ep_size"))), attention_dp=adp, batch=batch)
 
 
 def concurrency(row: dict) -> int:
@@ -61,20 +81,22 @@ def concurrency(row: dict) -> int:
         key, _, value = part.strip().partition("=")
         if key == "silicon_concurrency":
             return int(float(value))
-    if row["mode"] == "disagg":  # the decode pool full: its batch on every decode engine
-        return _int(row["decode_batch_size"]) * _int(row["decode_num_workers"])
-    return _int(row["batch_size"])
+    return _int(row["batch_size"], 0)  # 0: not recorded (disaggregated rows without silicon_concurrency)
 
 
 def predict(row: dict, engines: dict | None = None, clients: tuple | None = None,
-            families: dict | None = None) -> dict:
+            families: dict | None = None, harnesses: dict | None = None) -> dict:
     """The simulator's record for one measured row; `engines` overrides the engine specs,
-    `clients` the (ramp shares, length spreads, requests per slot) of the clients, per engine
-    name, `families` the request overheads per (engine, version family)."""
+    `clients` the (ramp shares, length spreads, requests per slot) of the clients, per harness
+    (harness()), `families` the request overheads per (engine, version family), `harnesses`
+    those per harness."""
     engine = (engines or ENGINES)[row["backend"]]
     family = (row["backend"], version_family(row["backend_version"]))
     overheads = FAMILY_REQUEST_OVERHEAD_S if families is None else families
-    if family in overheads:
+    own = HARNESS_REQUEST_OVERHEAD_S if harnesses is None else harnesses
+    if harness(row) in own:
+        engine = replace(engine, request_overhead_s=own[harness(row)])
+    elif family in overheads:
         engine = replace(engine, request_overhead_s=overheads[family])
     model = load_model(MODELS[row["model_path"]])
     dtype = DTYPES[row["gemm_quant_mode"]]
@@ -82,9 +104,10 @@ def predict(row: dict, engines: dict | None = None, clients: tuple | None = None
     kv = "fp8" if dtype != "bf16" else ""
     users = concurrency(row)
     ramps, spreads, slots = clients or (RAMP_SHARE, LENGTH_SPREAD, REQUESTS_PER_SLOT)
+    client = harness(row)
     load = Load(int(row["isl"]), int(row["osl"]), concurrency=users,
-                requests=max(users, round(slots[row["backend"]] * users)),
-                ramp_share=ramps[row["backend"]], length_spread=spreads[row["backend"]])
+                requests=max(users, round(slots[client] * users)),
+                ramp_share=ramps[client], length_spread=spreads[client])
     if row["mode"] == "disagg":
         return serve_disagg(model, hw, engine, load, _pool(row, "prefill_"), _pool(row, "decode_"), kv)
     return serve(model, hw, engine, load, _pool(row), kv)
@@ -94,6 +117,10 @@ def skip_reason(row: dict) -> str:
     """Why a row cannot be predicted yet ('' when it can)."""
     if row["backend"] not in ENGINES:
         return f"engine {row['backend']} not modelled"
+    if not concurrency(row):
+        # a disaggregated prefill pool queues the client's whole first wave: without the
+        # requests in flight its TTFT is anyone's guess
+        return "requests in flight not recorded (no silicon_concurrency, no batch_size)"
     try:
         load_model(MODELS[row["model_path"]])
     except SpecError as err:
@@ -106,7 +133,7 @@ def group_key(row: dict) -> tuple:
 
 
 def cases(engines: dict | None = None, selected=None, clients: tuple | None = None,
-          families: dict | None = None) -> tuple:
+          families: dict | None = None, harnesses: dict | None = None) -> tuple:
     """([(row, predicted ttft_s, predicted tpot_s)], [(row, reason)]) over the measured rows
     (predict's overrides)."""
     done, skipped = [], []
@@ -116,7 +143,7 @@ def cases(engines: dict | None = None, selected=None, clients: tuple | None = No
             skipped.append((row, reason))
             continue
         try:
-            record = predict(row, engines, clients, families)
+            record = predict(row, engines, clients, families, harnesses)
         except SpecError as exc:  # a layout the simulator does not take yet (e.g. attention-DP beyond tp)
             skipped.append((row, f"layout not modelled: {exc.field} {exc.value}: {exc.allowed}"))
             continue

@@ -149,12 +149,13 @@ class Loop {
  public:
   Loop(IterationMemo& memo, const nb::callable& time_fn, const Engine& engine, std::vector<i64> isl,
        std::vector<i64> osl, std::vector<double> arrival, i64 first_wave, i64 warmup, bool closed, bool cyclic,
-       bool prefilled, i64 kv_tokens)
+       bool prefilled, i64 kv_tokens, double return_s)
       : memo_(memo), time_fn_(time_fn), e_(engine), isl_(std::move(isl)), osl_(std::move(osl)),
         arrival_(std::move(arrival)), n_(static_cast<i64>(isl_.size())), first_wave_(first_wave), warmup_(warmup),
+        return_s_(return_s),
         closed_(closed), cyclic_(cyclic), prefilled_(prefilled), kv_tokens_(kv_tokens), need_(isl_),
         done_(n_, 0), out_left_(osl_), first_(n_, kNaN), join_(n_, 0), ctx0_(n_, 0), finish_(n_, 0),
-        decoding_(n_, false) {}
+        decoding_(n_, false), scheduled_(first_wave) {}
 
   nb::tuple run() {
     while (completed_ < n_) turn();
@@ -200,8 +201,7 @@ class Loop {
   }
 
   void admit() {
-    if (issued_ < first_wave_)
-      while (issued_ < first_wave_ && arrival_[issued_] <= now_) waiting_.push_back(issued_++);
+    while (issued_ < scheduled_ && arrival_[issued_] <= now_) waiting_.push_back(issued_++);
     i64 active = static_cast<i64>(prefilling_.size()) + decodes_;
     while (!waiting_.empty() && active < e_.max_batch) {
       const i64 rid = waiting_.front();
@@ -249,8 +249,8 @@ class Loop {
   void turn() {
     admit();
     if (prefilling_.empty() && !decodes_) {
-      if (issued_ >= n_) throw std::logic_error("serving loop: idle with no request left to arrive");
-      now_ = std::max(now_, arrival_[issued_]);  // idle until the next arrival (open loop)
+      if (issued_ >= scheduled_) throw std::logic_error("serving loop: idle with no request left to arrive");
+      now_ = std::max(now_, arrival_[issued_]);  // idle until the next arrival
       return;
     }
     chunks_.clear();
@@ -268,7 +268,7 @@ class Loop {
     i64 steps = 1;
     if (run_decodes && chunks_.empty()) {
       steps = heap_.front().first - clock_;
-      if (issued_ < first_wave_) {
+      if (issued_ < scheduled_) {
         const double step_s =
             time_s(0, 0, decodes_, (sum_base_ + decodes_ * clock_) / decodes_, decodes_ <= e_.cuda_graph_max_batch);
         const i64 until = static_cast<i64>(std::ceil((arrival_[issued_] - now_) / step_s));
@@ -349,9 +349,9 @@ class Loop {
         weight_.push_back(1);
       }
       finished = true;
-      if (closed_ && issued_ < n_) {
-        arrival_[issued_] = now_;
-        waiting_.push_back(issued_++);
+      if (closed_ && scheduled_ < n_) {  // the successor arrives return_s later (at once: it waits now)
+        arrival_[scheduled_++] = now_ + return_s_;
+        if (return_s_ == 0.0) waiting_.push_back(issued_++);
       }
     }
     return finished;
@@ -403,6 +403,7 @@ class Loop {
     for (size_t w = before.records; w < weight_.size(); ++w) weight_[w] += repeats;
     completed_ += repeats * per_cycle;
     issued_ += repeats * per_cycle;
+    scheduled_ += repeats * per_cycle;
     auto shift_times = [&](i64 rid) {
       arrival_[rid] += shift_now;
       first_[rid] += shift_now;
@@ -434,6 +435,7 @@ class Loop {
   const std::vector<i64> isl_, osl_;
   std::vector<double> arrival_;
   const i64 n_, first_wave_, warmup_;
+  const double return_s_;  // closed loop: from a request's end to its successor's arrival
   const bool closed_, cyclic_, prefilled_;
   const i64 kv_tokens_;
   std::vector<i64> need_;  // prompt tokens still to compute (more after a preemption)
@@ -454,6 +456,7 @@ class Loop {
   CycleKey probe_{};  // the state now, its buffer reused
   std::unordered_map<CycleKey, CycleMark, CycleKeyHash> seen_;
   double now_ = 0.0, busy_ = 0.0, prefill_total_ = 0.0, decode_total_ = 0.0, iterations_ = 0.0;
+  i64 scheduled_;  // requests whose arrival is known (the first wave's, then each successor's)
   i64 clock_ = 0, issued_ = 0, completed_ = 0, decodes_ = 0;
   i64 sum_base_ = 0;  // sum of decode contexts = sum_base + decodes * clock
   i64 kv_used_ = 0, preemptions_ = 0, stale_ = 0, finish_sum_ = 0;
@@ -463,13 +466,14 @@ class Loop {
 nb::tuple simulate(IterationMemo& memo, const nb::callable& time_fn, bool mixed_batches, bool chunked_prefill,
                    bool reserve, i64 kv_block_tokens, i64 max_num_tokens, i64 max_batch, i64 cuda_graph_max_batch,
                    double request_overhead_s, std::vector<i64> isl, std::vector<i64> osl, std::vector<double> arrival,
-                   i64 first_wave, i64 warmup, bool closed, bool cyclic, bool prefilled, i64 kv_tokens) {
+                   i64 first_wave, i64 warmup, bool closed, bool cyclic, bool prefilled, i64 kv_tokens,
+                   double return_s) {
   if (isl.size() != osl.size() || isl.size() != arrival.size())
     throw std::invalid_argument("serving loop: isl, osl and arrival differ in length");
   const Engine engine{mixed_batches,  chunked_prefill, reserve, kv_block_tokens, max_num_tokens, max_batch,
                       cuda_graph_max_batch, request_overhead_s};
   return Loop(memo, time_fn, engine, std::move(isl), std::move(osl), std::move(arrival), first_wave, warmup, closed,
-              cyclic, prefilled, kv_tokens)
+              cyclic && return_s == 0.0, prefilled, kv_tokens, return_s)
       .run();
 }
 
@@ -487,5 +491,5 @@ NB_MODULE(_loop, m) {
         nb::arg("chunked_prefill"), nb::arg("reserve"), nb::arg("kv_block_tokens"), nb::arg("max_num_tokens"),
         nb::arg("max_batch"), nb::arg("cuda_graph_max_batch"), nb::arg("request_overhead_s"), nb::arg("isl"),
         nb::arg("osl"), nb::arg("arrival"), nb::arg("first_wave"), nb::arg("warmup"), nb::arg("closed"),
-        nb::arg("cyclic"), nb::arg("prefilled"), nb::arg("kv_tokens"));
+        nb::arg("cyclic"), nb::arg("prefilled"), nb::arg("kv_tokens"), nb::arg("return_s") = 0.0);
 }
