@@ -8,11 +8,11 @@
 #include <cstring>
 #include <fcntl.h>
 #include <map>
-#include <regex>
 #include <set>
 #include <unistd.h>
 
 #include "collectives.hpp"
+#include "scan.hpp"
 #include "textparse.hpp"
 
 namespace netsim {
@@ -29,11 +29,15 @@ std::string quoted(const std::string& s) { return python_str(s); }
 
 // int(text) as Python reads a decimal: spaces around, a sign, digits with single '_' between.
 int64_t parse_integer(const std::string& text, const std::string& field) {
-  static const std::regex kInteger(R"(\s*[-+]?[0-9](_?[0-9])*\s*)");
-  if (!std::regex_match(text, kInteger)) throw SpecError(field + ": " + quoted(text) + " must be an integer");
-  std::string digits;
-  for (const char c : text)
-    if (c != '_' && !std::isspace(static_cast<unsigned char>(c))) digits += c;
+  size_t i = scan::sign(text, scan::spaces(text, 0));
+  bool ok = i < text.size() && scan::digit(text[i]);
+  std::string digits = i > 0 && text[i - 1] == '-' ? "-" : "";
+  while (ok && i < text.size() && (scan::digit(text[i]) || text[i] == '_')) {
+    if (text[i] == '_' && (i + 1 >= text.size() || !scan::digit(text[i + 1]))) ok = false;
+    if (scan::digit(text[i])) digits += text[i];
+    ++i;
+  }
+  if (!ok || scan::spaces(text, i) != text.size()) throw SpecError(field + ": " + quoted(text) + " must be an integer");
   errno = 0;
   const long long value = std::strtoll(digits.c_str(), nullptr, 10);
   if (errno == ERANGE) throw SpecError(field + ": " + quoted(text) + " is out of range");
@@ -42,10 +46,18 @@ int64_t parse_integer(const std::string& text, const std::string& field) {
 
 // float(text) as Python reads it (no '_' or hex); false when it is not a number.
 bool parse_real(const std::string& text, double& out) {
-  static const std::regex kReal(
-      R"(\s*[-+]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[iI][nN][fF](?:[iI][nN][iI][tT][yY])?|[nN][aA][nN])\s*)");
-  if (!std::regex_match(text, kReal)) return false;
-  out = std::strtod(text.c_str(), nullptr);
+  static const char* const kWords[] = {"inf", "infinity", "nan", nullptr};
+  const size_t begin = scan::spaces(text, 0);
+  size_t end = scan::decimal(text, begin);
+  if (end == std::string::npos) {
+    const size_t word = scan::sign(text, begin);
+    end = word;
+    std::string lower;
+    while (end < text.size() && scan::letter(text[end])) lower += static_cast<char>(std::tolower(text[end++]));
+    if (!scan::one_of(lower, kWords)) return false;
+  }
+  if (scan::spaces(text, end) != text.size()) return false;
+  out = std::strtod(text.c_str() + begin, nullptr);
   return true;
 }
 
@@ -277,16 +289,23 @@ const std::map<std::string, double>& byte_units() {
 }
 
 double parse_bytes(const std::string& text) {
-  static const std::regex kNumber(R"(\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/]*|\xC2\xB5[A-Za-z/]*)\s*)");
-  std::smatch m;
-  if (!std::regex_match(text, m, kNumber)) throw SpecError("size " + quoted(text) + " is not a number with a unit");
-  std::string unit = m.str(2), lower;
+  const size_t begin = scan::spaces(text, 0);
+  const size_t number_end = scan::decimal(text, begin);
+  if (number_end == std::string::npos) throw SpecError("size " + quoted(text) + " is not a number with a unit");
+  size_t unit_begin = scan::spaces(text, number_end), unit_end = unit_begin;
+  while (unit_end < text.size() && (scan::letter(text[unit_end]) || text[unit_end] == '/' ||
+                                    text.compare(unit_end, 2, "\xC2\xB5") == 0))
+    unit_end += text[unit_end] == '\xC2' ? 2 : 1;
+  if (scan::spaces(text, unit_end) != text.size())
+    throw SpecError("size " + quoted(text) + " is not a number with a unit");
+  const std::string unit = text.substr(unit_begin, unit_end - unit_begin);
+  std::string lower;
   for (const char c : unit) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   const auto it = byte_units().find(lower);
   if (it == byte_units().end())
     throw SpecError("size " + quoted(text) + " has unknown unit " + quoted(unit) +
                     "; use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB");
-  const double value = std::strtod(m.str(1).c_str(), nullptr) * it->second;
+  const double value = std::strtod(text.substr(begin, number_end - begin).c_str(), nullptr) * it->second;
   if (!std::isfinite(value) || value < 0) throw SpecError("size " + quoted(text) + " must be finite and >= 0");
   return value;
 }
@@ -427,6 +446,7 @@ std::vector<FaultOption> checked_faults(const std::vector<DimSpec>& dims, const 
   std::vector<FaultOption> faults;
   for (const std::string& text : texts) faults.push_back(parse_fault(text));
   check_totals(dims);
+  if (faults.empty()) return faults;
   const Network base(dims);
   std::set<std::pair<int, int>> pairs;
   for (const Link& l : base.links()) pairs.insert({l.src, l.dst});

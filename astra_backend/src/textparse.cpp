@@ -2,7 +2,8 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <regex>
+
+#include "scan.hpp"
 
 namespace netsim {
 
@@ -91,23 +92,34 @@ struct JsonReader {
     }
     return false;
   }
+  // -?(0|[1-9]d*)(.d+)?([eE][-+]?d+)?
   bool number(Value& out) {
-    static const std::regex kNumber(R"(-?(?:0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?)");
-    std::smatch m;
-    const auto begin = s.begin() + static_cast<long>(i);
-    if (!std::regex_search(begin, s.end(), m, kNumber, std::regex_constants::match_continuous)) return false;
-    const std::string text = m.str(0);
-    i += text.size();
-    if (m[1].matched || m[2].matched) {
+    const size_t begin = i;
+    size_t j = i < s.size() && s[i] == '-' ? i + 1 : i;
+    if (j >= s.size() || !scan::digit(s[j])) return false;
+    j = s[j] == '0' ? j + 1 : scan::digits(s, j);
+    bool real = false;
+    if (j < s.size() && s[j] == '.') {
+      const size_t end = scan::digits(s, j + 1);
+      if (end == j + 1) return false;
+      j = end;
+      real = true;
+    }
+    const size_t end = scan::exponent(s, j, false);
+    real = real || end > j;
+    i = end;
+    const std::string text = s.substr(begin, end - begin);
+    if (real) {
       out.kind = Value::kReal;
       out.number = std::strtod(text.c_str(), nullptr);
       return true;
     }
     out.kind = Value::kInt;
     const double approx = std::strtod(text.c_str(), nullptr);
-    out.integer = std::fabs(approx) < 4e18 ? std::strtoll(text.c_str(), nullptr, 10) : (approx < 0 ? -(1LL << 62) : (1LL << 62));
+    const bool huge = std::fabs(approx) >= 4e18;
+    out.integer = !huge ? std::strtoll(text.c_str(), nullptr, 10) : (approx < 0 ? -(1LL << 62) : (1LL << 62));
     out.number = approx;
-    if (std::fabs(approx) >= 4e18) out.repr = text[0] == '-' && text.find_first_not_of("-0") == std::string::npos ? "0" : text;
+    if (huge) out.repr = text;
     return true;
   }
   bool value(Value& out, int depth) {
@@ -170,25 +182,34 @@ struct JsonReader {
 // A plain YAML scalar as PyYAML's safe loader resolves it, for the forms this reader takes:
 // decimal integers, floats with a point, null, booleans and identifiers; false for others.
 bool yaml_scalar(const std::string& text, Value& out) {
-  static const std::regex kInt(R"([-+]?(?:0|[1-9][0-9]*))");
-  static const std::regex kReal(R"([-+]?[0-9]+\.[0-9]*(?:[eE][-+][0-9]+)?)");
-  static const std::regex kWord(R"([A-Za-z][A-Za-z0-9_]*)");
-  static const std::regex kTrue(R"(yes|Yes|YES|true|True|TRUE|on|On|ON)");
-  static const std::regex kFalse(R"(no|No|NO|false|False|FALSE|off|Off|OFF)");
-  static const std::regex kNull(R"(~|null|Null|NULL)");
-  if (std::regex_match(text, kNull)) return out.kind = Value::kNone, true;
-  if (std::regex_match(text, kTrue)) return out.kind = Value::kBool, out.number = 1, true;
-  if (std::regex_match(text, kFalse)) return out.kind = Value::kBool, out.number = 0, true;
-  if (std::regex_match(text, kInt)) {
+  static const char* const kTrue[] = {"yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON", nullptr};
+  static const char* const kFalse[] = {"no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF", nullptr};
+  static const char* const kNull[] = {"~", "null", "Null", "NULL", nullptr};
+  if (scan::one_of(text, kNull)) return out.kind = Value::kNone, true;
+  if (scan::one_of(text, kTrue)) return out.kind = Value::kBool, out.number = 1, true;
+  if (scan::one_of(text, kFalse)) return out.kind = Value::kBool, out.number = 0, true;
+  const size_t start = scan::sign(text, 0);
+  const size_t int_end = scan::digits(text, start);
+  const bool plain_int = int_end == text.size() && int_end > start && (text[start] != '0' || int_end == start + 1);
+  if (plain_int) {  // [-+]?(0|[1-9][0-9]*)
     if (text.size() > 18) return false;
     out.kind = Value::kInt;
     out.integer = std::strtoll(text.c_str(), nullptr, 10);
     out.number = static_cast<double>(out.integer);
     return true;
   }
-  if (std::regex_match(text, kReal)) return out.kind = Value::kReal, out.number = std::strtod(text.c_str(), nullptr), true;
-  if (std::regex_match(text, kWord)) return out.kind = Value::kString, out.text = text, true;
-  return false;
+  if (int_end > start && int_end < text.size() && text[int_end] == '.' &&  // [-+]?d+.d*([eE][-+]d+)?
+      scan::exponent(text, scan::digits(text, int_end + 1), true) == text.size()) {
+    out.kind = Value::kReal;
+    out.number = std::strtod(text.c_str(), nullptr);
+    return true;
+  }
+  if (text.empty() || !scan::letter(text[0])) return false;  // [A-Za-z][A-Za-z0-9_]*
+  for (const char c : text)
+    if (!scan::letter(c) && !scan::digit(c) && c != '_') return false;
+  out.kind = Value::kString;
+  out.text = text;
+  return true;
 }
 
 std::string trim(const std::string& s) {
@@ -226,7 +247,6 @@ bool parse_json(const std::string& text, Value& out) {
 }
 
 bool parse_simple_yaml(const std::string& text, Value& out) {
-  static const std::regex kKey(R"(([A-Za-z_][A-Za-z0-9_]*):(?: +(.*))?)");
   out = Value{};
   out.kind = Value::kDict;
   Value* open_list = nullptr;  // the value of a `key:` line that `- item` lines fill
@@ -246,11 +266,17 @@ bool parse_simple_yaml(const std::string& text, Value& out) {
     while (!line.empty() && line.back() == ' ') line.pop_back();
     if (line.empty()) continue;
     if (line == "---" && out.fields.empty()) continue;
-    std::smatch m;
-    if (line[0] != ' ' && line[0] != '-' && std::regex_match(line, m, kKey)) {
-      if (out.get(m.str(1)) != nullptr) return false;
+    size_t colon = 0;  // a top-level `key:` ([A-Za-z_][A-Za-z0-9_]*), then nothing or spaces and a value
+    if (scan::letter(line[0]) || line[0] == '_') {
+      colon = 1;
+      while (colon < line.size() && (scan::letter(line[colon]) || scan::digit(line[colon]) || line[colon] == '_')) ++colon;
+      if (colon >= line.size() || line[colon] != ':' || (colon + 1 < line.size() && line[colon + 1] != ' ')) colon = 0;
+    }
+    if (colon > 0) {
+      const std::string key = line.substr(0, colon);
+      if (out.get(key) != nullptr) return false;
       Value value;
-      const std::string rest = m[2].matched ? trim(m.str(2)) : "";
+      const std::string rest = trim(line.substr(colon + 1));
       open_list = nullptr;
       if (rest.empty()) {
         value.kind = Value::kNone;
@@ -259,7 +285,7 @@ bool parse_simple_yaml(const std::string& text, Value& out) {
       } else if (!yaml_scalar(rest, value)) {
         return false;
       }
-      out.fields.emplace_back(m.str(1), value);
+      out.fields.emplace_back(key, value);
       if (rest.empty()) open_list = &out.fields.back().second;
       continue;
     }
