@@ -1,6 +1,7 @@
 """The compiled `rapid` launcher: `rapid net` runs in it without Python where it can, and prints
 exactly what the Python CLI prints (both run the same compiled command); everything else goes
 to the Python CLI with the same arguments."""
+import os
 import shutil
 import subprocess
 import sys
@@ -69,10 +70,11 @@ def test_net_on_astra_sim_files_runs_without_python_and_the_rest_goes_to_python(
     (networks / "python3").write_text('#!/bin/sh\necho "python $*"\nexit 7\n')
     (networks / "python3").chmod(0o755)
     launcher = str(networks / "rapid")
+    env = {k: v for k, v in os.environ.items() if k != "RAPID_PYTHON"}  # that would name the interpreter
     status, out, _ = run([launcher, "net", "--network", "switch8.json", "--collective", "all_reduce", "--size", "1MiB",
-                          "--json"], networks)
+                          "--json"], networks, env)
     assert status == 0 and out.startswith('{"time_s": ')
     for argv in (["net", "--network", "ours.yaml", "--collective", "all_reduce", "--size", "1MiB"],
                  ["net", "--help"], ["net", "--net", "switch8.json", "--collective", "all_reduce", "--size", "1"],
                  ["run", "--model", "llama3.1-8b"]):
-        assert run([launcher, *argv], networks)[:2] == (7, f"python -P -m sweep.cli {' '.join(argv)}\n")
+        assert run([launcher, *argv], networks, env)[:2] == (7, f"python -P -m sweep.cli {' '.join(argv)}\n")
