@@ -28,6 +28,7 @@ CASES = [
     ("python -c 'import numpy'", [sys.executable, "-c", "import numpy"], None),
     ("rapid --help", [*RAPID, "--help"], None),
     ("rapid run --help", [*RAPID, "run", "--help"], 0.35),
+    ("python -m sweep.cli run --help (no launcher)", [*PYTHON_CLI, "run", "--help"], None),
     ("rapid net --help", [*RAPID, "net", "--help"], None),
     ("rapid query --help", [*RAPID, "query", "--help"], None),
     ("rapid run (one point, analytical)", [*RAPID, "run", "--model", "llama3.1-8b", "--hardware", "h100-sxm5-80gb",
