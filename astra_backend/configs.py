@@ -2,11 +2,11 @@
 ASTRA-sim's analytical network YAML (`topology`, `npus_count`, `bandwidth` GiB/s, `latency` ns)."""
 import json
 
+from . import _netsim
 from .errors import NetworkSpecError
 from .spec import Dimension, topology_code
 from .units import parse_bandwidth, parse_time
 
-_ASTRA_GIB = 2**30 / 1e9  # ASTRA-sim bandwidth unit (GiB/s) in our GB/s
 _OUR_KEYS = {"name", "topology", "size", "link_bandwidth", "latency", "shape", "npus_per_leaf", "spines",
              "oversubscription", "parallelism", "axes", "efficiency"}
 # Keys of the hardware presets that describe NCCL's algorithms rather than links: in-switch
@@ -18,12 +18,16 @@ _ALGORITHM_KEYS = {"switch_reduction", "ll_bandwidth", "ring_fill_chunks", "all_
 def load_network_file(path, npus=None):
     """Reads either network YAML format and returns its list of Dimension; `npus` sizes an
     outermost dimension written `size: auto`. A file that parses as JSON (a subset of YAML) is
-    read as JSON, which spares `rapid net` importing the YAML parser."""
+    read as JSON, which spares `rapid net` importing the YAML parser; ASTRA-sim's format is read
+    and checked by the compiled reader that `rapid net` runs without Python."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except OSError as exc:
         raise NetworkSpecError(f"network file {path}: cannot be read ({exc.strerror})") from None
+    dims = _astra_sim(text, str(path))
+    if dims is not None:
+        return dims
     try:
         config = json.loads(text)
     except ValueError:
@@ -42,13 +46,9 @@ def _yaml(text, path):
 
 def network_from_config(config, source="network", npus=None):
     """A parsed YAML mapping (ours or ASTRA-sim's) -> list of Dimension."""
-    if not isinstance(config, dict):
-        raise NetworkSpecError(f"{source}: must be a mapping with `network:` or ASTRA-sim's `topology:`")
-    if "network" in config:
+    if isinstance(config, dict) and "network" in config:
         return _ours(config["network"], source, npus)
-    if "topology" in config:
-        return _astra_sim(config, source)
-    raise NetworkSpecError(f"{source}: has neither `network:` (our format) nor `topology:` (ASTRA-sim's)")
+    return _astra_sim(json.dumps(config, default=str), source)
 
 
 def _ours(dims, source, npus):
@@ -96,25 +96,14 @@ def _sized(size, npus, inner, outermost, field):
     return npus // inner
 
 
-def _astra_sim(config, source):
-    columns = {}
-    for key in ("topology", "npus_count", "bandwidth", "latency"):
-        value = config.get(key)
-        if not isinstance(value, list) or not value:
-            raise NetworkSpecError(f"{source}: {key}: {value!r} must be a non-empty list (ASTRA-sim format)")
-        columns[key] = value
-    lengths = {k: len(v) for k, v in columns.items()}
-    if len(set(lengths.values())) != 1:
-        raise NetworkSpecError(f"{source}: topology, npus_count, bandwidth and latency must have equal lengths, got {lengths}")
-    result = []
-    for d, (topology, size, bandwidth, latency) in enumerate(zip(*columns.values())):
-        for key, value in (("bandwidth", bandwidth), ("latency", latency)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise NetworkSpecError(f"{source}: {key}[{d}]: {value!r} must be a number")
-        dim = Dimension(topology, size, bandwidth * _ASTRA_GIB, latency * 1e-9)
-        dim.validated(f"{source}: dimension {d}")
-        result.append(dim)
-    return result
+def _astra_sim(text, source):
+    """Dimensions of ASTRA-sim's format read by the compiled reader (which also says when a
+    mapping is neither format); None for our format or YAML it leaves to PyYAML."""
+    try:
+        dims = _netsim.astra_sim_dims(text, source)
+    except ValueError as exc:
+        raise NetworkSpecError(str(exc)) from None
+    return None if dims is None else [Dimension(*dim) for dim in dims]
 
 
 # Topology codes ASTRA-sim's analytical backends take, with the name they spell them.
@@ -135,6 +124,6 @@ def astra_sim_network(dims) -> dict:
                                    f"equivalent; allowed: ring, fully_connected, switch")
         out["topology"].append(_ASTRA_SIM_TOPOLOGIES[code])
         out["npus_count"].append(int(dim.size))
-        out["bandwidth"].append(float(dim.bandwidth_gbps) / _ASTRA_GIB)
+        out["bandwidth"].append(float(dim.bandwidth_gbps) / _netsim.ASTRA_SIM_UNIT_GBPS)
         out["latency"].append(float(dim.latency_s) * 1e9)
     return out

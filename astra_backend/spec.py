@@ -4,34 +4,23 @@ from collections import namedtuple
 import math
 from numbers import Integral, Real
 
+from . import _netsim
 from .errors import NetworkSpecError
 
-# Topology names (lower case, without '_', '-' or spaces) -> C++ code.
-TOPOLOGY_CODES = {
-    "ringuni": 0, "unidirectionalring": 0,
-    "ring": 1, "ringbidir": 1, "bidirectionalring": 1,
-    "fullyconnected": 2,
-    "switch": 3,
-    "mesh": 4, "mesh1d": 4,
-    "mesh2d": 5,
-    "torus2d": 6,
-    "kingmesh2d": 7, "kingmesh": 7,
-    "hypercube": 8,
-    "fattree": 9,
-}
-_TWO_D = {5, 6, 7}
-MAX_NPUS = 1 << 20
-MAX_LINKS = 1 << 23
-MAX_FULLY_CONNECTED = 1024
+MAX_NPUS = _netsim.MAX_NPUS
 
 
 def topology_code(name, field="topology"):
     """Topology name as users write it ('Ring', 'fat_tree', 'Torus2D') -> C++ code."""
-    code = TOPOLOGY_CODES.get(str(name).lower().replace("_", "").replace("-", "").replace(" ", ""))
-    if code is None or isinstance(name, bool):
-        allowed = "ring, ring_uni, fully_connected, switch, mesh, mesh2d, torus2d, kingmesh2d, hypercube, fattree"
-        raise NetworkSpecError(f"{field}: {name!r} is not a topology; allowed: {allowed}")
-    return code
+    return _spec_error(_netsim.topology_code, name, field)
+
+
+def _spec_error(function, *args):
+    """A compiled check, its ValueError as NetworkSpecError."""
+    try:
+        return function(*args)
+    except ValueError as exc:
+        raise NetworkSpecError(str(exc)) from None
 
 
 def _int(value, field, low, high):
@@ -49,11 +38,6 @@ def _real(value, field, low, high, low_open=False):
     return float(value)
 
 
-def _square_factor(n):
-    """Largest divisor of n not above sqrt(n): the default 2-D shape is (n / it, it)."""
-    return max(d for d in range(1, math.isqrt(n) + 1) if n % d == 0)
-
-
 class Dimension(namedtuple("Dimension", "topology size bandwidth_gbps latency_s shape npus_per_leaf spines "
                                        "oversubscription", defaults=(0.0, None, None, None, 1.0))):
     """One network dimension: `size` NPUs joined by `topology`, every link `bandwidth_gbps` GB/s (1e9 B/s)
@@ -64,36 +48,9 @@ class Dimension(namedtuple("Dimension", "topology size bandwidth_gbps latency_s 
     __slots__ = ()
 
     def validated(self, field):
-        """The C++ record of this dimension; raises NetworkSpecError naming `field`."""
-        code = topology_code(self.topology, f"{field}.topology")
-        size = _int(self.size, f"{field}.size", 1, MAX_NPUS)
-        bandwidth = _real(self.bandwidth_gbps, f"{field}.bandwidth_gbps", 0.0, 1e9, low_open=True)
-        latency = _real(self.latency_s, f"{field}.latency_s", 0.0, 1e3)
-        record = {"topology": code, "size": size, "bandwidth_Bps": bandwidth * 1e9, "latency_s": latency,
-                  "shape_x": 0, "shape_y": 0, "npus_per_leaf": 0, "spines": 0, "oversubscription": 1.0}
-        if code == 2 and size > MAX_FULLY_CONNECTED:
-            raise NetworkSpecError(f"{field}.size: {size} is too large for fully_connected (at most {MAX_FULLY_CONNECTED})")
-        if code == 8 and size & (size - 1):
-            raise NetworkSpecError(f"{field}.size: {size} must be a power of two for hypercube")
-        if code in _TWO_D:
-            shape = self.shape if self.shape is not None else (size // _square_factor(size), _square_factor(size))
-            if not isinstance(shape, (tuple, list)) or len(shape) != 2:
-                raise NetworkSpecError(f"{field}.shape: {self.shape!r} must be two integers (x, y)")
-            x, y = (_int(v, f"{field}.shape", 1, MAX_NPUS) for v in shape)
-            if x * y != size:
-                raise NetworkSpecError(f"{field}.shape: {tuple(shape)!r} must multiply to size {size}")
-            record.update(shape_x=x, shape_y=y)
-        elif self.shape is not None:
-            raise NetworkSpecError(f"{field}.shape: only mesh2d, torus2d and kingmesh2d take a shape")
-        if code == 9:
-            per_leaf = _square_factor(size) if self.npus_per_leaf is None else self.npus_per_leaf
-            per_leaf = _int(per_leaf, f"{field}.npus_per_leaf", 1, size)
-            if size % per_leaf:
-                raise NetworkSpecError(f"{field}.npus_per_leaf: {per_leaf} must divide size {size}")
-            spines = _int(per_leaf if self.spines is None else self.spines, f"{field}.spines", 1, 4096)
-            over = _real(self.oversubscription, f"{field}.oversubscription", 0.0, 1e3, low_open=True)
-            record.update(npus_per_leaf=per_leaf, spines=spines, oversubscription=over)
-        return record
+        """The C++ record of this dimension; raises NetworkSpecError naming `field` (the checks
+        are compiled, shared with `rapid net`'s reader of ASTRA-sim files)."""
+        return _spec_error(_netsim.dimension_record, self, field)
 
 
 class SoftFault(namedtuple("SoftFault", "a b factor extra_latency_s", defaults=(0.0,))):
@@ -108,18 +65,6 @@ class HardFault(namedtuple("HardFault", "a b")):
     __slots__ = ()
 
 
-def _links_per_line(record):
-    """Upper bound on the directed links one line of a dimension adds."""
-    n, code = record["size"], record["topology"]
-    if code == 2:
-        return n * (n - 1)
-    if code == 8:
-        return n * max(1, n.bit_length() - 1)
-    if code == 9:
-        return 2 * n + 2 * (n // record["npus_per_leaf"]) * record["spines"]
-    return 8 * n
-
-
 def dims_arrays(dims):
     """Validated dimensions -> dict of int32 / float64 arrays for the C++ core."""
     if isinstance(dims, (str, bytes)) or not hasattr(dims, "__len__") or len(dims) == 0:
@@ -129,12 +74,7 @@ def dims_arrays(dims):
         if not isinstance(dim, Dimension):
             raise NetworkSpecError(f"dims[{d}]: {dim!r} must be a Dimension")
         records.append(dim.validated(f"dims[{d}]"))
-    npus = math.prod(r["size"] for r in records)
-    if npus > MAX_NPUS:
-        raise NetworkSpecError(f"dims: {npus} NPUs in total is more than the {MAX_NPUS} allowed")
-    links = sum(npus // r["size"] * _links_per_line(r) for r in records)
-    if links > MAX_LINKS:
-        raise NetworkSpecError(f"dims: {links} links in total is more than the {MAX_LINKS} allowed")
+    _spec_error(_netsim.check_totals, records)
     ints = ("topology", "size", "shape_x", "shape_y", "npus_per_leaf", "spines")
     return {k: array("i" if k in ints else "d", [r[k] for r in records]) for k in records[0]}
 

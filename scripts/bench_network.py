@@ -1,5 +1,6 @@
 """Ring and direct all-reduce, 64 MiB and 1 GiB, on Switch(1024), Ring(8) x Switch(128) and Ring(64):
-`rapid net` as a whole process (Python start-up included) and its simulation alone, against stock
+`rapid net` as a whole process (the installed `rapid`, a compiled launcher that runs these ASTRA-sim
+network files without starting Python) and its simulation alone (through the Python API), against stock
 ASTRA-sim's analytical binaries when ASTRA_SIM_BIN names them (':'-separated). Prints figures,
 asserts nothing: wall and CPU seconds (CPU time holds up better on a busy machine), peak RSS, and
 the ratios stock / ours of the whole processes, or ours whole / simulation alone. This process
@@ -193,7 +194,7 @@ def main():
         print(f"load average {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} CPUs; bytecode of "
               f"{', '.join(PACKAGES)} compiled before timing")
         print("ASTRA-sim: " + (", ".join(binaries) or "none (set ASTRA_SIM_BIN)"))
-        print("ours = `rapid net`, the whole command, Python start-up included; sim alone = our network built and "
+        print(f"ours = `{' '.join(rapid_command())} net`, the whole command as installed; sim alone = our network built and "
               "one collective simulated, timed inside a fresh process; collective_ms = the simulated time; ratios = stock / "
               "ours (whole processes), or ours / sim alone, of wall and of CPU time\n")
         print(f"{'case':<46} {'simulator':<18} {'collective_ms':>13} {'wall_s':>8} {'cpu_s':>8} {'rss_MiB':>8} "

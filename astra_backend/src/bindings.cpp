@@ -3,13 +3,17 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <memory>
 #include <optional>
 #include <vector>
 
 #include "collectives.hpp"
+#include "dimcheck.hpp"
 #include "engine.hpp"
+#include "netcli.hpp"
 #include "replay.hpp"
 #include "topology.hpp"
 
@@ -241,6 +245,135 @@ class Prepared {
   std::unique_ptr<PreparedReplay> replay_;
 };
 
+// A Python object as the validators see it: its kind, number, str() and repr().
+Value to_value(nb::handle h) {
+  static PyObject* integral = nb::object(nb::module_::import_("numbers").attr("Integral")).release().ptr();
+  static PyObject* real = nb::object(nb::module_::import_("numbers").attr("Real")).release().ptr();
+  Value v;
+  v.repr = nb::repr(h).c_str();
+  v.text = nb::str(h).c_str();
+  if (h.is_none()) {
+    v.kind = Value::kNone;
+  } else if (PyBool_Check(h.ptr())) {
+    v.kind = Value::kBool;
+    v.number = h.ptr() == Py_True ? 1 : 0;
+  } else if (PyObject_IsInstance(h.ptr(), integral) == 1) {
+    v.kind = Value::kInt;
+    nb::object index = nb::steal(PyNumber_Index(h.ptr()));
+    if (!index.is_valid()) throw nb::python_error();
+    int overflow = 0;
+    const long long x = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+    const int64_t limit = int64_t{1} << 62;
+    v.integer = overflow ? (overflow > 0 ? limit : -limit) : std::max<int64_t>(-limit, std::min<int64_t>(limit, x));
+    v.number = static_cast<double>(v.integer);
+  } else if (PyObject_IsInstance(h.ptr(), real) == 1) {
+    v.kind = Value::kReal;
+    v.number = PyFloat_AsDouble(h.ptr());
+    if (PyErr_Occurred()) throw nb::python_error();
+  } else if (nb::isinstance<nb::str>(h)) {
+    v.kind = Value::kString;
+  } else if (nb::isinstance<nb::list>(h) || nb::isinstance<nb::tuple>(h)) {
+    v.kind = nb::isinstance<nb::list>(h) ? Value::kList : Value::kTuple;
+    for (nb::handle item : h) v.items.push_back(to_value(item));
+  } else {
+    v.kind = Value::kOther;
+  }
+  return v;
+}
+
+nb::object to_python(const Value& v) {
+  switch (v.kind) {
+    case Value::kNone: return nb::none();
+    case Value::kBool: return nb::bool_(v.number != 0);
+    case Value::kInt: return nb::int_(v.integer);
+    case Value::kReal: return nb::float_(v.number);
+    case Value::kString: return nb::str(v.text.c_str(), v.text.size());
+    default: {
+      nb::list items;
+      for (const Value& item : v.items) items.append(to_python(item));
+      return std::move(items);
+    }
+  }
+}
+
+nb::dict dim_record(const DimSpec& s) {
+  nb::dict d;
+  d["topology"] = s.topology;
+  d["size"] = s.size;
+  d["bandwidth_Bps"] = s.bandwidth_Bps;
+  d["latency_s"] = s.latency_s;
+  d["shape_x"] = s.shape_x;
+  d["shape_y"] = s.shape_y;
+  d["npus_per_leaf"] = s.npus_per_leaf;
+  d["spines"] = s.spines;
+  d["oversubscription"] = s.oversubscription;
+  return d;
+}
+
+DimSpec from_record(nb::handle r) {
+  return DimSpec{nb::cast<int>(r["topology"]), nb::cast<int>(r["size"]), nb::cast<double>(r["bandwidth_Bps"]),
+                 nb::cast<double>(r["latency_s"]), nb::cast<int>(r["shape_x"]), nb::cast<int>(r["shape_y"]),
+                 nb::cast<int>(r["npus_per_leaf"]), nb::cast<int>(r["spines"]), nb::cast<double>(r["oversubscription"])};
+}
+
+// A Dimension (topology, size, bandwidth_gbps, latency_s, shape, npus_per_leaf, spines,
+// oversubscription) -> its validated record.
+nb::dict dimension_record(nb::handle dim, const std::string& field) {
+  DimInput in;
+  Value* slots[] = {&in.topology, &in.size, &in.bandwidth_gbps, &in.latency_s, &in.shape, &in.npus_per_leaf,
+                    &in.spines, &in.oversubscription};
+  for (int k = 0; k < 8; ++k) *slots[k] = to_value(dim[k]);
+  return dim_record(validate_dim(in, field));
+}
+
+std::vector<DimSpec> from_records(nb::handle records) {
+  std::vector<DimSpec> dims;
+  for (nb::handle r : records) dims.push_back(from_record(r));
+  return dims;
+}
+
+std::optional<std::string> optional_text(nb::handle h) {
+  if (h.is_none()) return std::nullopt;
+  return std::string(nb::str(h).c_str());
+}
+
+// `rapid net` from argparse's values; `fallback(path, npus)` loads a network file the C++
+// reader leaves to Python (our hardware YAML) as validated records. (status, stdout, stderr).
+nb::tuple rapid_net(nb::dict a, nb::callable fallback) {
+  NetArgs args;
+  args.network = nb::cast<std::string>(a["network"]);
+  args.collective = nb::cast<std::string>(a["collective"]);
+  args.size = nb::cast<std::string>(a["size"]);
+  args.algorithm = nb::cast<std::string>(a["algorithm"]);
+  args.root = nb::cast<std::string>(a["root"]);
+  args.chunks = nb::cast<std::string>(a["chunks"]);
+  args.top = nb::cast<std::string>(a["top"]);
+  args.npus = optional_text(a["npus"]);
+  if (!a["group"].is_none()) args.group = nb::cast<std::vector<std::string>>(a["group"]);
+  args.faults = nb::cast<std::vector<std::string>>(a["fault"]);
+  args.flat = nb::cast<bool>(a["flat"]);
+  args.json = nb::cast<bool>(a["json"]);
+  const NetworkFallback load = [&](const std::string& path, std::optional<int64_t> npus) {
+    try {
+      return from_records(fallback(path, npus ? nb::object(nb::int_(*npus)) : nb::none()));
+    } catch (nb::python_error& e) {
+      if (!e.matches(PyExc_ValueError)) throw;
+      throw SpecError(nb::str(e.value()).c_str());
+    }
+  };
+  const NetOutcome outcome = run_net(args, load);
+  return nb::make_tuple(outcome.status, outcome.out, outcome.err);
+}
+
+nb::list options_table() {
+  static const char* const kinds[] = {"value", "list", "append", "flag"};
+  nb::list out;
+  for (const NetOption& o : net_options())
+    out.append(nb::make_tuple(o.flag, kinds[o.kind], o.required, o.metavar ? nb::object(nb::str(o.metavar)) : nb::none(),
+                              o.default_value ? nb::object(nb::str(o.default_value)) : nb::none(), o.help));
+  return out;
+}
+
 }  // namespace
 
 NB_MODULE(_netsim, m) {
@@ -253,4 +386,38 @@ NB_MODULE(_netsim, m) {
       .def(nb::init<const nb::dict&, const nb::dict&, const nb::dict&, int, bool>())
       .def("run", &Prepared::run, nb::arg("faults"), nb::arg("duration_s").none())
       .def("shape", &Prepared::shape);
+  m.attr("MAX_NPUS") = kMaxNpus;
+  m.attr("MAX_LINKS") = kMaxLinks;
+  m.attr("ASTRA_SIM_UNIT_GBPS") = kAstraSimUnitGBps;
+  m.def("dimension_record", &dimension_record, "A Dimension's validated record (ValueError naming `field`).");
+  m.def("check_totals", [](nb::handle records) { check_totals(from_records(records)); },
+        "Raises ValueError when validated dimensions exceed the NPU or link limits.");
+  m.def("topology_code", [](nb::handle name, const std::string& field) { return topology_code(to_value(name), field); },
+        "A topology name as users write it -> its code (ValueError naming `field`).");
+  m.def("astra_sim_dims", [](const std::string& text, const std::string& source) -> nb::object {
+          const auto dims = astra_sim_dims(text, source);
+          if (!dims) return nb::none();
+          nb::list out;
+          for (const DimInput& d : *dims)
+            out.append(nb::make_tuple(to_python(d.topology), to_python(d.size), d.bandwidth_gbps.number, d.latency_s.number));
+          return std::move(out);
+        }, "An ASTRA-sim network file's text -> (topology, size, GB/s, s) per dimension; None for other formats.");
+  m.def("parse_fault", [](const std::string& text) {
+          const FaultOption f = parse_fault(text);
+          return nb::make_tuple(f.a, f.b, f.factor);
+        }, "--fault SRC-DST:FACTOR -> (a, b, factor).");
+  m.def("parse_bytes", &parse_bytes, "'64MiB', '1 GB', '4096' -> bytes (ValueError otherwise).");
+  {
+    nb::dict units;
+    for (const auto& [unit, scale] : byte_units()) units[unit.c_str()] = scale;
+    m.attr("BYTE_UNITS") = units;
+  }
+  m.def("top_links", &top_links, "--top K -> K, an integer >= 0.");
+  m.def("cli_faults", [](nb::handle records, const std::vector<std::string>& texts) {
+          nb::list out;
+          for (const FaultOption& f : checked_faults(from_records(records), texts)) out.append(nb::make_tuple(f.a, f.b, f.factor));
+          return out;
+        }, "--fault options checked against a network's links -> (a, b, factor) each.");
+  m.def("net_options", &options_table, "`rapid net`'s options: (flag, kind, required, metavar, default, help).");
+  m.def("rapid_net", &rapid_net, "Runs `rapid net` -> (exit status, stdout, stderr).");
 }

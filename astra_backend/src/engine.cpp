@@ -186,7 +186,8 @@ struct LinkState {
   int heap_pos = -1;    // water-filling scratch: index in the share heap, -1 when out
 };
 
-// Min-heap of links keyed by their fair share, one entry per link, updated in place.
+// Min-heap of links keyed by their fair share, one entry per link, updated in place. Each entry
+// holds its key beside the link id, so a sift compares without visiting the links.
 class ShareHeap {
  public:
   explicit ShareHeap(std::vector<LinkState>& links) : links_(links) {}
@@ -195,12 +196,12 @@ class ShareHeap {
 
   void push(int link) {
     links_[link].heap_pos = static_cast<int>(heap_.size());
-    heap_.push_back(link);
+    heap_.push_back(Entry{links_[link].share, link});
     sift_up(heap_.size() - 1);
   }
 
   int pop() {
-    const int top = heap_.front();
+    const int top = heap_.front().link;
     remove(top);
     return top;
   }
@@ -208,52 +209,56 @@ class ShareHeap {
   // Moves `link` to its place after its share changed.
   void update(int link) {
     const size_t i = static_cast<size_t>(links_[link].heap_pos);
+    heap_[i].share = links_[link].share;
     sift_up(i);
     sift_down(static_cast<size_t>(links_[link].heap_pos));
   }
 
   void remove(int link) {
     const size_t i = static_cast<size_t>(links_[link].heap_pos);
-    const int last = heap_.back();
+    const Entry last = heap_.back();
     heap_.pop_back();
     links_[link].heap_pos = -1;
-    if (last == link) return;
+    if (last.link == link) return;
     place(i, last);
-    update(last);
+    update(last.link);
   }
 
  private:
-  double key(size_t i) const { return links_[heap_[i]].share; }
+  struct Entry {
+    double share;
+    int link;
+  };
 
-  void place(size_t i, int link) {
-    heap_[i] = link;
-    links_[link].heap_pos = static_cast<int>(i);
+  double key(size_t i) const { return heap_[i].share; }
+
+  void place(size_t i, const Entry& e) {
+    heap_[i] = e;
+    links_[e.link].heap_pos = static_cast<int>(i);
   }
 
   void sift_up(size_t i) {
-    const int link = heap_[i];
-    const double share = links_[link].share;
-    while (i > 0 && key((i - 1) / 2) > share) {
+    const Entry e = heap_[i];
+    while (i > 0 && key((i - 1) / 2) > e.share) {
       place(i, heap_[(i - 1) / 2]);
       i = (i - 1) / 2;
     }
-    place(i, link);
+    place(i, e);
   }
 
   void sift_down(size_t i) {
-    const int link = heap_[i];
-    const double share = links_[link].share;
+    const Entry e = heap_[i];
     for (size_t child = 2 * i + 1; child < heap_.size(); child = 2 * i + 1) {
       if (child + 1 < heap_.size() && key(child + 1) < key(child)) ++child;
-      if (!(key(child) < share)) break;
+      if (!(key(child) < e.share)) break;
       place(i, heap_[child]);
       i = child;
     }
-    place(i, link);
+    place(i, e);
   }
 
   std::vector<LinkState>& links_;
-  std::vector<int> heap_;
+  std::vector<Entry> heap_;
 };
 
 class Simulator {

@@ -142,21 +142,34 @@ void Network::dor_in_line(int d, int base, int a, int b, std::vector<int>& out) 
   auto npu = [&](int k) { return base + k * st; };
   const int X = s.shape_x;
   switch (s.topology) {
-    case kRing:
-      for (int k = a; k != b; k = (k + 1) % n) hop(npu(k), npu((k + 1) % n), out);
+    case kRing: {
+      // build_line adds k -> k + 1 as link first + k
+      const int first = line_first_link_[d][(base % st) + st * (base / (st * n))];
+      for (int k = a; k != b; k = (k + 1) % n) out.push_back(first + k);
       break;
+    }
     case kRingBidir: {
       const int fwd = (b - a + n) % n;
       const int step = fwd <= n - fwd ? 1 : n - 1;
-      for (int k = a; k != b; k = (k + step) % n) hop(npu(k), npu((k + step) % n), out);
+      if (n == 2) {
+        hop(npu(a), npu(b), out);
+        break;
+      }
+      // build_line adds k -> k + 1 as link first + 2k and k + 1 -> k as first + 2k + 1 (mod n)
+      const int first = line_first_link_[d][(base % st) + st * (base / (st * n))];
+      for (int k = a; k != b; k = (k + step) % n)
+        out.push_back(step == 1 ? first + 2 * k : first + 2 * ((k + n - 1) % n) + 1);
       break;
     }
     case kFullyConnected:
       hop(npu(a), npu(b), out);
       break;
-    case kMesh1D:
-      for (int k = a; k != b; k += (b > a ? 1 : -1)) hop(npu(k), npu(k + (b > a ? 1 : -1)), out);
+    case kMesh1D: {
+      // build_line adds k -> k + 1 as link first + 2k and k + 1 -> k as first + 2k + 1
+      const int first = line_first_link_[d][(base % st) + st * (base / (st * n))];
+      for (int k = a; k != b; k += (b > a ? 1 : -1)) out.push_back(b > a ? first + 2 * k : first + 2 * (k - 1) + 1);
       break;
+    }
     case kHyperCube:
       for (int k = a, bit = 1; k != b; bit <<= 1)
         if ((k ^ b) & bit) {
