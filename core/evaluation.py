@@ -35,7 +35,8 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
     gpus = par.gpus if gpus is None else gpus
     if backend not in BACKENDS:
         raise SpecError("", "backend", backend, f"expected one of {', '.join(BACKENDS)}")
-    reason = _layout_reason(model, memory_view(hw), par, work, gpus)
+    view = memory_view(hw)
+    reason = _layout_reason(model, view, par, work, gpus)
     if reason:
         raise SpecError("", "parallelism", _layout_text(par), reason)
     if isinstance(work, ServeWorkload):
@@ -45,7 +46,7 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
         if reason:
             raise SpecError("", "parallelism", _layout_text(par), reason)
         return _serve_record(model, hw, par, work)
-    record = _memory_fields(estimate_memory(model, hw, par, work))
+    record = _memory_fields(_estimate(model, view, par, work, False))
     record.update(_NO_ENERGY)
     if not record["feasible"] and not time_infeasible:
         record.update(_UNTIMED_NAN)
