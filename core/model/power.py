@@ -58,16 +58,19 @@ def voltage_sq(share: float, floor: float) -> float:
 def energy_j(power: PowerSpec, work: Activity) -> float:
     """Joules one GPU spends on `work` at the clock share it was timed at."""
     v2 = voltage_sq(work.clock, power.voltage_floor)
-    flop_j = flops_j(power, work.flops)
+    flop_j = flops_j(power.flop_energy_j, work.flops)
     return (power.idle_w * work.time_s + power.active_w * work.clock * v2 * work.busy_s + v2 * flop_j
             + power.hbm_energy_j_per_byte * work.hbm_bytes + power.link_energy_j_per_byte * work.link_bytes)
 
 
 @lru_cache(maxsize=16384)
-def flops_j(power: PowerSpec, flops: tuple) -> float:
-    """Switching joules of ((dtype, FLOPs), ...) at the boost clock's voltage (memoized: a
-    step's FLOPs are shared by its layouts apart only in communication)."""
-    return sum(count * power.flop_energy(dtype) for dtype, count in flops)
+def flops_j(flop_energy_j: tuple, flops: tuple) -> float:
+    """Switching joules of ((dtype, FLOPs), ...) at the boost clock's voltage, from a
+    PowerSpec's flop_energy_j. Memoized on the two tuples, not the PowerSpec: a step's FLOPs
+    are shared by its layouts apart only in communication, and the table by hardware variants
+    (equal PowerSpecs of a sweep's variants are apart objects, compared field by field)."""
+    energy = dict(flop_energy_j)
+    return sum(count * energy[dtype] for dtype, count in flops)
 
 
 def power_w(power: PowerSpec, work: Activity) -> float:
@@ -99,7 +102,7 @@ def _clock_under(power: PowerSpec, busy_s: float, bound_s: float, clock: float, 
                  link_bytes: float, limit_w: float) -> float:
     """clock_under on the numbers it reads (not the wall time: steps that differ only in
     exposed communication ask again)."""
-    flop_j = flops_j(power, flops)
+    flop_j = flops_j(power.flop_energy_j, flops)
     fixed_j = power.hbm_energy_j_per_byte * hbm_bytes + power.link_energy_j_per_byte * link_bytes
     idle_w, active_w, floor = power.idle_w, power.active_w, power.voltage_floor
 
