@@ -9,8 +9,7 @@ from .graph import LayerGraph, LayerShape, build_layer
 from .memo import on_fields
 from .layout import stage_groups, stage_layers, warmup_forwards
 from .ops.recurrent import STATE_BYTES
-from .specs import (DTYPE_BYTES, LOW_PRECISION_DTYPES, WEIGHT_FORMAT_BYTES, HardwareSpec, ModelSpec, Parallelism,
-                    hash_once, quantized_bytes)
+from .specs import DTYPE_BYTES, LOW_PRECISION_DTYPES, WEIGHT_FORMAT_BYTES, HardwareSpec, ModelSpec, Parallelism, quantized_bytes
 
 GiB = 2**30
 # Bytes per parameter of the optimizer's master weights (specs.MASTER_WEIGHTS): apex's
@@ -44,7 +43,6 @@ FRAGMENTATION = 0.05
 FIXED_SEGMENT_FRAGMENTATION = 0.42
 
 
-@hash_once
 @dataclass(frozen=True)
 class MemoryEstimate:
     weights_bytes: float
