@@ -35,7 +35,7 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
     gpus = par.gpus if gpus is None else gpus
     if backend not in BACKENDS:
         raise SpecError("", "backend", backend, f"expected one of {', '.join(BACKENDS)}")
-    reason = _layout_reason(model, memory_view(hw), par, work, gpus)
+    reason, memory = _verdict(model, memory_view(hw), par, work, gpus)
     if reason:
         raise SpecError("", "parallelism", _layout_text(par), reason)
     if isinstance(work, ServeWorkload):
@@ -45,8 +45,7 @@ def evaluate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
         if reason:
             raise SpecError("", "parallelism", _layout_text(par), reason)
         return _serve_record(model, hw, par, work)
-    record = _memory_fields(estimate_memory(model, hw, par, work))
-    record.update(_NO_ENERGY)
+    record = {**memory, "memory": dict(memory["memory"]), **_NO_ENERGY}  # fresh dicts over the memoized ones
     if not record["feasible"] and not time_infeasible:
         record.update(_UNTIMED_NAN)
         record["breakdown"], record["detail"] = {}, {}
@@ -149,9 +148,14 @@ def energy_fields(hw: HardwareSpec, par: Parallelism, work, gpus: int, step_s: f
 
 
 @functools.lru_cache(maxsize=16384)
-def _layout_reason(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: int) -> str | None:
-    """check_layout, memoized: a sweep meets each layout once per hardware variant."""
-    return check_layout(model, hw, par, work, gpus)
+def _verdict(model: ModelSpec, view: HardwareSpec, par: Parallelism, work, gpus: int) -> tuple:
+    """(check_layout's reason, None) for an illegal layout or a serving one; else (None, the
+    memory fields of a training or inference point). Memoized on the hardware's memory_view:
+    a sweep meets each layout once per hardware variant, and one lookup answers both."""
+    reason = check_layout(model, view, par, work, gpus)
+    if reason or isinstance(work, ServeWorkload):
+        return reason, None
+    return None, _memory_summary(_estimate(model, view, par, work, False))
 
 
 def estimate_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work,
@@ -175,14 +179,7 @@ def _layout_text(par: Parallelism) -> str:
     return f"dp={par.dp} tp={par.tp} pp={par.pp} cp={par.cp} ep={par.ep}"
 
 
-def _memory_fields(memory) -> dict:
-    """A record's memory fields, fresh dicts over the estimate's memoized ones."""
-    fields = _memory_summary(memory)
-    return {**fields, "memory": dict(fields["memory"])}
-
-
-@functools.lru_cache(maxsize=16384)
-def _memory_summary(memory) -> dict:
+def _memory_summary(memory: MemoryEstimate) -> dict:
     return {"feasible": memory.feasible, "infeasible_reason": memory.reason(),
             "memory_peak_gib": memory.peak_bytes / GiB,
             "memory": {f"{kind}_gib": value / GiB for kind, value in memory.by_kind().items()}}

@@ -9,7 +9,7 @@ import pytest
 import core
 from core.model import energy, layout, memory, training
 from core.model.graph import train_shape
-from core.evaluation import _layout_reason, estimate_memory
+from core.evaluation import _verdict, estimate_memory
 from core.model.memory import MemoryEstimate
 from core.model.specs import memory_view
 
@@ -128,5 +128,5 @@ def test_memory_and_layout_verdicts_read_no_rate(dtype):
             engine = replace(par, zero=0, overlap_param_gather=False)
             assert comparable(estimate_memory(model, hw, engine, infer)) == comparable(memory.inference_memory(
                 model, hw, engine, infer.batch, infer.prompt, infer.decode, infer.kv_bytes(hw)))
-            assert _layout_reason(model, memory_view(hw), illegal, WORK, 6) == layout.check_layout(
+            assert _verdict(model, memory_view(hw), illegal, WORK, 6)[0] == layout.check_layout(
                 model, hw, illegal, WORK, 6)

@@ -7,11 +7,10 @@ from functools import lru_cache
 from . import ops
 from .graph import LayerShape, build_decode_layer, build_layer, train_shape
 from .inference import decode_steps, infer_request, request_flops
-from .layout import group_spans
 from .memo import on_fields
 from .power import Activity, busy_power_w, whole_step_clock
 from .specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism, TrainWorkload
-from .training import edge_ops, layer_profile, optimizer_step_s, train_step
+from .training import edge_ops, optimizer_step_s, train_step
 
 # The clock share the compute-bound time is probed at: kernels timed at PROBE_CLOCK of their
 # clock run (1 / PROBE_CLOCK - 1) * their compute-bound seconds longer. Near the shares a power
@@ -68,10 +67,11 @@ def _add(into: dict, flops: tuple, scale: float) -> None:
         into[dtype] = into.get(dtype, 0.0) + count * scale
 
 
-# The layout fields a step's layer, edge and link sums read (the layer shape, the groups'
-# spans): not the ZeRO stage or the pipeline's split, which only the optimizer step sees.
-LAYER_WORK_FIELDS = ("dp", "tp", "pp", "cp", "ep", "sp", "micro_batch", "recompute", "placement", "etp",
-                     "overlap_tp_comm", "grad_dtype", "grad_accumulation_fusion")
+# The layout fields a step's layer, edge and link sums read (the layer shape, the counts of
+# micro-batches and stages): not the ZeRO stage or the pipeline's split, which only the optimizer
+# step sees, nor the placement, which moves the communication but not the work.
+LAYER_WORK_FIELDS = ("dp", "tp", "pp", "cp", "ep", "sp", "micro_batch", "recompute", "etp", "overlap_tp_comm",
+                     "grad_dtype", "grad_accumulation_fusion")
 # ... and with the optimizer step's (memory-bound seconds and bytes) those of optimizer_step_s too.
 TRAIN_WORK_FIELDS = (*LAYER_WORK_FIELDS, "zero", "virtual_stages", "first_stage_layers", "last_stage_layers",
                      "fp8_params")
@@ -92,14 +92,11 @@ def _train_work(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Trai
 def _layer_work(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: TrainWorkload, gpus: int) -> tuple:
     """_train_work but its optimizer step: (busy seconds, ((dtype, FLOPs), ...) unsorted, HBM
     bytes, link bytes)."""
-    dims = hw.dims_for(gpus)
-    spans = group_spans(par, dims)
-    spans_key = tuple(sorted((axis, spans.get(axis, ())) for axis in ("tp", "cp", "ep", "etp")))
     shape = train_shape(par, work)
     micro = work.global_batch // (par.dp * par.micro_batch)
     flops, busy, hbm, link = {}, 0.0, 0.0, 0.0
     for spec, count in model.trained_groups():  # each kind of layer once, weighted by its count
-        graph = layer_profile(spec, hw, dims, shape, spans_key, par.recompute).graph
+        graph = build_layer(spec, hw, shape)  # layer_profile's graph, without timing its communication
         layers = count / par.pp
         passes = [_graph_sums(graph, hw, "forward"), _graph_sums(graph, hw, "backward")]
         if par.recompute == "full":

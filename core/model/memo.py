@@ -18,7 +18,7 @@ def on_fields(*names: str, at: int = 2, size: int = MEMO_SIZE):
 
         @wraps(function)
         def memoized(*args):
-            key = (*args[:at], read(args[at]), *args[at + 1:])
+            key = args[:at] + (read(args[at]),) + args[at + 1:]
             try:
                 return cache[key]
             except KeyError:

@@ -16,7 +16,7 @@ links run on their own clocks and voltages. Measured on our own H100 (graded loa
 lower clock saves less per FLOP than V ~ f says, so a limit takes the clock further down. A limit below what the work would
 draw at the boost clock lowers r until the power while kernels run meets it (busy_power_w);
 compute-bound time then stretches by 1/r, memory-bound time does not."""
-from dataclasses import dataclass
+from collections import namedtuple
 from functools import lru_cache
 
 from .specs import PowerSpec
@@ -28,22 +28,17 @@ CLOCK_FLOOR = 0.35
 _BISECTIONS = 30  # the clock to within 1e-9 of the boost clock
 
 
-@dataclass(frozen=True)
-class Activity:
-    """What one GPU does over `time_s` at the clock it was timed at (`clock` of the boost);
+class Activity(namedtuple("Activity", ("time_s", "busy_s", "flops", "hbm_bytes", "link_bytes", "compute_bound_s",
+                                         "busy_compute_bound_s", "clock"), defaults=(0.0, 0.0, 0.0, 1.0))):
+    """What one GPU does over `time_s` at the clock it was timed at (`clock` of the boost):
+    `busy_s` of kernels, tensor-core `flops` ((dtype, FLOPs), ...), HBM and link bytes;
     `compute_bound_s` of the wall time, and `busy_compute_bound_s` of the busy time, scale
-    with 1 / clock."""
-    time_s: float
-    busy_s: float
-    flops: tuple  # ((dtype, FLOPs), ...)
-    hbm_bytes: float
-    link_bytes: float = 0.0
-    compute_bound_s: float = 0.0
-    busy_compute_bound_s: float = 0.0
-    clock: float = 1.0
+    with 1 / clock. A named tuple, not a frozen dataclass: a sweep makes several per point,
+    and a tuple is built in a third of the time (collections', as typing costs start-up)."""
+    __slots__ = ()
 
     def spanning(self, time_s: float) -> "Activity":
-        """The same work over another wall time (dataclasses.replace, without its cost)."""
+        """The same work over another wall time."""
         return Activity(time_s, self.busy_s, self.flops, self.hbm_bytes, self.link_bytes, self.compute_bound_s,
                         self.busy_compute_bound_s, self.clock)
 
@@ -63,16 +58,19 @@ def voltage_sq(share: float, floor: float) -> float:
 def energy_j(power: PowerSpec, work: Activity) -> float:
     """Joules one GPU spends on `work` at the clock share it was timed at."""
     v2 = voltage_sq(work.clock, power.voltage_floor)
-    flop_j = flops_j(power, work.flops)
+    flop_j = flops_j(power.flop_energy_j, work.flops)
     return (power.idle_w * work.time_s + power.active_w * work.clock * v2 * work.busy_s + v2 * flop_j
             + power.hbm_energy_j_per_byte * work.hbm_bytes + power.link_energy_j_per_byte * work.link_bytes)
 
 
 @lru_cache(maxsize=16384)
-def flops_j(power: PowerSpec, flops: tuple) -> float:
-    """Switching joules of ((dtype, FLOPs), ...) at the boost clock's voltage (memoized: a
-    step's FLOPs are shared by its layouts apart only in communication)."""
-    return sum(count * power.flop_energy(dtype) for dtype, count in flops)
+def flops_j(flop_energy_j: tuple, flops: tuple) -> float:
+    """Switching joules of ((dtype, FLOPs), ...) at the boost clock's voltage, from a
+    PowerSpec's flop_energy_j. Memoized on the two tuples, not the PowerSpec: a step's FLOPs
+    are shared by its layouts apart only in communication, and the table by hardware variants
+    (equal PowerSpecs of a sweep's variants are apart objects, compared field by field)."""
+    energy = dict(flop_energy_j)
+    return sum(count * energy[dtype] for dtype, count in flops)
 
 
 def power_w(power: PowerSpec, work: Activity) -> float:
@@ -104,7 +102,7 @@ def _clock_under(power: PowerSpec, busy_s: float, bound_s: float, clock: float, 
                  link_bytes: float, limit_w: float) -> float:
     """clock_under on the numbers it reads (not the wall time: steps that differ only in
     exposed communication ask again)."""
-    flop_j = flops_j(power, flops)
+    flop_j = flops_j(power.flop_energy_j, flops)
     fixed_j = power.hbm_energy_j_per_byte * hbm_bytes + power.link_energy_j_per_byte * link_bytes
     idle_w, active_w, floor = power.idle_w, power.active_w, power.voltage_floor
 

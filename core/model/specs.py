@@ -673,6 +673,7 @@ class Parallelism:
         return self.etp or self.tp
 
 
+@hash_once
 @dataclass(frozen=True)
 class TrainWorkload:
     global_batch: int
@@ -684,6 +685,7 @@ class TrainWorkload:
     tokens_total: float = 0.0  # a whole run's training tokens (run_days, run_mwh); 0: not asked
 
 
+@hash_once
 @dataclass(frozen=True)
 class InferWorkload:
     batch: int
@@ -696,6 +698,7 @@ class InferWorkload:
         return kv_element_bytes(self.kv_dtype) if self.kv_dtype else hw.act_bytes
 
 
+@hash_once
 @dataclass(frozen=True)
 class ServeWorkload:
     """A serving engine under a stream of requests (core.serving): `isl` prompt and `osl` output

@@ -323,6 +323,7 @@ def _sharded_stage_params(model: ModelSpec, par: Parallelism, sharded: bool) -> 
     return max(dense / dense_shard + expert / expert_shard for dense, expert in stage_param_parts(model, par))
 
 
+@lru_cache(maxsize=4096)  # asked once per point, the same for every layout
 def model_flops(model: ModelSpec, work: TrainWorkload, score_share: float | None = None) -> float:
     """Model FLOPs of one iteration for MFU, as the kernels execute them: 6 per parameter per
     token outside the embedding tables, 6 * hidden * vocab for the output layer's matmul (tied

@@ -2,13 +2,14 @@
 
 Returning columns (not row dicts) keeps the driver cheap."""
 import time
+from operator import itemgetter
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from core import Parallelism, evaluate
 from core.model.specs import POOL_KNOBS
-from sweep.metrics import METRICS, SERVE_METRICS
+from sweep.metrics import COST, METRICS, SERVE_METRICS
 from sweep.study.cost_block import cost_fields
 from sweep.study.grid import PointBlock
 from sweep.study.plan import PARALLELISM_FIELDS
@@ -34,25 +35,32 @@ def evaluate_points(context: WorkContext, points) -> pa.Table:
     records, seconds = [], []
     models, hardware, workload, gpus, backend = (context.models, context.hardware, context.workload, context.gpus,
                                                  context.backend)
+    priced = context.cost is not None
+    clock = time.perf_counter
     for row, (fields, model_index, hardware_index) in enumerate(zip(layouts, model_codes, hardware_codes)):
         par = layout(fields)
-        start = time.perf_counter()
+        start = clock()
         work = context.workload_of(knob_columns, row) if context.workload_knobs else workload
         record = evaluate(models[model_index], hardware[hardware_index], par, work, gpus, backend=backend)
-        record.update(cost_fields(record, context.cost, work, gpus, par))
+        if priced:
+            record.update(cost_fields(record, context.cost, work, gpus, par))
         records.append(record)
-        seconds.append(time.perf_counter() - start)
+        seconds.append(clock() - start)
     columns["feasible"] = [r["feasible"] for r in records]
     columns["infeasible_reason"] = [r["infeasible_reason"] for r in records]
-    for key in METRICS + (SERVE_METRICS if workload.mode == "serve" else ()):
-        columns[key] = _numbers([r[key] for r in records])
+    metrics = METRICS + (SERVE_METRICS if workload.mode == "serve" else ())
+    # no cost block: the dollar columns are null (cost_fields' answer without prices)
+    computed = metrics if priced else tuple(key for key in metrics if key not in COST)
+    values = dict(zip(computed, zip(*map(itemgetter(*computed), records)))) if records else {}
+    for key in metrics:
+        columns[key] = _numbers(values[key]) if key in values else pa.nulls(n, pa.float64())
     # a part of the time a timed point does not have is 0 s; an untimed (memory-infeasible)
     # point has no breakdown at all (null); a memory kind not counted is 0 GiB
     timed = pc.is_valid(columns["step_time_s"]).to_pylist()
     for group in ("memory", "breakdown", "detail"):
         entries = [r[group] for r in records]
         missing = [0.0] * n if group == "memory" else [0.0 if t else None for t in timed]
-        for key in sorted({k for entry in entries for k in entry}):
+        for key in sorted(set().union(*entries)):
             columns[f"{group}_{key}"] = _numbers([entry.get(key, absent) for entry, absent in zip(entries, missing)])
     if any("busiest_links" in r for r in records):
         top = [r.get("busiest_links") or [None] for r in records]

@@ -8,6 +8,7 @@ whose worker or node died, and hands each finished table to the caller as it arr
 `close()` while an exception unwinds (Ctrl-C, SIGTERM, an error) stops at once: batches still
 running are abandoned, not waited for (their rows were never written, so a rerun does them)."""
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -76,18 +77,33 @@ class InProcessExecutor:
 
 _POOL_CONTEXT = None
 PARENT_POLL_S = 0.5
+# Container allocations between a worker's young-generation garbage collections (CPython's
+# default: 700): core's memos keep many small objects, which each collection walked again.
+GC_YOUNG_ALLOCATIONS = 50_000
 
 
 def _set_pool_context(context: WorkContext) -> None:
     """Worker start-up: keep the context, leave Ctrl-C to the driver (which stops the pool
     and says so in one line), end at SIGTERM (the driver's handler, inherited at the fork, would
     turn it into a batch's exception, sent back through a result queue a dead sibling may hold
-    locked), and exit as soon as the driver is gone, even after SIGKILL."""
+    locked), exit as soon as the driver is gone, even after SIGKILL, and collect garbage less
+    often (_settle_gc)."""
     global _POOL_CONTEXT
     _POOL_CONTEXT = context
+    _settle_gc()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
+
+
+def _settle_gc() -> None:
+    """What the worker starts with (modules, the context) leaves the collector's view
+    (gc.freeze) and young collections run every GC_YOUNG_ALLOCATIONS allocations: at the
+    default rate the 1.8 M-combination study's worker spent ~7 % of its instructions in the
+    collector, at this one ~2 %. The model makes no reference cycles per point, so nothing
+    waits much longer to be freed."""
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_ALLOCATIONS, *gc.get_threshold()[1:])
 
 
 def _exit_with_parent(parent: int) -> None:

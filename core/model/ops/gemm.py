@@ -30,42 +30,55 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     per_sm_sram = gpu.sram.bandwidth_bps / gpu.sm_count
     mixed_bw = mixed_bandwidth_bps(hw)
     b_bw = stream_bandwidth_bps(hw) if weights else mixed_bw
+    l2_bw = gpu.l2.bandwidth_bps
+    unique_in = (m * k + k * n) * in_bytes * batch
+    best = float("inf")
+    best_hbm = unique_in + m * n * out_bytes * batch
+    for flops_per_sm, sram_per_sm, l2_bytes, activation_bytes, b_bytes in _tilings(
+            gpu.sm_count, gpu.sram.capacity_bytes, gpu.register_bytes_per_sm, gpu.l2.capacity_bytes, in_bytes,
+            out_bytes, m, n, k, batch):
+        time_s = max(flops_per_sm / per_sm_flops, sram_per_sm / per_sm_sram, l2_bytes / l2_bw,
+                     activation_bytes / mixed_bw + b_bytes / b_bw)
+        if time_s < best:
+            best, best_hbm = time_s, activation_bytes + b_bytes
+    return KernelTime(best + launch_s(hw), 2.0 * m * n * k * batch, best_hbm)
+
+
+@lru_cache(maxsize=65536)
+def _tilings(sm_count: int, sram_bytes: float, register_bytes: float, l2_capacity_bytes: float, in_bytes: float,
+             out_bytes: float, m: int, n: int, k: int, batch: int) -> tuple:
+    """The (tile, split-K) choices a GEMM of this shape has on a GPU of this build, each as what
+    it leaves to the rates: (FLOPs per SM, SRAM bytes per SM, L2 bytes, HBM bytes of
+    activations and output, HBM bytes of B). Apart from the clock and bandwidths, so hardware
+    variants apart only in rates (a bandwidth what-if, a probe clock) share them."""
     unique_in = (m * k + k * n) * in_bytes * batch
     out_total = m * n * out_bytes * batch
-    best = float("inf")
-    best_hbm = unique_in + out_total
+    choices = []
     for tm, tn, tk in GEMM_TILES:
         smem = (tm + tn) * tk * in_bytes * PIPELINE_STAGES
         accum = tm * tn * 4
-        if smem > gpu.sram.capacity_bytes or accum > gpu.register_bytes_per_sm / 2:
+        if smem > sram_bytes or accum > register_bytes / 2:
             continue
-        ctas_per_sm = max(1, min(int(gpu.sram.capacity_bytes // smem),
-                                 int(gpu.register_bytes_per_sm / 2 // accum)))
+        ctas_per_sm = max(1, min(int(sram_bytes // smem), int(register_bytes / 2 // accum)))
         tiles_m, tiles_n = ceil(m / tm), ceil(n / tn)
         for split in SPLIT_K:
             k_part = ceil(k / split)
-            if split > 1 and (k_part < 4 * tk or tiles_m * tiles_n * batch >= gpu.sm_count):
+            if split > 1 and (k_part < 4 * tk or tiles_m * tiles_n * batch >= sm_count):
                 break
             k_pad = ceil(k_part / tk) * tk
             tiles = tiles_m * tiles_n * batch * split
-            per_sm_tiles = ceil(tiles / gpu.sm_count)
-            compute_s = per_sm_tiles * 2.0 * tm * tn * k_pad / per_sm_flops
-            sram_s = per_sm_tiles * (tm + tn) * k_pad * in_bytes / per_sm_sram
-            l2_bytes = tiles * (tm + tn) * k_pad * in_bytes + out_total * split
-            l2_s = l2_bytes / gpu.l2.bandwidth_bps
+            per_sm_tiles = ceil(tiles / sm_count)
             a_reads = b_reads = 1
-            if unique_in > gpu.l2.capacity_bytes * L2_USABLE_FRACTION:
+            if unique_in > l2_capacity_bytes * L2_USABLE_FRACTION:
                 # Operands no longer stay resident: A is re-read once per group of tile
                 # columns running together, B once per group of tile rows.
-                slots = gpu.sm_count * ctas_per_sm
+                slots = sm_count * ctas_per_sm
                 rows = min(tiles_m, max(1, int(sqrt(slots))))
                 cols = min(tiles_n, max(1, slots // rows))
                 a_reads, b_reads = ceil(tiles_n / cols), ceil(tiles_m / rows)
             a_bytes = m * k * in_bytes * batch * a_reads
-            b_bytes = k * n * in_bytes * batch * b_reads
-            activation_bytes = a_bytes + out_total + (2 * m * n * 4 * batch * split if split > 1 else 0)
-            hbm_s = activation_bytes / mixed_bw + b_bytes / b_bw
-            time_s = max(compute_s, sram_s, l2_s, hbm_s)
-            if time_s < best:
-                best, best_hbm = time_s, activation_bytes + b_bytes
-    return KernelTime(best + launch_s(hw), 2.0 * m * n * k * batch, best_hbm)
+            choices.append((per_sm_tiles * 2.0 * tm * tn * k_pad, per_sm_tiles * (tm + tn) * k_pad * in_bytes,
+                            tiles * (tm + tn) * k_pad * in_bytes + out_total * split,
+                            a_bytes + out_total + (2 * m * n * 4 * batch * split if split > 1 else 0),
+                            k * n * in_bytes * batch * b_reads))
+    return tuple(choices)
