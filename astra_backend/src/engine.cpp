@@ -123,22 +123,64 @@ struct Flow {
   double latency_s = 0.0;
 };
 
-// The links of every flow slot's route, in one array: a slot keeps its region across reuses
-// and moves to a larger one at the end only when a longer route comes along.
 // A route's link ids, viewed in place.
 struct Route {
   const int* first;
   const int* last;
   const int* begin() const { return first; }
   const int* end() const { return last; }
-  size_t size() const { return static_cast<size_t>(last - first); }
 };
 
-class RoutePool {
+// The route of every flow slot, each computed once with its latency: per NPU pair where the NPUs
+// are few (a direct pattern sends to every peer, twice in an all-reduce), a slot then pointing at
+// its pair's route; else per source for its latest destination (a ring member sends to the same
+// neighbour step after step), copied into the slot's own region, which it keeps across reuses
+// and moves to the end only when a longer route comes along.
+class FlowRoutes {
  public:
-  void assign(int slot, Route route) {
+  explicit FlowRoutes(Network& net) : net_(net), npus_(net.num_npus()) {
+    if (npus_ <= kMaxPairNpus) {
+      pairs_.resize(static_cast<size_t>(npus_) * npus_);
+    } else {
+      last_dst_.assign(npus_, -1);
+      last_route_.resize(npus_);
+      last_latency_s_.assign(npus_, 0.0);
+    }
+  }
+
+  // Makes src -> dst the current route; returns its latency.
+  double find(int src, int dst) {
+    if (pairs_.empty()) {
+      src_ = src;
+      if (last_dst_[src] != dst) {
+        net_.route(src, dst, last_route_[src]);
+        last_dst_[src] = dst;
+        last_latency_s_[src] = latency_of(last_route_[src]);
+      }
+      return last_latency_s_[src];
+    }
+    Pair& p = pairs_[static_cast<size_t>(src) * npus_ + dst];
+    if (p.size == kUnknown) {
+      net_.route(src, dst, scratch_);
+      p.offset = static_cast<uint32_t>(links_.size());
+      p.size = static_cast<uint32_t>(scratch_.size());
+      p.latency_s = latency_of(scratch_);
+      links_.insert(links_.end(), scratch_.begin(), scratch_.end());
+    }
+    pair_ = &p;
+    return p.latency_s;
+  }
+
+  // Gives flow slot `slot` the current route.
+  void assign(int slot) {
     if (static_cast<size_t>(slot) >= regions_.size()) regions_.resize(slot + 1);
     Region& r = regions_[slot];
+    if (!pairs_.empty()) {
+      r.offset = pair_->offset;
+      r.size = pair_->size;
+      return;
+    }
+    const std::vector<int>& route = last_route_[src_];
     const auto size = static_cast<uint32_t>(route.size());
     r.size = size;
     if (size > r.capacity) {  // a new region at the end, filled as it is appended (no zeroing first)
@@ -148,10 +190,10 @@ class RoutePool {
       return;
     }
     int* out = links_.data() + r.offset;
-    for (uint32_t i = 0; i < size; ++i) out[i] = route.first[i];  // routes are a few links: no memmove call
+    for (uint32_t i = 0; i < size; ++i) out[i] = route[i];  // routes are a few links: no memmove call
   }
 
-  // Valid until the next assign().
+  // Valid until the next find().
   Route operator[](int slot) const {
     const Region& r = regions_[slot];
     const int* first = links_.data() + r.offset;
@@ -159,60 +201,17 @@ class RoutePool {
   }
 
  private:
+  static constexpr int kMaxPairNpus = 256;  // a table of 64 Ki pairs, 1 MiB
+  static constexpr uint32_t kUnknown = ~uint32_t{0};
+  struct Pair {
+    uint32_t offset = 0;
+    uint32_t size = kUnknown;  // not computed yet
+    double latency_s = 0.0;
+  };
   struct Region {
     uint32_t offset = 0;
     uint32_t size = 0;
-    uint32_t capacity = 0;
-  };
-  std::vector<Region> regions_;
-  std::vector<int> links_;
-};
-
-// Routes and their latencies as the network gives them, each computed once: per NPU pair where
-// the NPUs are few (a direct pattern sends to every peer, twice in an all-reduce), else per source
-// for its latest destination (a ring member sends to the same neighbour step after step).
-class RouteMemo {
- public:
-  explicit RouteMemo(Network& net) : net_(net), npus_(net.num_npus()) {
-    if (npus_ <= kMaxPairNpus) pairs_.resize(static_cast<size_t>(npus_) * npus_);
-    else {
-      last_dst_.assign(npus_, -1);
-      last_route_.resize(npus_);
-      last_latency_s_.assign(npus_, 0.0);
-    }
-  }
-
-  // The route src -> dst (valid until the next call) and its latency.
-  Route get(int src, int dst, double& latency_s) {
-    if (pairs_.empty()) {
-      std::vector<int>& route = last_route_[src];
-      if (last_dst_[src] != dst) {
-        net_.route(src, dst, route);
-        last_dst_[src] = dst;
-        last_latency_s_[src] = latency_of(route);
-      }
-      latency_s = last_latency_s_[src];
-      return Route{route.data(), route.data() + route.size()};
-    }
-    Pair& p = pairs_[static_cast<size_t>(src) * npus_ + dst];
-    if (p.size < 0) {
-      net_.route(src, dst, scratch_);
-      p.offset = static_cast<uint32_t>(links_.size());
-      p.size = static_cast<int32_t>(scratch_.size());
-      p.latency_s = latency_of(scratch_);
-      links_.insert(links_.end(), scratch_.begin(), scratch_.end());
-    }
-    latency_s = p.latency_s;
-    const int* first = links_.data() + p.offset;
-    return Route{first, first + p.size};
-  }
-
- private:
-  static constexpr int kMaxPairNpus = 256;  // a table of 64 Ki pairs, 1 MiB
-  struct Pair {
-    uint32_t offset = 0;
-    int32_t size = -1;  // -1: not computed yet
-    double latency_s = 0.0;
+    uint32_t capacity = 0;  // per-source routes only: the links the region holds
   };
 
   double latency_of(const std::vector<int>& route) const {
@@ -223,12 +222,15 @@ class RouteMemo {
 
   Network& net_;
   const int npus_;
+  std::vector<int> links_;  // the pairs' routes, or the slots' regions
+  std::vector<Region> regions_;
   std::vector<Pair> pairs_;  // per (src, dst) pair, when the NPUs are few
-  std::vector<int> links_;   // the pairs' routes, one after another
+  const Pair* pair_ = nullptr;
   std::vector<int> scratch_;
   std::vector<int> last_dst_;  // per source NPU: its memoized route's destination, -1 for none
   std::vector<std::vector<int>> last_route_;
   std::vector<double> last_latency_s_;
+  int src_ = 0;  // the current route's source (per-source routes)
 };
 
 // A flow slot's flags, kept apart from Flow in one dense array: the passes over a large
@@ -335,7 +337,7 @@ class Simulator {
  public:
   // Runs `dag`'s structure with these op amounts and a scratch copy of its pending counts.
   Simulator(Network& net, const Dag& dag, const std::vector<Op>& ops, std::vector<int32_t>& pending, bool record)
-      : dag_(dag), ops_(ops), pending_(pending), route_memo_(net) {
+      : dag_(dag), ops_(ops), pending_(pending), routes_(net) {
     const auto& links = net.links();
     links_.resize(links.size());
     for (size_t i = 0; i < links.size(); ++i) links_[i].capacity = links[i].bandwidth_Bps;
@@ -476,14 +478,14 @@ class Simulator {
       return;
     }
     ++out_.flows;
-    double latency_s = 0.0;
-    const Route route = route_memo_.get(src, dst, latency_s);
+    const double latency_s = routes_.find(src, dst);
     if (amount <= 0.0) {
       finish_at(op, now_ + latency_s);
       return;
     }
     const int slot = new_slot();
-    routes_.assign(slot, route);
+    routes_.assign(slot);
+    const Route route = routes_[slot];
     Flow& f = flows_[slot];
     f.latency_s = latency_s;
     f.op = op;
@@ -656,8 +658,7 @@ class Simulator {
   double now_ = 0.0;
   std::vector<Flow> flows_;
   std::vector<FlowMarks> marks_;
-  RoutePool routes_;
-  RouteMemo route_memo_;
+  FlowRoutes routes_;
   std::vector<int> free_slots_;
   std::vector<int> ended_slots_;
   std::vector<LinkState> links_;
