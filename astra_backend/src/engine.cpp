@@ -496,21 +496,26 @@ class Simulator {
     ++f.version;
     bool alone = true;
     double slowest = std::numeric_limits<double>::infinity();
+    const size_t dirty_before = dirty_.size();
     for (int l : route) {
       LinkState& ls = links_[l];
       if (ls.active_flows++ == 0) ls.busy_since = now_;
       else alone = false;
       ls.flows.push_back(slot);
+      mark_dirty(l);
       out_.links.peak_flows[l] = std::max<int32_t>(out_.links.peak_flows[l], ls.active_flows);
       out_.links.bytes[l] += amount;
       slowest = std::min(slowest, ls.capacity);
     }
     // On idle links the flow moves no other flow's rate, so its links need no re-solve: unless a
     // flow joins one of them in this batch (which dirties that link, and the re-solve takes this
-    // flow in), it runs at its slowest link's capacity (solve_rates gives it that).
-    if (alone) lone_starts_.push_back({slot, slowest});
-    else
-      for (int l : route) mark_dirty(l);
+    // flow in), it runs at its slowest link's capacity (solve_rates gives it that). The links it
+    // dirtied on the way are clean again then.
+    if (alone) {
+      lone_starts_.push_back({slot, slowest});
+      for (size_t i = dirty_before; i < dirty_.size(); ++i) links_[dirty_[i]].dirty = false;
+      dirty_.resize(dirty_before);
+    }
   }
 
   // The flow stays in its links' lists until compact_dirty_links() drops it; its slot is
