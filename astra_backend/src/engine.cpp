@@ -123,32 +123,77 @@ struct Flow {
   double latency_s = 0.0;
 };
 
-// The links of every flow slot's route, in one array: a slot keeps its region across reuses
-// and moves to a larger one at the end only when a longer route comes along.
-class RoutePool {
- public:
-  struct Route {
-    const int* first;
-    const int* last;
-    const int* begin() const { return first; }
-    const int* end() const { return last; }
-  };
+// A route's link ids, viewed in place.
+struct Route {
+  const int* first;
+  const int* last;
+  const int* begin() const { return first; }
+  const int* end() const { return last; }
+};
 
-  void assign(int slot, const std::vector<int>& route) {
+// The route of every flow slot, each computed once with its latency: per NPU pair where the NPUs
+// are few (a direct pattern sends to every peer, twice in an all-reduce), a slot then pointing at
+// its pair's route; else per source for its latest destination (a ring member sends to the same
+// neighbour step after step), copied into the slot's own region, which it keeps across reuses
+// and moves to the end only when a longer route comes along.
+class FlowRoutes {
+ public:
+  explicit FlowRoutes(Network& net) : net_(net), npus_(net.num_npus()) {
+    if (npus_ <= kMaxPairNpus) {
+      pairs_.resize(static_cast<size_t>(npus_) * npus_);
+    } else {
+      last_dst_.assign(npus_, -1);
+      last_route_.resize(npus_);
+      last_latency_s_.assign(npus_, 0.0);
+    }
+  }
+
+  // Makes src -> dst the current route; returns its latency.
+  double find(int src, int dst) {
+    if (pairs_.empty()) {
+      src_ = src;
+      if (last_dst_[src] != dst) {
+        net_.route(src, dst, last_route_[src]);
+        last_dst_[src] = dst;
+        last_latency_s_[src] = latency_of(last_route_[src]);
+      }
+      return last_latency_s_[src];
+    }
+    Pair& p = pairs_[static_cast<size_t>(src) * npus_ + dst];
+    if (p.size == kUnknown) {
+      net_.route(src, dst, scratch_);
+      p.offset = static_cast<uint32_t>(links_.size());
+      p.size = static_cast<uint32_t>(scratch_.size());
+      p.latency_s = latency_of(scratch_);
+      links_.insert(links_.end(), scratch_.begin(), scratch_.end());
+    }
+    pair_ = &p;
+    return p.latency_s;
+  }
+
+  // Gives flow slot `slot` the current route.
+  void assign(int slot) {
     if (static_cast<size_t>(slot) >= regions_.size()) regions_.resize(slot + 1);
     Region& r = regions_[slot];
+    if (!pairs_.empty()) {
+      r.offset = pair_->offset;
+      r.size = pair_->size;
+      return;
+    }
+    const std::vector<int>& route = last_route_[src_];
     const auto size = static_cast<uint32_t>(route.size());
-    if (size > r.capacity) {
+    r.size = size;
+    if (size > r.capacity) {  // a new region at the end, filled as it is appended (no zeroing first)
       r.offset = static_cast<uint32_t>(links_.size());
       r.capacity = size;
-      links_.resize(links_.size() + size);
+      links_.insert(links_.end(), route.begin(), route.end());
+      return;
     }
-    r.size = size;
     int* out = links_.data() + r.offset;
     for (uint32_t i = 0; i < size; ++i) out[i] = route[i];  // routes are a few links: no memmove call
   }
 
-  // Valid until the next assign().
+  // Valid until the next find().
   Route operator[](int slot) const {
     const Region& r = regions_[slot];
     const int* first = links_.data() + r.offset;
@@ -156,13 +201,36 @@ class RoutePool {
   }
 
  private:
+  static constexpr int kMaxPairNpus = 256;  // a table of 64 Ki pairs, 1 MiB
+  static constexpr uint32_t kUnknown = ~uint32_t{0};
+  struct Pair {
+    uint32_t offset = 0;
+    uint32_t size = kUnknown;  // not computed yet
+    double latency_s = 0.0;
+  };
   struct Region {
     uint32_t offset = 0;
     uint32_t size = 0;
-    uint32_t capacity = 0;
+    uint32_t capacity = 0;  // per-source routes only: the links the region holds
   };
+
+  double latency_of(const std::vector<int>& route) const {
+    double latency_s = 0.0;
+    for (int l : route) latency_s += net_.links()[l].latency_s;
+    return latency_s;
+  }
+
+  Network& net_;
+  const int npus_;
+  std::vector<int> links_;  // the pairs' routes, or the slots' regions
   std::vector<Region> regions_;
-  std::vector<int> links_;
+  std::vector<Pair> pairs_;  // per (src, dst) pair, when the NPUs are few
+  const Pair* pair_ = nullptr;
+  std::vector<int> scratch_;
+  std::vector<int> last_dst_;  // per source NPU: its memoized route's destination, -1 for none
+  std::vector<std::vector<int>> last_route_;
+  std::vector<double> last_latency_s_;
+  int src_ = 0;  // the current route's source (per-source routes)
 };
 
 // A flow slot's flags, kept apart from Flow in one dense array: the passes over a large
@@ -182,21 +250,21 @@ struct LinkState {
   bool in_component = false;
   double spare = 0.0;   // water-filling scratch: capacity not yet given out
   int unfrozen = 0;     // water-filling scratch: flows without a rate yet
-  double share = 0.0;   // water-filling scratch: spare / unfrozen, the heap key
-  int heap_pos = -1;    // water-filling scratch: index in the share heap, -1 when out
 };
 
 // Min-heap of links keyed by their fair share, one entry per link, updated in place. Each entry
-// holds its key beside the link id, so a sift compares without visiting the links.
+// holds its key beside the link id, so a sift compares without visiting the links; each link's
+// place in the heap is kept in a dense array of its own.
 class ShareHeap {
  public:
-  explicit ShareHeap(std::vector<LinkState>& links) : links_(links) {}
+  void resize(size_t links) { pos_.assign(links, -1); }
 
   bool empty() const { return heap_.empty(); }
 
-  void push(int link) {
-    links_[link].heap_pos = static_cast<int>(heap_.size());
-    heap_.push_back(Entry{links_[link].share, link});
+  double share_of_top() const { return heap_.front().share; }
+
+  void push(int link, double share) {
+    heap_.push_back(Entry{share, link});
     sift_up(heap_.size() - 1);
   }
 
@@ -206,22 +274,26 @@ class ShareHeap {
     return top;
   }
 
-  // Moves `link` to its place after its share changed.
-  void update(int link) {
-    const size_t i = static_cast<size_t>(links_[link].heap_pos);
-    heap_[i].share = links_[link].share;
-    sift_up(i);
-    sift_down(static_cast<size_t>(links_[link].heap_pos));
+  // Gives `link` the key `share` and moves it to its place. Only one sift can move it: up when
+  // the key fell, down when it rose (the other sift of a general fix would stop at once).
+  void update(int link, double share) {
+    const size_t i = static_cast<size_t>(pos_[link]);
+    const double old = heap_[i].share;
+    if (share == old) return;
+    heap_[i].share = share;
+    if (share < old) sift_up(i);
+    else sift_down(i);
   }
 
   void remove(int link) {
-    const size_t i = static_cast<size_t>(links_[link].heap_pos);
+    const size_t i = static_cast<size_t>(pos_[link]);
     const Entry last = heap_.back();
     heap_.pop_back();
-    links_[link].heap_pos = -1;
+    pos_[link] = -1;
     if (last.link == link) return;
     place(i, last);
-    update(last.link);
+    sift_up(i);
+    sift_down(static_cast<size_t>(pos_[last.link]));
   }
 
  private:
@@ -234,7 +306,7 @@ class ShareHeap {
 
   void place(size_t i, const Entry& e) {
     heap_[i] = e;
-    links_[e.link].heap_pos = static_cast<int>(i);
+    pos_[e.link] = static_cast<int>(i);
   }
 
   void sift_up(size_t i) {
@@ -257,24 +329,22 @@ class ShareHeap {
     place(i, e);
   }
 
-  std::vector<LinkState>& links_;
   std::vector<Entry> heap_;
+  std::vector<int> pos_;  // per link: its index in heap_, -1 when out
 };
 
 class Simulator {
  public:
   // Runs `dag`'s structure with these op amounts and a scratch copy of its pending counts.
   Simulator(Network& net, const Dag& dag, const std::vector<Op>& ops, std::vector<int32_t>& pending, bool record)
-      : net_(net), dag_(dag), ops_(ops), pending_(pending), heap_(links_) {
+      : dag_(dag), ops_(ops), pending_(pending), routes_(net) {
     const auto& links = net.links();
     links_.resize(links.size());
     for (size_t i = 0; i < links.size(); ++i) links_[i].capacity = links[i].bandwidth_Bps;
+    heap_.resize(links.size());
     out_.links.bytes.assign(links.size(), 0.0);
     out_.links.busy_s.assign(links.size(), 0.0);
     out_.links.peak_flows.assign(links.size(), 0);
-    memo_dst_.assign(net.num_npus(), -1);
-    memo_route_.resize(net.num_npus());
-    memo_latency_s_.assign(net.num_npus(), 0.0);
     if (record) out_.op_end_s.assign(dag.ops_.size(), std::numeric_limits<double>::quiet_NaN());
     for (const RingPass& r : dag.rings_) {
       ring_member_base_.push_back(static_cast<int64_t>(ring_done_.size()));
@@ -408,14 +478,14 @@ class Simulator {
       return;
     }
     ++out_.flows;
-    const std::vector<int>& route = route_from(src, dst);
-    const double latency_s = memo_latency_s_[src];
+    const double latency_s = routes_.find(src, dst);
     if (amount <= 0.0) {
       finish_at(op, now_ + latency_s);
       return;
     }
     const int slot = new_slot();
-    routes_.assign(slot, route);
+    routes_.assign(slot);
+    const Route route = routes_[slot];
     Flow& f = flows_[slot];
     f.latency_s = latency_s;
     f.op = op;
@@ -426,35 +496,26 @@ class Simulator {
     ++f.version;
     bool alone = true;
     double slowest = std::numeric_limits<double>::infinity();
+    const size_t dirty_before = dirty_.size();
     for (int l : route) {
       LinkState& ls = links_[l];
       if (ls.active_flows++ == 0) ls.busy_since = now_;
       else alone = false;
       ls.flows.push_back(slot);
+      mark_dirty(l);
       out_.links.peak_flows[l] = std::max<int32_t>(out_.links.peak_flows[l], ls.active_flows);
       out_.links.bytes[l] += amount;
       slowest = std::min(slowest, ls.capacity);
     }
     // On idle links the flow moves no other flow's rate, so its links need no re-solve: unless a
     // flow joins one of them in this batch (which dirties that link, and the re-solve takes this
-    // flow in), it runs at its slowest link's capacity (solve_rates gives it that).
-    if (alone) lone_starts_.push_back({slot, slowest});
-    else
-      for (int l : route) mark_dirty(l);
-  }
-
-  // The route src -> dst and its latency, kept per source: a ring member sends to the same
-  // neighbour step after step, so most flows reuse the route of the source's previous flow.
-  const std::vector<int>& route_from(int src, int dst) {
-    std::vector<int>& route = memo_route_[src];
-    if (memo_dst_[src] != dst) {
-      net_.route(src, dst, route);
-      double latency_s = 0.0;
-      for (int l : route) latency_s += net_.links()[l].latency_s;
-      memo_dst_[src] = dst;
-      memo_latency_s_[src] = latency_s;
+    // flow in), it runs at its slowest link's capacity (solve_rates gives it that). The links it
+    // dirtied on the way are clean again then.
+    if (alone) {
+      lone_starts_.push_back({slot, slowest});
+      for (size_t i = dirty_before; i < dirty_.size(); ++i) links_[dirty_[i]].dirty = false;
+      dirty_.resize(dirty_before);
     }
-    return route;
   }
 
   // The flow stays in its links' lists until compact_dirty_links() drops it; its slot is
@@ -562,14 +623,14 @@ class Simulator {
       LinkState& ls = links_[l];
       ls.spare = ls.capacity;
       ls.unfrozen = static_cast<int>(ls.flows.size());
-      ls.share = ls.spare / ls.unfrozen;
-      heap_.push(l);
+      heap_.push(l, ls.spare / ls.unfrozen);
     }
     for (int s : comp_flows_) marks_[s].frozen = false;
     while (!heap_.empty()) {
+      const double bottleneck_share = heap_.share_of_top();
       const int bottleneck = heap_.pop();
       const LinkState& b = links_[bottleneck];
-      const double share = b.share > 0.0 ? b.share : b.capacity * 1e-12;
+      const double share = bottleneck_share > 0.0 ? bottleneck_share : b.capacity * 1e-12;
       for (int s : b.flows) {
         if (marks_[s].frozen) continue;
         marks_[s].frozen = true;
@@ -590,11 +651,9 @@ class Simulator {
       heap_.remove(l);
       return;
     }
-    ls.share = std::max(ls.spare, 0.0) / ls.unfrozen;
-    heap_.update(l);
+    heap_.update(l, std::max(ls.spare, 0.0) / ls.unfrozen);
   }
 
-  Network& net_;
   const Dag& dag_;
   const std::vector<Op>& ops_;
   std::vector<int32_t>& pending_;
@@ -604,10 +663,7 @@ class Simulator {
   double now_ = 0.0;
   std::vector<Flow> flows_;
   std::vector<FlowMarks> marks_;
-  RoutePool routes_;
-  std::vector<int> memo_dst_;  // per source NPU: the destination of its memoized route, -1 for none
-  std::vector<std::vector<int>> memo_route_;
-  std::vector<double> memo_latency_s_;
+  FlowRoutes routes_;
   std::vector<int> free_slots_;
   std::vector<int> ended_slots_;
   std::vector<LinkState> links_;

@@ -145,7 +145,7 @@ void Network::dor_in_line(int d, int base, int a, int b, std::vector<int>& out) 
     case kRing: {
       // build_line adds k -> k + 1 as link first + k
       const int first = line_first_link_[d][(base % st) + st * (base / (st * n))];
-      for (int k = a; k != b; k = (k + 1) % n) out.push_back(first + k);
+      for (int k = a; k != b; k = k + 1 == n ? 0 : k + 1) out.push_back(first + k);  // no division a hop
       break;
     }
     case kRingBidir: {
@@ -157,8 +157,10 @@ void Network::dor_in_line(int d, int base, int a, int b, std::vector<int>& out) 
       }
       // build_line adds k -> k + 1 as link first + 2k and k + 1 -> k as first + 2k + 1 (mod n)
       const int first = line_first_link_[d][(base % st) + st * (base / (st * n))];
-      for (int k = a; k != b; k = (k + step) % n)
-        out.push_back(step == 1 ? first + 2 * k : first + 2 * ((k + n - 1) % n) + 1);
+      if (step == 1)  // no division a hop
+        for (int k = a; k != b; k = k + 1 == n ? 0 : k + 1) out.push_back(first + 2 * k);
+      else
+        for (int k = a; k != b; k = k == 0 ? n - 1 : k - 1) out.push_back(first + 2 * (k == 0 ? n - 1 : k - 1) + 1);
       break;
     }
     case kFullyConnected:
