@@ -460,6 +460,8 @@ def _calibration(raw, source: str) -> Calibration:
         attention_backward_share=c.number("attention_backward_share", base.attention_backward_share, high=4.0),
         attention_backward_tile_s=c.unit("attention_backward_tile", units.parse_time,
                                          BaseUnits(base.attention_backward_tile_s)),
+        moe_gemm_efficiency=c.number("moe_gemm_efficiency", base.moe_gemm_efficiency, low=-1e-12, high=1.0),
+        moe_half_ffn=c.number("moe_half_ffn", base.moe_half_ffn, low=-1e-12, high=1e6),
     )
     c.done(ignored=("fitted_on", "notes"))
     return calibration

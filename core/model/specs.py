@@ -533,6 +533,11 @@ class Calibration:
     attention_tile_s: float = 0.0
     attention_backward_share: float = 1.0
     attention_backward_tile_s: float = 0.0
+    # A serving engine's grouped MoE expert GEMMs (core/serving/moe.py, scripts/fit_moe_gemm.py):
+    # their share of the dtype's peak with wide experts and the FFN columns per expert slice at
+    # which it halves; efficiency 0 = not fitted (the layer graph's plain GEMMs).
+    moe_gemm_efficiency: float = 0.0
+    moe_half_ffn: float = 0.0
 
 
 @hash_once

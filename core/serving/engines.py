@@ -36,6 +36,14 @@ class EngineSpec:
     # to leave its runtime a few GiB, which this approximates); "utilization", the whole memory,
     # for the weights, the runtime and the KV cache (vLLM's gpu_memory_utilization)
     kv_budget: str = "free"
+    # its MoE experts run the fused-MoE kernels AIConfigurator's MoE tables time (vLLM's own:
+    # Triton, FlashInfer CUTLASS and trtllm-gen as vLLM calls them), so the hardware's fitted
+    # grouped-GEMM factors time them (core/serving/moe.py). SGLang and TensorRT-LLM run kernels of
+    # their own, which the DeepSeek-V3 serving rows show faster than those tables at a prompt's
+    # prefill (one 8,192-token prompt on 8 GPUs: SGLang 0.5.9 on H200 447 ms measured, 513 ms
+    # with the plain GEMMs, 652 ms with the tables' kernels; TensorRT-LLM 1.2 on B200 348, 353
+    # and 417 ms): they keep the layer graph's plain GEMMs.
+    grouped_moe: bool = False
 
     def host_s(self, sequences: int, tp: int) -> float:
         """Host seconds of one decode iteration of `sequences` running sequences on `tp` ranks."""
@@ -52,7 +60,7 @@ ENGINES = {
     "vllm": EngineSpec("vllm", mixed_batches=True, chunked_prefill=True, kv_policy="on_demand",
                        kv_block_tokens=16, kv_memory_fraction=0.9, max_num_tokens=8192, max_batch=1024,
                        cuda_graph_max_batch=512, iteration_overhead_s=0.004, request_overhead_s=0.015,
-                       kv_budget="utilization"),
+                       kv_budget="utilization", grouped_moe=True),
     "sglang": EngineSpec("sglang", mixed_batches=False, chunked_prefill=True, kv_policy="on_demand",
                          kv_block_tokens=1, kv_memory_fraction=0.88, max_num_tokens=8192, max_batch=1024,
                          cuda_graph_max_batch=256, iteration_overhead_s=0.001, request_overhead_s=0.120),

@@ -14,6 +14,7 @@ from core.model.specs import HardwareSpec, ModelSpec, Parallelism
 from core.model.training import time_ops
 
 from ._loop import IterationMemo
+from .moe import expert_gemms_s, grouped
 
 
 # An MoE block in a serving engine is a chain of dependent kernels around its grouped GEMMs
@@ -23,6 +24,7 @@ from ._loop import IterationMemo
 # (FlashInfer's TensorRT-LLM kernels) and 35-45 us on H200 (Triton, TensorRT-LLM): five
 # launches, the B200 figure, is the lower bound taken.
 MOE_CHAIN = 5
+EXPERT_OPS = ("mlp_up", "activation", "mlp_down")  # an MoE layer's expert kernels in the layer graph
 
 
 @dataclass
@@ -41,6 +43,7 @@ class IterationModel:
     attention_dp: int = 1
     iteration_overhead_s: float = 0.0
     ep: int = 1
+    grouped_moe: bool = False  # the experts run the fused-MoE kernels the MoE tables time (core/serving/moe.py)
     memo: IterationMemo = field(default_factory=IterationMemo)
 
     def __post_init__(self):
@@ -120,5 +123,19 @@ class IterationModel:
                                                  kernel=spec.attention_kernel).time_s
                 kernels += 1
         if any(op.name == "router" for op in layer):
-            compute_s += MOE_CHAIN * hw.gpu.launch_overhead_s
+            compute_s += self._moe_extra_s(spec, tokens * self.attention_dp, layer)
         return compute_s + sum(dict(passed.comm_s).values()), kernels
+
+    def _moe_extra_s(self, spec, tokens: int, layer: tuple) -> float:
+        """What an MoE layer's experts take beyond the layer graph's plain GEMMs: the routing
+        chain's launches and, for an engine running the measured fused-MoE kernels on hardware
+        with fitted grouped-GEMM factors, the grouped kernel's math (core/serving/moe.py) where it
+        outlasts them; `tokens` are every attention-DP rank's."""
+        hw, moe = self.hw, spec.moe
+        plain_s = sum(op.time_s for op in layer if op.name in EXPERT_OPS)
+        chain_s = MOE_CHAIN * hw.gpu.launch_overhead_s
+        if not (self.grouped_moe and grouped(hw)):
+            return chain_s
+        etp = max(1, self.tp // self.ep)
+        copies = -(-tokens * moe.top_k // self.ep)
+        return expert_gemms_s(hw, plain_s + chain_s, copies, spec.hidden, moe.expert_ffn_hidden / etp) - plain_s

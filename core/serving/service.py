@@ -86,15 +86,16 @@ def kv_tokens(model: ModelSpec, hw: HardwareSpec, pool: Pool, engine: EngineSpec
 _MEMOS = {}
 
 
-def iteration_model(model, hw, pool: Pool, kv_bytes: float, overhead_s: float) -> IterationModel:
+def iteration_model(model, hw, pool: Pool, kv_bytes: float, overhead_s: float,
+                    grouped_moe: bool = False) -> IterationModel:
     """One engine's iteration model, its memo kept across configurations that share it."""
-    key = (model, hw, pool.tp, pool.pp, kv_bytes, pool.attention_dp, overhead_s, pool.ep)
+    key = (model, hw, pool.tp, pool.pp, kv_bytes, pool.attention_dp, overhead_s, pool.ep, grouped_moe)
     it = _MEMOS.get(key)
     if it is None:
         if len(_MEMOS) > 256:
             _MEMOS.clear()
         it = _MEMOS[key] = IterationModel(model, hw, pool.tp, pool.pp, kv_bytes, pool.attention_dp, overhead_s,
-                                          pool.ep)
+                                          pool.ep, grouped_moe)
     return it
 
 
@@ -102,7 +103,7 @@ def _engine_run(model, hw, pool: Pool, engine: EngineSpec, load: Load, kv_bytes:
     """(simulation of one attention rank, its KV capacity in requests)."""
     if pool.batch:
         engine = replace(engine, max_batch=pool.batch)
-    it = iteration_model(model, hw, pool, kv_bytes, engine.iteration_overhead_s)
+    it = iteration_model(model, hw, pool, kv_bytes, engine.iteration_overhead_s, engine.grouped_moe)
     capacity = kv_tokens(model, hw, pool, engine, kv_bytes)
     per_request = -(-(load.isl + load.osl) // engine.kv_block_tokens) * engine.kv_block_tokens
     if capacity < per_request:

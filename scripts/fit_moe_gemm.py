@@ -1,0 +1,133 @@
+"""Fit a GPU family's grouped MoE GEMM factors (core/serving/moe.py: moe_gemm_efficiency,
+moe_half_ffn) on AIConfigurator's measured MoE tables
+(../shared/validation/kernels/<gpu>/moe/vllm/*/moe_perf.parquet), then print the errors of the
+plain batched GEMMs (the layer graph's, with the serving iteration's routing launches) and of the
+fitted model: in-sample, over the rows of 1,024 tokens or more (prefill chunks, where the math
+binds), and leave-one-shape-out (the factors fitted without each expert shape predict it). Copy
+the factors into the family's GPU presets (calibration block).
+
+Rows: balanced routing, the block-scaled dtypes serving engines run MoE checkpoints in (FP8 with
+128 x 128 block scales, timed at the FP8 peak; NVFP4 where the GPU has it), every expert shape,
+token count and moe_tp x moe_ep split up to MAX_EP (beyond, a GPU holds a handful of experts and
+the tables' times fall with ep at a fixed count per rank, which no per-GPU count explains), each
+the fastest kernel source measured. A row's `num_tokens` are one rank's: with expert parallelism
+each of the ep ranks holds that many and sends their top_k copies to the experts' ranks, so a
+GPU's experts take num_tokens x top_k copies whichever way the experts are split.
+
+Example: scripts/fit_moe_gemm.py --gpus h100_sxm,h200_sxm --preset h200-sxm-141gb"""
+import argparse
+import math
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+from scipy.optimize import least_squares
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from core.model.graph import build_decode_layer  # noqa: E402
+from core.model.loader import load_hardware, with_dtype  # noqa: E402
+from core.model.specs import ModelSpec, MoESpec  # noqa: E402
+from core.serving.iteration import MOE_CHAIN  # noqa: E402
+from core.serving.moe import expert_gemms_s  # noqa: E402
+
+KERNELS = Path(__file__).resolve().parents[2] / "shared" / "validation" / "kernels"
+DTYPES = {"fp8_block": "fp8", "nvfp4": "nvfp4"}
+MAX_EP = 32
+PREFILL_TOKENS = 1024
+
+
+def table_rows(gpus: list) -> list:
+    """[(gpu, dtype, (hidden, inter, experts, topk), tokens, tp, ep, seconds)], fastest source each."""
+    out = {}
+    for gpu in gpus:
+        for path in sorted((KERNELS / gpu / "moe" / "vllm").glob("*/moe_perf.parquet")):
+            t = pq.read_table(path).to_pandas()
+            t = t[(t.distribution == "balanced") & t.moe_dtype.isin(list(DTYPES)) & (t.moe_ep_size <= MAX_EP)]
+            for r in t.itertuples():
+                key = (gpu, DTYPES[r.moe_dtype], (r.hidden_size, r.inter_size, r.num_experts, r.topk),
+                       r.num_tokens, r.moe_tp_size, r.moe_ep_size)
+                out[key] = min(out.get(key, math.inf), r.latency * 1e-3)
+    return [k + (v,) for k, v in sorted(out.items())]
+
+
+def _hardware(preset: str, dtype: str, factors=None):
+    hw = with_dtype(load_hardware(preset), dtype, "fit_moe_gemm", "dtype")
+    if factors is not None:
+        hw = replace(hw, calibration=replace(hw.calibration, moe_gemm_efficiency=factors[0],
+                                             moe_half_ffn=factors[1]))
+    return hw
+
+
+def plain(rows, preset) -> np.ndarray:
+    """The layer graph's batched GEMMs (mlp_up, activation, mlp_down) for `rows`, with the
+    serving iteration's routing launches (core.serving.iteration.MOE_CHAIN)."""
+    out = []
+    for _, d, (hidden, inter, experts, topk), tokens, tp, ep, _ in rows:
+        hw = _hardware(preset, d)
+        gpus = tp * ep
+        model = ModelSpec(name="moe", layers=1, hidden=hidden, heads=gpus, kv_heads=gpus, ffn_hidden=0, vocab=1,
+                          activation="swiglu", moe=MoESpec(experts, topk, inter))
+        # every rank's tokens together: the graph routes batch x top_k / ep copies to a GPU
+        layer = build_decode_layer(model, hw, tokens * ep, 1, gpus, 1.0, ep)
+        out.append(sum(op.time_s for op in layer if op.name in ("mlp_up", "activation", "mlp_down"))
+                   + MOE_CHAIN * hw.gpu.launch_overhead_s)
+    return np.array(out)
+
+
+def predicted(rows, preset, factors, plain_s) -> np.ndarray:
+    """core.serving.moe's times of `rows` with `factors`, given their plain GEMMs' times."""
+    hws = {d: _hardware(preset, d, factors) for d in {r[1] for r in rows}}
+    return np.array([expert_gemms_s(hws[d], p, tokens * topk, hidden, inter / tp)
+                     for (_, d, (hidden, inter, _, topk), tokens, tp, _, _), p in zip(rows, plain_s)])
+
+
+def fit(rows, preset, plain_s) -> tuple:
+    """(moe_gemm_efficiency, moe_half_ffn) minimising the squared log error over `rows`."""
+    measured = np.array([r[-1] for r in rows])
+
+    def residuals(x):
+        return np.log(predicted(rows, preset, (x[0], math.exp(x[1])), plain_s) / measured)
+
+    x = least_squares(residuals, [0.5, math.log(256.0)], bounds=([0.01, 0.0], [1.0, 12.0])).x
+    return x[0], math.exp(x[1])
+
+
+def _errors(pred, rows) -> str:
+    err = 100 * (pred / np.array([r[-1] for r in rows]) - 1)
+    return (f"n {len(err):5d}  mean |err| {np.mean(np.abs(err)):6.1f} %  median {np.median(err):+6.1f} %"
+            f"  within 20 %: {100 * np.mean(np.abs(err) <= 20):3.0f} %")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", required=True, help="comma-separated kernel-table folders of one GPU family")
+    parser.add_argument("--preset", required=True, help="the family's GPU preset (peaks, bandwidth)")
+    args = parser.parse_args()
+    rows = table_rows(args.gpus.split(","))
+    base = plain(rows, args.preset)
+    factors = fit(rows, args.preset, base)
+    model = predicted(rows, args.preset, factors, base)
+    print(f"{args.gpus}: moe_gemm_efficiency {factors[0]:.3f}  moe_half_ffn {factors[1]:.0f}")
+    for label, keep in (("all rows", lambda r: True), (f">= {PREFILL_TOKENS} tokens", lambda r: r[3] >= PREFILL_TOKENS)):
+        mask = np.array([keep(r) for r in rows])
+        mine = [r for r in rows if keep(r)]
+        print(f"  {label:16s} plain   {_errors(base[mask], mine)}")
+        print(f"  {'':16s} fitted  {_errors(model[mask], mine)}")
+    print(f"  leave-one-shape-out (hidden, inter, experts, top_k), rows of >= {PREFILL_TOKENS} tokens:"
+          " plain, then fitted without the shape")
+    for shape in sorted({r[2] for r in rows}):
+        rest = np.array([r[2] != shape for r in rows])
+        left_out = fit([r for r in rows if r[2] != shape], args.preset, base[rest])
+        mask = ~rest & np.array([r[3] >= PREFILL_TOKENS for r in rows])
+        mine = [r for r, m in zip(rows, mask) if m]
+        print(f"    {str(shape):26s} plain   {_errors(base[mask], mine)}")
+        print(f"    {'':26s} fitted  {_errors(predicted(mine, args.preset, left_out, base[mask]), mine)}"
+              f"  ({left_out[0]:.3f}, {left_out[1]:.0f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
