@@ -36,19 +36,21 @@ CONTEXT_COLUMNS = ("batch_size", "isl", "num_heads", "num_key_value_heads", "hea
                    "attn_dtype", "kv_cache_dtype")
 GENERATION_COLUMNS = ("batch_size", "num_heads", "num_key_value_heads", "head_dim", "step", "window_size",
                       "attn_dtype", "kv_cache_dtype")
-PREFILL = ("prefill_tensor_share", "prefill_fp8_tensor_share", "prefill_tile_s", "prefill_floor_s")
+PREFILL = ("prefill_tensor_share", "prefill_fp8_tensor_share", "prefill_cache_share", "prefill_tile_s",
+           "prefill_floor_s")
 DECODE = ("decode_floor_s", "decode_pair_s", "decode_bandwidth_share", "decode_fp8_bandwidth_share",
           "decode_split_tokens", "decode_max_splits", "decode_saturation", "decode_score_s")
 # fitted in these units (microseconds, nanoseconds), within these bounds
 SCALE = {"prefill_tile_s": 1e-6, "prefill_floor_s": 1e-6, "decode_floor_s": 1e-6, "decode_pair_s": 1e-6,
          "decode_score_s": 1e-9}
-BOUNDS = {"prefill_tensor_share": (0.2, 1.0), "prefill_fp8_tensor_share": (0.1, 1.0), "prefill_tile_s": (0.0, 50.0), "prefill_floor_s": (0.0, 50.0),
+BOUNDS = {"prefill_tensor_share": (0.2, 1.0), "prefill_fp8_tensor_share": (0.1, 1.0),
+          "prefill_cache_share": (0.02, 1.0), "prefill_tile_s": (0.0, 50.0), "prefill_floor_s": (0.0, 50.0),
           "decode_floor_s": (0.0, 50.0), "decode_pair_s": (0.0, 50.0), "decode_bandwidth_share": (0.2, 1.0),
           "decode_fp8_bandwidth_share": (0.2, 1.0), "decode_split_tokens": (16.0, 4096.0),
           "decode_max_splits": (1.0, 1024.0), "decode_saturation": (0.1, 64.0), "decode_score_s": (0.0, 100.0)}
 DECODE_STARTS = ((3.0, 1.3, 0.85, 0.85, 256.0, 64.0, 1.0, 0.3), (3.0, 3.0, 0.9, 0.7, 32.0, 16.0, 2.0, 0.1),
                  (1.0, 1.0, 1.0, 1.0, 128.0, 128.0, 0.5, 0.05))
-PREFILL_START = (0.5, 0.4, 3.0, 3.0)
+PREFILL_START = (0.5, 0.4, 0.5, 3.0, 3.0)
 
 
 def _table(gpu: str, engine: str, table: str, columns: tuple):
@@ -145,7 +147,8 @@ def decode_report(hw, kernels, rows) -> str:
 def preset_block(name: str, kernels: EngineAttention) -> str:
     k = kernels
     return (f"    {name}: {{prefill_tensor_share: {k.prefill_tensor_share:.3f}, "
-            f"prefill_fp8_tensor_share: {k.prefill_fp8_tensor_share:.3f}, prefill_tile: {k.prefill_tile_s * 1e6:.2f} us, "
+            f"prefill_fp8_tensor_share: {k.prefill_fp8_tensor_share:.3f},\n"
+            f"      prefill_cache_share: {k.prefill_cache_share:.3f}, prefill_tile: {k.prefill_tile_s * 1e6:.2f} us, "
             f"prefill_floor: {k.prefill_floor_s * 1e6:.2f} us,\n"
             f"      decode_floor: {k.decode_floor_s * 1e6:.2f} us, decode_pair: {k.decode_pair_s * 1e6:.3f} us, "
             f"decode_bandwidth_share: {k.decode_bandwidth_share:.3f}, "
@@ -169,7 +172,7 @@ def main() -> None:
             pre, dec = prefill_rows(gpu, name), decode_rows(gpu, name)
             if not pre or not dec["seconds"].size:
                 continue
-            decode_part = fit_decode(hw, dec, dict(zip(PREFILL, (0.5, 0.5, 0.0, 0.0))), group)
+            decode_part = fit_decode(hw, dec, dict(zip(PREFILL, (0.5, 0.5, 0.5, 0.0, 0.0))), group)
             prefill_part = fit_prefill(hw, name, pre, decode_part, group)
             fitted[(name, gpu)] = engine({**prefill_part, **decode_part}, group)
             print(f"== {gpu} {name}\n{preset_block(name, fitted[(name, gpu)])}")

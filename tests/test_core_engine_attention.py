@@ -15,7 +15,8 @@ from core.model.ops.attention import engine_decode_s
 from core.model.specs import EngineAttention
 from core.validation.kernels import kernel_groups, kernels_alone
 
-KERNELS = EngineAttention(prefill_tensor_share=0.5, prefill_fp8_tensor_share=0.4, prefill_tile_s=1e-6,
+KERNELS = EngineAttention(prefill_tensor_share=0.5, prefill_fp8_tensor_share=0.4, prefill_cache_share=0.5,
+                          prefill_tile_s=1e-6,
                           prefill_floor_s=2e-6, decode_floor_s=1e-6, decode_pair_s=2e-6, decode_bandwidth_share=0.5,
                           decode_fp8_bandwidth_share=0.25, decode_split_tokens=250, decode_max_splits=2,
                           decode_saturation=1.0, decode_score_s=1e-9)
@@ -30,11 +31,12 @@ def bare(hw, **engines):
 
 def test_an_engines_decode_is_floor_preprocessing_sweep_and_per_pair_cost(a100):
     """2 sequences, 8 query heads on 2 KV heads of 64, 1000 cached BF16 tokens: 4 (sequence,
-    KV head) pairs, each split in min(1000 / 250, 2) = 2 chunks, 8 of the 108 SMs' worth of
-    splits in flight (saturation 1 per SM), so the cache streams at 8/108 of half the HBM."""
+    KV head) pairs, each split in min(1000 / 250, 2) = 2 chunks, n = 8 / 108 chunks in flight
+    per SM (saturation 1), so the cache streams at n / (1 + n) of half the HBM."""
     hw = bare(a100, vllm=KERNELS)
     hbm, sms = hw.gpu.hbm.bandwidth_bps, hw.gpu.sm_count
-    sweep = 2 * 4 * 1000 * 64 * 2 / (0.5 * hbm * 8 / sms)
+    n = 8 / sms
+    sweep = 2 * 4 * 1000 * 64 * 2 / (0.5 * hbm * n / (1 + n))
     prep = 2 * 2 * (8 + 2 * 2) * 64 * 2 / (hbm * hw.calibration.memory_efficiency)
     cycles = (2e-6 * 4 + 1e-9 * 2 * 8 * 1000) / sms
     assert ops.decode_attention(hw, 2, 8, 2, 1000, 64, 2, "vllm").time_s == pytest.approx(1e-6 + prep + sweep + cycles)
@@ -43,21 +45,21 @@ def test_an_engines_decode_is_floor_preprocessing_sweep_and_per_pair_cost(a100):
 def test_an_fp8_cache_streams_at_its_own_share():
     """Half the bytes at half the share take as long; at the BF16 share, half as long."""
     hw = bare(load_hardware("h100-sxm5-80gb"))
-    kernels = dataclasses.replace(KERNELS, decode_saturation=0.01)
-    bf16, fp8 = (float(engine_decode_s(kernels, hw, 64, 8, 8, 4096, 128, el)) for el in (2, 1))
+    bf16, fp8 = (float(engine_decode_s(KERNELS, hw, 64, 8, 8, 4096, 128, el)) for el in (2, 1))
     assert bf16 == pytest.approx(fp8)
-    even = dataclasses.replace(kernels, decode_fp8_bandwidth_share=0.5)
-    sweep = 2 * 64 * 8 * 4096 * 128 * 2 / (0.5 * hw.gpu.hbm.bandwidth_bps)
+    even = dataclasses.replace(KERNELS, decode_fp8_bandwidth_share=0.5)
+    n = 64 * 8 * 2 / 132  # pairs x splits per SM
+    sweep = 2 * 64 * 8 * 4096 * 128 * 2 / (0.5 * hw.gpu.hbm.bandwidth_bps * n / (1 + n))
     assert bf16 - float(engine_decode_s(even, hw, 64, 8, 8, 4096, 128, 1)) == pytest.approx(sweep / 2)
 
 
 def test_a_group_beyond_the_kernels_limit_reads_the_cache_per_query_head_through_l2(a100):
     """64 query heads on one KV head, a kernel taking at most 32 per KV head: the masked
     multi-head kernel streams the cache once per query head, at L2's bandwidth."""
-    limited = dataclasses.replace(KERNELS, decode_max_group=32, decode_score_s=0.0, decode_pair_s=0.0,
-                                  decode_saturation=0.01)
+    limited = dataclasses.replace(KERNELS, decode_max_group=32, decode_score_s=0.0, decode_pair_s=0.0)
     hw = bare(a100, trtllm=limited)
-    sweep = 2 * 1 * 64 * 8192 * 128 * 2 / (0.5 * hw.gpu.l2.bandwidth_bps)
+    n = 64 * 2 / 108  # 64 query-head streams x 2 splits per SM
+    sweep = 2 * 1 * 64 * 8192 * 128 * 2 / (0.5 * hw.gpu.l2.bandwidth_bps * n / (1 + n))
     prep = 2 * 1 * (64 + 2) * 128 * 2 / (hw.gpu.hbm.bandwidth_bps * hw.calibration.memory_efficiency)
     assert ops.decode_attention(hw, 1, 64, 1, 8192, 128, 2, "trtllm").time_s == pytest.approx(1e-6 + prep + sweep)
 

@@ -446,6 +446,7 @@ def _engine_attention(raw, source: str, base: tuple) -> tuple:
         out.append((engine, EngineAttention(
             prefill_tensor_share=k.number("prefill_tensor_share", high=1.0),
             prefill_fp8_tensor_share=k.number("prefill_fp8_tensor_share", high=1.0),
+            prefill_cache_share=k.number("prefill_cache_share", high=1.0),
             prefill_tile_s=k.unit("prefill_tile", units.parse_time),
             prefill_floor_s=k.unit("prefill_floor", units.parse_time),
             decode_floor_s=k.unit("decode_floor", units.parse_time),

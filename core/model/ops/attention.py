@@ -110,10 +110,10 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
         busy_s += passes / mixed_bandwidth_bps(hw)
         hbm_bytes += passes
     floor_s = cal.attention_floor_s
-    if engine is not None:  # the engine's op also ropes Q and K and writes K and V into its cache
-        cache_bytes = 2 * (q_bytes + kv_bytes)
-        busy_s += cache_bytes / mixed_bandwidth_bps(hw)
-        hbm_bytes += cache_bytes
+    if engine is not None:  # the engine's op also ropes Q and K and writes K and V into its paged cache
+        busy_s += 2 * q_bytes / mixed_bandwidth_bps(hw) + \
+            2 * kv_bytes / (gpu.hbm.bandwidth_bps * engine.prefill_cache_share)
+        hbm_bytes += 2 * (q_bytes + kv_bytes)
         floor_s = engine.prefill_floor_s
     return KernelTime(floor_s + busy_s + launch_s(hw), flops, hbm_bytes)
 
@@ -158,7 +158,7 @@ def decode_attention(hw: HardwareSpec, batch: int, heads: int, kv_heads: int, co
 
 def engine_decode_s(k: EngineAttention, hw: HardwareSpec, batch, heads, kv_heads, context, head_dim, kv_el):
     """Seconds of an engine's decode attention op (EngineAttention says what each term is).
-    Plain arithmetic on numbers or numpy arrays alike, so scripts/fit_attention.py fits the
+    Plain arithmetic on numbers or numpy arrays alike, so scripts/fit_engine_attention.py fits the
     very function `rapid run` times. The op's preprocessing (RoPE on the new queries and keys,
     the new keys and values written to the cache) moves its bytes at the elementwise rate."""
     gpu, clock = hw.gpu, hw.calibration.sustained_clock
@@ -166,7 +166,8 @@ def engine_decode_s(k: EngineAttention, hw: HardwareSpec, batch, heads, kv_heads
     streams = np.where(per_head, heads, kv_heads)  # cache reads: per KV head, or per query head
     pairs = batch * streams
     splits = np.minimum(np.ceil(context / k.decode_split_tokens), k.decode_max_splits)
-    fill = np.minimum(1.0, pairs * splits / (k.decode_saturation * gpu.sm_count))
+    in_flight = pairs * splits / (k.decode_saturation * gpu.sm_count)
+    fill = in_flight / (1.0 + in_flight)
     share = np.where(kv_el < 2, k.decode_fp8_bandwidth_share, k.decode_bandwidth_share)
     bandwidth_bps = share * fill * np.where(per_head, gpu.l2.bandwidth_bps, gpu.hbm.bandwidth_bps)
     sweep_s = 2.0 * pairs * context * head_dim * kv_el / bandwidth_bps
