@@ -5,8 +5,9 @@ out, then the preset block. It edits nothing.
 
 Prefill: prefill_tensor_share, prefill_tile and prefill_floor on the engine's BF16 context rows
 (every STRIDE-th; BF16 and FP8 caches, no sliding window). Decode: the eight decode_* factors on
-its BF16 generation rows, both cache dtypes, minimising the mean |log(predicted / measured)|
-from a few starts. decode_max_group is the engine's fact, not fitted: TensorRT-LLM's XQA takes
+its BF16 generation rows, both cache dtypes, from a few starts. Both minimise the mean
+|log(predicted / measured)| with each (cache dtype, size bucket) group of the kernel suite
+weighing the same. decode_max_group is the engine's fact, not fitted: TensorRT-LLM's XQA takes
 at most 32 query heads per KV head (beyond, its masked multi-head kernel reads the cache once
 per query head); vLLM's kernels pack any group.
 
@@ -99,23 +100,34 @@ def _factors(names, x) -> dict:
     return {n: float(np.clip(v, *BOUNDS[n])) * SCALE.get(n, 1.0) for n, v in zip(names, x)}
 
 
+def group_weights(labels) -> np.ndarray:
+    """Weights giving each group (cache dtype, size bucket) the same say in the loss, as the
+    kernel suite judges each group's median."""
+    keys = list(labels)
+    counts = {k: keys.count(k) for k in set(keys)}
+    return np.array([1.0 / counts[k] for k in keys]) / len(counts)
+
+
 def fit_prefill(hw, name, rows, decode_part: dict, group: int) -> dict:
     sample = rows[::STRIDE]
     measured = np.array([r[-1] for r in sample])
+    weights = group_weights((kv, flop_bucket(2.0 * bh * s * s * d)) for bh, s, d, _, kv, _ in sample)
 
     def loss(x):
         model = with_engine(hw, name, engine({**_factors(PREFILL, x), **decode_part}, group))
-        return float(np.mean(np.abs(np.log(prefill_s(model, name, sample) / measured))))
+        return float(np.sum(weights * np.abs(np.log(prefill_s(model, name, sample) / measured))))
     x = minimize(loss, PREFILL_START, method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-5}).x
     return _factors(PREFILL, x)
 
 
 def fit_decode(hw, rows, prefill_part: dict, group: int) -> dict:
     sample = {k: v[::2] for k, v in rows.items()}
+    cache = 2.0 * sample["batch"] * sample["kv_heads"] * sample["context"] * sample["head_dim"] * sample["kv_el"]
+    weights = group_weights(zip(sample["kv_el"], (kv_bucket(b) for b in cache)))
 
     def loss(x):
         kernels = engine({**prefill_part, **_factors(DECODE, x)}, group)
-        return float(np.mean(np.abs(np.log(decode_s(hw, kernels, sample) / sample["seconds"]))))
+        return float(np.sum(weights * np.abs(np.log(decode_s(hw, kernels, sample) / sample["seconds"]))))
     best = min((minimize(loss, start, method="Nelder-Mead", options={"maxiter": 4000, "xatol": 1e-3, "fatol": 1e-6})
                 for start in DECODE_STARTS), key=lambda r: r.fun)
     best = minimize(loss, best.x, method="Powell")
