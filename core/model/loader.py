@@ -14,7 +14,8 @@ from core.textfile import parse_mapping, read_text
 from .hf import HF_COSTED, HF_COSTLESS, HF_MODEL_TYPES, model_from_hf  # noqa: F401 (the loader's HF surface)
 from .layout import recipe_mismatch
 from .specs import (ACTIVATIONS, ATTENTION_KERNELS, COMPUTE_DTYPES, DTYPES, FFNS, FP8_RECIPES, MIXERS, NORMS,
-                    POSITION_EMBEDDINGS, POWER_CLOCKS, RECURRENT_KINDS, TOPOLOGIES, Calibration, GpuSpec, HardwareSpec,
+                    POSITION_EMBEDDINGS, POWER_CLOCKS, RECURRENT_KINDS, TOPOLOGIES, ENGINE_ATTENTION, Calibration,
+                    EngineAttention, GpuSpec, HardwareSpec,
                     LayerKind, LinkFault, MemoryLevel, ModelSpec, MoESpec, NetworkDim, PowerSpec, RecurrentSpec,
                     model_with_kinds)
 
@@ -429,6 +430,38 @@ def _faults_from_list(items, source: str) -> tuple:
     return tuple(faults)
 
 
+def _engine_attention(raw, source: str, base: tuple) -> tuple:
+    """`calibration.engine_attention`: {engine: {its EngineAttention fields}} for engines of
+    ENGINE_ATTENTION, sorted by engine (times with a unit, shares in (0, 1], counts >= 1)."""
+    if raw is None:
+        return base
+    if not isinstance(raw, dict):
+        raise SpecError(source, "calibration.engine_attention", raw, "expected a mapping {engine: {fields}}")
+    out = []
+    for engine in sorted(raw):
+        if engine not in ENGINE_ATTENTION:
+            raise SpecError(source, "calibration.engine_attention", engine,
+                            f"expected one of {', '.join(ENGINE_ATTENTION)}")
+        k = _Fields(raw[engine], source, f"calibration.engine_attention.{engine}.")
+        out.append((engine, EngineAttention(
+            prefill_tensor_share=k.number("prefill_tensor_share", high=1.0),
+            prefill_fp8_tensor_share=k.number("prefill_fp8_tensor_share", high=1.0),
+            prefill_cache_share=k.number("prefill_cache_share", high=1.0),
+            prefill_tile_s=k.unit("prefill_tile", units.parse_time),
+            prefill_floor_s=k.unit("prefill_floor", units.parse_time),
+            decode_floor_s=k.unit("decode_floor", units.parse_time),
+            decode_pair_s=k.unit("decode_pair", units.parse_time),
+            decode_bandwidth_share=k.number("decode_bandwidth_share", high=1.0),
+            decode_fp8_bandwidth_share=k.number("decode_fp8_bandwidth_share", high=1.0),
+            decode_split_tokens=float(k.integer("decode_split_tokens")),
+            decode_max_splits=float(k.integer("decode_max_splits")),
+            decode_saturation=k.number("decode_saturation"),
+            decode_score_s=k.unit("decode_score", units.parse_time),
+            decode_max_group=k.integer("decode_max_group", 0, minimum=0))))
+        k.done()
+    return tuple(out)
+
+
 def _calibration(raw, source: str) -> Calibration:
     """The `calibration` block: the factors it writes, the rest from the GPU preset it
     `inherits` (or neutral when it names none). A file without the block is refused, as
@@ -462,6 +495,7 @@ def _calibration(raw, source: str) -> Calibration:
                                          BaseUnits(base.attention_backward_tile_s)),
         moe_gemm_efficiency=c.number("moe_gemm_efficiency", base.moe_gemm_efficiency, low=-1e-12, high=1.0),
         moe_half_ffn=c.number("moe_half_ffn", base.moe_half_ffn, low=-1e-12, high=1e6),
+        engine_attention=_engine_attention(c.raw("engine_attention"), source, base.engine_attention),
     )
     c.done(ignored=("fitted_on", "notes"))
     return calibration

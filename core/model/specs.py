@@ -500,6 +500,48 @@ class LinkFault:
     extra_latency_s: float = 0.0
 
 
+# The inference engines whose attention kernels a preset may describe (attention_kernels): the
+# measured kernel tables' frameworks, each with its own prefill and decode kernels per GPU family
+# (TensorRT-LLM: its FMHA and XQA; vLLM: FlashAttention-3 on Hopper, FlashInfer's TensorRT-LLM
+# kernels on Blackwell, FlashAttention-2 before).
+ENGINE_ATTENTION = ("trtllm", "vllm")
+
+
+@dataclass(frozen=True)
+class EngineAttention:
+    """One inference engine's attention kernels on a GPU, fitted on its measured kernel table
+    (scripts/fit_engine_attention.py). Each is timed as the engine runs the op: its own kernels
+    (QKV preprocessing, KV-cache write, attention), replayed without host launches.
+    Prefill: FlashAttention-style work (core.model.ops.attention) at `prefill_tensor_share` of
+    the dtype's peak (absolute, not relative to the GEMMs' efficiency; with an FP8 cache the
+    engines' FP8 kernels, `prefill_fp8_tensor_share` of the FP8 peak), its compulsory loads
+    added, `prefill_tile_s` per 128-row query tile, `prefill_floor_s` for the op, and its
+    preprocessing: RoPE over the new queries at the elementwise rate, the new keys and values
+    read and written into the paged cache at `prefill_cache_share` of HBM bandwidth.
+    Decode: `decode_floor_s` for the op, `decode_pair_s` per (sequence, KV head) pair spread
+    over the SMs (loading its queries, merging split-KV partials, writing out), and the cache
+    swept at `decode_bandwidth_share` of HBM (`decode_fp8_bandwidth_share` for an FP8 cache)
+    times n / (1 + n), n the split-KV chunks in flight per `decode_saturation` per SM: each
+    pair's cache split in chunks of `decode_split_tokens`, at most `decode_max_splits`; plus
+    `decode_score_s` per query-head score per SM (softmax, the exponential). Groups of more
+    than `decode_max_group` query heads per KV head (0: no limit) run a kernel that reads the
+    cache once per query head, through L2."""
+    prefill_tensor_share: float
+    prefill_fp8_tensor_share: float
+    prefill_cache_share: float
+    prefill_tile_s: float
+    prefill_floor_s: float
+    decode_floor_s: float
+    decode_pair_s: float
+    decode_bandwidth_share: float
+    decode_fp8_bandwidth_share: float
+    decode_split_tokens: float
+    decode_max_splits: float
+    decode_saturation: float
+    decode_score_s: float
+    decode_max_group: int = 0
+
+
 @dataclass(frozen=True)
 class Calibration:
     """The few factors fitted per GPU preset; see the preset file for what and on which rows."""
@@ -538,6 +580,14 @@ class Calibration:
     # which it halves; efficiency 0 = not fitted (the layer graph's plain GEMMs).
     moe_gemm_efficiency: float = 0.0
     moe_half_ffn: float = 0.0
+    # Each inference engine's own attention kernels: ((engine, EngineAttention), ...), sorted by
+    # engine; an engine not listed runs the fused kernel above (prefill) and decode_attention's
+    # bandwidth model.
+    engine_attention: tuple = ()
+
+    def engine_kernels(self, engine: str):
+        """The EngineAttention of `engine`, or None when the preset has none for it."""
+        return next((k for name, k in self.engine_attention if name == engine), None)
 
 
 @hash_once

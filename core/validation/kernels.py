@@ -80,23 +80,26 @@ def _gemm(hw, m, n, k, gemm_dtype):
     return "gemm", dtype, flop_bucket(2.0 * m * n * k), _gemm_s(hw, m, n, k, dtype)
 
 
-def _context(hw, batch, isl, heads, kv_heads, head_dim, window, attn_dtype, kv_dtype):
-    """Prefill attention over `batch` causal sequences of `isl` tokens: one fused kernel. A
-    row with an FP8 KV cache writes the cache in FP8; our kernel's time does not see it."""
+def _context(hw, batch, isl, heads, kv_heads, head_dim, window, attn_dtype, kv_dtype, engine=""):
+    """Prefill attention over `batch` causal sequences of `isl` tokens: the table's engine's
+    prefill op where the preset describes it (calibration.engine_attention; an FP8 cache runs
+    the engines' FP8 kernels), else the fused kernel `rapid run` trains with."""
     if window:
         return Skip("attention with a sliding window: not modelled")
     if attn_dtype not in ATTENTION_DTYPES:
         return Skip(f"attention in {attn_dtype}: not modelled")
     dtype = ATTENTION_DTYPES[attn_dtype] + ("" if kv_dtype == attn_dtype else f" kv {kv_dtype}")
     flops = 2.0 * batch * heads * isl * isl * head_dim  # QK^T and PV, causal half
+    kernel = engine if hw.calibration.engine_kernels(engine) else ATTENTION_KERNEL
     time_s = ops.flash_attention(hw, batch * heads, isl, isl, head_dim, max(1, heads // kv_heads), True,
-                                 kernel=ATTENTION_KERNEL).time_s
+                                 kernel=kernel, kv_bytes_per_element=KV_BYTES.get(kv_dtype, 0)).time_s
     return "attention.prefill", dtype, flop_bucket(flops), time_s
 
 
-def _generation(hw, batch, heads, kv_heads, head_dim, step, window, attn_dtype, kv_dtype):
+def _generation(hw, batch, heads, kv_heads, head_dim, step, window, attn_dtype, kv_dtype, engine=""):
     """One decode step: each of `batch` requests' new token attends to its `step` cached tokens
-    and itself (the collector's `step` is the cached length)."""
+    and itself (the collector's `step` is the cached length), by the table's engine's decode
+    op where the preset describes it (calibration.engine_attention)."""
     if window:
         return Skip("attention with a sliding window: not modelled")
     if attn_dtype not in ATTENTION_DTYPES or kv_dtype not in KV_BYTES:
@@ -104,7 +107,7 @@ def _generation(hw, batch, heads, kv_heads, head_dim, step, window, attn_dtype, 
     context = step + 1
     kv_bytes = KV_BYTES[kv_dtype]
     dtype = ATTENTION_DTYPES[attn_dtype] + ("" if kv_dtype == attn_dtype else f" kv {kv_dtype}")
-    time_s = ops.decode_attention(hw, batch, heads, kv_heads, context, head_dim, kv_bytes).time_s
+    time_s = ops.decode_attention(hw, batch, heads, kv_heads, context, head_dim, kv_bytes, engine).time_s
     return "attention.decode", dtype, kv_bucket(2.0 * batch * kv_heads * context * head_dim * kv_bytes), time_s
 
 
@@ -238,8 +241,9 @@ def kernel_groups(root: Path = KERNELS_DIR, gpus=None, max_rows: int | None = No
                 hw = kernels_alone(with_dtype(load_hardware(preset), "bf16", preset, "dtype"))
                 values, latency_ms = _read(path, columns, max_rows)
                 groups, reasons = defaultdict(lambda: ([], [])), Counter()
+                engine = {"engine": path.parent.parent.name} if op == "attention" else {}
                 for row, measured_ms in zip(zip(*values), latency_ms):
-                    out = predict(hw, *row)
+                    out = predict(hw, *row, **engine)
                     if isinstance(out, Skip):
                         reasons[str(out)] += 1
                         continue

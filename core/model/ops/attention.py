@@ -3,7 +3,9 @@ sweep of the KV cache."""
 from functools import lru_cache
 from math import ceil
 
-from ..specs import HardwareSpec
+import numpy as np
+
+from ..specs import EngineAttention, HardwareSpec
 from .common import KernelTime, launch_s, mixed_bandwidth_bps, stream_bandwidth_bps
 from .gemm import L2_USABLE_FRACTION
 
@@ -36,7 +38,8 @@ def causal_fraction(kv_len: int) -> float:
 
 @lru_cache(maxsize=65536)
 def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int, head_dim: int,
-                    kv_groups: int, causal: bool, backward: bool = False, kernel: str = "flash") -> KernelTime:
+                    kv_groups: int, causal: bool, backward: bool = False, kernel: str = "flash",
+                    kv_bytes_per_element: float = 0.0) -> KernelTime:
     """One fused attention kernel (FlashAttention-2 style): scores stay in SRAM.
 
     `batch_heads` counts query heads; `kv_groups` is query heads per KV head (GQA).
@@ -46,18 +49,27 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     (attention_backward_tile_s in the backward), spread over the SMs. `kernel` flash2
     (FlashAttention-2) issues mma.sync, at the GPU's mma_sync_share of the rate; flash1
     (FlashAttention 1.x) does FlashAttention-2's work in FLASH1_SLOWDOWN times its time, its
-    tile matmuls at the head dimension of the kernel it has (FLASH1_HEAD_DIMS)."""
+    tile matmuls at the head dimension of the kernel it has (FLASH1_HEAD_DIMS). An inference
+    engine's name (calibration.engine_attention) times that engine's prefill op: its tensor-core
+    share (on the FP8 peak where `kv_bytes_per_element` says the cache is FP8), tile cost and
+    floor, and its preprocessing pass over the new queries, keys and values."""
     gpu, cal = hw.gpu, hw.calibration
     el = hw.act_bytes
     visible = causal_fraction(kv_len) if causal else 1.0
     scores = batch_heads * q_len * kv_len * visible
     matmuls = 5 if backward else 2
     flops = matmuls * 2.0 * scores * head_dim
+    engine = cal.engine_kernels(kernel)
     tile_dim = next((d for d in FLASH1_HEAD_DIMS if d >= head_dim), head_dim) if kernel == "flash1" else head_dim
     tiles = batch_heads * ceil(q_len / FLASH_TILE_Q)
     per_sm = ceil(tiles / gpu.sm_count) / (tiles / gpu.sm_count)  # tail-wave under-fill
     clock = cal.sustained_clock
-    rate = gpu.flops(hw.act_dtype) * clock * cal.compute_efficiency * cal.attention_efficiency
+    if engine is None:
+        rate = gpu.flops(hw.act_dtype) * clock * cal.compute_efficiency * cal.attention_efficiency
+    elif 0 < kv_bytes_per_element < 2 and "fp8" in dict(gpu.peak_flops):  # an FP8 cache: FP8 kernels
+        rate = gpu.flops("fp8") * clock * engine.prefill_fp8_tensor_share
+    else:
+        rate = gpu.flops(hw.act_dtype) * clock * engine.prefill_tensor_share
     if backward:
         rate *= cal.attention_backward_share
     if kernel in ("flash2", "flash1"):
@@ -71,25 +83,39 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     # matmuls; FlashAttention-2's forward hides it as well (it takes 1 / mma_sync_share of the
     # fused time, softmax and all), its backward does not (our H100 rows: -4 % median run in
     # turn, -12 % overlapped); FlashAttention 1 and GPUs before Hopper run the two in turn.
-    overlapped = cal.attention_softmax_overlap and (kernel == "flash" or kernel == "flash2" and not backward)
+    # (The engines' kernels overlap wherever the GPU has warpgroup MMA, mma_sync_share < 1.)
+    overlapped = gpu.mma_sync_share < 1 if engine is not None else \
+        cal.attention_softmax_overlap and (kernel == "flash" or kernel == "flash2" and not backward)
     compute_s = max(tensor_s, softmax_s) if overlapped else tensor_s + softmax_s
-    tile_cost_s = cal.attention_backward_tile_s if backward else cal.attention_tile_s
+    tile_cost_s = (cal.attention_backward_tile_s if backward else cal.attention_tile_s) if engine is None \
+        else engine.prefill_tile_s
     compute_s += tiles * tile_cost_s / gpu.sm_count * per_sm / clock  # cycles: longer at a lower clock
     q_bytes = batch_heads * q_len * head_dim * el
     kv_bytes = 2 * (batch_heads // kv_groups) * kv_len * head_dim * el
     kv_passes = ceil(q_len / FLASH_TILE_Q) * visible
     l2_bytes = q_bytes * 2 + kv_bytes * max(1.0, kv_passes)
     hbm_bytes = (q_bytes * 2 + kv_bytes) * (2 if backward else 1)
-    if kv_bytes > gpu.l2.capacity_bytes * L2_USABLE_FRACTION:
+    # the engines' kernels walk the tiles head by head, so a head's keys and values stay in L2
+    if engine is None and kv_bytes > gpu.l2.capacity_bytes * L2_USABLE_FRACTION:
         hbm_bytes = max(hbm_bytes, l2_bytes)
     memory_s = max(hbm_bytes / mixed_bandwidth_bps(hw),
                    l2_bytes / gpu.l2.bandwidth_bps)
+    # an engine's op loads each tile's operands before its matmuls: at short sequences, with few
+    # key blocks per tile, nothing hides the loads, so its traffic adds to its compute
+    if engine is not None:
+        compute_s += (q_bytes * 2 + kv_bytes) / mixed_bandwidth_bps(hw)
     busy_s = max(compute_s, memory_s) * (FLASH1_SLOWDOWN if kernel == "flash1" else 1.0)
     if backward and cal.attention_backward_passes:
         passes = backward_pass_bytes(batch_heads * q_len * head_dim, el)
         busy_s += passes / mixed_bandwidth_bps(hw)
         hbm_bytes += passes
-    return KernelTime(cal.attention_floor_s + busy_s + launch_s(hw), flops, hbm_bytes)
+    floor_s = cal.attention_floor_s
+    if engine is not None:  # the engine's op also ropes Q and K and writes K and V into its paged cache
+        busy_s += 2 * q_bytes / mixed_bandwidth_bps(hw) + \
+            2 * kv_bytes / (gpu.hbm.bandwidth_bps * engine.prefill_cache_share)
+        hbm_bytes += 2 * (q_bytes + kv_bytes)
+        floor_s = engine.prefill_floor_s
+    return KernelTime(floor_s + busy_s + launch_s(hw), flops, hbm_bytes)
 
 
 def backward_pass_bytes(q_elements: float, el: float) -> float:
@@ -102,18 +128,25 @@ def backward_pass_bytes(q_elements: float, el: float) -> float:
 
 @lru_cache(maxsize=65536)
 def decode_attention(hw: HardwareSpec, batch: int, heads: int, kv_heads: int, context: int,
-                     head_dim: int, kv_bytes_per_element: float = 0.0) -> KernelTime:
-    """One decode step's attention over a KV cache of `context` tokens. Memory sees the cache
-    once, as one long read stream (query heads sharing a KV head under GQA hit it in L2). The
-    kernel of this period (TensorRT-LLM's masked multi-head attention) runs one block per
-    sequence and query head, so the SMs process every query head's copy of its KV head's
-    cache: at `decode_attention_rate` elements per SM per cycle that, not bandwidth, bounds
-    long contexts. The cache is in the activation dtype unless `kv_bytes_per_element` says
-    otherwise; the step's queries in and outputs out move at the elementwise rate."""
+                     head_dim: int, kv_bytes_per_element: float = 0.0, engine: str = "") -> KernelTime:
+    """One decode step's attention over a KV cache of `context` tokens. With an `engine` the
+    preset describes (calibration.engine_attention), that engine's kernels (engine_decode_s).
+    Otherwise memory sees the cache once, as one long read stream (query heads sharing a KV
+    head under GQA hit it in L2), and the kernel of 2023's engines (TensorRT-LLM's masked
+    multi-head attention) runs one block per sequence and query head, so the SMs process every
+    query head's copy of its KV head's cache: at `decode_attention_rate` elements per SM per
+    cycle that, not bandwidth, bounds long contexts. The cache is in the activation dtype unless
+    `kv_bytes_per_element` says otherwise; the step's queries in and outputs out move at the
+    elementwise rate."""
     clock = hw.calibration.sustained_clock
-    kv_bytes = 2 * batch * kv_heads * context * head_dim * (kv_bytes_per_element or hw.act_bytes)
+    kv_el = kv_bytes_per_element or hw.act_bytes
+    kv_bytes = 2 * batch * kv_heads * context * head_dim * kv_el
     q_bytes = 2 * batch * heads * head_dim * hw.act_bytes
     flops = 4.0 * batch * heads * context * head_dim
+    kernels = hw.calibration.engine_kernels(engine)
+    if kernels is not None:
+        return KernelTime(float(engine_decode_s(kernels, hw, batch, heads, kv_heads, context, head_dim, kv_el)),
+                          flops, kv_bytes + q_bytes)
     busy_s = max(kv_bytes / stream_bandwidth_bps(hw) + q_bytes / mixed_bandwidth_bps(hw),
                  flops / (hw.gpu.flops("fp32") * clock))
     rate = hw.calibration.decode_attention_rate
@@ -121,3 +154,23 @@ def decode_attention(hw: HardwareSpec, batch: int, heads: int, kv_heads: int, co
         processed = 2.0 * batch * heads * context * head_dim
         busy_s = max(busy_s, processed / (rate * hw.gpu.sm_count * hw.gpu.clock_hz * clock))
     return KernelTime(busy_s + launch_s(hw), flops, kv_bytes + q_bytes)
+
+
+def engine_decode_s(k: EngineAttention, hw: HardwareSpec, batch, heads, kv_heads, context, head_dim, kv_el):
+    """Seconds of an engine's decode attention op (EngineAttention says what each term is).
+    Plain arithmetic on numbers or numpy arrays alike, so scripts/fit_engine_attention.py fits the
+    very function `rapid run` times. The op's preprocessing (RoPE on the new queries and keys,
+    the new keys and values written to the cache) moves its bytes at the elementwise rate."""
+    gpu, clock = hw.gpu, hw.calibration.sustained_clock
+    per_head = np.logical_and(k.decode_max_group > 0, heads > k.decode_max_group * kv_heads)
+    streams = np.where(per_head, heads, kv_heads)  # cache reads: per KV head, or per query head
+    pairs = batch * streams
+    splits = np.minimum(np.ceil(context / k.decode_split_tokens), k.decode_max_splits)
+    in_flight = pairs * splits / (k.decode_saturation * gpu.sm_count)
+    fill = in_flight / (1.0 + in_flight)
+    share = np.where(kv_el < 2, k.decode_fp8_bandwidth_share, k.decode_bandwidth_share)
+    bandwidth_bps = share * fill * np.where(per_head, gpu.l2.bandwidth_bps, gpu.hbm.bandwidth_bps)
+    sweep_s = 2.0 * pairs * context * head_dim * kv_el / bandwidth_bps
+    prep_s = 2.0 * batch * (heads + 2 * kv_heads) * head_dim * hw.act_bytes / mixed_bandwidth_bps(hw)
+    cycles_s = (k.decode_pair_s * pairs + k.decode_score_s * batch * heads * context) / (gpu.sm_count * clock)
+    return k.decode_floor_s + launch_s(hw) + prep_s + sweep_s + cycles_s

@@ -1,0 +1,116 @@
+"""Inference engines' own attention kernels (calibration.engine_attention): the decode op's
+terms by hand, the prefill op's absolute tensor share, the preset field's errors, and the
+kernel suite timing each table by its engine."""
+import dataclasses
+from math import ceil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from core.errors import SpecError
+from core.model import ops
+from core.model.loader import load_hardware, with_dtype
+from core.model.ops.attention import engine_decode_s
+from core.model.specs import EngineAttention
+from core.validation.kernels import kernel_groups, kernels_alone
+
+KERNELS = EngineAttention(prefill_tensor_share=0.5, prefill_fp8_tensor_share=0.4, prefill_cache_share=0.5,
+                          prefill_tile_s=1e-6,
+                          prefill_floor_s=2e-6, decode_floor_s=1e-6, decode_pair_s=2e-6, decode_bandwidth_share=0.5,
+                          decode_fp8_bandwidth_share=0.25, decode_split_tokens=250, decode_max_splits=2,
+                          decode_saturation=1.0, decode_score_s=1e-9)
+
+
+def bare(hw, **engines):
+    """`hw` with no launch or framework overhead and these engines' kernels."""
+    gpu = dataclasses.replace(hw.gpu, launch_overhead_s=0.0)
+    cal = dataclasses.replace(hw.calibration, kernel_overhead_s=0.0, engine_attention=tuple(sorted(engines.items())))
+    return dataclasses.replace(hw, gpu=gpu, calibration=cal)
+
+
+def test_an_engines_decode_is_floor_preprocessing_sweep_and_per_pair_cost(a100):
+    """2 sequences, 8 query heads on 2 KV heads of 64, 1000 cached BF16 tokens: 4 (sequence,
+    KV head) pairs, each split in min(1000 / 250, 2) = 2 chunks, n = 8 / 108 chunks in flight
+    per SM (saturation 1), so the cache streams at n / (1 + n) of half the HBM."""
+    hw = bare(a100, vllm=KERNELS)
+    hbm, sms = hw.gpu.hbm.bandwidth_bps, hw.gpu.sm_count
+    n = 8 / sms
+    sweep = 2 * 4 * 1000 * 64 * 2 / (0.5 * hbm * n / (1 + n))
+    prep = 2 * 2 * (8 + 2 * 2) * 64 * 2 / (hbm * hw.calibration.memory_efficiency)
+    cycles = (2e-6 * 4 + 1e-9 * 2 * 8 * 1000) / sms
+    assert ops.decode_attention(hw, 2, 8, 2, 1000, 64, 2, "vllm").time_s == pytest.approx(1e-6 + prep + sweep + cycles)
+
+
+def test_an_fp8_cache_streams_at_its_own_share():
+    """Half the bytes at half the share take as long; at the BF16 share, half as long."""
+    hw = bare(load_hardware("h100-sxm5-80gb"))
+    bf16, fp8 = (float(engine_decode_s(KERNELS, hw, 64, 8, 8, 4096, 128, el)) for el in (2, 1))
+    assert bf16 == pytest.approx(fp8)
+    even = dataclasses.replace(KERNELS, decode_fp8_bandwidth_share=0.5)
+    n = 64 * 8 * 2 / 132  # pairs x splits per SM
+    sweep = 2 * 64 * 8 * 4096 * 128 * 2 / (0.5 * hw.gpu.hbm.bandwidth_bps * n / (1 + n))
+    assert bf16 - float(engine_decode_s(even, hw, 64, 8, 8, 4096, 128, 1)) == pytest.approx(sweep / 2)
+
+
+def test_a_group_beyond_the_kernels_limit_reads_the_cache_per_query_head_through_l2(a100):
+    """64 query heads on one KV head, a kernel taking at most 32 per KV head: the masked
+    multi-head kernel streams the cache once per query head, at L2's bandwidth."""
+    limited = dataclasses.replace(KERNELS, decode_max_group=32, decode_score_s=0.0, decode_pair_s=0.0)
+    hw = bare(a100, trtllm=limited)
+    n = 64 * 2 / 108  # 64 query-head streams x 2 splits per SM
+    sweep = 2 * 1 * 64 * 8192 * 128 * 2 / (0.5 * hw.gpu.l2.bandwidth_bps * n / (1 + n))
+    prep = 2 * 1 * (64 + 2) * 128 * 2 / (hw.gpu.hbm.bandwidth_bps * hw.calibration.memory_efficiency)
+    assert ops.decode_attention(hw, 1, 64, 1, 8192, 128, 2, "trtllm").time_s == pytest.approx(1e-6 + prep + sweep)
+
+
+def test_an_engine_not_in_the_preset_keeps_the_bandwidth_model(a100):
+    hw = bare(a100)
+    assert ops.decode_attention(hw, 8, 32, 8, 4096, 128, 2, "vllm") == ops.decode_attention(hw, 8, 32, 8, 4096, 128, 2)
+    assert ops.decode_attention(a100, 8, 32, 8, 4096, 128, 2, "vllm") != ops.decode_attention(a100, 8, 32, 8, 4096, 128, 2)
+
+
+def test_an_engines_prefill_share_is_of_the_peak_not_of_the_gemms_efficiency():
+    hw = bare(load_hardware("h100-sxm5-80gb"), trtllm=KERNELS)
+    slower = dataclasses.replace(hw, calibration=dataclasses.replace(hw.calibration, compute_efficiency=0.3))
+    args = (64, 4096, 4096, 128, 8, True)
+    assert ops.flash_attention(slower, *args, kernel="trtllm") == ops.flash_attention(hw, *args, kernel="trtllm")
+    assert ops.flash_attention(slower, *args).time_s > ops.flash_attention(hw, *args).time_s
+
+
+def test_an_fp8_cache_runs_the_engines_fp8_prefill_kernel():
+    """Compute-bound (64 heads x 8K tokens of 128): the matmuls at 0.4 of the FP8 peak instead
+    of 0.5 of the BF16 one, 1.6 times the rate; the rest (softmax hidden under the matmuls, the
+    op's loads) the same."""
+    hw = bare(load_hardware("h100-sxm5-80gb"), trtllm=dataclasses.replace(KERNELS, prefill_tile_s=0.0))
+    args = (64, 8192, 8192, 128, 1, True)
+    bf16 = ops.flash_attention(hw, *args, kernel="trtllm", kv_bytes_per_element=2)
+    fp8 = ops.flash_attention(hw, *args, kernel="trtllm", kv_bytes_per_element=1)
+    assert bf16.flops == fp8.flops
+    waves = ceil(64 * 64 / 132) / (64 * 64 / 132)  # 64 heads' 64 query tiles on 132 SMs
+    tensor = bf16.flops / (hw.gpu.flops("bf16") * 0.5) * waves
+    assert bf16.time_s - fp8.time_s == pytest.approx(tensor * (1 - 0.5 * 989.5 / (0.4 * 1979)), rel=1e-3)
+
+
+def test_engine_attention_names_engines_we_know():
+    with pytest.raises(SpecError, match="engine_attention.*sglang.*trtllm, vllm"):
+        load_hardware("h100-sxm5-80gb", {"calibration.engine_attention": {"sglang": {}}})
+
+
+@pytest.mark.parametrize("preset", ["h100-sxm5-80gb", "h200-sxm-141gb", "b200-sxm-180gb", "gb200-nvl72"])
+def test_target_presets_describe_both_engines(preset):
+    cal = load_hardware(preset).calibration
+    assert [name for name, _ in cal.engine_attention] == ["trtllm", "vllm"]
+
+
+def test_the_kernel_suite_times_a_decode_row_by_its_engine(tmp_path):
+    folder = tmp_path / "h100_sxm" / "attention" / "trtllm" / "0.1"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.table({"batch_size": [16], "num_heads": [32], "num_key_value_heads": [8], "head_dim": [128],
+                             "step": [4095], "window_size": [0], "attn_dtype": ["bfloat16"],
+                             "kv_cache_dtype": ["fp8"], "latency": [0.05]}), folder / "generation_attention_perf.parquet")
+    [record], _ = kernel_groups(tmp_path)
+    hw = kernels_alone(with_dtype(load_hardware("h100-sxm5-80gb"), "bf16", "h100-sxm5-80gb", "dtype"))
+    predicted_s = ops.decode_attention(hw, 16, 32, 8, 4096, 128, 1, "trtllm").time_s
+    assert record["median_error_pct"] == pytest.approx(100 * (predicted_s / 0.05e-3 - 1))
+    assert predicted_s != ops.decode_attention(hw, 16, 32, 8, 4096, 128, 1).time_s
