@@ -261,6 +261,8 @@ class ShareHeap {
 
   bool empty() const { return heap_.empty(); }
 
+  bool contains(int link) const { return pos_[link] >= 0; }
+
   double share_of_top() const { return heap_.front().share; }
 
   void push(int link, double share) {
@@ -627,26 +629,35 @@ class Simulator {
     }
     for (int s : comp_flows_) marks_[s].frozen = false;
     while (!heap_.empty()) {
-      const double bottleneck_share = heap_.share_of_top();
-      const int bottleneck = heap_.pop();
-      const LinkState& b = links_[bottleneck];
-      const double share = bottleneck_share > 0.0 ? bottleneck_share : b.capacity * 1e-12;
-      for (int s : b.flows) {
-        if (marks_[s].frozen) continue;
-        marks_[s].frozen = true;
-        Flow& f = flows_[s];
-        assign_rate(f, s, share);
-        for (int l2 : routes_[s]) give_share(l2, bottleneck, share);
+      // Every link whose fair share equals the lowest saturates at that level: all leave the heap
+      // before any flow is frozen, so their flows get that very share (freezing one link's flows
+      // first would re-key the others with rounding in the last bits, and flows of a symmetric
+      // pattern would end ulps apart, each end a re-solve of its own).
+      const double level = heap_.share_of_top();
+      bottlenecks_.clear();
+      do bottlenecks_.push_back(heap_.pop());
+      while (!heap_.empty() && heap_.share_of_top() == level);
+      for (int bottleneck : bottlenecks_) {
+        const LinkState& b = links_[bottleneck];
+        const double share = level > 0.0 ? level : b.capacity * 1e-12;
+        for (int s : b.flows) {
+          if (marks_[s].frozen) continue;
+          marks_[s].frozen = true;
+          Flow& f = flows_[s];
+          assign_rate(f, s, share);
+          for (int l2 : routes_[s]) give_share(l2, share);
+        }
       }
     }
   }
 
-  // Takes one frozen flow's share out of link `l`'s spare capacity and re-keys it.
-  void give_share(int l, int bottleneck, double share) {
+  // Takes one frozen flow's share out of link `l`'s spare capacity and re-keys it (a link out of
+  // the heap, a bottleneck of this level, only keeps count).
+  void give_share(int l, double share) {
     LinkState& ls = links_[l];
     ls.spare -= share;
     --ls.unfrozen;
-    if (l == bottleneck) return;
+    if (!heap_.contains(l)) return;
     if (ls.unfrozen == 0) {
       heap_.remove(l);
       return;
@@ -678,6 +689,7 @@ class Simulator {
   std::vector<LoneStart> lone_starts_;  // flows started on idle links since the last solve
   std::vector<int> stack_;
   std::vector<int> comp_flows_, comp_links_, all_comp_flows_, all_comp_links_;
+  std::vector<int> bottlenecks_;  // water-filling scratch: the links saturating at one level
   ShareHeap heap_;
 };
 
