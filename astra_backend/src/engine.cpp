@@ -1,7 +1,9 @@
 #include "engine.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <stdexcept>
@@ -77,11 +79,22 @@ struct Event {
 
 // Events bucketed by exact time: symmetric collectives finish thousands of
 // flows at one instant, which then cost one map entry instead of heap work.
+// Recent buckets are found again without a map search through a small table
+// hashed by time (arrivals over routes of a few lengths interleave a few times).
 class Calendar {
  public:
   void push(double t, const Event& e) {
-    if (last_ != buckets_.end() && last_->first == t) last_->second.push_back(e);
-    else push_new_time(t, e);
+    if (last_ != buckets_.end() && last_->first == t) {
+      last_->second.push_back(e);
+      return;
+    }
+    Recent& r = recent_[slot(t)];
+    if (r.it != buckets_.end() && r.it->first == t) {
+      r.it->second.push_back(e);
+      last_ = r.it;
+      return;
+    }
+    push_new_time(t, e, r);
   }
   bool empty() const { return buckets_.empty(); }
   double next_time() const { return buckets_.begin()->first; }
@@ -91,11 +104,25 @@ class Calendar {
     out.swap(it->second);
     spare_.push_back(std::move(it->second));
     if (last_ == it) last_ = buckets_.end();
+    Recent& r = recent_[slot(it->first)];
+    if (r.it == it) r.it = buckets_.end();
     buckets_.erase(it);
   }
 
  private:
-  __attribute__((noinline)) void push_new_time(double t, const Event& e) {
+  using Buckets = std::map<double, std::vector<Event>>;
+  struct Recent {
+    Buckets::iterator it;  // end(): none
+  };
+  static constexpr int kRecentBits = 6;
+
+  static size_t slot(double t) {
+    uint64_t bits;
+    std::memcpy(&bits, &t, sizeof bits);
+    return static_cast<size_t>((bits * 0x9E3779B97F4A7C15ull) >> (64 - kRecentBits));
+  }
+
+  __attribute__((noinline)) void push_new_time(double t, const Event& e, Recent& r) {
     auto it = buckets_.find(t);
     if (it == buckets_.end()) {
       std::vector<Event> bucket;
@@ -107,11 +134,19 @@ class Calendar {
     }
     it->second.push_back(e);
     last_ = it;
+    r.it = it;
   }
 
-  std::map<double, std::vector<Event>> buckets_;
-  std::map<double, std::vector<Event>>::iterator last_ = buckets_.end();
+  Buckets buckets_;
+  Buckets::iterator last_ = buckets_.end();
+  std::array<Recent, size_t{1} << kRecentBits> recent_ = make_recent();
   std::vector<std::vector<Event>> spare_;
+
+  std::array<Recent, size_t{1} << kRecentBits> make_recent() {
+    std::array<Recent, size_t{1} << kRecentBits> recent;
+    recent.fill(Recent{buckets_.end()});
+    return recent;
+  }
 };
 
 struct Flow {
@@ -499,23 +534,30 @@ class Simulator {
     bool alone = true;
     double slowest = std::numeric_limits<double>::infinity();
     const size_t dirty_before = dirty_.size();
+    // Arrays and time held in locals: the stores below could alias the members, which would be
+    // read again at every link.
+    LinkState* const links = links_.data();
+    double* const bytes = out_.links.bytes.data();
+    const double now_s = now_;
     for (int l : route) {
-      LinkState& ls = links_[l];
-      if (ls.active_flows++ == 0) ls.busy_since = now_;
+      LinkState& ls = links[l];
+      if (ls.active_flows++ == 0) ls.busy_since = now_s;
       else alone = false;
       ls.flows.push_back(slot);
       mark_dirty(l);
-      out_.links.peak_flows[l] = std::max<int32_t>(out_.links.peak_flows[l], ls.active_flows);
-      out_.links.bytes[l] += amount;
+      bytes[l] += amount;
       slowest = std::min(slowest, ls.capacity);
     }
     // On idle links the flow moves no other flow's rate, so its links need no re-solve: unless a
     // flow joins one of them in this batch (which dirties that link, and the re-solve takes this
     // flow in), it runs at its slowest link's capacity (solve_rates gives it that). The links it
-    // dirtied on the way are clean again then.
+    // dirtied on the way are clean again then, their peak flow count at least this one.
     if (alone) {
       lone_starts_.push_back({slot, slowest});
-      for (size_t i = dirty_before; i < dirty_.size(); ++i) links_[dirty_[i]].dirty = false;
+      for (size_t i = dirty_before; i < dirty_.size(); ++i) {
+        links_[dirty_[i]].dirty = false;
+        out_.links.peak_flows[dirty_[i]] = std::max(out_.links.peak_flows[dirty_[i]], 1);
+      }
       dirty_.resize(dirty_before);
     }
   }
@@ -573,11 +615,13 @@ class Simulator {
     }
   }
 
+  // Flows start only after a batch's ends and before its solve: a link's flow count peaks here.
   void solve_rates() {
     compact_dirty_links();
     for (int l : dirty_) {
       LinkState& ls = links_[l];
       ls.dirty = false;
+      out_.links.peak_flows[l] = std::max(out_.links.peak_flows[l], ls.active_flows);
       if (ls.in_component || ls.flows.empty()) continue;
       if (ls.flows.size() == 1 && (marks_[ls.flows[0]].in_component || lone_flow(ls.flows[0]))) continue;
       comp_flows_.clear();
@@ -637,6 +681,9 @@ class Simulator {
       bottlenecks_.clear();
       do bottlenecks_.push_back(heap_.pop());
       while (!heap_.empty() && heap_.share_of_top() == level);
+      // At the last level (often the only one: a symmetric pattern ties every link) no link is
+      // left to re-key, and the flows' shares need not be taken out of their links.
+      const bool last_level = heap_.empty();
       for (int bottleneck : bottlenecks_) {
         const LinkState& b = links_[bottleneck];
         const double share = level > 0.0 ? level : b.capacity * 1e-12;
@@ -645,7 +692,8 @@ class Simulator {
           marks_[s].frozen = true;
           Flow& f = flows_[s];
           assign_rate(f, s, share);
-          for (int l2 : routes_[s]) give_share(l2, share);
+          if (!last_level)
+            for (int l2 : routes_[s]) give_share(l2, share);
         }
       }
     }
