@@ -32,11 +32,6 @@ class Steps {
     sent_[i] = 1;
   }
 
-  // Room for `ops` sends and receives a member in the coming step (spares a growing list's copies).
-  void expect(int ops) {
-    for (auto& n : next_) n.reserve(ops);
-  }
-
   void end() {
     for (size_t i = 0; i < npus_.size(); ++i) {
       if (!sent_[i]) next_[i].insert(next_[i].end(), frontier_[i].begin(), frontier_[i].end());
@@ -89,7 +84,6 @@ void ring(Steps& st, int kind, int p, double S, int root) {
 
 void direct_pass(Steps& st, int p, double bytes) {
   st.begin();
-  st.expect(2 * (p - 1));
   for (int i = 0; i < p; ++i)
     for (int k = 1; k < p; ++k) st.send(i, (i + k) % p, bytes);
   st.end();
