@@ -531,35 +531,37 @@ class Simulator {
     f.rate = 0.0;
     f.last_s = now_;
     ++f.version;
-    bool alone = true;
-    double slowest = std::numeric_limits<double>::infinity();
-    const size_t dirty_before = dirty_.size();
     // Arrays and time held in locals: the stores below could alias the members, which would be
     // read again at every link.
     LinkState* const links = links_.data();
     double* const bytes = out_.links.bytes.data();
+    int32_t* const peak_flows = out_.links.peak_flows.data();
     const double now_s = now_;
+    // On idle links the flow moves no other flow's rate, so its links need no re-solve: unless a
+    // flow joins one of them in this batch (which dirties that link, and the re-solve takes this
+    // flow in), it runs at its slowest link's capacity (solve_rates gives it that). Its links'
+    // peak flow count is then at least this one; a link another flow shares is dirty, and
+    // solve_rates takes its peak.
+    bool alone = true;
+    for (int l : route)
+      if (links[l].active_flows != 0) {
+        alone = false;
+        break;
+      }
+    double slowest = std::numeric_limits<double>::infinity();
     for (int l : route) {
       LinkState& ls = links[l];
       if (ls.active_flows++ == 0) ls.busy_since = now_s;
-      else alone = false;
       ls.flows.push_back(slot);
-      mark_dirty(l);
       bytes[l] += amount;
-      slowest = std::min(slowest, ls.capacity);
-    }
-    // On idle links the flow moves no other flow's rate, so its links need no re-solve: unless a
-    // flow joins one of them in this batch (which dirties that link, and the re-solve takes this
-    // flow in), it runs at its slowest link's capacity (solve_rates gives it that). The links it
-    // dirtied on the way are clean again then, their peak flow count at least this one.
-    if (alone) {
-      lone_starts_.push_back({slot, slowest});
-      for (size_t i = dirty_before; i < dirty_.size(); ++i) {
-        links_[dirty_[i]].dirty = false;
-        out_.links.peak_flows[dirty_[i]] = std::max(out_.links.peak_flows[dirty_[i]], 1);
+      if (alone) {
+        slowest = std::min(slowest, ls.capacity);
+        peak_flows[l] = std::max(peak_flows[l], 1);
+      } else {
+        mark_dirty(l);
       }
-      dirty_.resize(dirty_before);
     }
+    if (alone) lone_starts_.push_back({slot, slowest});
   }
 
   // The flow stays in its links' lists until compact_dirty_links() drops it; its slot is
