@@ -3,13 +3,16 @@
 network files without starting Python) and its simulation alone (through the Python API), against stock
 ASTRA-sim's analytical binaries when ASTRA_SIM_BIN names them (':'-separated). Prints figures,
 asserts nothing: wall and CPU seconds (CPU time holds up better on a busy machine), peak RSS, and
-the ratios stock / ours of the whole processes, or ours whole / simulation alone. This process
+the ratios stock / ours of the whole processes, or ours whole / simulation alone. With --repeat N
+each whole process runs N times, ours and the stock binaries in turn, and a row gives the medians
+(a stock binary repeats only where one run takes under REPEAT_UNDER_S: a run of a few milliseconds
+is at the mercy of one busy moment of a shared machine; a run of a minute is not). This process
 imports only the standard library (a child's peak RSS starts from its parent's at the fork). It
 compiles our packages' bytecode first, as an installed package has it, and prints the load average
 (the machine may be shared: run it when quiet).
 
     ASTRA_SIM_BIN=.../AstraSim_Analytical_Congestion_Unaware:.../AstraSim_Analytical_Congestion_Aware \\
-        .venv/bin/python scripts/bench_network.py [--keep DIR]
+        .venv/bin/python scripts/bench_network.py [--keep DIR] [--repeat N] [--networks NAME ...]
 """
 import os
 
@@ -19,6 +22,7 @@ import argparse
 import json
 import math
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,6 +42,7 @@ NETWORKS = {  # ASTRA-sim's network YAML (bandwidth GiB/s, latency ns), read by 
 ALGORITHMS = ("ring", "direct")
 SIZES = {"64MiB": 64 * MIB, "1GiB": GIB}
 STOCK_TIMEOUT_S = 900
+REPEAT_UNDER_S = 5.0
 PACKAGES = ("astra_backend", "core", "sweep")
 FINISHED = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles")
 
@@ -148,39 +153,58 @@ def label(binary):
 
 def row(case, simulator, collective_s, wall, cpu, rss=None, ratios=()):
     rss_text = f"{rss:>8.0f}" if rss is not None else f"{'':>8}"
-    return (f"{case:<46} {simulator:<18} {collective_s * 1e3:>13.4f} {wall:>8.3f} {cpu:>8.3f} {rss_text} "
+    return (f"{case:<46} {simulator:<23} {collective_s * 1e3:>13.4f} {wall:>8.3f} {cpu:>8.3f} {rss_text} "
             + " ".join(f"{r:>12}" for r in ratios)).rstrip()
 
 
-def bench_case(folder, name, network, algorithm, size_name, binaries, workloads):
-    """Prints one case: ours (whole process, simulation alone) and each stock binary against ours."""
+def medians(runs):
+    """(simulated time s, median wall s, median CPU s, peak RSS MiB) of runs of one command."""
+    return (runs[0][0], statistics.median(r[1] for r in runs), statistics.median(r[2] for r in runs),
+            max(r[3] for r in runs))
+
+
+def bench_case(folder, name, network, algorithm, size_name, binaries, workloads, repeat):
+    """Prints one case: ours (whole process, simulation alone) and each stock binary against ours,
+    each whole process the median of `repeat` runs taken in turn (stock: while a run is short)."""
     size = SIZES[size_name]
     network_file = folder / f"{name}.yml"
     case = f"{algorithm} all-reduce {size_name} on {name}"
-    ours = ours_whole(network_file, algorithm, size)
-    if isinstance(ours, str):
-        print(f"{case:<46} skipped: {ours}")
-        return
-    collective_s, wall, cpu, rss = ours
+    npus = npu_count(network)
+    system = write_stock_configs(folder, network, algorithm)
+    ours_runs, stock_runs = [], {binary: [] for binary in binaries}
+    for _ in range(repeat):
+        ours = ours_whole(network_file, algorithm, size)
+        if isinstance(ours, str):
+            print(f"{case:<46} skipped: {ours}")
+            return
+        ours_runs.append(ours)
+        for binary, runs in stock_runs.items():
+            if runs and (isinstance(runs[0], str) or runs[0][1] >= REPEAT_UNDER_S):
+                continue
+            runs.append(stock(binary, workloads[npus, size], system, network_file, npus))
+    collective_s, wall, cpu, rss = medians(ours_runs)
     sim_wall, sim_cpu = ours_in_process(network_file, algorithm, size)
     print(row(case, "ours", collective_s, wall, cpu, rss, [f"{wall / sim_wall:.2f}x", f"{cpu / sim_cpu:.2f}x"]))
     print(row("", "ours, sim alone", collective_s, sim_wall, sim_cpu))
-    npus = npu_count(network)
-    system = write_stock_configs(folder, network, algorithm)
-    for binary in binaries:
-        theirs = stock(binary, workloads[npus, size], system, network_file, npus)
-        if isinstance(theirs, str):
-            print(f"{'':<46} {label(binary):<18} skipped: {theirs}")
+    for binary, runs in stock_runs.items():
+        if isinstance(runs[0], str):
+            print(f"{'':<46} {label(binary):<23} skipped: {runs[0]}")
             continue
-        end_s, stock_wall, stock_cpu, stock_rss = theirs
-        print(row("", label(binary), end_s, stock_wall, stock_cpu, stock_rss,
-                  [f"{stock_wall / wall:.2f}x", f"{stock_cpu / cpu:.2f}x"]))
+        end_s, stock_wall, stock_cpu, stock_rss = medians(runs)
+        print(row("", label(binary) + ("" if len(runs) == repeat else f" ({len(runs)}x)"), end_s, stock_wall,
+                  stock_cpu, stock_rss, [f"{stock_wall / wall:.2f}x", f"{stock_cpu / cpu:.2f}x"]))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", metavar="DIR", help="write the configs and Chakra files here and keep them")
+    parser.add_argument("--repeat", type=int, default=1, metavar="N",
+                        help=f"medians of N whole runs each, in turn (stock: where a run takes under {REPEAT_UNDER_S:g} s)")
+    parser.add_argument("--networks", nargs="+", choices=list(NETWORKS), default=list(NETWORKS), metavar="NAME",
+                        help=f"only these networks (of {', '.join(NETWORKS)})")
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error(f"--repeat must be at least 1, got {args.repeat}")
     binaries = [b for b in os.environ.get("ASTRA_SIM_BIN", "").split(os.pathsep) if b]
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(args.keep or scratch).resolve()
@@ -196,13 +220,16 @@ def main():
         print("ASTRA-sim: " + (", ".join(binaries) or "none (set ASTRA_SIM_BIN)"))
         print(f"ours = `{' '.join(rapid_command())} net`, the whole command as installed; sim alone = our network built and "
               "one collective simulated, timed inside a fresh process; collective_ms = the simulated time; ratios = stock / "
-              "ours (whole processes), or ours / sim alone, of wall and of CPU time\n")
-        print(f"{'case':<46} {'simulator':<18} {'collective_ms':>13} {'wall_s':>8} {'cpu_s':>8} {'rss_MiB':>8} "
+              "ours (whole processes), or ours / sim alone, of wall and of CPU time"
+              + (f"; whole processes: medians of {args.repeat} runs in turn ((k x): a stock binary's k runs, "
+                 f"repeated only under {REPEAT_UNDER_S:g} s a run)" if args.repeat > 1 else "") + "\n")
+        print(f"{'case':<46} {'simulator':<23} {'collective_ms':>13} {'wall_s':>8} {'cpu_s':>8} {'rss_MiB':>8} "
               f"{'wall ratio':>12} {'cpu ratio':>12}")
-        for name, network in NETWORKS.items():
+        for name in args.networks:
+            network = NETWORKS[name]
             for algorithm in ALGORITHMS:
                 for size_name in SIZES:
-                    bench_case(folder, name, network, algorithm, size_name, binaries, workloads)
+                    bench_case(folder, name, network, algorithm, size_name, binaries, workloads, args.repeat)
         print(f"load average {os.getloadavg()[0]:.2f} (1 min) at the end")
 
 

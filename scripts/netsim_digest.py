@@ -7,6 +7,10 @@ repr of its time, its flow count and a hash of its per-link bytes, busy time and
     .venv/bin/python scripts/netsim_digest.py before.json   # on the old build
     .venv/bin/python scripts/netsim_digest.py after.json    # on the new one
     cmp before.json after.json
+    .venv/bin/python scripts/netsim_digest.py --compare before.json after.json  # when they differ
+
+--compare prints how many cases differ and the largest relative change in a collective time (the
+link figures are hashed: a change there shows only as a differing case).
 """
 import hashlib
 import json
@@ -59,7 +63,27 @@ def random_case(rng) -> list:
         return ["error", type(exc).__name__, str(exc)]
 
 
+def compare(before_file: str, after_file: str) -> None:
+    """Prints the cases that differ between two digest files and the largest relative time change."""
+    before, after = (json.loads(Path(f).read_text()) for f in (before_file, after_file))
+    changed = [(b, a) for b, a in zip(before, after) if b != a]
+    largest, worst = 0.0, None
+    for b, a in changed:
+        if "error" in (b[0], a[0]) or b[-2] != a[-2]:
+            print(f"not a rounding change: {b} -> {a}")
+            continue
+        t_before, t_after = float(b[-3]), float(a[-3])
+        change = abs(t_after - t_before) / abs(t_before) if t_before else float(t_after != 0.0)
+        if change >= largest:
+            largest, worst = change, (b, a)
+    print(f"{len(changed)} of {len(before)} cases differ; largest relative change in a collective time: {largest:.3g}"
+          + (f" ({worst[0][-3]} -> {worst[1][-3]})" if worst else ""))
+
+
 def main() -> None:
+    if sys.argv[1] == "--compare":
+        compare(*sys.argv[2:4])
+        return
     rng = random.Random(7)
     out = [random_case(rng) for _ in range(CASES)]
     for name, algorithm, size in BENCH:

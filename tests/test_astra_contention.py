@@ -87,3 +87,15 @@ def test_switch_links_are_faulted_by_npu_and_switch_id():
     slow = network.with_faults(soft_faults=[SoftFault(2, switch, 0.5)])
     assert slow.send_recv(2, 3, 1e9).time_s == pytest.approx(0.02)
     assert slow.send_recv(0, 1, 1e9).time_s == pytest.approx(0.01)
+
+
+def test_symmetric_flows_share_a_link_equally_to_a_few_ulps():
+    # Direct all-reduce on a bidirectional ring of 64: in each pass every NPU sends a 64th of the
+    # buffer to each peer, the nearer way round (32 hops one way at a tie), so every clockwise link
+    # carries 1 + 2 + ... + 32 = 528 flows and each counter-clockwise one 496. All 528 get the very
+    # same share, end at the same instant and arrive 32 hops later: two such passes, to rounding
+    # (shares that drift in the last bits end flows ulps apart: 7e-13 off here).
+    n, size, latency_s = 64, 64 * MIB, 500e-9
+    network = Network([Dimension("ring", n, 50, latency_s)])
+    one_pass = 528 * (size / n) / (50 * GBPS) + 32 * latency_s
+    assert network.collective("all_reduce", size, "direct").time_s == pytest.approx(2 * one_pass, rel=1e-14, abs=0)

@@ -1,7 +1,9 @@
 #include "engine.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <stdexcept>
@@ -77,11 +79,22 @@ struct Event {
 
 // Events bucketed by exact time: symmetric collectives finish thousands of
 // flows at one instant, which then cost one map entry instead of heap work.
+// Recent buckets are found again without a map search through a small table
+// hashed by time (arrivals over routes of a few lengths interleave a few times).
 class Calendar {
  public:
   void push(double t, const Event& e) {
-    if (last_ != buckets_.end() && last_->first == t) last_->second.push_back(e);
-    else push_new_time(t, e);
+    if (last_ != buckets_.end() && last_->first == t) {
+      last_->second.push_back(e);
+      return;
+    }
+    Recent& r = recent_[slot(t)];
+    if (r.it != buckets_.end() && r.it->first == t) {
+      r.it->second.push_back(e);
+      last_ = r.it;
+      return;
+    }
+    push_new_time(t, e, r);
   }
   bool empty() const { return buckets_.empty(); }
   double next_time() const { return buckets_.begin()->first; }
@@ -91,11 +104,25 @@ class Calendar {
     out.swap(it->second);
     spare_.push_back(std::move(it->second));
     if (last_ == it) last_ = buckets_.end();
+    Recent& r = recent_[slot(it->first)];
+    if (r.it == it) r.it = buckets_.end();
     buckets_.erase(it);
   }
 
  private:
-  __attribute__((noinline)) void push_new_time(double t, const Event& e) {
+  using Buckets = std::map<double, std::vector<Event>>;
+  struct Recent {
+    Buckets::iterator it;  // end(): none
+  };
+  static constexpr int kRecentBits = 6;
+
+  static size_t slot(double t) {
+    uint64_t bits;
+    std::memcpy(&bits, &t, sizeof bits);
+    return static_cast<size_t>((bits * 0x9E3779B97F4A7C15ull) >> (64 - kRecentBits));
+  }
+
+  __attribute__((noinline)) void push_new_time(double t, const Event& e, Recent& r) {
     auto it = buckets_.find(t);
     if (it == buckets_.end()) {
       std::vector<Event> bucket;
@@ -107,11 +134,19 @@ class Calendar {
     }
     it->second.push_back(e);
     last_ = it;
+    r.it = it;
   }
 
-  std::map<double, std::vector<Event>> buckets_;
-  std::map<double, std::vector<Event>>::iterator last_ = buckets_.end();
+  Buckets buckets_;
+  Buckets::iterator last_ = buckets_.end();
+  std::array<Recent, size_t{1} << kRecentBits> recent_ = make_recent();
   std::vector<std::vector<Event>> spare_;
+
+  std::array<Recent, size_t{1} << kRecentBits> make_recent() {
+    std::array<Recent, size_t{1} << kRecentBits> recent;
+    recent.fill(Recent{buckets_.end()});
+    return recent;
+  }
 };
 
 struct Flow {
@@ -260,6 +295,8 @@ class ShareHeap {
   void resize(size_t links) { pos_.assign(links, -1); }
 
   bool empty() const { return heap_.empty(); }
+
+  bool contains(int link) const { return pos_[link] >= 0; }
 
   double share_of_top() const { return heap_.front().share; }
 
@@ -494,28 +531,37 @@ class Simulator {
     f.rate = 0.0;
     f.last_s = now_;
     ++f.version;
-    bool alone = true;
-    double slowest = std::numeric_limits<double>::infinity();
-    const size_t dirty_before = dirty_.size();
-    for (int l : route) {
-      LinkState& ls = links_[l];
-      if (ls.active_flows++ == 0) ls.busy_since = now_;
-      else alone = false;
-      ls.flows.push_back(slot);
-      mark_dirty(l);
-      out_.links.peak_flows[l] = std::max<int32_t>(out_.links.peak_flows[l], ls.active_flows);
-      out_.links.bytes[l] += amount;
-      slowest = std::min(slowest, ls.capacity);
-    }
+    // Arrays and time held in locals: the stores below could alias the members, which would be
+    // read again at every link.
+    LinkState* const links = links_.data();
+    double* const bytes = out_.links.bytes.data();
+    int32_t* const peak_flows = out_.links.peak_flows.data();
+    const double now_s = now_;
     // On idle links the flow moves no other flow's rate, so its links need no re-solve: unless a
     // flow joins one of them in this batch (which dirties that link, and the re-solve takes this
-    // flow in), it runs at its slowest link's capacity (solve_rates gives it that). The links it
-    // dirtied on the way are clean again then.
-    if (alone) {
-      lone_starts_.push_back({slot, slowest});
-      for (size_t i = dirty_before; i < dirty_.size(); ++i) links_[dirty_[i]].dirty = false;
-      dirty_.resize(dirty_before);
+    // flow in), it runs at its slowest link's capacity (solve_rates gives it that). Its links'
+    // peak flow count is then at least this one; a link another flow shares is dirty, and
+    // solve_rates takes its peak.
+    bool alone = true;
+    for (int l : route)
+      if (links[l].active_flows != 0) {
+        alone = false;
+        break;
+      }
+    double slowest = std::numeric_limits<double>::infinity();
+    for (int l : route) {
+      LinkState& ls = links[l];
+      if (ls.active_flows++ == 0) ls.busy_since = now_s;
+      ls.flows.push_back(slot);
+      bytes[l] += amount;
+      if (alone) {
+        slowest = std::min(slowest, ls.capacity);
+        peak_flows[l] = std::max(peak_flows[l], 1);
+      } else {
+        mark_dirty(l);
+      }
     }
+    if (alone) lone_starts_.push_back({slot, slowest});
   }
 
   // The flow stays in its links' lists until compact_dirty_links() drops it; its slot is
@@ -571,11 +617,13 @@ class Simulator {
     }
   }
 
+  // Flows start only after a batch's ends and before its solve: a link's flow count peaks here.
   void solve_rates() {
     compact_dirty_links();
     for (int l : dirty_) {
       LinkState& ls = links_[l];
       ls.dirty = false;
+      out_.links.peak_flows[l] = std::max(out_.links.peak_flows[l], ls.active_flows);
       if (ls.in_component || ls.flows.empty()) continue;
       if (ls.flows.size() == 1 && (marks_[ls.flows[0]].in_component || lone_flow(ls.flows[0]))) continue;
       comp_flows_.clear();
@@ -627,26 +675,39 @@ class Simulator {
     }
     for (int s : comp_flows_) marks_[s].frozen = false;
     while (!heap_.empty()) {
-      const double bottleneck_share = heap_.share_of_top();
-      const int bottleneck = heap_.pop();
-      const LinkState& b = links_[bottleneck];
-      const double share = bottleneck_share > 0.0 ? bottleneck_share : b.capacity * 1e-12;
-      for (int s : b.flows) {
-        if (marks_[s].frozen) continue;
-        marks_[s].frozen = true;
-        Flow& f = flows_[s];
-        assign_rate(f, s, share);
-        for (int l2 : routes_[s]) give_share(l2, bottleneck, share);
+      // Every link whose fair share equals the lowest saturates at that level: all leave the heap
+      // before any flow is frozen, so their flows get that very share (freezing one link's flows
+      // first would re-key the others with rounding in the last bits, and flows of a symmetric
+      // pattern would end ulps apart, each end a re-solve of its own).
+      const double level = heap_.share_of_top();
+      bottlenecks_.clear();
+      do bottlenecks_.push_back(heap_.pop());
+      while (!heap_.empty() && heap_.share_of_top() == level);
+      // At the last level (often the only one: a symmetric pattern ties every link) no link is
+      // left to re-key, and the flows' shares need not be taken out of their links.
+      const bool last_level = heap_.empty();
+      for (int bottleneck : bottlenecks_) {
+        const LinkState& b = links_[bottleneck];
+        const double share = level > 0.0 ? level : b.capacity * 1e-12;
+        for (int s : b.flows) {
+          if (marks_[s].frozen) continue;
+          marks_[s].frozen = true;
+          Flow& f = flows_[s];
+          assign_rate(f, s, share);
+          if (!last_level)
+            for (int l2 : routes_[s]) give_share(l2, share);
+        }
       }
     }
   }
 
-  // Takes one frozen flow's share out of link `l`'s spare capacity and re-keys it.
-  void give_share(int l, int bottleneck, double share) {
+  // Takes one frozen flow's share out of link `l`'s spare capacity and re-keys it (a link out of
+  // the heap, a bottleneck of this level, only keeps count).
+  void give_share(int l, double share) {
     LinkState& ls = links_[l];
     ls.spare -= share;
     --ls.unfrozen;
-    if (l == bottleneck) return;
+    if (!heap_.contains(l)) return;
     if (ls.unfrozen == 0) {
       heap_.remove(l);
       return;
@@ -678,6 +739,7 @@ class Simulator {
   std::vector<LoneStart> lone_starts_;  // flows started on idle links since the last solve
   std::vector<int> stack_;
   std::vector<int> comp_flows_, comp_links_, all_comp_flows_, all_comp_links_;
+  std::vector<int> bottlenecks_;  // water-filling scratch: the links saturating at one level
   ShareHeap heap_;
 };
 
