@@ -17,7 +17,9 @@ from sweep.study.loader import load_study
 STOPPING = "rapid sweep: stopping; finished results are kept"
 BIG_SPACE = {"tp": [1, 2, 4, 8], "pp": [1, 2, 4, 8], "cp": [1, 2, 4], "zero": [0, 1, 2, 3],
              "micro_batch": [1, 2, 4], "recompute": ["none", "selective", "full"],
-             "hardware.gpu.hbm.bandwidth": ["2039 GB/s", "1800 GB/s", "1555 GB/s"]}
+             "hardware.gpu.hbm.bandwidth": [f"{1000 + 20 * i} GB/s" for i in range(60)]}
+# 5,184 layouts x 60 bandwidths: a study that runs for many seconds on any machine, so the signal
+# always finds it running (at 3 bandwidths it could end before the signal was sent)
 
 
 def children(pid: int) -> list:
