@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.validation import serving  # noqa: E402
 
-ITERATION_GRID_S = (0.0, 0.001, 0.002, 0.004)
+ITERATION_GRID_S = (0.0, 0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004)
 REQUEST_GRID_S = tuple(i * 0.005 for i in range(41))
 SPREAD_GRID = (0.02, 0.05, 0.1, 0.2)
 RAMP_GRID = (0.0, 1.0)

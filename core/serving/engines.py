@@ -44,32 +44,40 @@ class EngineSpec:
     # with the plain GEMMs, 652 ms with the tables' kernels; TensorRT-LLM 1.2 on B200 348, 353
     # and 417 ms): they keep the layer graph's plain GEMMs.
     grouped_moe: bool = False
+    # whose fitted attention kernels (calibration.engine_attention) time its attention, where the
+    # GPU's preset has them; "" or an engine the preset lacks: the fused training kernel and the
+    # bandwidth-bound decode sweep. SGLang takes vLLM's: both run FlashAttention-3 on Hopper and
+    # FlashInfer's TensorRT-LLM-generated kernels on Blackwell (SGLang's default backends there,
+    # vLLM's per ENGINE_ATTENTION); no SGLang kernel table exists to fit its own.
+    attention_kernels: str = ""
 
     def host_s(self, sequences: int, tp: int) -> float:
         """Host seconds of one decode iteration of `sequences` running sequences on `tp` ranks."""
         return self.iteration_overhead_s + self.sequence_overhead_s * sequences + self.rank_overhead_s * (tp - 1)
 
 
-# Overheads: fitted by scripts/fit_serving.py --every 4 on ../shared/validation/serving (dense rows,
+# Overheads: fitted by scripts/fit_serving.py --every 2 on ../shared/validation/serving (dense rows,
 # with each engine's client ramp and length spread, core/validation/serving); rerun it when kernel
 # times move.
 ENGINES = {
     "trtllm": EngineSpec("trtllm", mixed_batches=True, chunked_prefill=False, kv_policy="reserve",
                          kv_block_tokens=32, kv_memory_fraction=0.9, max_num_tokens=8192, max_batch=2048,
-                         cuda_graph_max_batch=512, iteration_overhead_s=0.002, request_overhead_s=0.060),
+                         cuda_graph_max_batch=512, iteration_overhead_s=0.0015, request_overhead_s=0.050,
+                         attention_kernels="trtllm"),
     "vllm": EngineSpec("vllm", mixed_batches=True, chunked_prefill=True, kv_policy="on_demand",
                        kv_block_tokens=16, kv_memory_fraction=0.9, max_num_tokens=8192, max_batch=1024,
-                       cuda_graph_max_batch=512, iteration_overhead_s=0.004, request_overhead_s=0.015,
-                       kv_budget="utilization", grouped_moe=True),
+                       cuda_graph_max_batch=512, iteration_overhead_s=0.003, request_overhead_s=0.025,
+                       kv_budget="utilization", grouped_moe=True, attention_kernels="vllm"),
     "sglang": EngineSpec("sglang", mixed_batches=False, chunked_prefill=True, kv_policy="on_demand",
                          kv_block_tokens=1, kv_memory_fraction=0.88, max_num_tokens=8192, max_batch=1024,
-                         cuda_graph_max_batch=256, iteration_overhead_s=0.001, request_overhead_s=0.120),
+                         cuda_graph_max_batch=256, iteration_overhead_s=0.0005, request_overhead_s=0.115,
+                         attention_kernels="vllm"),
 }
 # Request overheads of engine version families (a version's major.minor; "" for the measured rows
 # that record none, one benchmark campaign's) where they differ from the engine's own: fitted by
 # scripts/fit_serving.py beside it, on the families with enough dense rows; the others keep it.
 FAMILY_REQUEST_OVERHEAD_S = {("trtllm", ""): 0.015, ("trtllm", "1.0"): 0.090,
-                             ("vllm", ""): 0.010, ("vllm", "0.12"): 0.035}
+                             ("vllm", ""): 0.005, ("vllm", "0.12"): 0.045}
 
 
 def version_family(version: str) -> str:

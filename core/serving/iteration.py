@@ -25,6 +25,9 @@ from .moe import expert_gemms_s, grouped
 # launches, the B200 figure, is the lower bound taken.
 MOE_CHAIN = 5
 EXPERT_OPS = ("mlp_up", "activation", "mlp_down")  # an MoE layer's expert kernels in the layer graph
+# A GQA layer's kernels that an engine's attention ops include (EngineAttention: RoPE on the new
+# queries and keys, the new keys and values written into the paged cache).
+ENGINE_PREPROCESSING = ("rotary", "kv_append")
 
 
 @dataclass
@@ -34,7 +37,11 @@ class IterationModel:
     heads split over tp / attention_dp) and the FFN on all ranks' tokens together (the iteration
     times one rank whose peers run the same mix); `ep` of the tp GPUs split the routed experts,
     the attention-DP ranks' tokens sent to their experts and back by all-to-all.
-    CUDA-graph iterations pay no per-kernel launch."""
+    CUDA-graph iterations pay no per-kernel launch. With `attention_kernels` naming an engine
+    whose kernels the GPU's preset describes (calibration.engine_attention), a GQA layer's
+    attention runs that engine's prefill and decode ops, which rope the new queries and keys and
+    write the new keys and values into the cache themselves (ENGINE_PREPROCESSING leaves the
+    layer graph)."""
     model: ModelSpec
     hw: HardwareSpec
     tp: int
@@ -44,6 +51,7 @@ class IterationModel:
     iteration_overhead_s: float = 0.0
     ep: int = 1
     grouped_moe: bool = False  # the experts run the fused-MoE kernels the MoE tables time (core/serving/moe.py)
+    attention_kernels: str = ""  # the engine whose attention kernels time attention (EngineSpec.attention_kernels)
     memo: IterationMemo = field(default_factory=IterationMemo)
 
     def __post_init__(self):
@@ -57,6 +65,7 @@ class IterationModel:
         # and SGLang) that read each KV head once for all its query heads: bandwidth-bound, not
         # bound by the per-query-head rate of the older masked-attention kernel.
         self.decode_hw = replace(self.hw, calibration=replace(self.hw.calibration, decode_attention_rate=0.0))
+        self.engine_ops = self.hw.calibration.engine_kernels(self.attention_kernels) is not None
 
     def time_s(self, prefill_tokens: int, prefill_past: int, decodes: int, decode_context: int,
                graph: bool) -> float:
@@ -100,6 +109,9 @@ class IterationModel:
                                      tokens)
             ffn_start = next((i + 1 for i, op in enumerate(ffn) if op.name == "residual1"), 0)
             layer = layer[:attention_end] + ffn[ffn_start:]
+        engine_ops = self.engine_ops and spec.mla is None  # MLA runs its own kernels (FlashMLA), not the GQA ones fitted
+        if engine_ops:
+            layer = tuple(op for op in layer if op.name not in ENGINE_PREPROCESSING)
         passed = time_ops(hw, self.dims, self.spans, layer)
         attention = [op for op in layer if op.name == "attention"]
         compute_s = passed.compute_s - sum(op.time_s for op in attention)
@@ -111,11 +123,18 @@ class IterationModel:
                 step = build_decode_layer(spec, self.decode_hw, decodes, context, t, self.kv_bytes)
                 compute_s += sum(op.time_s for op in step if op.name == "attention")
                 kernels += 1
+            elif decodes and engine_ops:
+                compute_s += ops.decode_attention(hw, decodes, heads, kv_heads, context, d, self.kv_bytes,
+                                                  self.attention_kernels).time_s
+                kernels += 1
             elif decodes:
                 compute_s += ops.decode_attention(self.decode_hw, decodes, heads, kv_heads, context, d,
                                                   self.kv_bytes).time_s
                 kernels += 1
-            if prefill_tokens:
+            if prefill_tokens and engine_ops:
+                compute_s += self._engine_prefill_s(spec, heads, kv_heads, prefill_tokens, prefill_past)
+                kernels += 1
+            elif prefill_tokens:
                 # a chunk sees every cached token and, causally, half of its own
                 seen = prefill_past + prefill_tokens // 2
                 compute_s += ops.flash_attention(hw, heads, prefill_tokens, min(seen, spec.window) if spec.window
@@ -125,6 +144,21 @@ class IterationModel:
         if any(op.name == "router" for op in layer):
             compute_s += self._moe_extra_s(spec, tokens * self.attention_dp, layer)
         return compute_s + sum(dict(passed.comm_s).values()), kernels
+
+    def _engine_prefill_s(self, spec, heads: int, kv_heads: int, prefill_tokens: int, prefill_past: int) -> float:
+        """The engine's prefill op over the chunk: a first chunk exactly as the kernel tables time
+        it (causal over its own tokens, each new key and value written once); a later chunk
+        attends to every cached token and half its own, its preprocessing charged on those it
+        sees (an over-count of the cache write by the cached tokens' share)."""
+        kv_groups = max(1, heads // kv_heads)
+        if prefill_past == 0:
+            q_len, kv_len, causal = prefill_tokens, prefill_tokens, True
+        else:
+            q_len, kv_len, causal = prefill_tokens, prefill_past + prefill_tokens // 2, False
+        if spec.window:
+            kv_len = min(kv_len, spec.window)
+        return ops.flash_attention(self.hw, heads, q_len, kv_len, spec.head_dim, kv_groups, causal,
+                                   kernel=self.attention_kernels, kv_bytes_per_element=self.kv_bytes).time_s
 
     def _moe_extra_s(self, spec, tokens: int, layer: tuple) -> float:
         """What an MoE layer's experts take beyond the layer graph's plain GEMMs: the routing

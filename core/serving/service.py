@@ -87,15 +87,16 @@ _MEMOS = {}
 
 
 def iteration_model(model, hw, pool: Pool, kv_bytes: float, overhead_s: float,
-                    grouped_moe: bool = False) -> IterationModel:
+                    grouped_moe: bool = False, attention_kernels: str = "") -> IterationModel:
     """One engine's iteration model, its memo kept across configurations that share it."""
-    key = (model, hw, pool.tp, pool.pp, kv_bytes, pool.attention_dp, overhead_s, pool.ep, grouped_moe)
+    key = (model, hw, pool.tp, pool.pp, kv_bytes, pool.attention_dp, overhead_s, pool.ep, grouped_moe,
+           attention_kernels)
     it = _MEMOS.get(key)
     if it is None:
         if len(_MEMOS) > 256:
             _MEMOS.clear()
         it = _MEMOS[key] = IterationModel(model, hw, pool.tp, pool.pp, kv_bytes, pool.attention_dp, overhead_s,
-                                          pool.ep, grouped_moe)
+                                          pool.ep, grouped_moe, attention_kernels)
     return it
 
 
@@ -103,7 +104,8 @@ def _engine_run(model, hw, pool: Pool, engine: EngineSpec, load: Load, kv_bytes:
     """(simulation of one attention rank, its KV capacity in requests)."""
     if pool.batch:
         engine = replace(engine, max_batch=pool.batch)
-    it = iteration_model(model, hw, pool, kv_bytes, engine.iteration_overhead_s, engine.grouped_moe)
+    it = iteration_model(model, hw, pool, kv_bytes, engine.iteration_overhead_s, engine.grouped_moe,
+                         engine.attention_kernels)
     capacity = kv_tokens(model, hw, pool, engine, kv_bytes)
     per_request = -(-(load.isl + load.osl) // engine.kv_block_tokens) * engine.kv_block_tokens
     if capacity < per_request:
