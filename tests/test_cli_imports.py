@@ -32,6 +32,15 @@ def test_point_commands_import_no_table_search_plot_or_cluster_library(argv, tmp
     assert not modules_after(argv, tmp_path) & set(HEAVY)
 
 
+@pytest.mark.parametrize("argv", [
+    ["run", "--help"],
+    ["run", "--model", "llama3.1-8b", "--hardware", "a100-sxm4-80gb", "--tp", "8", "--global-batch", "16"],
+], ids=lambda argv: " ".join(argv[:2]))
+def test_run_times_a_point_without_numpy(argv, tmp_path):
+    """numpy's import is a third of `rapid run`'s start-up; the operator model does without it."""
+    assert "numpy" not in modules_after(argv, tmp_path)
+
+
 def test_query_reads_tables_without_optuna_plotly_or_ray(tmp_path):
     assert not modules_after(["query", "--help"], tmp_path) & {"optuna", "sqlalchemy", "plotly", "ray", "matplotlib"}
 

@@ -3,8 +3,6 @@ sweep of the KV cache."""
 from functools import lru_cache
 from math import ceil
 
-import numpy as np
-
 from ..specs import EngineAttention, HardwareSpec
 from .common import KernelTime, launch_s, mixed_bandwidth_bps, stream_bandwidth_bps
 from .gemm import L2_USABLE_FRACTION
@@ -162,15 +160,26 @@ def engine_decode_s(k: EngineAttention, hw: HardwareSpec, batch, heads, kv_heads
     very function `rapid run` times. The op's preprocessing (RoPE on the new queries and keys,
     the new keys and values written to the cache) moves its bytes at the elementwise rate."""
     gpu, clock = hw.gpu, hw.calibration.sustained_clock
-    per_head = np.logical_and(k.decode_max_group > 0, heads > k.decode_max_group * kv_heads)
-    streams = np.where(per_head, heads, kv_heads)  # cache reads: per KV head, or per query head
+    per_head = (k.decode_max_group > 0) & (heads > k.decode_max_group * kv_heads)
+    streams = _pick(per_head, heads, kv_heads)  # cache reads: per KV head, or per query head
     pairs = batch * streams
-    splits = np.minimum(np.ceil(context / k.decode_split_tokens), k.decode_max_splits)
+    splits = _least(-(-context // k.decode_split_tokens), k.decode_max_splits)
     in_flight = pairs * splits / (k.decode_saturation * gpu.sm_count)
     fill = in_flight / (1.0 + in_flight)
-    share = np.where(kv_el < 2, k.decode_fp8_bandwidth_share, k.decode_bandwidth_share)
-    bandwidth_bps = share * fill * np.where(per_head, gpu.l2.bandwidth_bps, gpu.hbm.bandwidth_bps)
+    share = _pick(kv_el < 2, k.decode_fp8_bandwidth_share, k.decode_bandwidth_share)
+    bandwidth_bps = share * fill * _pick(per_head, gpu.l2.bandwidth_bps, gpu.hbm.bandwidth_bps)
     sweep_s = 2.0 * pairs * context * head_dim * kv_el / bandwidth_bps
     prep_s = 2.0 * batch * (heads + 2 * kv_heads) * head_dim * hw.act_bytes / mixed_bandwidth_bps(hw)
     cycles_s = (k.decode_pair_s * pairs + k.decode_score_s * batch * heads * context) / (gpu.sm_count * clock)
     return k.decode_floor_s + launch_s(hw) + prep_s + sweep_s + cycles_s
+
+
+def _pick(condition, if_true, otherwise):
+    """`if_true` where `condition` holds, else `otherwise`: exact for numbers and numpy arrays
+    alike, so the operator model needs no numpy (whose import `rapid run` would pay)."""
+    return condition * if_true + (1 - condition) * otherwise
+
+
+def _least(a, b):
+    """The smaller of `a` and `b`, element by element on arrays."""
+    return _pick(a <= b, a, b)
