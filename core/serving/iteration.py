@@ -123,42 +123,30 @@ class IterationModel:
                 step = build_decode_layer(spec, self.decode_hw, decodes, context, t, self.kv_bytes)
                 compute_s += sum(op.time_s for op in step if op.name == "attention")
                 kernels += 1
-            elif decodes and engine_ops:
-                compute_s += ops.decode_attention(hw, decodes, heads, kv_heads, context, d, self.kv_bytes,
-                                                  self.attention_kernels).time_s
-                kernels += 1
             elif decodes:
                 compute_s += ops.decode_attention(self.decode_hw, decodes, heads, kv_heads, context, d,
-                                                  self.kv_bytes).time_s
+                                                  self.kv_bytes, self.attention_kernels if engine_ops else "").time_s
                 kernels += 1
-            if prefill_tokens and engine_ops:
-                compute_s += self._engine_prefill_s(spec, heads, kv_heads, prefill_tokens, prefill_past)
-                kernels += 1
-            elif prefill_tokens:
-                # a chunk sees every cached token and, causally, half of its own
-                seen = prefill_past + prefill_tokens // 2
-                compute_s += ops.flash_attention(hw, heads, prefill_tokens, min(seen, spec.window) if spec.window
-                                                 else seen, d, max(1, heads // kv_heads), False,
-                                                 kernel=spec.attention_kernel).time_s
+            if prefill_tokens:
+                compute_s += self._prefill_s(spec, heads, kv_heads, prefill_tokens, prefill_past, engine_ops)
                 kernels += 1
         if any(op.name == "router" for op in layer):
             compute_s += self._moe_extra_s(spec, tokens * self.attention_dp, layer)
         return compute_s + sum(dict(passed.comm_s).values()), kernels
 
-    def _engine_prefill_s(self, spec, heads: int, kv_heads: int, prefill_tokens: int, prefill_past: int) -> float:
-        """The engine's prefill op over the chunk: a first chunk exactly as the kernel tables time
-        it (causal over its own tokens, each new key and value written once); a later chunk
-        attends to every cached token and half its own, its preprocessing charged on those it
-        sees (an over-count of the cache write by the cached tokens' share)."""
-        kv_groups = max(1, heads // kv_heads)
-        if prefill_past == 0:
-            q_len, kv_len, causal = prefill_tokens, prefill_tokens, True
-        else:
-            q_len, kv_len, causal = prefill_tokens, prefill_past + prefill_tokens // 2, False
-        if spec.window:
-            kv_len = min(kv_len, spec.window)
-        return ops.flash_attention(self.hw, heads, q_len, kv_len, spec.head_dim, kv_groups, causal,
-                                   kernel=self.attention_kernels, kv_bytes_per_element=self.kv_bytes).time_s
+    def _prefill_s(self, spec, heads: int, kv_heads: int, prefill_tokens: int, prefill_past: int,
+                   engine_ops: bool) -> float:
+        """The chunk's fused attention: it sees every cached token and, causally, half of its own.
+        With the engine's own op, a first chunk is timed exactly as the kernel tables time it
+        (causal over its own tokens, each new key and value written once); a later chunk's cache
+        write is charged on every token it sees (an over-count by the cached tokens' share)."""
+        seen, causal = prefill_past + prefill_tokens // 2, False
+        if engine_ops and prefill_past == 0:
+            seen, causal = prefill_tokens, True
+        return ops.flash_attention(self.hw, heads, prefill_tokens, min(seen, spec.window) if spec.window else seen,
+                                   spec.head_dim, max(1, heads // kv_heads), causal,
+                                   kernel=self.attention_kernels if engine_ops else spec.attention_kernel,
+                                   kv_bytes_per_element=self.kv_bytes).time_s
 
     def _moe_extra_s(self, spec, tokens: int, layer: tuple) -> float:
         """What an MoE layer's experts take beyond the layer graph's plain GEMMs: the routing
