@@ -23,7 +23,9 @@ def grouped(hw: HardwareSpec) -> bool:
 def expert_gemms_s(hw: HardwareSpec, plain_s: float, copies: float, hidden: int, ffn: float, dtype: str = "") -> float:
     """Seconds of one MoE layer's expert GEMMs on one GPU whose plain batched GEMMs take
     `plain_s`: `copies` token copies, each through a gated FFN of `ffn` columns (the expert's
-    share on this GPU) on `hidden`, math in `dtype` (default: the hardware's)."""
+    share on this GPU) on `hidden`, math in `dtype` (default: the hardware's), at the clock the
+    GPU holds (calibration.sustained_clock, lowered under a power limit) as every kernel is."""
     cal = hw.calibration
-    rate = hw.gpu.flops(dtype or hw.dtype) * cal.moe_gemm_efficiency * ffn / (ffn + cal.moe_half_ffn)
+    peak = hw.gpu.flops(dtype or hw.dtype) * cal.sustained_clock
+    rate = peak * cal.moe_gemm_efficiency * ffn / (ffn + cal.moe_half_ffn)
     return max(plain_s, 2.0 * copies * MATRICES * hidden * ffn / rate)
