@@ -51,6 +51,7 @@ def simulate(it, engine, load: Load, kv_tokens: int) -> SimResult:
     prefilling = []
     heap = []  # (decode clock at which it ends, rid)
     order = []  # decoding rids by join, newest last (preemption victims)
+    unseen = []  # rids whose first token the client sees only when their first decode step ends
     ttft, tpot, latency, weight = [], [], [], []
     now, clock = 0.0, 0
     issued = completed = 0
@@ -144,13 +145,19 @@ def simulate(it, engine, load: Load, kv_tokens: int) -> SimResult:
             past = done[chunks[0][0]]
             context = (sum_base + run_decodes * clock) // run_decodes if run_decodes else 0
             seconds = it.time_s(prefill, past, run_decodes, context, False)
+            first_step = seconds
         else:
             prefill = 0
             c0 = (sum_base + decodes * clock) // decodes
             graph = decodes <= engine.cuda_graph_max_batch
             seconds = it.time_s(0, 0, decodes, c0, graph)
+            first_step = seconds
             if steps > 1:
                 seconds = steps * (seconds + it.time_s(0, 0, decodes, c0 + steps - 1, graph)) / 2
+        if run_decodes:
+            for rid in [r for r in unseen if decoding[r]]:
+                first[rid] = now + first_step
+                unseen.remove(rid)
         now += seconds
         busy += seconds
         iterations += steps
@@ -168,6 +175,8 @@ def simulate(it, engine, load: Load, kv_tokens: int) -> SimResult:
             if math.isnan(first[rid]):
                 first[rid] = now
                 out_left[rid] -= 1
+                if engine.first_token_with_decode and out_left[rid] > 0:
+                    unseen.append(rid)
             join_decodes(rid)
         finished = False
         while heap and heap[0][0] <= clock:
@@ -199,7 +208,7 @@ def simulate(it, engine, load: Load, kv_tokens: int) -> SimResult:
             continue
         # a cheap fingerprint of the scheduler's state first, the full state only on a match
         key = (tuple(need[r] - done[r] for r in prefilling), len(waiting), kv_used, decodes,
-               finish_sum - decodes * clock)
+               finish_sum - decodes * clock, len(unseen))
         totals = (now, clock, busy, prefill_total, decode_total, iterations)
         earlier = seen.get(key)
         if earlier is None or sorted(e - earlier[1][1] for e, _ in earlier[0]) != sorted(e - clock for e, _ in heap):

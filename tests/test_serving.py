@@ -269,6 +269,16 @@ def test_a_version_family_is_the_versions_major_and_minor():
     assert engines_module.version_family("") == ""
 
 
+def test_sglang_releases_before_the_overlap_fix_show_a_first_token_with_the_first_decode_step():
+    assert engines_module.release("0.5.1.post1") == (0, 5, 1)
+    assert engines_module.release("1.0.0rc3") == (1, 0)
+    assert engines_module.release("") == ()
+    late = [engines_module.release_spec(engine_spec(name), version).first_token_with_decode
+            for name, version in (("sglang", "0.5.1.post1"), ("sglang", "0.5.3"), ("sglang", "0.5.4"),
+                                  ("sglang", "0.5.9"), ("sglang", ""), ("vllm", "0.5.1"))]
+    assert late == [True, True, False, False, False, False]
+
+
 def test_a_measured_row_takes_its_version_familys_request_overhead(monkeypatch):
     """Two rows alike but for their engine version: the family with a request overhead of its
     own waits that much longer for its first token than the one on the engine's own."""

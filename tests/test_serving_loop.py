@@ -51,6 +51,21 @@ def test_a_prefill_that_does_not_mix_stalls_the_running_decode():
     assert (result.prefill_tokens, result.decode_tokens, result.iterations) == (200, 18, 1 + 3 + 1 + 6 + 3)
 
 
+def test_a_first_token_seen_with_the_decode_step_waits_out_the_prefills_queued_behind_it():
+    # SGLang prefills three 8,192-token prompts one per iteration before any decode; an engine
+    # whose client sees a first token only when the request's first decode step ends gives all
+    # three the same TTFT: three prefills and one decode step of three sequences
+    engine = replace(_engine("sglang"), first_token_with_decode=True)
+    result = simulate(IT, engine, Load(8192, 3, concurrency=3, requests=3), 10**6)
+    prefill_s, step_s = IT.time_s(8192, 0, 0, 0, False), IT.time_s(0, 0, 3, 8192, True)
+    plain = simulate(IT, _engine("sglang"), Load(8192, 3, concurrency=3, requests=3), 10**6)
+    assert result.ttft_s == pytest.approx((3 * prefill_s + step_s,) * 4, rel=1e-12)
+    assert plain.ttft_s[0] == pytest.approx(2 * prefill_s, rel=1e-12)  # 1, 2 and 3 prefills
+    # the last token ends as before: what TTFT gains, the two further tokens' gaps lose
+    assert result.request_s == plain.request_s
+    assert result.tpot_s[0] == pytest.approx((plain.request_s[0] - result.ttft_s[0]) / 2, rel=1e-12)
+
+
 def test_a_preempted_request_keeps_the_tokens_it_made():
     # 8 requests of 200 + 60 tokens share a 1,200-token cache: decodes get preempted, and each
     # victim recomputes its prompt and output so far, then decodes only what is left, so the
@@ -95,6 +110,9 @@ CASES = {
     "trtllm slots return": ("trtllm", Load(900, 1, concurrency=6, requests=40, length_spread=0.1, return_s=0.02),
                             10**6),
     "vllm slots return decoding": ("vllm", Load(300, 40, concurrency=5, requests=30, return_s=0.05), 10**6),
+    "sglang first token seen late": ("sglang-late", Load(2000, 25, concurrency=16, requests=120, ramp_s=0.1), 10**6),
+    "sglang late cycles": ("sglang-late", Load(512, 64, concurrency=4, requests=200), 10**6),
+    "sglang late preempts": ("sglang-late", Load(300, 80, concurrency=6, requests=30, length_spread=0.2), 1500),
 }
 
 
@@ -104,6 +122,8 @@ def test_the_compiled_loop_gives_the_plain_python_loops_figures_to_the_bit(name)
     engine = _engine(engine_name.split("-")[0])
     if engine_name.endswith("-512"):
         engine = replace(engine, max_num_tokens=512, max_batch=4)
+    if engine_name.endswith("-late"):
+        engine = replace(engine, first_token_with_decode=True)
     compiled, plain = simulate(IT, engine, load, kv_tokens), serving_reference.simulate(IT, engine, load, kv_tokens)
     assert repr(compiled) == repr(plain)  # every float's shortest repr: bit for bit, NaN (no TPOT) included
 

@@ -50,6 +50,9 @@ class EngineSpec:
     # FlashInfer's TensorRT-LLM-generated kernels on Blackwell (SGLang's default backends there,
     # vLLM's per ENGINE_ATTENTION); no SGLang kernel table exists to fit its own.
     attention_kernels: str = ""
+    # the client sees a request's first token only when its first decode step ends (with the
+    # second): its TTFT then includes what the engine runs between the two
+    first_token_with_decode: bool = False
 
     def host_s(self, sequences: int, tp: int) -> float:
         """Host seconds of one decode iteration of `sequences` running sequences on `tp` ranks."""
@@ -78,6 +81,33 @@ ENGINES = {
 # scripts/fit_serving.py beside it, on the families with enough dense rows; the others keep it.
 FAMILY_REQUEST_OVERHEAD_S = {("trtllm", ""): 0.015, ("trtllm", "1.0"): 0.090,
                              ("vllm", ""): 0.005, ("vllm", "0.12"): 0.045}
+
+
+def release(version: str) -> tuple:
+    """An engine version's release numbers ("0.5.1.post1" -> (0, 5, 1); "" -> ())."""
+    numbers = []
+    for part in version.split("."):
+        if not part.isdigit():
+            break
+        numbers.append(int(part))
+    return tuple(numbers)
+
+
+# SGLang before 0.5.4 ran its overlap scheduler so that a finished batch's outputs were processed
+# only after the next batch had launched, which delays first tokens behind a queue of prefills
+# (sgl-project/sglang issue 10514: mean TTFT 2.46 s with overlap, 1.68 s without; changed by
+# pull requests 10601 and 11856). Its measured rows (0.5.1, Qwen3-32B on H100) time a request's
+# first token as if it left with the request's first decode step, after the prefills queued
+# ahead of it: TTFT mean |err| 40 -> 11 %, TPOT 20 -> 9 % on them, the 0.5.6 and later rows
+# worse with it (80 -> 183 %), so it is this release line's alone.
+SGLANG_FIRST_TOKEN_FIX = (0, 5, 4)
+
+
+def release_spec(spec: EngineSpec, version: str) -> EngineSpec:
+    """`spec` as the engine release `version` (major.minor.patch...; "" for the current) schedules."""
+    if spec.name == "sglang" and version and release(version) < SGLANG_FIRST_TOKEN_FIX:
+        return replace(spec, first_token_with_decode=True)
+    return spec
 
 
 def version_family(version: str) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from core.errors import SpecError
 from core.model.loader import load_hardware, load_model, with_dtype
-from core.serving.engines import ENGINES, FAMILY_REQUEST_OVERHEAD_S, engine_spec, version_family
+from core.serving.engines import ENGINES, FAMILY_REQUEST_OVERHEAD_S, engine_spec, release_spec, version_family
 from core.serving.service import Pool, serve, serve_disagg
 from core.serving.simulate import Load
 
@@ -90,7 +90,7 @@ def predict(row: dict, engines: dict | None = None, clients: tuple | None = None
     `clients` the (ramp shares, length spreads, requests per slot) of the clients, per harness
     (harness()), `families` the request overheads per (engine, version family), `harnesses`
     those per harness."""
-    engine = (engines or ENGINES)[row["backend"]]
+    engine = release_spec((engines or ENGINES)[row["backend"]], row["backend_version"])
     family = (row["backend"], version_family(row["backend_version"]))
     overheads = FAMILY_REQUEST_OVERHEAD_S if families is None else families
     own = HARNESS_REQUEST_OVERHEAD_S if harnesses is None else harnesses

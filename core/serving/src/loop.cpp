@@ -86,6 +86,7 @@ struct Engine {
   bool mixed_batches, chunked_prefill, reserve;
   i64 kv_block_tokens, max_num_tokens, max_batch, cuda_graph_max_batch;
   double request_overhead_s;
+  bool first_token_with_decode;  // a request's first token reaches the client when its first decode step ends
 };
 
 using Stats = std::tuple<double, double, double, double>;
@@ -120,10 +121,10 @@ Stats stats(const std::vector<double>& values, const std::vector<i64>& weights) 
 // is the map key; the running requests' remaining steps are compared on a key match).
 struct CycleKey {
   std::vector<i64> prefill_left;
-  i64 waiting, kv_used, decodes, finish_offset;
+  i64 waiting, kv_used, decodes, finish_offset, unseen;
   bool operator==(const CycleKey& o) const {
     return prefill_left == o.prefill_left && waiting == o.waiting && kv_used == o.kv_used && decodes == o.decodes &&
-           finish_offset == o.finish_offset;
+           finish_offset == o.finish_offset && unseen == o.unseen;
   }
 };
 
@@ -131,7 +132,7 @@ struct CycleKeyHash {
   size_t operator()(const CycleKey& k) const {
     u64 h = kFnvBasis;
     for (const i64 v : k.prefill_left) h = fnv(h, v);
-    for (const i64 v : {k.waiting, k.kv_used, k.decodes, k.finish_offset}) h = fnv(h, v);
+    for (const i64 v : {k.waiting, k.kv_used, k.decodes, k.finish_offset, k.unseen}) h = fnv(h, v);
     return h;
   }
 };
@@ -284,19 +285,22 @@ class Loop {
       }
     }
     i64 prefill = 0;
-    double seconds;
+    double seconds, first_step_s;
     if (!chunks_.empty()) {
       for (const auto& chunk : chunks_) prefill += chunk.second;
       const i64 past = done_[chunks_.front().first];
       const i64 context = run_decodes ? (sum_base_ + run_decodes * clock_) / run_decodes : 0;
       seconds = time_s(prefill, past, run_decodes, context, false);
+      first_step_s = seconds;
     } else {
       const i64 c0 = (sum_base_ + decodes_ * clock_) / decodes_;
       const bool graph = decodes_ <= e_.cuda_graph_max_batch;
       seconds = time_s(0, 0, decodes_, c0, graph);
+      first_step_s = seconds;
       if (steps > 1)  // decode time is linear in context: the mean of the span's ends
         seconds = static_cast<double>(steps) * (seconds + time_s(0, 0, decodes_, c0 + steps - 1, graph)) / 2;
     }
+    if (run_decodes) reveal_first(now_ + first_step_s);
     now_ += seconds;
     busy_ += seconds;
     iterations_ += static_cast<double>(steps);
@@ -313,6 +317,7 @@ class Loop {
       if (std::isnan(first_[rid])) {
         first_[rid] = now_;
         out_left_[rid] -= 1;
+        if (e_.first_token_with_decode && out_left_[rid] > 0) unseen_.push_back(rid);
       }
       join_decodes(rid);
     }
@@ -357,6 +362,20 @@ class Loop {
     return finished;
   }
 
+  // An engine whose first token reaches the client only with the second (first_token_with_decode):
+  // the requests that made their first token since the last decode step see it when the decode
+  // step now running ends at `at_s` (a preempted one at its next).
+  void reveal_first(double at_s) {
+    size_t kept = 0;
+    for (const i64 rid : unseen_) {
+      if (decoding_[rid])
+        first_[rid] = at_s;
+      else
+        unseen_[kept++] = rid;
+    }
+    unseen_.resize(kept);
+  }
+
   void drop_end(i64 end) { ends_.erase(std::lower_bound(ends_.begin(), ends_.end(), end)); }
 
   // Whether the running requests end as many steps from now as they did at `mark`.
@@ -376,6 +395,7 @@ class Loop {
     probe_.kv_used = kv_used_;
     probe_.decodes = decodes_;
     probe_.finish_offset = finish_sum_ - decodes_ * clock_;
+    probe_.unseen = static_cast<i64>(unseen_.size());
     // the sum of the ends' squared offsets tells most states apart before the offsets are compared
     const u64 c = u64(clock_);
     const u64 squares = finish_squares_ - 2 * c * u64(finish_sum_) + u64(decodes_) * c * c;
@@ -451,6 +471,7 @@ class Loop {
   std::vector<i64> ends_;  // the decoding requests' ends, sorted
   std::vector<i64> order_;  // decoding requests by join, newest last (preemption victims)
   std::vector<std::pair<i64, i64>> chunks_;
+  std::vector<i64> unseen_;  // requests whose first token the client has not seen yet
   std::vector<double> ttft_, tpot_, latency_;
   std::vector<i64> weight_;
   CycleKey probe_{};  // the state now, its buffer reused
@@ -465,13 +486,13 @@ class Loop {
 
 nb::tuple simulate(IterationMemo& memo, const nb::callable& time_fn, bool mixed_batches, bool chunked_prefill,
                    bool reserve, i64 kv_block_tokens, i64 max_num_tokens, i64 max_batch, i64 cuda_graph_max_batch,
-                   double request_overhead_s, std::vector<i64> isl, std::vector<i64> osl, std::vector<double> arrival,
-                   i64 first_wave, i64 warmup, bool closed, bool cyclic, bool prefilled, i64 kv_tokens,
+                   double request_overhead_s, bool first_token_with_decode, std::vector<i64> isl,
+                   std::vector<i64> osl, std::vector<double> arrival, i64 first_wave, i64 warmup, bool closed, bool cyclic, bool prefilled, i64 kv_tokens,
                    double return_s) {
   if (isl.size() != osl.size() || isl.size() != arrival.size())
     throw std::invalid_argument("serving loop: isl, osl and arrival differ in length");
   const Engine engine{mixed_batches,  chunked_prefill, reserve, kv_block_tokens, max_num_tokens, max_batch,
-                      cuda_graph_max_batch, request_overhead_s};
+                      cuda_graph_max_batch, request_overhead_s, first_token_with_decode};
   return Loop(memo, time_fn, engine, std::move(isl), std::move(osl), std::move(arrival), first_wave, warmup, closed,
               cyclic && return_s == 0.0, prefilled, kv_tokens, return_s)
       .run();
@@ -489,7 +510,8 @@ NB_MODULE(_loop, m) {
       .def("__len__", &IterationMemo::size);
   m.def("simulate", &simulate, nb::arg("memo"), nb::arg("time_fn"), nb::arg("mixed_batches"),
         nb::arg("chunked_prefill"), nb::arg("reserve"), nb::arg("kv_block_tokens"), nb::arg("max_num_tokens"),
-        nb::arg("max_batch"), nb::arg("cuda_graph_max_batch"), nb::arg("request_overhead_s"), nb::arg("isl"),
-        nb::arg("osl"), nb::arg("arrival"), nb::arg("first_wave"), nb::arg("warmup"), nb::arg("closed"),
-        nb::arg("cyclic"), nb::arg("prefilled"), nb::arg("kv_tokens"), nb::arg("return_s") = 0.0);
+        nb::arg("max_batch"), nb::arg("cuda_graph_max_batch"), nb::arg("request_overhead_s"),
+        nb::arg("first_token_with_decode"), nb::arg("isl"), nb::arg("osl"), nb::arg("arrival"), nb::arg("first_wave"),
+        nb::arg("warmup"), nb::arg("closed"), nb::arg("cyclic"), nb::arg("prefilled"), nb::arg("kv_tokens"),
+        nb::arg("return_s") = 0.0);
 }
