@@ -11,7 +11,7 @@ from core.validation.corpus import PUBLISHED_DIR, SUITE_FILES, SUITES, published
 
 GIB = 2**30
 PRESETS = Path(corpus.__file__).parents[1] / "model" / "presets" / "gpus"
-MODEL_KEYS = {"name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "activation", "norm", "dropout",
+MODEL_KEYS = {"name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "activation", "norm",
               "position_embedding", "tied_embeddings", "max_position", "moe"}
 LAYOUT_KEYS = {"dp", "tp", "pp", "cp", "ep", "etp", "virtual_stages", "sp", "zero", "distributed_optimizer",
                "micro_batch", "recompute", "overlap_grad_reduce", "overlap_param_gather", "first_stage_layers",
@@ -130,13 +130,6 @@ def test_dgxc_405b_proxy_keeps_the_rows_shape_not_the_released_model():
     assert (proxy.metric, proxy.measured) == ("step_time_s", 5.80)
     assert proxy.workload == {"mode": "train", "global_batch": 126, "seq": 8192, "fine_tuning": False}
     assert proxy.extra["mfu"] == pytest.approx(0.4477)
-
-
-def test_gpt3_rows_train_with_dropout_as_their_recipes_set_it():
-    # NeMo launcher gpt3/*.yaml and dgxc gpt3_175b_hydra.yaml: hidden and attention dropout 0.1
-    assert case("DGXC2411-GPT175B-FP8-1024").model["dropout"] is True
-    assert case("NEMO2407-GPT3-5B-64").model["dropout"] is True
-    assert case("DGXC2411-llama3_70b-FP8-64").model["dropout"] is False  # llama3.1_70b.yaml: 0.0
 
 
 def test_missing_shape_cells_come_from_the_known_shapes():

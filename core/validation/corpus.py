@@ -166,12 +166,9 @@ def _hardware(row: _Row, column: str) -> str:
 _LLAMA = {"activation": "swiglu", "norm": "rmsnorm", "position_embedding": "rotary",
           "tied_embeddings": False}
 # GPT-3 as NeMo builds it: GELU MLP at 4x hidden, LayerNorm, learned absolute positions,
-# embeddings shared with the output layer, GPT-2 BPE tokenizer (50,257 tokens), and trained
-# with hidden and attention dropout 0.1 (NeMo-Framework-Launcher conf/training/gpt3/5b, 20b and
-# 175b.yaml @7c842fcd; dgxc-benchmarking v24.11.1 nemo_megatron/gpt3_175b_hydra.yaml), where
-# the Llama and Nemotron recipes set 0.
+# embeddings shared with the output layer, GPT-2 BPE tokenizer (50,257 tokens).
 _GPT3 = {"activation": "gelu", "norm": "layernorm", "position_embedding": "learned",
-         "tied_embeddings": True, "vocab": 50257, "dropout": True}
+         "tied_embeddings": True, "vocab": 50257}
 # Nemotron (3 and 4): squared-ReLU MLP (not gated), LayerNorm ("layernorm1p"), rotary
 # positions, untied embeddings, 256,000-token SentencePiece.
 _NEMOTRON = {"activation": "squared_relu", "norm": "layernorm", "position_embedding": "rotary",
@@ -303,8 +300,7 @@ def _model(row: _Row, key: str, *, seq: int, pad_tp: int | None, notes: list, mo
     moe = moe if moe is not None else shape.get("moe")
     if moe is not None:
         moe = {"shared_experts": 0, "shared_expert_ffn_hidden": 0, "capacity_factor": None, **moe}
-    return {"name": key, **{k: v for k, v in shape.items() if k not in ("moe", "dropout")},
-            "dropout": bool(shape.get("dropout")), "max_position": seq, "moe": moe}
+    return {"name": key, **{k: v for k, v in shape.items() if k != "moe"}, "max_position": seq, "moe": moe}
 
 
 def _layout(*, dp: int, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1, etp: int | None = None,
