@@ -263,8 +263,10 @@ def _pipeline(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: TrainW
 # Megatron's FP8 runs) keeps an amax history per FP8 tensor and all-reduces the new amaxes over
 # Megatron-Core's amax-reduction group (parallel_state.get_amax_reduction_group(
 # with_context_parallel=True): a stage's tp x cp x dp ranks) when an fp8_autocast region exits,
-# and the gradients' amaxes when its backward ends. Megatron-Core enters one region per model
-# chunk per micro-batch (TransformerBlock.forward). The all-reduce blocks the compute stream.
+# and the gradients' amaxes when its backward ends (FP8GlobalStateManager.
+# reduce_and_update_fp8_tensors, "delayed scaling only", all_reduce with async_op=False, in
+# transformer_engine/pytorch/fp8.py, quantization.py in later releases). Megatron-Core enters
+# one region per model chunk per micro-batch (TransformerBlock.forward).
 AMAX_FIELDS = ("dp", "tp", "pp", "cp", "placement", "virtual_stages", "micro_batch", "first_stage_layers",
                "last_stage_layers")
 AMAX_BYTES_PER_LAYER = 4 * 3 * 4  # four GEMMs x (input, weight, gradient) amaxes x FP32
