@@ -6,10 +6,10 @@
   fp8_efficiency 1) over the measured time, median over large GEMMs (m, n, k >= 4096),
   for BF16 (torch linear, cuBLAS) and per-tensor FP8 (CUTLASS scaled-mm), the same vLLM
   0.24.0 kernels on every GPU; a preset's compute_efficiency is H100's calibrated 0.650 times
-  the ratio of its BF16 efficiency to H100's, its effective FP8 share 0.650 x 0.750 times the
+  the ratio of its BF16 efficiency to H100's, its effective FP8 share 0.650 x 0.775 times the
   FP8 ratio (fp8_efficiency = that over its compute_efficiency);
 - weight-stream efficiency: the same for BF16 GEMMs of 1 to 8 rows over a >= 256 MiB weight
-  (HBM-bound), scaling H100's stream_efficiency 0.925 (capped at 1);
+  (HBM-bound), scaling H100's stream_efficiency 0.9625 (capped at 1);
 The NVLink dimension's figures (efficiency, pipeline fill, NVLS share) are fitted on the
 NCCL tables by scripts/fit_nccl.py.
 
@@ -36,7 +36,7 @@ KERNELS = Path("/work/shared/validation/kernels")
 PARTS = {"h100_sxm": "h100-sxm5-80gb", "b200_sxm": "b200-sxm-180gb", "b300_sxm": "b300-sxm-288gb",
          "gb200": "gb200-nvl72", "gb300": "gb300-nvl72"}
 # H100's calibrated factors (core/model/presets/gpus/h100-sxm5-80gb.yaml) the ratios scale
-H100 = {"compute_efficiency": 0.650, "fp8_efficiency": 0.750, "stream_efficiency": 0.925}
+H100 = {"compute_efficiency": 0.650, "fp8_efficiency": 0.775, "stream_efficiency": 0.9625}
 # GB200's BF16 table (cuBLAS through torch linear) sits far below its own FP8 table and below
 # B200's on the same die (median 0.51 of peak against B200's 0.69, while its FP8 matches
 # B200's); a tuning gap of that collection rather than the silicon, so GB200 takes B200's BF16

@@ -27,7 +27,8 @@ of its STARTS best points, minimising the largest |error| (then the mean) on the
   rows held out).
 - H100 (h100-sxm5-80gb; H200 inherits): the rows of all five sources of the h100_dense
   suite (DGX Cloud 24.11 and 25.05, NeMo 24.07, NeMo long-sequence, Megatron-Bridge) fit
-  compute_efficiency and fp8_efficiency, so that leaving any one source out still leaves
+  compute_efficiency, fp8_efficiency and sync_skew (the wait of FP8 delayed scaling's amax
+  all-reduces for the latest rank of a group over several nodes), so that leaving any one source out still leaves
   four to fit on (`--cv`); attention_efficiency stays 1 (fused attention at the GEMMs'
   efficiency): only the long-sequence rows can see it, and fitted it lands on that bound in
   every fold that has them, while a fold without them cannot pin it at all; the nccl-tests all-reduce rows above
@@ -124,7 +125,8 @@ FAMILIES = {
     ), gpus=("A100",)),
     "h100": Family("h100-sxm5-80gb", ("h100_dense", "moe", "memory_h100", "collectives", "trtllm"), (
         Group("training", ("h100_dense",), lambda c: c.source in H100_TRAIN_FIT_SOURCES,
-              (("compute_efficiency", _grid(0.45, 0.85, 5)), ("fp8_efficiency", _grid(0.7, 1.0, 4)))),
+              (("compute_efficiency", _grid(0.45, 0.85, 5)), ("fp8_efficiency", _grid(0.7, 1.0, 7)),
+               ("sync_skew_s", _grid(0.0, 400.0, 5, US)))),
         Group("network", ("collectives",), lambda c: int(c.case.rsplit("-", 1)[1]) > MIB,
               (("network_efficiency", _grid(0.6, 1.0, 9)),)),
         Group("inference", ("trtllm",), lambda c: c.case.startswith(H100_INFER_FIT),
@@ -236,6 +238,7 @@ def print_calibration(name: str, hw) -> None:
           f"  network_efficiency: {c.network_efficiency:g}\n  memory_efficiency: {c.memory_efficiency:g}\n"
           f"  stream_efficiency: {c.stream_efficiency:g}\n"
           f"  kernel_overhead: {c.kernel_overhead_s / US:g} us\n  collective_step: {c.collective_step_s / US:g} us\n"
+          f"  sync_skew: {c.sync_skew_s / US:g} us\n"
           f"  decode_attention_rate: {c.decode_attention_rate:g}")
 
 

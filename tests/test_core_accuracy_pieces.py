@@ -141,3 +141,19 @@ def test_nemo_sft_rows_run_interleaved_with_tp_overlap():
     assert (par.virtual_stages, par.schedule, par.overlap_tp_comm, par.overlap_p2p_comm) == \
         (20, "interleaved", True, True)
     assert not layout_for(rows["NEMO2407-FT-SFT-LLAMA2-7B"], training=True).overlap_tp_comm  # tp 1
+
+
+def test_dgxc_nemotron_340b_sends_wait_as_its_yaml_says_while_gpt3_overlaps():
+    """dgxc v24.11.1's nemotron4-340b-synth.yaml sets overlap_p2p_comm False (batch_p2p_comm True)
+    under vp 12; its gpt3_175b_hydra.yaml keeps the overlap, Megatron's default under vp > 1."""
+    from core.validation import corpus
+    from core.validation.published import layout_for
+
+    rows = {c.case_id: c for c in corpus.published_cases("h100_dense")}
+    nemotron = rows["DGXC2411-nemotron4_340b-FP8-128"]
+    assert nemotron.layout["overlap_p2p_comm"] is False
+    assert "overlap_p2p_comm False" in nemotron.note
+    assert layout_for(nemotron, training=True).overlap_p2p_comm is False
+    gpt3 = rows["DGXC2411-GPT175B-FP8-128"]
+    assert gpt3.layout["overlap_p2p_comm"] is None
+    assert layout_for(gpt3, training=True).overlap_p2p_comm is True

@@ -16,7 +16,7 @@ MODEL_KEYS = {"name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vo
 LAYOUT_KEYS = {"dp", "tp", "pp", "cp", "ep", "etp", "virtual_stages", "sp", "zero", "distributed_optimizer",
                "micro_batch", "recompute", "overlap_grad_reduce", "overlap_param_gather", "first_stage_layers",
                "last_stage_layers", "master_weights", "optimizer_dtype",
-               "expandable_segments"}
+               "expandable_segments", "overlap_p2p_comm"}
 
 
 def case(case_id: str):

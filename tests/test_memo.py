@@ -52,6 +52,7 @@ CASES = {
     "train_work": (energy._train_work, energy._train_work.uncached, energy._train_work.fields),
     "layer_work": (energy._layer_work, energy._layer_work.uncached, energy._layer_work.fields),
     "pipeline": (training._pipeline, training._pipeline.uncached, training._pipeline.fields),
+    "amax_sync": (training.amax_sync, training.amax_sync.uncached, training.amax_sync.fields),
     "power": (energy._train_power_state, energy._train_power_state.uncached, energy._train_power_state.fields),
     "dp_syncs": (lambda m, h, p, w, g: training._dp_syncs(m, h, p, h.dims_for(g)),
                  lambda m, h, p, w, g: training._dp_syncs.uncached(m, h, p, h.dims_for(g)), training._dp_syncs.fields),

@@ -485,6 +485,7 @@ def _calibration(raw, source: str) -> Calibration:
         network_efficiency=c.number("network_efficiency", base.network_efficiency, high=1.0),
         kernel_overhead_s=c.unit("kernel_overhead", units.parse_time, BaseUnits(base.kernel_overhead_s)),
         collective_step_s=c.unit("collective_step", units.parse_time, BaseUnits(base.collective_step_s)),
+        sync_skew_s=c.unit("sync_skew", units.parse_time, BaseUnits(base.sync_skew_s)),
         decode_attention_rate=c.number("decode_attention_rate", base.decode_attention_rate, low=-1e-12, high=1e3),
         attention_softmax_overlap=c.boolean("attention_softmax_overlap", base.attention_softmax_overlap),
         attention_backward_passes=c.boolean("attention_backward_passes", base.attention_backward_passes),

@@ -560,6 +560,11 @@ class Calibration:
     network_efficiency: float = 1.0
     kernel_overhead_s: float = 0.0  # host / framework time per kernel beyond the launch itself
     collective_step_s: float = 0.0  # synchronisation cost per step of a collective algorithm
+    # Spread of the ranks' arrival at a blocking collective whose group spans several nodes:
+    # the collective waits for the latest of them, sync_skew_s x sqrt(2 ln n) for n nodes (the
+    # expected maximum of n normally spread arrivals); fitted on whole training steps, where
+    # FP8 delayed scaling's amax all-reduces are such collectives (training.amax_sync).
+    sync_skew_s: float = 0.0
     # KV-cache elements the decode attention kernel gets through per SM per clock cycle, each
     # query head reading its KV head's cache (0 = bound by memory bandwidth alone)
     decode_attention_rate: float = 0.0

@@ -2,6 +2,7 @@
 exposed tensor/context/expert communication per network dimension, a pipeline schedule
 (GPipe, 1F1B, interleaved 1F1B), data-parallel gradient traffic under ZeRO, and the
 optimizer step."""
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -168,9 +169,11 @@ def train_step(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Train
     comm = dict(pipe_comm)
     dp_comm, dp_exposed = data_parallel(model, hw, par, dims, stage_forward, stage_backward, split, micro)
     add_times(comm, dp_exposed)
+    amax = amax_sync(model, hw, par, work, gpus)
+    add_times(comm, amax)
     optimizer_s = optimizer_step_s(model, hw, par)
     breakdown["optimizer_s"] = optimizer_s
-    step_s = pipeline_s + sum(dp_exposed.values()) + optimizer_s
+    step_s = pipeline_s + sum(dp_exposed.values()) + sum(amax.values()) + optimizer_s
     breakdown.update({f"comm_{name}_s": seconds for name, seconds in comm.items()})
     breakdown["dp_comm_total_s"] = dp_comm
 
@@ -254,6 +257,42 @@ def _pipeline(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: TrainW
     add_times(comm, p2p, micro)
     return (dims, micro, split, tuple(stage_compute), slowest, pipeline_s, bubble_s, tuple(comm.items()),
             tuple(stage_forward), tuple(stage_backward))
+
+
+# FP8 delayed scaling (Transformer Engine's DelayedScaling, the "hybrid" recipe of NeMo's and
+# Megatron's FP8 runs) keeps an amax history per FP8 tensor and all-reduces the new amaxes over
+# Megatron-Core's amax-reduction group (parallel_state.get_amax_reduction_group(
+# with_context_parallel=True): a stage's tp x cp x dp ranks) when an fp8_autocast region exits,
+# and the gradients' amaxes when its backward ends (FP8GlobalStateManager.
+# reduce_and_update_fp8_tensors, "delayed scaling only", all_reduce with async_op=False, in
+# transformer_engine/pytorch/fp8.py, quantization.py in later releases). Megatron-Core enters
+# one region per model chunk per micro-batch (TransformerBlock.forward).
+AMAX_FIELDS = ("dp", "tp", "pp", "cp", "placement", "virtual_stages", "micro_batch", "first_stage_layers",
+               "last_stage_layers")
+AMAX_BYTES_PER_LAYER = 4 * 3 * 4  # four GEMMs x (input, weight, gradient) amaxes x FP32
+
+
+@on_fields(*AMAX_FIELDS)
+def amax_sync(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: TrainWorkload, gpus: int) -> dict:
+    """Seconds per network dimension a step spends in delayed scaling's amax all-reduces (none
+    under other recipes and dtypes): two per model chunk per micro-batch, each its latency over
+    the amax-reduction group and, where the group spans n > 1 nodes, the wait for its latest
+    rank (calibration.sync_skew_s x sqrt(2 ln n)) on the outermost dimension it crosses."""
+    if hw.dtype != "fp8" or hw.recipe != "delayed":
+        return {}
+    dims = hw.dims_for(gpus)
+    spans = group_spans(par, dims)
+    group = merge_spans(spans.get("tp", ()), spans.get("cp", ()), spans.get("dp", ()))
+    if not group:
+        return {}
+    regions = 2 * (work.global_batch // (par.dp * par.micro_batch)) * par.virtual_stages
+    chunk_layers = max(stage_layers(model.layers, par)) / par.virtual_stages
+    times = dict(collective_time(hw, dims, "all_reduce", AMAX_BYTES_PER_LAYER * chunk_layers, group))
+    nodes = math.prod(count for index, count in group if index > 0)
+    if nodes > 1:
+        outer = dims[group[-1][0]].name
+        times[outer] = times.get(outer, 0.0) + hw.calibration.sync_skew_s * math.sqrt(2 * math.log(nodes))
+    return {name: regions * seconds for name, seconds in times.items()}
 
 
 @lru_cache(maxsize=4096)

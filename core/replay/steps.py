@@ -17,7 +17,7 @@ from core.model.memory import grad_bytes, layer_param_parts, stage_param_parts, 
 from .network import astra_network, rank_groups
 from .programs import (RECV, SEND, Block, CommClasses, Program, assemble, compute_block, concat, frontier_increments,
                        ops_block)
-from core.model.training import edge_ops, model_flops, optimizer_step_s, zero3_unhidden_share
+from core.model.training import amax_sync, edge_ops, model_flops, optimizer_step_s, zero3_unhidden_share
 from core.errors import SpecError
 
 STAGE_FWD, STAGE_BWD, WAIT, OPTIMIZER, EDGE = -2, -3, -4, -5, -6
@@ -428,7 +428,10 @@ def train_step_astra(model, hw, par, work, gpus, backend: str, emit=None):
     else:
         stage_work = flattened_work(step, classes)
     (breakdown, links), step_s = _pipeline(step.ctx, stage_work, step.micro, step.message_bytes, classes, emit)
-    return step_s, breakdown, model_flops(model, work), links
+    amax = amax_sync(model, hw, par, work, gpus)  # blocking, on every rank: added as the closed form has it
+    for name, seconds in amax.items():
+        breakdown[f"comm_{name}_s"] = breakdown.get(f"comm_{name}_s", 0.0) + seconds
+    return step_s + sum(amax.values()), breakdown, model_flops(model, work), links
 
 
 def hierarchical_work(step: TrainReplay, fwd: list, bwd: list) -> StageWork:

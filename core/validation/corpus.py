@@ -42,8 +42,8 @@ class PublishedCase:
     model: dict  # ModelSpec keyword arguments plus "moe" (None or a dict); {} for collectives
     layout: dict  # dp, tp, pp, cp, ep, etp, virtual_stages, sp, zero, distributed_optimizer,
     #               micro_batch, recompute, overlap_grad_reduce, overlap_param_gather,
-    #               first_stage_layers, last_stage_layers, master_weights, optimizer_dtype;
-    #               {} for collectives
+    #               first_stage_layers, last_stage_layers, master_weights, optimizer_dtype,
+    #               expandable_segments, overlap_p2p_comm; {} for collectives
     workload: dict  # mode train / infer / collective and its sizes
     precision: dict  # compute, fp8_params, fp8_recipe, kv_cache
     metric: str  # what `measured` is, named with its unit
@@ -308,18 +308,21 @@ def _layout(*, dp: int, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1, etp:
             micro_batch: int = 1, recompute: str = "none", overlap_grad_reduce: bool = False,
             overlap_param_gather: bool = False, first_stage_layers: int | None = None,
             last_stage_layers: int | None = None, master_weights: str = "fp32",
-            optimizer_dtype: str = "fp32", expandable_segments: bool = True) -> dict:
+            optimizer_dtype: str = "fp32", expandable_segments: bool = True,
+            overlap_p2p_comm: bool | None = None) -> dict:
     """A layout dict with the contract's keys. etp defaults to tp (Megatron-Core's default);
     sp defaults to on when tp > 1 and is always off at tp 1, where it does nothing;
     expandable_segments (PyTorch's allocator setting) defaults to on, as the launch templates of
-    NeMo and Megatron-Bridge set it, unless a row says it ran without."""
+    NeMo and Megatron-Bridge set it, unless a row says it ran without; overlap_p2p_comm None:
+    the framework's default (on under virtual stages), False where the row's recipe turns it off."""
     return {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": tp if etp is None else etp,
             "virtual_stages": virtual_stages, "sp": (tp > 1 if sp is None else sp) and tp > 1,
             "zero": zero, "distributed_optimizer": distributed_optimizer, "micro_batch": micro_batch,
             "recompute": recompute, "overlap_grad_reduce": overlap_grad_reduce,
             "overlap_param_gather": overlap_param_gather, "first_stage_layers": first_stage_layers,
             "last_stage_layers": last_stage_layers, "master_weights": master_weights,
-            "optimizer_dtype": optimizer_dtype, "expandable_segments": expandable_segments}
+            "optimizer_dtype": optimizer_dtype, "expandable_segments": expandable_segments,
+            "overlap_p2p_comm": overlap_p2p_comm}
 
 
 # Megatron's distributed optimizer (fp32 main weights and Adam state sharded over dp, ZeRO-1)
@@ -415,6 +418,15 @@ _RECOMPUTE_WHEN_NOT_STATED = {
 }
 
 
+# Pipeline sends not overlapped with compute where a row's own recipe says so: the DGX Cloud
+# v24.11.1 Nemotron-4 340B yaml (nemotron/nemotron4-340b-synth.yaml @35a9aecc, the recipe its
+# rows cite) sets overlap_p2p_comm False and batch_p2p_comm True under its 12 virtual stages,
+# as NeMo-Framework-Launcher's conf/training/nemotron/nemotron_340b.yaml does; the other
+# dgxc v24.11.1 yamls with virtual stages (gpt3_175b_hydra.yaml, llama3.1_70b/405b.yaml) keep
+# Megatron's overlap on.
+_P2P_NOT_OVERLAPPED = {("dgxc-24.11", "nemotron4-340b")}
+
+
 # NeMo 24.07's 'Finetuning' rows leave VP blank and do not say whether weights are kept in FP8.
 # NeMo-Framework-Launcher's H100 SFT examples of that period run the rows' layouts (same GPUs,
 # GBS 32, TP and PP, SQuAD packed to 4096; examples/peft/llama/h100/7b_1node.sh, 13b_1node.sh,
@@ -508,8 +520,12 @@ def _dense_case(row: _Row) -> PublishedCase:
     fsdp = re.search(r"FSDP=(\d+)", row.text("fsdp_or_zero"))
     if optimizer["zero"] == 3 and fsdp and int(fsdp.group(1)) < dp:
         extra["fsdp_group"] = int(fsdp.group(1))
+    overlap_p2p = None
+    if (source, key) in _P2P_NOT_OVERLAPPED and vp > 1:
+        overlap_p2p = False
+        notes.append("pipeline sends not overlapped with compute (the recipe yaml's overlap_p2p_comm False)")
     layout = _layout(dp=dp, tp=tp, pp=pp, cp=cp, virtual_stages=vp, sp=sp, micro_batch=micro_batch,
-                     recompute=_recompute(row, key, notes), **optimizer)
+                     recompute=_recompute(row, key, notes), overlap_p2p_comm=overlap_p2p, **optimizer)
     model = _model(row, key, seq=seq, pad_tp=tp, notes=notes)
     if model["layers"] % (pp * vp):
         notes.append(f"{model['layers']} layers over pp {pp} x vp {vp} do not divide: the framework's "

@@ -120,7 +120,8 @@ def layout_for(case, training: bool) -> Parallelism:
     recipe = training and nvidia_recipe(case)
     # Pipeline sends overlap the next chunk under the interleaved schedule: Megatron-LM's
     # default (core_v0.10 arguments: --no-overlap-p2p-communication opts out), which NeMo's
-    # MegatronCommOverlapCallback also sets for vp > 1.
+    # MegatronCommOverlapCallback also sets for vp > 1; a row whose recipe turns it off says so
+    # (layout overlap_p2p_comm False).
     # Every data-parallel knob stated, as each source ran it (not Parallelism's defaults);
     # inference rows leave them at the defaults, which the inference model does not take.
     optimizer = dict(zero=zero, overlap_grad_reduce=bool(lay.get("overlap_grad_reduce")),
@@ -130,7 +131,7 @@ def layout_for(case, training: bool) -> Parallelism:
                        grad_dtype="bf16" if recipe else "fp32",
                        overlap_tp_comm=recipe and sp and (
                            not fine_tuning(case) or case.source in TP_OVERLAP_FINE_TUNING_SOURCES),
-                       overlap_p2p_comm=training and virtual > 1,
+                       overlap_p2p_comm=training and virtual > 1 and lay.get("overlap_p2p_comm") is not False,
                        recompute=recompute, virtual_stages=virtual,
                        schedule="interleaved" if virtual > 1 else "1f1b",
                        fused_cross_entropy=training and case.source.startswith(FUSED_CROSS_ENTROPY_SOURCES),
