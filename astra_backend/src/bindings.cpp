@@ -128,7 +128,7 @@ nb::dict describe(const nb::dict& dims, const nb::dict& faults) {
 }
 
 nb::dict collective(const nb::dict& dims, const nb::dict& faults, int kind, int algorithm, const Array<int32_t>& group,
-                    double bytes, int root, int chunks, bool hierarchical) {
+                    double bytes, int root, int chunks, bool hierarchical, bool flow_groups) {
   const NetSpec spec = make_spec(dims, faults);
   CollectiveRequest req{kind, algorithm, to_vector(group), bytes, root, chunks, hierarchical};
   std::unique_ptr<Network> net;
@@ -140,11 +140,13 @@ nb::dict collective(const nb::dict& dims, const nb::dict& faults, int kind, int 
     const size_t p = req.group.size();
     dag.reserve(2 * p * p * static_cast<size_t>(chunks) + 4 * p, 6 * p * p * static_cast<size_t>(chunks) + 4 * p);
     emit_collective(dag, *net, req, std::vector<int>(req.group.size(), -1));
-    out = simulate(*net, dag, false);
+    out = simulate(*net, dag, false, flow_groups);
   }
   nb::dict d;
   d["time_s"] = out.makespan_s;
   d["flows"] = out.flows;
+  d["grouped_flows"] = out.grouped_flows;
+  d["split_groups"] = out.split_groups;
   d["links"] = link_stats(*net, std::move(out.links));
   return d;
 }
@@ -176,7 +178,7 @@ Trace trace_view(const nb::dict& arrays, int chunks, bool hierarchical) {
 }
 
 nb::dict run_replay(const nb::dict& dims, const nb::dict& faults, const nb::dict& arrays, int chunks,
-                    bool hierarchical) {
+                    bool hierarchical, bool flow_groups) {
   const NetSpec spec = make_spec(dims, faults);
   const Trace t = trace_view(arrays, chunks, hierarchical);
   std::unique_ptr<Network> net;
@@ -184,11 +186,13 @@ nb::dict run_replay(const nb::dict& dims, const nb::dict& faults, const nb::dict
   {
     nb::gil_scoped_release release;
     net = spec.build();
-    out = replay(*net, t);
+    out = replay(*net, t, flow_groups);
   }
   nb::dict d;
   d["time_s"] = out.sim.makespan_s;
   d["flows"] = out.sim.flows;
+  d["grouped_flows"] = out.sim.grouped_flows;
+  d["split_groups"] = out.sim.split_groups;
   d["rank_finish_s"] = to_buffer(std::move(out.rank_finish_s));
   d["node_start_s"] = to_buffer(std::move(out.node_start_s));
   d["node_end_s"] = to_buffer(std::move(out.node_end_s));
@@ -380,8 +384,12 @@ NB_MODULE(_netsim, m) {
   m.doc() = "Compiled flow-level network simulator (use astra_backend's Python API, which validates inputs).";
   nb::exception<NoRouteError>(m, "NoRouteError", PyExc_ValueError);
   m.def("describe", &describe, "Builds a network and returns its links and node counts.");
-  m.def("collective", &collective, "Simulates one collective or send/recv.");
-  m.def("replay", &run_replay, "Replays a per-rank dependency graph.");
+  // flow_groups=False runs every flow single: the reference the tests hold flow groups to.
+  m.def("collective", &collective, nb::arg("dims"), nb::arg("faults"), nb::arg("kind"), nb::arg("algorithm"),
+        nb::arg("group"), nb::arg("bytes"), nb::arg("root"), nb::arg("chunks"), nb::arg("hierarchical"),
+        nb::arg("flow_groups") = true, "Simulates one collective or send/recv.");
+  m.def("replay", &run_replay, nb::arg("dims"), nb::arg("faults"), nb::arg("arrays"), nb::arg("chunks"),
+        nb::arg("hierarchical"), nb::arg("flow_groups") = true, "Replays a per-rank dependency graph.");
   nb::class_<Prepared>(m, "PreparedReplay")
       .def(nb::init<const nb::dict&, const nb::dict&, const nb::dict&, int, bool>())
       .def("run", &Prepared::run, nb::arg("faults"), nb::arg("duration_s").none())

@@ -68,11 +68,11 @@ void Dag::finalize() {
 
 namespace {
 
-enum EventType : uint8_t { kTxEnd = 0, kDone = 1 };
+enum EventType : uint8_t { kTxEnd = 0, kDone = 1, kGroupTxEnd = 2, kGroupDone = 3 };
 
 // An event of a calendar bucket (its time is the bucket's).
 struct Event {
-  int32_t id;  // flow slot for kTxEnd, op for kDone
+  int32_t id;  // flow slot for kTxEnd, op for kDone, flow group for kGroupTxEnd and kGroupDone
   uint32_t version;
   uint8_t type;
 };
@@ -206,6 +206,16 @@ class FlowRoutes {
     return p.latency_s;
   }
 
+  // The current route, valid until the next find().
+  Route current() const {
+    if (pairs_.empty()) {
+      const std::vector<int>& route = last_route_[src_];
+      return Route{route.data(), route.data() + route.size()};
+    }
+    const int* first = links_.data() + pair_->offset;
+    return Route{first, first + pair_->size};
+  }
+
   // Gives flow slot `slot` the current route.
   void assign(int slot) {
     if (static_cast<size_t>(slot) >= regions_.size()) regions_.resize(slot + 1);
@@ -281,6 +291,7 @@ struct LinkState {
   int active_flows = 0;
   double capacity = 0.0;
   double busy_since = 0.0;
+  int group = -1;  // the flow group sending on it (its only flow then), -1: none
   bool dirty = false;
   bool in_component = false;
   double spare = 0.0;   // water-filling scratch: capacity not yet given out
@@ -370,11 +381,39 @@ class ShareHeap {
   std::vector<int> pos_;  // per link: its index in heap_, -1 when out
 };
 
+// Flows of one ring pass started at one instant, each alone on its links (so no two share one),
+// with equal rate and latency (a ring's flows carry equal bytes): each would end its transfer, and
+// land, at the very instant the others do, so they run as one unit with one event for each, and
+// their links' figures change as the single flows' would. A flow that comes onto one of their
+// links while they send splits them into single flows, each just as it would have been. A group
+// holding a whole step of its ring pass goes on to the next step as a whole, on the same links.
+struct FlowGroup {
+  enum State : uint8_t {
+    kFree,
+    kOpen,     // formed in this batch: its end comes with the batch's solve
+    kSending,  // its transfers end at end_s
+    kLanding,  // its data arrives one latency after end_s
+    kQueued,   // the next step of its ring pass, ready to start (an entry of the ready stack)
+  };
+  double bytes = 0.0;
+  double rate = 0.0;
+  double latency_s = 0.0;
+  double start_s = 0.0;
+  double end_s = 0.0;
+  uint32_t version = 0;
+  State state = kFree;
+  int ring = 0;         // the ring pass
+  bool closed = false;  // started as a whole ring step: takes no other flows
+  std::vector<int> ops;    // the members' ops
+  std::vector<int> links;  // every member's links
+};
+
 class Simulator {
  public:
   // Runs `dag`'s structure with these op amounts and a scratch copy of its pending counts.
-  Simulator(Network& net, const Dag& dag, const std::vector<Op>& ops, std::vector<int32_t>& pending, bool record)
-      : dag_(dag), ops_(ops), pending_(pending), routes_(net) {
+  Simulator(Network& net, const Dag& dag, const std::vector<Op>& ops, std::vector<int32_t>& pending, bool record,
+            bool flow_groups)
+      : dag_(dag), ops_(ops), pending_(pending), flow_groups_(flow_groups), routes_(net) {
     const auto& links = net.links();
     links_.resize(links.size());
     for (size_t i = 0; i < links.size(); ++i) links_[i].capacity = links[i].bandwidth_Bps;
@@ -410,8 +449,11 @@ class Simulator {
         for (const Event& e : batch_) {
           if (e.type == kDone) {
             complete(e.id);
-          } else if (marks_[e.id].active && flows_[e.id].version == e.version) {
-            end_flow(e.id);
+          } else if (e.type == kTxEnd) {
+            if (marks_[e.id].active && flows_[e.id].version == e.version) end_flow(e.id);
+          } else if (groups_[e.id].version == e.version) {
+            if (e.type == kGroupTxEnd) end_group(e.id);
+            else land_group(e.id);
           }
         }
         batch_.clear();
@@ -468,10 +510,9 @@ class Simulator {
     while (!ready_.empty()) {
       const int op = ready_.back();
       ready_.pop_back();
-      if (op >= kRingFlowBase) {
-        const RingPass& r = dag_.ring_of(op);
-        const int i = (op - r.first_id) % r.size();
-        start_flow(op, r.npus[i], r.npus[i + 1 == r.size() ? 0 : i + 1], r.bytes);
+      if (static_cast<uint32_t>(op) >= static_cast<uint32_t>(kRingFlowBase)) {  // a ring flow, or a ring step (< 0)
+        if (op < 0) start_ring_step(-1 - op);
+        else start_ring_flow(op, dag_.ring_index(op));
         continue;
       }
       const Op& o = ops_[op];
@@ -502,11 +543,32 @@ class Simulator {
     return static_cast<int>(flows_.size()) - 1;
   }
 
+  bool idle(Route route) const {
+    for (int l : route)
+      if (links_[l].active_flows != 0) return false;
+    return true;
+  }
+
   void mark_dirty(int l) {
     if (!links_[l].dirty) {
       links_[l].dirty = true;
       dirty_.push_back(l);
     }
+  }
+
+  // A ring pass's flow, alone on idle links, joins a flow group; any other starts single.
+  void start_ring_flow(int op, int ring) {
+    const RingPass& r = dag_.rings_[ring];
+    int src, dst;
+    endpoints(r, op, src, dst);
+    if (flow_groups_ && src != dst && r.bytes > 0.0) {
+      const double latency_s = routes_.find(src, dst);
+      if (idle(routes_.current()) && join_group(op, r.bytes, latency_s, ring, routes_.current())) {
+        ++out_.flows;
+        return;
+      }
+    }
+    start_flow(op, src, dst, r.bytes);
   }
 
   void start_flow(int op, int src, int dst, double amount) {
@@ -564,6 +626,205 @@ class Simulator {
     if (alone) lone_starts_.push_back({slot, slowest});
   }
 
+  // Adds a ring flow alone on `route` to this batch's open group of its ring pass, bytes, rate and
+  // latency (a new one if none): its links are taken as the single flow would take them, and held by
+  // the group. False (the flow runs single) where its rate would not be a positive number.
+  __attribute__((noinline)) bool join_group(int op, double amount, double latency_s, int ring, Route route) {
+    double rate = std::numeric_limits<double>::infinity();
+    for (int l : route) rate = std::min(rate, links_[l].capacity);
+    if (!(rate > 0.0 && rate < std::numeric_limits<double>::infinity())) return false;
+    int index = -1;
+    for (auto it = open_groups_.rbegin(); it != open_groups_.rend(); ++it) {
+      const FlowGroup& g = groups_[*it];
+      if (g.ring == ring && !g.closed && g.bytes == amount && g.rate == rate && g.latency_s == latency_s) {
+        index = *it;
+        break;
+      }
+    }
+    if (index < 0) index = open_group(amount, rate, latency_s, ring);
+    FlowGroup& g = groups_[index];
+    g.ops.push_back(op);
+    LinkState* const links = links_.data();
+    double* const bytes = out_.links.bytes.data();
+    int32_t* const peak_flows = out_.links.peak_flows.data();
+    const double now_s = now_;
+    for (int l : route) {
+      LinkState& ls = links[l];
+      ls.active_flows = 1;
+      ls.busy_since = now_s;
+      ls.group = index;
+      bytes[l] += amount;
+      peak_flows[l] = std::max(peak_flows[l], 1);
+      g.links.push_back(l);
+    }
+    return true;
+  }
+
+  int open_group(double amount, double rate, double latency_s, int ring) {
+    int index;
+    if (free_groups_.empty()) {
+      index = static_cast<int>(groups_.size());
+      groups_.emplace_back();
+    } else {
+      index = free_groups_.back();
+      free_groups_.pop_back();
+    }
+    FlowGroup& g = groups_[index];
+    g.bytes = amount;
+    g.rate = rate;
+    g.latency_s = latency_s;
+    g.start_s = now_;
+    g.state = FlowGroup::kOpen;
+    g.ring = ring;
+    g.closed = false;
+    open_groups_.push_back(index);
+    return index;
+  }
+
+  // The batch's solve gives each open group its members' rate: their transfers end together, at
+  // the time assign_rate gives a single flow that starts now with all its bytes to send.
+  __attribute__((noinline)) void send_open_groups() {
+    for (int index : open_groups_) {
+      FlowGroup& g = groups_[index];
+      g.end_s = now_ + g.bytes / g.rate;
+      g.state = FlowGroup::kSending;
+      events_.push(g.end_s, Event{index, g.version, kGroupTxEnd});
+    }
+    open_groups_.clear();
+  }
+
+  // Each member of group `index` becomes the single flow it would have been from its start: its
+  // rate still to be given by this batch's solve (an open group), or given, with its own end event.
+  __attribute__((noinline)) void split_group(int index) {
+    FlowGroup& g = groups_[index];
+    const RingPass& r = dag_.rings_[g.ring];
+    const bool open = g.state == FlowGroup::kOpen;
+    for (int op : g.ops) {
+      int src, dst;
+      endpoints(r, op, src, dst);
+      routes_.find(src, dst);
+      const int slot = new_slot();
+      routes_.assign(slot);
+      Flow& f = flows_[slot];
+      f.op = op;
+      f.latency_s = g.latency_s;
+      f.remaining = g.bytes;
+      f.last_s = g.start_s;
+      ++f.version;
+      marks_[slot].active = true;
+      for (int l : routes_[slot]) links_[l].flows.push_back(slot);
+      if (open) {
+        f.rate = 0.0;
+        lone_starts_.push_back({slot, g.rate});
+      } else {
+        f.rate = g.rate;
+        events_.push(g.end_s, Event{slot, f.version, kTxEnd});
+      }
+    }
+    for (int l : g.links) links_[l].group = -1;
+    if (open) open_groups_.erase(std::find(open_groups_.begin(), open_groups_.end(), index));
+    ++out_.split_groups;
+    free_group(index);
+  }
+
+  void free_group(int index) {
+    FlowGroup& g = groups_[index];
+    g.ops.clear();
+    g.links.clear();
+    ++g.version;
+    g.state = FlowGroup::kFree;
+    g.closed = false;
+    free_groups_.push_back(index);
+  }
+
+  // A group's transfers end: its links go idle as each single flow's would.
+  __attribute__((noinline)) void end_group(int index) {
+    FlowGroup& g = groups_[index];
+    double* const busy_s = out_.links.busy_s.data();
+    for (int l : g.links) {
+      LinkState& ls = links_[l];
+      ls.active_flows = 0;
+      ls.group = -1;
+      busy_s[l] += now_ - ls.busy_since;
+    }
+    out_.grouped_flows += static_cast<int64_t>(g.ops.size());
+    const double t = now_ + g.latency_s;
+    g.state = FlowGroup::kLanding;
+    if (t <= now_) land_group(index);
+    else events_.push(t, Event{index, g.version, kGroupDone});
+  }
+
+  // A group's data has arrived: each member's op completes, or the next step of its ring pass gets
+  // ready.
+  __attribute__((noinline)) void land_group(int index) {
+    if (next_ring_step(groups_[index])) {
+      groups_[index].state = FlowGroup::kQueued;
+      ready_.push_back(-1 - index);
+      return;
+    }
+    for (int op : groups_[index].ops) complete(op);
+    free_group(index);
+  }
+
+  // A group holding every flow of step k of its ring pass, not the last step, lands as its single
+  // flows would: each member's next send then waits for nothing more, so the whole next step gets
+  // ready at this instant, in one entry of the ready stack where theirs would stand together. The
+  // group turns into that step, with the same links. False for any other group.
+  bool next_ring_step(FlowGroup& g) {
+    const RingPass& r = dag_.rings_[g.ring];
+    const int p = r.size();
+    if (static_cast<int>(g.ops.size()) != p) return false;
+    const int k = (g.ops[0] - r.first_id) / p;
+    const int first = r.first_id + k * p;
+    if (k + 1 == r.steps) return false;
+    for (int op : g.ops)
+      if (op < first || op >= first + p) return false;
+    out_.makespan_s = std::max(out_.makespan_s, now_);
+    int32_t* done = ring_done_.data() + ring_member_base_[g.ring];
+    std::fill(done, done + p, k + 1);
+    for (int& op : g.ops) op += p;
+    return true;
+  }
+
+  // A queued ring step starts as a whole where all its links are idle (each member alone, as
+  // single flows would be), else member by member.
+  __attribute__((noinline)) void start_ring_step(int index) {
+    FlowGroup& g = groups_[index];
+    LinkState* const links = links_.data();
+    for (int l : g.links)
+      if (links[l].active_flows != 0) {
+        members_.assign(g.ops.begin(), g.ops.end());
+        const int ring = g.ring;
+        free_group(index);
+        for (int op : members_) start_ring_flow(op, ring);
+        return;
+      }
+    out_.flows += static_cast<int64_t>(g.ops.size());
+    double* const bytes = out_.links.bytes.data();
+    int32_t* const peak_flows = out_.links.peak_flows.data();
+    const double now_s = now_;
+    const double amount = g.bytes;
+    for (int l : g.links) {
+      LinkState& ls = links[l];
+      ls.active_flows = 1;
+      ls.busy_since = now_s;
+      ls.group = index;
+      bytes[l] += amount;
+      peak_flows[l] = std::max(peak_flows[l], 1);
+    }
+    g.start_s = now_s;
+    g.state = FlowGroup::kOpen;
+    g.closed = true;
+    open_groups_.push_back(index);
+  }
+
+  // A ring flow's source and destination NPUs.
+  void endpoints(const RingPass& r, int op, int& src, int& dst) const {
+    const int i = (op - r.first_id) % r.size();
+    src = r.npus[i];
+    dst = r.npus[i + 1 == r.size() ? 0 : i + 1];
+  }
+
   // The flow stays in its links' lists until compact_dirty_links() drops it; its slot is
   // reused only after that. A link it leaves idle holds only ended flows and no rate depends
   // on it: its list is emptied here and it needs no re-solve.
@@ -584,11 +845,18 @@ class Simulator {
     finish_at(f.op, now_ + f.latency_s);
   }
 
-  // Drops ended flows from the dirty links' lists and frees their slots.
+  // Drops ended flows from the dirty links' lists and frees their slots. A flow group sending on a
+  // dirty link that other flows came onto in this batch becomes single flows first (before any rate
+  // is solved): its flows are the ones a link's list lacks.
   void compact_dirty_links() {
     for (int l : dirty_) {
-      std::vector<int>& flows = links_[l].flows;
-      if (flows.size() == static_cast<size_t>(links_[l].active_flows)) continue;  // none ended
+      LinkState& ls = links_[l];
+      std::vector<int>& flows = ls.flows;
+      if (flows.size() == static_cast<size_t>(ls.active_flows)) continue;  // none ended, no group on it
+      if (ls.group >= 0) {
+        if (ls.active_flows == 1) continue;  // the group alone
+        split_group(ls.group);
+      }
       flows.erase(std::remove_if(flows.begin(), flows.end(), [&](int s) { return !marks_[s].active; }), flows.end());
     }
     free_slots_.insert(free_slots_.end(), ended_slots_.begin(), ended_slots_.end());
@@ -634,6 +902,7 @@ class Simulator {
       if (!comp_flows_.empty()) water_fill();
     }
     dirty_.clear();
+    send_open_groups();
     for (const LoneStart& start : lone_starts_)
       if (!marks_[start.slot].in_component) assign_rate(flows_[start.slot], start.slot, start.rate);
     lone_starts_.clear();
@@ -718,6 +987,7 @@ class Simulator {
   const Dag& dag_;
   const std::vector<Op>& ops_;
   std::vector<int32_t>& pending_;
+  const bool flow_groups_;  // false: every flow runs single (the reference the groups must match)
   std::vector<int64_t> ring_member_base_;  // per ring pass: its members' first entry in ring_done_
   std::vector<int32_t> ring_done_;         // per ring member: its sends done so far (they end in order)
   SimOutput out_;
@@ -741,17 +1011,22 @@ class Simulator {
   std::vector<int> comp_flows_, comp_links_, all_comp_flows_, all_comp_links_;
   std::vector<int> bottlenecks_;  // water-filling scratch: the links saturating at one level
   ShareHeap heap_;
+  std::vector<FlowGroup> groups_;
+  std::vector<int> free_groups_;
+  std::vector<int> open_groups_;   // formed in this batch: their rate comes at its solve
+  std::vector<int> members_;  // scratch: a queued ring step's flows, started one by one
 };
 
 }  // namespace
 
-SimOutput simulate(Network& net, const Dag& dag, const std::vector<Op>& ops, std::vector<int32_t>& pending) {
-  return Simulator(net, dag, ops, pending, false).run();
+SimOutput simulate(Network& net, const Dag& dag, const std::vector<Op>& ops, std::vector<int32_t>& pending,
+                   bool flow_groups) {
+  return Simulator(net, dag, ops, pending, false, flow_groups).run();
 }
 
-SimOutput simulate(Network& net, Dag& dag, bool record_op_times) {
+SimOutput simulate(Network& net, Dag& dag, bool record_op_times, bool flow_groups) {
   dag.finalize();
-  return Simulator(net, dag, dag.ops_, dag.pending_, record_op_times).run();
+  return Simulator(net, dag, dag.ops_, dag.pending_, record_op_times, flow_groups).run();
 }
 
 }  // namespace netsim

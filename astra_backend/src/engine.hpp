@@ -96,14 +96,18 @@ struct SimOutput {
   LinkStats links;
   int64_t flows = 0;
   int64_t completed_ops = 0;
+  int64_t grouped_flows = 0;  // flows that ran to their end in a flow group
+  int64_t split_groups = 0;   // flow groups split into single flows
 };
 
 // Runs the DAG to completion on the network. Throws NoRouteError when hard
-// faults disconnect a flow's endpoints.
-SimOutput simulate(Network& net, Dag& dag, bool record_op_times);
+// faults disconnect a flow's endpoints. flow_groups = false runs every flow single, the
+// reference that flow groups (same results, fewer events) are checked against.
+SimOutput simulate(Network& net, Dag& dag, bool record_op_times, bool flow_groups = true);
 
 // Runs a finalized DAG without changing it: `ops` stands in for its ops (same size, e.g.
 // with other delays) and `pending` is a scratch copy of its pending counts, used up.
-SimOutput simulate(Network& net, const Dag& dag, const std::vector<Op>& ops, std::vector<int32_t>& pending);
+SimOutput simulate(Network& net, const Dag& dag, const std::vector<Op>& ops, std::vector<int32_t>& pending,
+                   bool flow_groups = true);
 
 }  // namespace netsim

@@ -112,13 +112,13 @@ void build_replay_dag(const Network& net, const Trace& t, Dag& dag, std::vector<
     for (int64_t k = t.dep_offsets[i]; k < t.dep_offsets[i + 1]; ++k) dag.add_dep(end[t.deps[k]], gate[i]);
 }
 
-ReplayOutput replay(Network& net, const Trace& t) {
+ReplayOutput replay(Network& net, const Trace& t, bool flow_groups) {
   Dag dag;
   std::vector<int> gate, end;
   build_replay_dag(net, t, dag, gate, end, true);
 
   ReplayOutput out;
-  out.sim = simulate(net, dag, true);
+  out.sim = simulate(net, dag, true, flow_groups);
   out.node_start_s.resize(t.num_nodes);
   out.node_end_s.resize(t.num_nodes);
   out.rank_finish_s.assign(net.num_npus(), 0.0);

@@ -45,7 +45,7 @@ struct ReplayOutput {
 
 // Throws std::invalid_argument on unmatched sends/receives, inconsistent
 // collectives or a deadlocked graph.
-ReplayOutput replay(Network& net, const Trace& trace);
+ReplayOutput replay(Network& net, const Trace& trace, bool flow_groups = true);
 
 // A trace matched into its operation graph once, then simulated many times on
 // networks that differ only in link faults, with the compute durations
