@@ -644,20 +644,21 @@ class Simulator {
     if (index < 0) index = open_group(amount, rate, latency_s, ring);
     FlowGroup& g = groups_[index];
     g.ops.push_back(op);
-    LinkState* const links = links_.data();
-    double* const bytes = out_.links.bytes.data();
-    int32_t* const peak_flows = out_.links.peak_flows.data();
-    const double now_s = now_;
     for (int l : route) {
-      LinkState& ls = links[l];
-      ls.active_flows = 1;
-      ls.busy_since = now_s;
-      ls.group = index;
-      bytes[l] += amount;
-      peak_flows[l] = std::max(peak_flows[l], 1);
+      occupy(l, index, amount);
       g.links.push_back(l);
     }
     return true;
+  }
+
+  // Link `l` carries one flow of group `index` from now on, `amount` more bytes on it.
+  void occupy(int l, int index, double amount) {
+    LinkState& ls = links_[l];
+    ls.active_flows = 1;
+    ls.busy_since = now_;
+    ls.group = index;
+    out_.links.bytes[l] += amount;
+    out_.links.peak_flows[l] = std::max(out_.links.peak_flows[l], 1);
   }
 
   int open_group(double amount, double rate, double latency_s, int ring) {
@@ -800,19 +801,8 @@ class Simulator {
         return;
       }
     out_.flows += static_cast<int64_t>(g.ops.size());
-    double* const bytes = out_.links.bytes.data();
-    int32_t* const peak_flows = out_.links.peak_flows.data();
-    const double now_s = now_;
-    const double amount = g.bytes;
-    for (int l : g.links) {
-      LinkState& ls = links[l];
-      ls.active_flows = 1;
-      ls.busy_since = now_s;
-      ls.group = index;
-      bytes[l] += amount;
-      peak_flows[l] = std::max(peak_flows[l], 1);
-    }
-    g.start_s = now_s;
+    for (int l : g.links) occupy(l, index, g.bytes);
+    g.start_s = now_;
     g.state = FlowGroup::kOpen;
     g.closed = true;
     open_groups_.push_back(index);
