@@ -60,7 +60,7 @@ def draw(spec: dict):
             ax.axhline(shape.get("y0", 1.0), **line)
     _axes(ax, layout, categories, horizontal=any(t.get("orientation") == "h" for t in bars))
     ax.set_title("\n".join(textwrap.wrap(_text(layout.get("title")), 110)), loc="left", fontsize=11)
-    if any(t.get("name") and t.get("showlegend", True) is not False for t in traces) and len(traces) > 1:
+    if len(traces) > 1 and ax.get_legend_handles_labels()[0]:  # traces drew labelled artists
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
 
