@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RAPID = ROOT / ".venv" / "bin" / "rapid"
 SHOTS = ROOT / "results" / "screenshots"
 WIDTH, HEIGHT = 1400, 9000  # a laptop-wide window, tall enough for a whole report page
+TRIM_MARGIN_PX = 40  # white kept below a page's last drawn row
 VIRTUAL_TIME_MS = 20000
 MIN_INK = 0.02  # share of non-white pixels, over the page's drawn height, below which it counts as blank
 MIN_PAGE_PX = 500  # drawn height below which a page is its header alone (its plots not drawn)
@@ -56,6 +57,12 @@ def ink(png: Path) -> tuple:
     return (float(drawn[:height].mean()) if height else 0.0), height
 
 
+def trim(png: Path, height: int) -> None:
+    """Cuts the tall window's blank tail off the screenshot, a margin below its last drawn row."""
+    image = matplotlib.image.imread(png)
+    matplotlib.image.imsave(png, image[:max(1, min(len(image), height + TRIM_MARGIN_PX))])
+
+
 def main() -> int:
     chromium = browser()
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -70,6 +77,7 @@ def main() -> int:
                         f"--screenshot={shot}", page.as_uri()],
                        check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=180)
         share, height = ink(shot)
+        trim(shot, height)
         verdict = "ok" if share >= MIN_INK and height >= MIN_PAGE_PX else "BLANK"
         failed += verdict != "ok"
         print(f"{study.name:34s} {shot.relative_to(ROOT)}  {height:5d} px tall, {share:6.1%} of its pixels drawn  {verdict}")
