@@ -98,6 +98,9 @@ void build_replay_dag(const Network& net, const Trace& t, Dag& dag, std::vector<
                       bool compute_gates) {
   gate.assign(t.num_nodes, 0);
   end.assign(t.num_nodes, -1);
+  // Room for a gate and an end op per node and an edge per dependency and gate, reserved up
+  // front (untouched until used): growing by doubling would briefly hold two copies of each.
+  dag.reserve(2 * t.num_nodes, t.dep_offsets[t.num_nodes] + 2 * t.num_nodes);
   for (int64_t i = 0; i < t.num_nodes; ++i)
     if (compute_gates || t.kind[i] != kNodeCompute) gate[i] = dag.add_nop();
   for (int64_t i = 0; i < t.num_nodes; ++i)
@@ -113,12 +116,13 @@ void build_replay_dag(const Network& net, const Trace& t, Dag& dag, std::vector<
 }
 
 ReplayOutput replay(Network& net, const Trace& t, bool flow_groups) {
-  Dag dag;
   std::vector<int> gate, end;
-  build_replay_dag(net, t, dag, gate, end, true);
-
   ReplayOutput out;
-  out.sim = simulate(net, dag, true, flow_groups);
+  {  // the graph is freed before the per-node times are laid out: only op_end_s is read from here
+    Dag dag;
+    build_replay_dag(net, t, dag, gate, end, true);
+    out.sim = simulate(net, dag, true, flow_groups);
+  }
   out.node_start_s.resize(t.num_nodes);
   out.node_end_s.resize(t.num_nodes);
   out.rank_finish_s.assign(net.num_npus(), 0.0);
