@@ -112,9 +112,12 @@ def _check(a, num_npus):
     group, algo = a["group"], a["algorithm"]
     _fail_at("group", coll & ((group < 0) | (group >= num_groups)), group, f"groups are 0..{num_groups - 1}")
     _fail_at("algorithm", coll & ((algo < 0) | (algo >= len(ALGORITHMS))), algo, f"algorithms are {ALGORITHMS}")
-    in_group = lambda npus: np.isin(group.astype(np.int64) * num_npus + npus, keys)
+    # Membership over the collective nodes only: a trace's per-node int64 temporaries would
+    # stay in the heap through the replay that follows.
+    nodes = np.flatnonzero(coll)
     for name, npus, mask, what in (("rank", rank, coll, "NPU"), ("peer", peer, kind == BROADCAST, "broadcast root")):
-        bad = np.flatnonzero(mask & ~in_group(npus))
+        checked = nodes[mask[nodes]]
+        bad = checked[~np.isin(group[checked].astype(np.int64) * num_npus + npus[checked], keys)]
         if bad.size:
             i = int(bad[0])
             ids = members[goffs[group[i]]:goffs[group[i] + 1]].tolist()

@@ -140,6 +140,15 @@ def test_replay_runs_ranks_against_each_other():
     assert result.rank_finish_s == pytest.approx([result.time_s] * 4)
 
 
+def test_a_compute_node_starts_exactly_when_its_last_dependency_ends():
+    """A compute node has no join of its own in the simulated graph: its start is read back as the
+    latest end among its dependencies, 0 without any."""
+    result = Network([Dimension("ring_uni", 4, 100, 0.0)]).replay(pipeline_trace())
+    assert result.node_start_s[0] == 0.0
+    assert result.node_start_s[3] == result.node_end_s[2]
+    assert result.node_end_s[3] - result.node_start_s[3] == pytest.approx(2e-3)
+
+
 def test_a_ring_all_reduce_waits_step_by_step_for_a_late_member():
     """Rank 0 computes 1 ms first; ranks 1-3 start their first sends at once, but every later send
     needs rank 0's chain of sends, so the ring ends 1 ms after an on-time one (no link is shared)."""

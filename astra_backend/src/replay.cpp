@@ -91,21 +91,20 @@ void match_collectives(Dag& dag, const Network& net, const Trace& t, const std::
 
 }  // namespace
 
-// gate[i] is the op node i starts with, end[i] the op it ends with. A compute node gets its
-// own gate (a join, so that its start time is recorded) only when `compute_gates` is set;
-// otherwise its delay waits on the node's dependencies directly.
-void build_replay_dag(const Network& net, const Trace& t, Dag& dag, std::vector<int>& gate, std::vector<int>& end,
-                      bool compute_gates) {
+// gate[i] is the op node i starts with, end[i] the op it ends with. A compute node is one
+// delay op waiting on its dependencies directly (gate = end): no join of its own, since its
+// start is the latest end among its dependencies (replay() reads it from there).
+void build_replay_dag(const Network& net, const Trace& t, Dag& dag, std::vector<int>& gate, std::vector<int>& end) {
   gate.assign(t.num_nodes, 0);
   end.assign(t.num_nodes, -1);
+  // Room reserved up front, untouched until used (growing by doubling would briefly hold two
+  // copies): two ops per node and two edges per node besides its dependencies cover the
+  // nodes' ops and joins and the collectives' start and end edges of a training graph.
+  dag.reserve(2 * t.num_nodes, t.dep_offsets[t.num_nodes] + 2 * t.num_nodes);
   for (int64_t i = 0; i < t.num_nodes; ++i)
-    if (compute_gates || t.kind[i] != kNodeCompute) gate[i] = dag.add_nop();
+    if (t.kind[i] != kNodeCompute) gate[i] = dag.add_nop();
   for (int64_t i = 0; i < t.num_nodes; ++i)
-    if (t.kind[i] == kNodeCompute) {
-      end[i] = dag.add_delay(t.duration_s[i]);
-      if (compute_gates) dag.add_dep(gate[i], end[i]);
-      else gate[i] = end[i];
-    }
+    if (t.kind[i] == kNodeCompute) gate[i] = end[i] = dag.add_delay(t.duration_s[i]);
   match_point_to_point(dag, t, gate, end);
   match_collectives(dag, net, t, gate, end);
   for (int64_t i = 0; i < t.num_nodes; ++i)
@@ -113,17 +112,17 @@ void build_replay_dag(const Network& net, const Trace& t, Dag& dag, std::vector<
 }
 
 ReplayOutput replay(Network& net, const Trace& t, bool flow_groups) {
-  Dag dag;
   std::vector<int> gate, end;
-  build_replay_dag(net, t, dag, gate, end, true);
-
   ReplayOutput out;
-  out.sim = simulate(net, dag, true, flow_groups);
+  {  // the graph is freed before the per-node times are laid out: only op_end_s is read from here
+    Dag dag;
+    build_replay_dag(net, t, dag, gate, end);
+    out.sim = simulate(net, dag, true, flow_groups);
+  }
   out.node_start_s.resize(t.num_nodes);
   out.node_end_s.resize(t.num_nodes);
   out.rank_finish_s.assign(net.num_npus(), 0.0);
   for (int64_t i = 0; i < t.num_nodes; ++i) {
-    out.node_start_s[i] = out.sim.op_end_s[gate[i]];
     out.node_end_s[i] = out.sim.op_end_s[end[i]];
     if (std::isnan(out.node_end_s[i]))
       throw std::invalid_argument("trace deadlocks: " + node_label(t, i) +
@@ -131,13 +130,24 @@ ReplayOutput replay(Network& net, const Trace& t, bool flow_groups) {
                                   "that waits on it)");
     out.rank_finish_s[t.rank[i]] = std::max(out.rank_finish_s[t.rank[i]], out.node_end_s[i]);
   }
+  // A compute node starts when its last dependency ends (0 without any): the instant the join
+  // it would otherwise wait behind completes, so the same double.
+  for (int64_t i = 0; i < t.num_nodes; ++i) {
+    if (t.kind[i] != kNodeCompute) {
+      out.node_start_s[i] = out.sim.op_end_s[gate[i]];
+      continue;
+    }
+    double start = 0.0;
+    for (int64_t k = t.dep_offsets[i]; k < t.dep_offsets[i + 1]; ++k) start = std::max(start, out.node_end_s[t.deps[k]]);
+    out.node_start_s[i] = start;
+  }
   std::vector<double>().swap(out.sim.op_end_s);
   return out;
 }
 
 PreparedReplay::PreparedReplay(const Network& net, const Trace& t) : num_nodes_(t.num_nodes) {
   std::vector<int> gate, end;
-  build_replay_dag(net, t, dag_, gate, end, false);
+  build_replay_dag(net, t, dag_, gate, end);
   dag_.finalize();
   for (int64_t i = 0; i < t.num_nodes; ++i)
     if (t.kind[i] == kNodeCompute) {
