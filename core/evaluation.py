@@ -4,7 +4,7 @@ import math
 
 from .errors import SpecError
 from core.model.graph import train_shape
-from core.model.layout import check_layout, group_spans
+from core.model.layout import check_layout, group_spans, micro_batches
 from core.model.memory import GiB, MemoryEstimate, inference_memory, training_memory
 from core.model.specs import (HardwareSpec, InferWorkload, ModelSpec, Parallelism, ServeWorkload, TrainWorkload,
                               memory_view)
@@ -170,7 +170,7 @@ def estimate_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work,
 def _estimate(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, first_iteration: bool) -> MemoryEstimate:
     if isinstance(work, TrainWorkload):
         shape = train_shape(par, work)
-        micro = work.global_batch // (par.dp * par.micro_batch)
+        micro = micro_batches(par, work)
         return training_memory(model, hw, par, shape, micro, shape.tokens, first_iteration)
     return inference_memory(model, hw, par, work.batch, work.prompt, work.decode, work.kv_bytes(hw))
 

@@ -7,6 +7,7 @@ from functools import lru_cache
 from . import ops
 from .graph import LayerShape, build_decode_layer, build_layer, train_shape
 from .inference import decode_steps, infer_request, request_flops
+from .layout import micro_batches
 from .memo import on_fields
 from .power import Activity, busy_power_w, whole_step_clock
 from .specs import HardwareSpec, InferWorkload, ModelSpec, Parallelism, TrainWorkload
@@ -93,7 +94,7 @@ def _layer_work(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: Trai
     """_train_work but its optimizer step: (busy seconds, ((dtype, FLOPs), ...) unsorted, HBM
     bytes, link bytes)."""
     shape = train_shape(par, work)
-    micro = work.global_batch // (par.dp * par.micro_batch)
+    micro = micro_batches(par, work)
     flops, busy, hbm, link = {}, 0.0, 0.0, 0.0
     for spec, count in model.trained_groups():  # each kind of layer once, weighted by its count
         graph = build_layer(spec, hw, shape)  # layer_profile's graph, without timing its communication

@@ -110,6 +110,11 @@ def _quotient(span: Span, *parts: Span) -> Span:
     return tuple((index, count) for index, count in sorted(ranks.items()) if count > 1)
 
 
+def micro_batches(par: Parallelism, work) -> int:
+    """Micro-batches each data-parallel rank runs per training step (gradient accumulation)."""
+    return work.global_batch // (par.dp * par.micro_batch)
+
+
 def stage_layers(layers: int, par: Parallelism) -> tuple:
     """Transformer layers on each pipeline stage (all its virtual chunks together)."""
     return _split_layers(layers, par.pp, par.virtual_stages, par.first_stage_layers, par.last_stage_layers)

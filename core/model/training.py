@@ -10,7 +10,7 @@ from . import ops
 from .collectives import collective_time
 from .graph import LayerGraph, LayerShape, attended_keys, build_layer, train_shape
 from .ops.recurrent import SCAN_CHUNK
-from .layout import group_spans, merge_spans, pipeline_order, stage_groups, stage_layers
+from .layout import group_spans, merge_spans, micro_batches, pipeline_order, stage_groups, stage_layers
 from . import memory
 from .memory import expert_data_parallel, stage_param_parts
 from .memo import on_fields
@@ -189,7 +189,7 @@ def _pipeline(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: TrainW
     that differ only in what data_parallel and optimizer_step_s read."""
     dims = hw.dims_for(gpus)
     spans = group_spans(par, dims)
-    micro = work.global_batch // (par.dp * par.micro_batch)
+    micro = micro_batches(par, work)
     shape = train_shape(par, work)
     spans_key = tuple(sorted((axis, spans.get(axis, ())) for axis in ("tp", "cp", "ep", "etp")))
     tokens = shape.tokens
@@ -285,7 +285,7 @@ def amax_sync(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work: TrainW
     group = merge_spans(spans.get("tp", ()), spans.get("cp", ()), spans.get("dp", ()))
     if not group:
         return {}
-    regions = 2 * (work.global_batch // (par.dp * par.micro_batch)) * par.virtual_stages
+    regions = 2 * micro_batches(par, work) * par.virtual_stages
     chunk_layers = max(stage_layers(model.layers, par)) / par.virtual_stages
     times = dict(collective_time(hw, dims, "all_reduce", AMAX_BYTES_PER_LAYER * chunk_layers, group))
     nodes = math.prod(count for index, count in group if index > 0)

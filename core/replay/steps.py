@@ -12,7 +12,8 @@ import numpy as np
 from core.model.collectives import collective_time, protocol_startup_s
 from core.model.graph import LayerShape, Op, build_decode_layer, build_layer, train_shape
 from core.model.inference import decode_steps, lm_head_s, request_flops
-from core.model.layout import chunk_layers, chunk_runs, group_spans, merge_spans, pipeline_order, stage_layers
+from core.model.layout import (chunk_layers, chunk_runs, group_spans, merge_spans, micro_batches, pipeline_order,
+                               stage_layers)
 from core.model.memory import grad_bytes, layer_param_parts, stage_param_parts, weight_bytes
 from .network import astra_network, rank_groups
 from .programs import (RECV, SEND, Block, CommClasses, Program, assemble, compute_block, concat, frontier_increments,
@@ -411,7 +412,7 @@ def train_replay(model, hw, par, work, gpus) -> TrainReplay:
     runs = chunk_runs(model, par, _chunk_layers(model, par))
     specs = dict.fromkeys(spec for stage in runs for chunk in stage for spec, _ in chunk)
     return TrainReplay(ctx, {spec: _layer_ops(ctx, shape, spec) for spec in specs},
-                       edge_ops(model, hw, tokens, par.tp), runs, work.global_batch // (par.dp * par.micro_batch),
+                       edge_ops(model, hw, tokens, par.tp), runs, micro_batches(par, work),
                        tokens * model.hidden * hw.act_bytes / par.tp)
 
 
