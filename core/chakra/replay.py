@@ -84,18 +84,22 @@ def build_trace(files, comm_groups=None, algorithms=None) -> ChakraSet:
         table.extend(distinct)
         counts.append(ids.size)
         dep_counts.append(dep_count)
-        deps.append(first + _local_indices(path, ids, dep_count, awaited))
+        deps.append((first + _local_indices(path, ids, dep_count, awaited)).astype(np.int32))
         first += ids.size
     dep_offsets = np.zeros(first + 1, np.int64)
-    np.cumsum(np.concatenate(dep_counts), out=dep_offsets[1:])
+    node = 0
+    for count in dep_counts:  # rank by rank: no whole-trace temporary
+        np.cumsum(count, out=dep_offsets[node + 1:node + 1 + count.size])
+        dep_offsets[node + 1:node + 1 + count.size] += dep_offsets[node]
+        node += count.size
     group_offsets = np.zeros(len(group_members) + 1, np.int64)
     np.cumsum([len(m) for m in group_members], out=group_offsets[1:])
     group_npus = np.fromiter((r for m in group_members for r in m), np.int32, int(group_offsets[-1]))
-    row = np.concatenate(rows)
+    row = np.concatenate(rows)  # int64: numpy would convert narrower indices for each column it gathers
     columns = list(zip(*table)) or [()] * (len(COLUMNS) - 1)
     arrays = {name: _narrowed(values, NODE_DTYPES[name])[row] for name, values in zip(COLUMNS[1:], columns)}
     arrays["rank"] = np.repeat(np.arange(ranks, dtype=NODE_DTYPES["rank"]), counts)
-    trace = Trace(dep_offsets=dep_offsets, deps=np.concatenate(deps).astype(np.int32), group_offsets=group_offsets,
+    trace = Trace(dep_offsets=dep_offsets, deps=np.concatenate(deps), group_offsets=group_offsets,
                   group_npus=group_npus, **arrays)
     return ChakraSet(trace, ranks, arrays["kind"] != NODE_KINDS["compute"])
 
@@ -231,14 +235,17 @@ def _members(pg_name, ranks, comm_groups, path, where) -> tuple:
 
 
 def exposed_comm_s(node_rank: np.ndarray, node_end: np.ndarray, is_comm: np.ndarray, ranks: int) -> np.ndarray:
-    """Per rank: the time its communication pushed its finish out, nodes taken by end time,
-    each charged with what it ends past every earlier node of the rank."""
-    # numpy orders complex numbers by real part, then imaginary: one stable sort by rank, then end,
-    # that runs fast on a rank's nodes, which mostly end in order
-    by_rank_then_end = np.empty(node_rank.size, np.complex128)
-    by_rank_then_end.real, by_rank_then_end.imag = node_rank, node_end
-    order = np.argsort(by_rank_then_end, kind="stable")
-    ends, owners = node_end[order], node_rank[order]
-    previous = np.concatenate(([0.0], ends[:-1]))
-    previous[np.concatenate(([True], owners[1:] != owners[:-1]))] = 0.0
-    return np.bincount(owners, weights=(ends - previous) * is_comm[order], minlength=ranks)
+    """Per rank: the time its communication pushed its finish out, nodes taken by end time (in node
+    order where they end together), each charged with what it ends past every earlier node of the
+    rank. Rank by rank: whole-trace sort keys and orders are hundreds of MB of fresh memory."""
+    if np.any(node_rank[1:] < node_rank[:-1]):  # ranks interleaved: each rank's nodes together, in node order
+        by_rank = np.argsort(node_rank, kind="stable")
+        node_rank, node_end, is_comm = node_rank[by_rank], node_end[by_rank], is_comm[by_rank]
+    firsts = np.flatnonzero(np.concatenate(([node_rank.size > 0], node_rank[1:] != node_rank[:-1])))
+    exposed = np.zeros(ranks)
+    for first, last in zip(firsts.tolist(), [*firsts[1:].tolist(), node_rank.size]):
+        order = np.argsort(node_end[first:last], kind="stable")
+        ends = node_end[first:last][order]
+        charged = np.diff(ends, prepend=0.0) * is_comm[first:last][order]
+        exposed[node_rank[first]] = np.cumsum(charged)[-1]  # summed in end order, as one pass would
+    return exposed
