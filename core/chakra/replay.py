@@ -86,12 +86,6 @@ def build_trace(files, comm_groups=None, algorithms=None) -> ChakraSet:
         dep_counts.append(dep_count)
         deps.append((first + _local_indices(path, ids, dep_count, awaited)).astype(np.int32))
         first += ids.size
-    dep_offsets = np.zeros(first + 1, np.int64)
-    node = 0
-    for count in dep_counts:  # rank by rank: no whole-trace temporary
-        np.cumsum(count, out=dep_offsets[node + 1:node + 1 + count.size])
-        dep_offsets[node + 1:node + 1 + count.size] += dep_offsets[node]
-        node += count.size
     group_offsets = np.zeros(len(group_members) + 1, np.int64)
     np.cumsum([len(m) for m in group_members], out=group_offsets[1:])
     group_npus = np.fromiter((r for m in group_members for r in m), np.int32, int(group_offsets[-1]))
@@ -99,9 +93,22 @@ def build_trace(files, comm_groups=None, algorithms=None) -> ChakraSet:
     columns = list(zip(*table)) or [()] * (len(COLUMNS) - 1)
     arrays = {name: _narrowed(values, NODE_DTYPES[name])[row] for name, values in zip(COLUMNS[1:], columns)}
     arrays["rank"] = np.repeat(np.arange(ranks, dtype=NODE_DTYPES["rank"]), counts)
-    trace = Trace(dep_offsets=dep_offsets, deps=np.concatenate(deps), group_offsets=group_offsets,
+    trace = Trace(dep_offsets=_offsets(dep_counts, first), deps=np.concatenate(deps), group_offsets=group_offsets,
                   group_npus=group_npus, **arrays)
     return ChakraSet(trace, ranks, arrays["kind"] != NODE_KINDS["compute"])
+
+
+def _offsets(counts: list, total: int) -> np.ndarray:
+    """Where each node's dependencies start (and where the last ends) from their counts, an array
+    per rank, filled rank by rank: no whole-trace temporary."""
+    offsets = np.zeros(total + 1, np.int64)
+    node = 0
+    for count in counts:
+        mine = offsets[node + 1:node + 1 + count.size]
+        np.cumsum(count, out=mine)
+        mine += offsets[node]
+        node += count.size
+    return offsets
 
 
 def _narrowed(values: tuple, dtype) -> np.ndarray:
