@@ -8,15 +8,13 @@ feeder reads them:
 - compute nodes carry `duration_micros` and a non-zero roofline cost (`num_ops`, `tensor_size`),
   plus our exact time in `rapid_duration_s`;
 - collectives record the algorithm we simulated in `comm_algorithm`."""
-import mmap
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from google.protobuf.message import DecodeError
 
+from . import _wire
 from .schema import COLLECTIVE_TYPES, NODE_TYPES, GlobalMetadata, Node
-from .wire import records
 from core.errors import SpecError
 
 SCHEMA_VERSION = "0.0.4"
@@ -161,15 +159,15 @@ def write_trace(path, nodes, metadata: dict | None = None) -> None:
 
 
 def record_spans(path) -> tuple:
-    """(the bytes of a length-prefixed `.et` file, mapped, start and end of each record in them as arrays;
+    """(the bytes of a length-prefixed `.et` file, start and end of each record in them as arrays;
     record 0 is the GlobalMetadata). An empty file, one that ends inside a record, or one of ours
     holding fewer nodes than its metadata counts (cut between two records) is a SpecError naming
     the file."""
     path = Path(path)
-    data = _mapped(path)
+    data = path.read_bytes()
     if not data:
         raise SpecError(str(path), "<file>", "0 bytes", "a Chakra trace: a GlobalMetadata record, then the nodes")
-    starts, ends, cut_at = records(data)
+    starts, ends, cut_at = _wire.records(data)
     if cut_at >= 0:
         raise SpecError(str(path), f"record {starts.size - 1}", f"at byte {cut_at}",
                         f"a whole record; the file ends inside it after {len(data)} bytes (cut short?)")
@@ -179,15 +177,6 @@ def record_spans(path) -> tuple:
         raise SpecError(str(path), f"GlobalMetadata {NODE_COUNT_ATTR}", counted[0],
                         f"at most the {len(starts) - 1} nodes that follow it (the file was cut short)")
     return data, starts, ends
-
-
-def _mapped(path: Path):
-    """The bytes of the file at `path`, mapped read-only rather than read into a copy (a trace set is
-    hundreds of MB); b"" for an empty file, which cannot be mapped."""
-    with open(path, "rb") as handle:
-        if not os.fstat(handle.fileno()).st_size:
-            return b""
-        return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
 
 
 def node_records(path) -> tuple:

@@ -23,19 +23,6 @@ class NodeHeads:
     regular: bool
 
 
-def records(data) -> tuple:
-    """(start and end of each length-prefixed record of `data` after its prefix, as arrays; -1, or
-    the byte where the record the data ends inside starts, prefix included: then the last record is
-    that one)."""
-    return _wire.records(_view(data))
-
-
-def _view(data) -> np.ndarray:
-    """`data` (bytes, or a file mapped into memory) as the uint8 array the compiled reader takes,
-    not copied."""
-    return np.frombuffer(data, np.uint8)
-
-
 def distinct(*columns) -> tuple:
     """(index of the first of each distinct row of `columns`, in order of first appearance; each
     row's distinct row, numbered in that order)."""
@@ -54,10 +41,10 @@ def distinct(*columns) -> tuple:
     return first[by_appearance], renumber[group]
 
 
-def contents(data, starts: np.ndarray, ends: np.ndarray, types: np.ndarray) -> tuple:
+def contents(data: bytes, starts: np.ndarray, ends: np.ndarray, types: np.ndarray) -> tuple:
     """(index of the first record of each distinct (type, bytes `starts`..`ends`), in order of
     appearance; each record's distinct one, numbered in that order)."""
-    return _wire.contents(_view(data), np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(ends, np.int64),
+    return _wire.contents(data, np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(ends, np.int64),
                           np.ascontiguousarray(types, np.uint64))
 
 
@@ -66,14 +53,14 @@ def contents(data, starts: np.ndarray, ends: np.ndarray, types: np.ndarray) -> t
 PLAIN, PROTOBUF, HEAD_IN_CONTENT = _wire.PLAIN, _wire.PROTOBUF, _wire.HEAD_IN_CONTENT
 
 
-def node_fields(data, starts: np.ndarray, ends: np.ndarray, content: np.ndarray, records: np.ndarray) -> list:
+def node_fields(data: bytes, starts: np.ndarray, ends: np.ndarray, content: np.ndarray, records: np.ndarray) -> list:
     """Per record `records[k]` of the node records `starts`..`ends` (contents from `content`):
     (status, name, duration_micros, {attribute name: value}), read as protobuf and
     trace.node_attrs read them where the status is PLAIN (then the only one to use them)."""
-    return _wire.fields(_view(data), np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(ends, np.int64),
+    return _wire.fields(data, np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(ends, np.int64),
                         np.ascontiguousarray(content, np.int64), np.ascontiguousarray(records, np.int64))
 
 
-def node_heads(data, starts: np.ndarray, ends: np.ndarray) -> NodeHeads:
+def node_heads(data: bytes, starts: np.ndarray, ends: np.ndarray) -> NodeHeads:
     """The heads of the node records at `starts`..`ends` of `data` (see NodeHeads)."""
-    return NodeHeads(*_wire.heads(_view(data), np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(ends, np.int64)))
+    return NodeHeads(*_wire.heads(data, np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(ends, np.int64)))

@@ -69,11 +69,13 @@ int varint_size(u64 value) {
   return size;
 }
 
+const uint8_t* bytes_of(const nb::bytes& data) { return reinterpret_cast<const uint8_t*>(data.c_str()); }
+
 // (start and end of each record after its length prefix; -1, or the byte where the record the
 // file ends inside starts, its prefix included: then the last record is that one).
-nb::tuple records(const In<uint8_t>& data) {
-  const uint8_t* raw = data.data();
-  const i64 total = i64(data.shape(0));
+nb::tuple records(const nb::bytes& data) {
+  const uint8_t* raw = bytes_of(data);
+  const i64 total = i64(data.size());
   std::vector<i64> starts, ends;
   i64 pos = 0;
   while (pos < total) {
@@ -94,8 +96,8 @@ nb::tuple records(const In<uint8_t>& data) {
 
 // (ids, types, dependency count per node, the dependencies (data_deps then ctrl_deps) one node
 // after the other, where each content starts, regular): see wire.NodeHeads.
-nb::tuple heads(const In<uint8_t>& data, const In<i64>& starts, const In<i64>& ends) {
-  const uint8_t* raw = data.data();
+nb::tuple heads(const nb::bytes& data, const In<i64>& starts, const In<i64>& ends) {
+  const uint8_t* raw = bytes_of(data);
   const size_t count = starts.shape(0);
   std::vector<u64> ids(count, 0), types(count, 0), deps;
   std::vector<i64> dep_counts(count, 0), content(count, 0);
@@ -163,8 +165,8 @@ struct ContentHash {
 
 // (index of the first record of each distinct (type, bytes starts..ends), in order of
 // appearance; each record's distinct one, numbered in that order).
-nb::tuple contents(const In<uint8_t>& data, const In<i64>& starts, const In<i64>& ends, const In<u64>& types) {
-  const char* raw = reinterpret_cast<const char*>(data.data());
+nb::tuple contents(const nb::bytes& data, const In<i64>& starts, const In<i64>& ends, const In<u64>& types) {
+  const char* raw = data.c_str();
   const size_t count = starts.shape(0);
   std::unordered_map<ContentKey, i64, ContentHash> seen;
   std::vector<i64> first, inverse(count);
@@ -276,9 +278,9 @@ bool read_attr(const uint8_t* raw, i64 at, i64 size, nb::dict& attrs) {
 // Per record `records[k]` (node `starts`..`ends`, its content from `content`): (status, name,
 // duration_micros, {attribute name: value}) as protobuf and trace.node_attrs read them, where
 // the status is kPlain; the other fields are then not to be used.
-nb::list fields(const In<uint8_t>& data, const In<i64>& starts, const In<i64>& ends, const In<i64>& content,
+nb::list fields(const nb::bytes& data, const In<i64>& starts, const In<i64>& ends, const In<i64>& content,
                 const In<i64>& records) {
-  const uint8_t* raw = data.data();
+  const uint8_t* raw = bytes_of(data);
   nb::list out;
   for (size_t k = 0; k < records.shape(0); ++k) {
     const i64 i = records(k);
