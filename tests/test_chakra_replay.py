@@ -33,6 +33,19 @@ def test_foreign_all_gather_reads_comm_size_as_each_ranks_input(tmp_path, capsys
     assert report["end_time_s"] == pytest.approx((npus - 1) * (500e-9 + size / (50 * 2**30)), rel=1e-9)
 
 
+def test_a_system_file_picks_the_algorithm_of_nodes_that_name_none(tmp_path, capsys):
+    prefix = write_generator_set(tmp_path, 8, 1 << 20)
+    network = ring_network(tmp_path, 8)
+    system = tmp_path / "system.json"
+    ring = _replay(capsys, prefix, "--network", network)["end_time_s"]
+    system.write_text(json.dumps({"all-reduce-implementation": ["direct"]}))
+    assert _replay(capsys, prefix, "--network", network, "--system", system)["end_time_s"] != ring
+    system.write_text(json.dumps({"all-reduce-implementation": ["bogus"]}))
+    assert main(["replay", str(prefix), "--network", str(network), "--system", str(system)]) == 2
+    err = capsys.readouterr().err
+    assert "system.json" in err and "all-reduce-implementation" in err and "halvingDoubling" in err
+
+
 def test_a_soft_fault_slows_the_replay(tmp_path, capsys):
     prefix = write_generator_set(tmp_path, 8, 1 << 24)
     network = ring_network(tmp_path, 8)
