@@ -8,6 +8,11 @@ from .codes import ALGORITHMS, ALL_REDUCE, BROADCAST, COMPUTE, NODE_KINDS, RECV,
 from .errors import TraceSpecError
 
 
+# Each per-node array's dtype as the C++ core takes it (Trace.arrays converts to these).
+NODE_DTYPES = {"rank": np.int32, "kind": np.int32, "duration_s": np.float64, "bytes_": np.float64, "group": np.int32,
+               "peer": np.int32, "tag": np.int32, "algorithm": np.int32}
+
+
 def _empty_int():
     return np.zeros(0, dtype=np.int32)
 
@@ -35,11 +40,10 @@ class Trace:
 
     def arrays(self, num_npus):
         """Validated, contiguous arrays for the C++ core; raises TraceSpecError."""
-        n = _vector(self.rank, "rank", np.int32, None).size
-        out = {"rank": _vector(self.rank, "rank", np.int32, n), "kind": _vector(self.kind, "kind", np.int32, n)}
-        for name, dtype in (("duration_s", np.float64), ("bytes_", np.float64), ("group", np.int32),
-                            ("peer", np.int32), ("tag", np.int32), ("algorithm", np.int32)):
-            value = getattr(self, name)
+        n = _vector(self.rank, "rank", NODE_DTYPES["rank"], None).size
+        out = {name: _vector(getattr(self, name), name, NODE_DTYPES[name], n) for name in ("rank", "kind")}
+        for name in ("duration_s", "bytes_", "group", "peer", "tag", "algorithm"):  # these may be left None
+            value, dtype = getattr(self, name), NODE_DTYPES[name]
             out[name.rstrip("_")] = np.zeros(n, dtype) if value is None else _vector(value, name, dtype, n)
         offsets = np.zeros(n + 1, np.int64) if self.dep_offsets is None else self.dep_offsets
         out["dep_offsets"] = _vector(offsets, "dep_offsets", np.int64, n + 1)

@@ -33,6 +33,19 @@ def test_foreign_all_gather_reads_comm_size_as_each_ranks_input(tmp_path, capsys
     assert report["end_time_s"] == pytest.approx((npus - 1) * (500e-9 + size / (50 * 2**30)), rel=1e-9)
 
 
+def test_a_system_file_picks_the_algorithm_of_nodes_that_name_none(tmp_path, capsys):
+    prefix = write_generator_set(tmp_path, 8, 1 << 20)
+    network = ring_network(tmp_path, 8)
+    system = tmp_path / "system.json"
+    ring = _replay(capsys, prefix, "--network", network)["end_time_s"]
+    system.write_text(json.dumps({"all-reduce-implementation": ["direct"]}))
+    assert _replay(capsys, prefix, "--network", network, "--system", system)["end_time_s"] != ring
+    system.write_text(json.dumps({"all-reduce-implementation": ["bogus"]}))
+    assert main(["replay", str(prefix), "--network", str(network), "--system", str(system)]) == 2
+    err = capsys.readouterr().err
+    assert "system.json" in err and "all-reduce-implementation" in err and "halvingDoubling" in err
+
+
 def test_a_soft_fault_slows_the_replay(tmp_path, capsys):
     prefix = write_generator_set(tmp_path, 8, 1 << 24)
     network = ring_network(tmp_path, 8)
@@ -73,3 +86,19 @@ def test_our_bundle_replays_to_the_emitted_step_time(tmp_path, capsys, ref, par,
     report = _replay(capsys, tmp_path / model.name, "--network", tmp_path / "network.yml",
                      "--comm-groups", tmp_path / "comm_group.json")
     assert report["end_time_s"] == pytest.approx(record["step_time_s"], rel=1e-9)
+
+
+def test_exposed_communication_is_charged_in_end_order_ties_in_node_order():
+    """Rank 0: a compute node and a send end at 1 (the compute node first: the send adds nothing),
+    a recv at 3 adds 2. Rank 1: a collective, then a compute node, end at 2: the collective takes
+    the 2. Rank 2 has no nodes. The ranks' nodes interleave. In reverse order the send and the
+    compute node of rank 1 come first, and take the time instead."""
+    import numpy as np
+
+    from core.chakra.replay import exposed_comm_s
+
+    rank = np.array([1, 0, 1, 0, 0], np.int32)
+    end_s = np.array([2.0, 1.0, 2.0, 3.0, 1.0])
+    is_comm = np.array([True, False, False, True, True])
+    assert exposed_comm_s(rank, end_s, is_comm, 3).tolist() == [2.0, 2.0, 0.0]
+    assert exposed_comm_s(rank[::-1].copy(), end_s[::-1].copy(), is_comm[::-1].copy(), 3).tolist() == [3.0, 0.0, 0.0]

@@ -113,3 +113,102 @@ def test_a_missing_last_rank_file_is_named(tmp_path):
     (tmp_path / "m.1.et").unlink()
     with pytest.raises(SpecError, match=r"rank 1 has no file in this set: is m\.1\.et missing\?"):
         build_trace(trace_files(tmp_path / "m"))
+
+
+def _attr(**fields) -> bytes:
+    """One Node.attr field holding an AttributeProto written from `fields` (several values of its
+    oneof: written one after the other, as a writer may, the last one counting)."""
+    from core.chakra.schema import AttributeProto
+
+    name = fields.pop("name", "")
+    data = AttributeProto(name=name).SerializeToString() if name else b""
+    for key, value in fields.items():
+        data += AttributeProto(**{key: value}).SerializeToString()
+    return b"\x52" + varint(len(data)) + data
+
+
+def _fields_cases() -> dict:
+    """{what: a node record} the compiled reader should read as protobuf does."""
+    head = Node(id=4, name="n", type=4, data_deps=[1, 2]).SerializeToString()
+    return {
+        "compute": to_proto(_rank(0)[0]).SerializeToString(),
+        "collective": to_proto(_rank(0)[3]).SerializeToString(),
+        "send": to_proto(_rank(0)[4]).SerializeToString(),
+        "negative int32": head + _attr(name="comm_src", int32_val=-3),
+        "int64 and uint64 beyond 32 bits": head + _attr(name="comm_size", int64_val=-(1 << 40))
+        + _attr(name="tensor_size", uint64_val=(1 << 63) + 5),
+        "bool, double, string": head + _attr(name="b", bool_val=True) + _attr(name="d", double_val=2.5e-7)
+        + _attr(name="pg_name", string_val="12"),
+        "last oneof member counts": head + _attr(name="x", int64_val=5, string_val="s", double_val=0.5),
+        "an attribute without a value is left out": head + _attr(name="comm_tag", int64_val=9)
+        + _attr(name="comm_tag"),
+        "the last of two attributes of a name counts": head + _attr(name="comm_tag", int64_val=1)
+        + _attr(name="comm_tag", int32_val=2),
+        "start time and duration": head + Node(start_time_micros=77, duration_micros=1 << 35).SerializeToString(),
+    }
+
+
+def test_node_fields_read_what_protobuf_reads():
+    from core.chakra.trace import from_fields, from_proto, node_attrs
+    from core.chakra.wire import PLAIN, node_fields
+
+    records = list(_fields_cases().values())
+    data = b"".join(records)
+    ends = np.cumsum([len(r) for r in records])
+    starts = ends - [len(r) for r in records]
+    heads = node_heads(data, starts, ends)
+    assert heads.regular
+    read = node_fields(data, starts, ends, heads.content, np.arange(len(records)))
+    for what, record, (status, name, micros, attrs) in zip(_fields_cases(), records, read):
+        proto = Node.FromString(record)
+        assert status == PLAIN, what
+        assert (name, micros, attrs) == (proto.name, proto.duration_micros, node_attrs(proto)), what
+        assert [type(v) for v in attrs.values()] == [type(v) for v in node_attrs(proto).values()], what
+        deps = tuple(proto.data_deps) + tuple(proto.ctrl_deps)
+        assert from_fields(proto.id, name, proto.type, micros, attrs, deps) == from_proto(proto), what
+
+
+def test_node_fields_leave_to_protobuf_what_they_do_not_read_plainly():
+    from core.chakra.trace import TraceNode
+    from core.chakra.wire import HEAD_IN_CONTENT, PROTOBUF, node_fields
+
+    head = Node(id=4, name="n", type=4).SerializeToString()
+    collective = TraceNode(5, "ar", "collective", collective="all_reduce", bytes_=64, involved_dims=(True, False))
+    cases = {
+        "a list attribute": (to_proto(collective).SerializeToString(), PROTOBUF),
+        "a field it does not read (inputs)": (head + b"\x42\x02\x0a\x00", PROTOBUF),
+        "a name that is not ASCII": (Node(id=4, name="l\u00e4yer", type=4).SerializeToString(), PROTOBUF),
+        "an attribute value that is not ASCII": (head + _attr(name="pg_name", string_val="\u00e9"), PROTOBUF),
+        "a type beyond 32 bits": (b"\x08\x04\x18" + varint((1 << 32) + 4), PROTOBUF),
+        "an attribute cut short": (head + b"\x52\x05\x0a\x01x", PROTOBUF),
+        "a double of the wrong wire type": (head + b"\x52\x02\x18\x01", PROTOBUF),
+        "an id again after the attributes": (head + _attr(name="a", int64_val=1) + b"\x08\x07", HEAD_IN_CONTENT),
+    }
+    records = [record for record, _ in cases.values()]
+    data = b"".join(records)
+    ends = np.cumsum([len(r) for r in records])
+    starts = ends - [len(r) for r in records]
+    heads = node_heads(data, starts, ends)
+    read = node_fields(data, starts, ends, heads.content, np.arange(len(records)))
+    assert {what: status for what, (status, *_) in zip(cases, read)} == {what: s for what, (_, s) in cases.items()}
+
+
+def test_contents_left_to_protobuf_or_holding_a_head_field_replay_like_plain_ones(tmp_path):
+    """Involved dimensions (a list attribute, read by protobuf) change nothing in the replay; an id
+    written again after the attributes is the node's id, as protobuf reads it."""
+    ranks = {r: _rank(r) for r in range(2)}
+    write_traces(tmp_path, "plain", ranks)
+    listed = {r: [n if n.kind != "collective" else TraceNode(**{**n.__dict__, "involved_dims": (True,)})
+                  for n in nodes] for r, nodes in ranks.items()}
+    write_traces(tmp_path, "listed", listed)
+    for rank, nodes in ranks.items():
+        chunks = [GlobalMetadata(version="0.0.4").SerializeToString()]
+        for node in nodes:  # an id of 0 first, the node's own id after its attributes
+            chunks.append(to_proto(TraceNode(**{**node.__dict__, "id": 0})).SerializeToString()
+                          + b"\x08" + varint(node.id))
+        (tmp_path / f"again.{rank}.et").write_bytes(b"".join(varint(len(c)) + c for c in chunks))
+    plain = build_trace(trace_files(tmp_path / "plain")).trace
+    for other in ("listed", "again"):
+        trace = build_trace(trace_files(tmp_path / other)).trace
+        for name in ("rank", "kind", "duration_s", "bytes_", "group", "peer", "tag", "algorithm", "deps", "dep_offsets"):
+            assert np.array_equal(getattr(plain, name), getattr(trace, name)), (other, name)

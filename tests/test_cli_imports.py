@@ -10,13 +10,18 @@ import pytest
 HEAVY = ("optuna", "sqlalchemy", "plotly", "pandas", "ray", "matplotlib")
 
 
-def modules_after(argv: list, tmp_path) -> set:
-    """The top-level packages a fresh interpreter holds after `rapid argv`."""
+def loaded_modules(argv: list, tmp_path) -> set:
+    """The modules a fresh interpreter holds after `rapid argv`."""
     script = ("import json, sys\nfrom sweep.cli import main\n"
               f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
-              "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})), file=sys.stderr)")
+              "print(json.dumps(sorted(sys.modules)), file=sys.stderr)")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
     return set(json.loads(done.stderr.strip().splitlines()[-1]))
+
+
+def modules_after(argv: list, tmp_path) -> set:
+    """The top-level packages a fresh interpreter holds after `rapid argv`."""
+    return {name.split(".")[0] for name in loaded_modules(argv, tmp_path)}
 
 
 @pytest.mark.parametrize("argv", [
@@ -77,3 +82,16 @@ def test_net_on_a_json_network_file_imports_nothing_it_does_not_use(tmp_path):
 def test_net_help_imports_nothing_it_does_not_use(tmp_path):
     assert not modules_after(["net", "--help"], tmp_path) & NOT_FOR_NET
 
+
+
+def test_replay_of_our_bundle_imports_neither_the_bundle_writer_nor_the_yaml_parser(tmp_path):
+    """The bundle's network.yml is in the YAML subset the compiled reader takes, notes and all."""
+    import core
+
+    model, hw = core.load_model("qwen2.5-3b"), core.load_hardware("a100-sxm4-80gb")
+    core.evaluate(model, hw, core.Parallelism(tp=2), core.InferWorkload(batch=1, prompt=64, decode=2), 2,
+                  backend="astra-flattened", emit_traces=tmp_path)
+    loaded = loaded_modules(["replay", str(tmp_path / model.name), "--network", str(tmp_path / "network.yml"),
+                             "--comm-groups", str(tmp_path / "comm_group.json"), "--json"], tmp_path)
+    assert "core.chakra.replay" in loaded  # it did replay
+    assert not loaded & {"yaml", "core.chakra.bundle", "core.chakra.encode", "core.model", "core.replay"}

@@ -257,12 +257,12 @@ bool parse_simple_yaml(const std::string& text, Value& out) {
     std::string line = text.substr(start, end - start);
     start = end + 1;
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_of("\t'\"{}&*!|>%@`") != std::string::npos) return false;
-    const size_t hash = line.find('#');
+    const size_t hash = line.find('#');  // a comment: a file's notes may hold any character
     if (hash != std::string::npos) {
       if (hash > 0 && line[hash - 1] != ' ') return false;
       line = line.substr(0, hash);
     }
+    if (line.find_first_of("\t'\"{}&*!|>%@`") != std::string::npos) return false;
     while (!line.empty() && line.back() == ' ') line.pop_back();
     if (line.empty()) continue;
     if (line == "---" && out.fields.empty()) continue;

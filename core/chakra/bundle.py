@@ -9,13 +9,10 @@ import yaml
 from astra_backend import ALGORITHMS, NODE_KINDS, NetworkSpecError, astra_sim_network
 
 from .encode import comm_size, write_rank_files
+from .system import ASTRA_SIM_ALGORITHM, SYSTEM_KEYS
 from core.errors import SpecError
 from core.replay.network import astra_dims
 
-ASTRA_SIM_ALGORITHM = {"ring": "ring", "direct": "direct", "double_binary_tree": "doubleBinaryTree",
-                       "halving_doubling": "halvingDoubling"}
-SYSTEM_KEYS = {"all_reduce": "all-reduce-implementation", "all_gather": "all-gather-implementation",
-               "reduce_scatter": "reduce-scatter-implementation", "all_to_all": "all-to-all-implementation"}
 # ASTRA-sim charges every reduction step of a collective three passes over local memory (two reads,
 # one write) at local-mem-bw, a cost we do not model; at this bandwidth (GB/s) each pass rounds to 0 ns.
 # The roofline reads the same field: compute nodes sit at the ridge of the real HBM bandwidth, hence

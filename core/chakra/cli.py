@@ -8,7 +8,8 @@ import numpy as np
 from astra_backend import AstraError, load_network_file
 from astra_backend.netcli import network_with_faults, top_links
 
-from .replay import build_trace, exposed_comm_s, load_comm_groups, load_system_algorithms, trace_files
+from .replay import build_trace, exposed_comm_s, load_comm_groups, trace_files
+from .system import load_system_algorithms
 from core.errors import SpecError
 
 

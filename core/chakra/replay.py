@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 from astra_backend import ALGORITHMS, NODE_KINDS, Trace
+from astra_backend.trace import NODE_DTYPES
 
-from .bundle import ASTRA_SIM_ALGORITHM, SYSTEM_KEYS
-from .trace import UnsupportedNode, from_proto, parse_record, read_protos, record_spans
+from .trace import UnsupportedNode, from_fields, from_proto, parse_record, read_protos, record_spans
 from .schema import Node
-from .wire import contents, node_heads
+from .wire import HEAD_IN_CONTENT, PLAIN, PROTOBUF, contents, node_fields, node_heads
 from core.errors import SpecError
 
 DEFAULT_ALGORITHM = "ring"
@@ -61,25 +61,6 @@ def load_comm_groups(path) -> dict:
     return groups
 
 
-def load_system_algorithms(path) -> dict:
-    """Our algorithm per collective from an ASTRA-sim system.json (first dimension's entry)."""
-    try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise SpecError(str(path), "system", "(file)", f"must be readable JSON ({exc})") from None
-    ours = {v: k for k, v in ASTRA_SIM_ALGORITHM.items()}
-    out = {}
-    for collective, key in SYSTEM_KEYS.items():
-        names = raw.get(key) if isinstance(raw, dict) else None
-        if names is None:
-            continue
-        name = names[0] if isinstance(names, list) and names else names
-        if name not in ours:
-            raise SpecError(str(path), key, name, f"one of {', '.join(ours)}")
-        out[collective] = ours[name]
-    return out
-
-
 @dataclass(frozen=True)
 class ChakraSet:
     """A trace set as simulator arrays, with what the report needs to read them back."""
@@ -95,24 +76,51 @@ def build_trace(files, comm_groups=None, algorithms=None) -> ChakraSet:
     comm_groups = comm_groups or {}
     algorithms = algorithms or {}
     group_index, group_members = {}, []
-    columns, dep_counts, deps, first = {name: [] for name in COLUMNS}, [], [], 0
+    table, rows, counts, dep_counts, deps, first = [], [], [], [], [], 0
     for rank, path in enumerate(files):
-        rows, ids, counts, awaited = _rank_rows(path, rank, ranks, comm_groups, algorithms, group_index,
-                                                group_members)
-        for name in COLUMNS:
-            columns[name].append(rows[name])
-        dep_counts.append(counts)
-        deps.append(first + _local_indices(path, ids, counts, awaited))
+        distinct, row, ids, dep_count, awaited = _rank_rows(path, rank, ranks, comm_groups, algorithms, group_index,
+                                                            group_members)
+        rows.append(row + len(table))
+        table.extend(distinct)
+        counts.append(ids.size)
+        dep_counts.append(dep_count)
+        deps.append((first + _local_indices(path, ids, dep_count, awaited)).astype(np.int32))
         first += ids.size
-    dep_offsets = np.zeros(first + 1, np.int64)
-    np.cumsum(np.concatenate(dep_counts), out=dep_offsets[1:])
     group_offsets = np.zeros(len(group_members) + 1, np.int64)
     np.cumsum([len(m) for m in group_members], out=group_offsets[1:])
     group_npus = np.fromiter((r for m in group_members for r in m), np.int32, int(group_offsets[-1]))
-    arrays = {name: np.concatenate(parts) for name, parts in columns.items()}
-    trace = Trace(dep_offsets=dep_offsets, deps=np.concatenate(deps).astype(np.int32), group_offsets=group_offsets,
+    row = np.concatenate(rows)  # int64: numpy would convert narrower indices for each column it gathers
+    columns = list(zip(*table)) or [()] * (len(COLUMNS) - 1)
+    arrays = {name: _narrowed(values, NODE_DTYPES[name])[row] for name, values in zip(COLUMNS[1:], columns)}
+    arrays["rank"] = np.repeat(np.arange(ranks, dtype=NODE_DTYPES["rank"]), counts)
+    trace = Trace(dep_offsets=_offsets(dep_counts, first), deps=np.concatenate(deps), group_offsets=group_offsets,
                   group_npus=group_npus, **arrays)
     return ChakraSet(trace, ranks, arrays["kind"] != NODE_KINDS["compute"])
+
+
+def _offsets(counts: list, total: int) -> np.ndarray:
+    """Where each node's dependencies start (and where the last ends) from their counts, an array
+    per rank, filled rank by rank: no whole-trace temporary."""
+    offsets = np.zeros(total + 1, np.int64)
+    node = 0
+    for count in counts:
+        mine = offsets[node + 1:node + 1 + count.size]
+        np.cumsum(count, out=mine)
+        mine += offsets[node]
+        node += count.size
+    return offsets
+
+
+def _narrowed(values: tuple, dtype) -> np.ndarray:
+    """`values` as an array of the simulator's `dtype` where they all fit it, else as numpy reads
+    them (the simulator's input check then names what does not fit)."""
+    column, target = np.array(values), np.dtype(dtype)
+    if target.kind == "f":
+        fits = column.dtype.kind in "iuf"
+    else:
+        fits = column.dtype.kind in "iu" and (not column.size or np.iinfo(target).min <= column.min()
+                                              and column.max() <= np.iinfo(target).max)
+    return column.astype(target) if fits else column
 
 
 def _local_indices(path, ids: np.ndarray, counts: np.ndarray, awaited: np.ndarray) -> np.ndarray:
@@ -135,51 +143,63 @@ def _local_indices(path, ids: np.ndarray, counts: np.ndarray, awaited: np.ndarra
 
 
 def _rank_rows(path, rank, ranks, comm_groups, algorithms, group_index, group_members) -> tuple:
-    """({column: array per node}, node ids, dependency count per node, awaited ids) of one rank's
-    file. Each distinct node content (all but id, name and dependencies) is parsed by protobuf
-    once, checked on its first node against what the wire-level reader found; a file whose nodes
-    are not in field order is parsed node by node."""
+    """(distinct rows: one tuple of COLUMNS values after the rank each, each node's row in them, node
+    ids, dependency count per node, awaited ids) of one rank's file. Each distinct node content (all
+    but id, name and dependencies) is read once, on its first node: by the compiled reader where its
+    fields are plain, else by protobuf and checked against what the wire-level reader found; a file
+    whose nodes are not in field order is parsed node by node."""
     data, starts, ends = record_spans(path)
     heads = node_heads(data, starts[1:], ends[1:])
     if heads.regular:
         first, inverse = contents(data, heads.content, ends[1:], heads.types)
-        dep_firsts = np.cumsum(heads.dep_counts) - heads.dep_counts
-        table = []
-        for index in first.tolist():
-            record = data[starts[index + 1]:ends[index + 1]]
-            proto = parse_record(path, Node, record, index + 1)
-            node = _node(path, proto)
-            awaited = heads.deps[dep_firsts[index]:dep_firsts[index] + heads.dep_counts[index]]
-            if (proto.id, node.deps) != (int(heads.ids[index]), tuple(awaited.tolist())):
-                break  # fields out of order further on: the content holds more than it seems
-            fields = _row(node, rank, ranks, path, comm_groups, algorithms, group_index, group_members)
-            table.append(tuple(fields[name] for name in COLUMNS))
-        else:
-            rows = {name: np.array(values)[inverse] for name, values in zip(COLUMNS, zip(*table))}
-            return rows, heads.ids.astype(np.int64), heads.dep_counts, heads.deps.astype(np.int64)
+        table = _content_rows(path, rank, ranks, data, starts, ends, heads, first, comm_groups, algorithms,
+                              group_index, group_members)
+        if table is not None:
+            return table, inverse, heads.ids.astype(np.int64), heads.dep_counts, heads.deps.astype(np.int64)
     rows, ids, deps = [], [], []
     for index in range(1, starts.size):
-        node = _node(path, parse_record(path, Node, data[starts[index]:ends[index]], index))
-        fields = _row(node, rank, ranks, path, comm_groups, algorithms, group_index, group_members)
-        rows.append(tuple(fields[name] for name in COLUMNS))
+        node = _node(path, from_proto, parse_record(path, Node, data[starts[index]:ends[index]], index))
+        rows.append(_row(node, rank, ranks, path, comm_groups, algorithms, group_index, group_members))
         ids.append(node.id)
         deps.append(node.deps)
-    columns = {name: np.array(values) for name, values in zip(COLUMNS, zip(*rows))} if rows else \
-        {name: np.zeros(0) for name in COLUMNS}
-    return (columns, np.array(ids, np.int64), np.array([len(d) for d in deps], np.int64),
+    return (rows, np.arange(len(rows)), np.array(ids, np.int64), np.array([len(d) for d in deps], np.int64),
             np.array([d for ds in deps for d in ds], np.int64))
 
 
-def _node(path, proto):
-    """Our view of a parsed node, or a SpecError naming it."""
+def _content_rows(path, rank, ranks, data, starts, ends, heads, first, *context) -> list | None:
+    """The row of each distinct content (`first`: its first node), or None where a content holds a
+    head field again (the file is then to be parsed node by node)."""
+    table = []
+    read = node_fields(data, starts[1:], ends[1:], heads.content, first)
+    if any(status == PROTOBUF for status, *_ in read):  # where protobuf's reading is checked against the heads
+        dep_firsts = np.cumsum(heads.dep_counts) - heads.dep_counts
+    for index, node_id, node_type, (status, name, micros, attrs) in zip(
+            first.tolist(), heads.ids[first].tolist(), heads.types[first].tolist(), read):
+        if status == HEAD_IN_CONTENT:
+            return None
+        if status == PLAIN:
+            node = _node(path, from_fields, node_id, name, node_type, micros, attrs, ())
+        else:
+            proto = parse_record(path, Node, data[starts[index + 1]:ends[index + 1]], index + 1)
+            node = _node(path, from_proto, proto)
+            awaited = heads.deps[dep_firsts[index]:dep_firsts[index] + heads.dep_counts[index]]
+            if (proto.id, node.deps) != (node_id, tuple(awaited.tolist())):
+                return None  # fields out of order further on: the content holds more than it seems
+        table.append(_row(node, rank, ranks, path, *context))
+    return table
+
+
+def _node(path, read, *fields):
+    """Our view of a node, `read(*fields)` (from_proto or from_fields), or a SpecError naming it."""
     try:
-        return from_proto(proto)
+        return read(*fields)
     except UnsupportedNode as exc:
         raise SpecError(str(path), f"node {exc.node_id} '{exc.name}'", "", exc.what) from None
 
 
-def _row(node, rank, ranks, path, comm_groups, algorithms, group_index, group_members) -> dict:
-    row = {"rank": rank, "duration_s": 0.0, "bytes_": 0.0, "group": 0, "peer": 0, "tag": 0, "algorithm": 0}
+def _row(node, rank, ranks, path, comm_groups, algorithms, group_index, group_members) -> tuple:
+    """The node's values of COLUMNS after the rank, or a SpecError naming what it gets wrong."""
+    row = {"duration_s": 0.0, "bytes_": 0.0, "group": 0, "peer": 0, "tag": 0, "algorithm": 0}
     where = f"node {node.id} '{node.name}'"
     if node.kind == "compute":
         row.update(kind=NODE_KINDS["compute"], duration_s=node.duration_s)
@@ -206,7 +226,7 @@ def _row(node, rank, ranks, path, comm_groups, algorithms, group_index, group_me
             raise SpecError(str(path), f"{where} comm_algorithm", algorithm, f"one of {', '.join(ALGORITHMS)}")
         row.update(kind=NODE_KINDS[node.collective], group=group_index[members], bytes_=float(bytes_),
                    algorithm=ALGORITHMS[algorithm], peer=members[0])
-    return row
+    return tuple(row[name] for name in COLUMNS[1:])
 
 
 def _members(pg_name, ranks, comm_groups, path, where) -> tuple:
@@ -222,10 +242,17 @@ def _members(pg_name, ranks, comm_groups, path, where) -> tuple:
 
 
 def exposed_comm_s(node_rank: np.ndarray, node_end: np.ndarray, is_comm: np.ndarray, ranks: int) -> np.ndarray:
-    """Per rank: the time its communication pushed its finish out, nodes taken by end time,
-    each charged with what it ends past every earlier node of the rank."""
-    order = np.lexsort((node_end, node_rank))
-    ends, owners = node_end[order], node_rank[order]
-    previous = np.concatenate(([0.0], ends[:-1]))
-    previous[np.concatenate(([True], owners[1:] != owners[:-1]))] = 0.0
-    return np.bincount(owners, weights=(ends - previous) * is_comm[order], minlength=ranks)
+    """Per rank: the time its communication pushed its finish out, nodes taken by end time (in node
+    order where they end together), each charged with what it ends past every earlier node of the
+    rank. Rank by rank: whole-trace sort keys and orders are hundreds of MB of fresh memory."""
+    if np.any(node_rank[1:] < node_rank[:-1]):  # ranks interleaved: each rank's nodes together, in node order
+        by_rank = np.argsort(node_rank, kind="stable")
+        node_rank, node_end, is_comm = node_rank[by_rank], node_end[by_rank], is_comm[by_rank]
+    firsts = np.flatnonzero(np.concatenate(([node_rank.size > 0], node_rank[1:] != node_rank[:-1])))
+    exposed = np.zeros(ranks)
+    for first, last in zip(firsts.tolist(), [*firsts[1:].tolist(), node_rank.size]):
+        order = np.argsort(node_end[first:last], kind="stable")
+        ends = node_end[first:last][order]
+        charged = np.diff(ends, prepend=0.0) * is_comm[first:last][order]
+        exposed[node_rank[first]] = np.cumsum(charged)[-1]  # summed in end order, as one pass would
+    return exposed

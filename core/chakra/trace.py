@@ -104,23 +104,28 @@ def node_attrs(proto) -> dict:
 
 def from_proto(proto) -> TraceNode:
     """Our view of any Chakra node; raises UnsupportedNode for what we cannot replay."""
-    attrs = node_attrs(proto)
-    type_name = _TYPE_NAME.get(proto.type, f"type {proto.type}")
+    return from_fields(proto.id, proto.name, proto.type, proto.duration_micros, node_attrs(proto),
+                       tuple(proto.data_deps) + tuple(proto.ctrl_deps))
+
+
+def from_fields(node_id: int, name: str, node_type: int, duration_micros: int, attrs: dict, deps: tuple) -> TraceNode:
+    """Our view of a Chakra node from its fields (attributes as node_attrs gives them), however they
+    were read; raises UnsupportedNode for what we cannot replay."""
+    type_name = _TYPE_NAME.get(node_type, f"type {node_type}")
     if type_name not in KIND_OF_TYPE:
-        raise UnsupportedNode(proto.id, proto.name, f"node type {type_name} is not supported "
-                                                    f"(supported: {', '.join(KIND_OF_TYPE)})")
+        raise UnsupportedNode(node_id, name, f"node type {type_name} is not supported "
+                                             f"(supported: {', '.join(KIND_OF_TYPE)})")
     kind = KIND_OF_TYPE[type_name]
     collective = ""
     if kind == "collective":
         comm_type = _COLLECTIVE_NAME.get(attrs.get("comm_type"), f"comm_type {attrs.get('comm_type')}")
         if comm_type not in _OUR_COLLECTIVE:
-            raise UnsupportedNode(proto.id, proto.name, f"collective {comm_type} is not supported "
-                                                        f"(supported: {', '.join(_OUR_COLLECTIVE)})")
+            raise UnsupportedNode(node_id, name, f"collective {comm_type} is not supported "
+                                                 f"(supported: {', '.join(_OUR_COLLECTIVE)})")
         collective = _OUR_COLLECTIVE[comm_type]
-    duration_s = attrs.get(EXACT_DURATION_ATTR, proto.duration_micros * 1e-6)
+    duration_s = attrs.get(EXACT_DURATION_ATTR, duration_micros * 1e-6)
     dims = tuple(attrs["involved_dim"].values) if "involved_dim" in attrs else ()
-    return TraceNode(id=proto.id, name=proto.name, kind=kind, duration_s=duration_s,
-                     deps=tuple(proto.data_deps) + tuple(proto.ctrl_deps), collective=collective,
+    return TraceNode(id=node_id, name=name, kind=kind, duration_s=duration_s, deps=deps, collective=collective,
                      bytes_=int(attrs.get("comm_size", attrs.get("tensor_size", 0))),
                      group=str(attrs.get("pg_name", "")), src=int(attrs.get("comm_src", 0)),
                      dst=int(attrs.get("comm_dst", 0)), tag=int(attrs.get("comm_tag", 0)),

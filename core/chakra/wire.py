@@ -1,7 +1,7 @@
 """Chakra `.et` files at the wire level, in bulk: each node's id, type and dependencies read
 straight from its bytes (compiled: core/chakra/src/wire.cpp), the rest of it (its content) left as
 bytes. Training traces repeat the same content (layer after layer) under new ids, so a reader
-parses each distinct content once with protobuf."""
+reads each distinct content once, compiled too where its fields are plain (`node_fields`)."""
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +46,19 @@ def contents(data: bytes, starts: np.ndarray, ends: np.ndarray, types: np.ndarra
     appearance; each record's distinct one, numbered in that order)."""
     return _wire.contents(data, np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(ends, np.int64),
                           np.ascontiguousarray(types, np.uint64))
+
+
+# node_fields' status of a record: read plainly; left to protobuf (a field or value type it does not
+# read, bytes that may not parse, text that is not ASCII); a head field (1..5) again in its content
+PLAIN, PROTOBUF, HEAD_IN_CONTENT = _wire.PLAIN, _wire.PROTOBUF, _wire.HEAD_IN_CONTENT
+
+
+def node_fields(data: bytes, starts: np.ndarray, ends: np.ndarray, content: np.ndarray, records: np.ndarray) -> list:
+    """Per record `records[k]` of the node records `starts`..`ends` (contents from `content`):
+    (status, name, duration_micros, {attribute name: value}), read as protobuf and
+    trace.node_attrs read them where the status is PLAIN (then the only one to use them)."""
+    return _wire.fields(data, np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(ends, np.int64),
+                        np.ascontiguousarray(content, np.int64), np.ascontiguousarray(records, np.int64))
 
 
 def node_heads(data: bytes, starts: np.ndarray, ends: np.ndarray) -> NodeHeads:

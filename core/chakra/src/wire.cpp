@@ -1,12 +1,14 @@
 // Chakra `.et` files at the wire level, compiled: a trace set holds millions of length-prefixed
 // node records, and splitting them, reading each node's id, type and dependencies, telling the
-// distinct contents apart and laying new records out are byte loops that numpy can only do in
-// many whole-array passes (core/chakra/wire.py and encode.py say what each function means).
+// distinct contents apart, reading a content's fields and laying new records out are byte loops
+// that numpy can only do in many whole-array passes, and protobuf one Python object at a time
+// (core/chakra/wire.py and encode.py say what each function means).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string_view.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -177,6 +179,140 @@ nb::tuple contents(const nb::bytes& data, const In<i64>& starts, const In<i64>& 
   return nb::make_tuple(to_numpy(std::move(first)), to_numpy(std::move(inverse)));
 }
 
+// How `fields` read a record: plainly, or not (protobuf must: a field or value type it leaves to
+// protobuf, bytes that may not parse, text that is not ASCII), or with a head field (1..5) in its
+// content, which the content grouping cannot see.
+enum FieldsStatus : int { kPlain = 0, kProtobuf = 1, kHeadInContent = 2 };
+constexpr int kVarint = 0, kFixed64 = 1, kLength = 2;
+constexpr int kNameField = 2, kTypeField = 3, kStartTime = 6, kDurationMicros = 7, kAttr = 10;
+// AttributeProto: name, doc_string and the scalar members of its `value` oneof
+constexpr int kAttrName = 1, kAttrDoc = 2, kDoubleVal = 3, kInt32Val = 7, kInt64Val = 9, kUint64Val = 13,
+              kBoolVal = 27, kStringVal = 29;
+
+// A cursor over the fields of one message, `pos`..`end` of `raw`; `ok` turns false on bytes
+// that end inside a field or a key of a wire type protobuf would not read plainly.
+struct Fields {
+  const uint8_t* raw;
+  i64 pos, end;
+  bool ok = true;
+  int field = 0, wire = 0;
+  u64 value = 0;  // a varint's value, a length, or a fixed64's bits
+  i64 at = 0;     // where a length-delimited field's bytes start
+
+  bool next() {
+    if (!ok || pos >= end) return false;
+    const auto [key, width] = varint_at(raw, pos, end);
+    field = int(key >> 3);
+    wire = int(key & 7);
+    pos += width;
+    if (!width || key >> 3 == 0 || key >> 32) return ok = false;
+    if (wire == kVarint) {
+      const auto [number, size] = varint_at(raw, pos, end);
+      value = number;
+      pos += size;
+      return ok = size > 0;
+    }
+    if (wire == kFixed64) {
+      if (end - pos < 8) return ok = false;
+      std::memcpy(&value, raw + pos, 8);
+      pos += 8;
+      return true;
+    }
+    if (wire == kLength) {
+      const auto [size, width2] = varint_at(raw, pos, end);
+      if (!width2 || size > u64(end - pos - width2)) return ok = false;
+      at = pos + width2;
+      value = size;
+      pos = at + i64(size);
+      return true;
+    }
+    return ok = false;  // groups and fixed32: not in a Chakra node
+  }
+
+  std::string_view bytes() const { return {reinterpret_cast<const char*>(raw + at), size_t(value)}; }
+};
+
+bool ascii(std::string_view text) {
+  for (const char c : text)
+    if (static_cast<unsigned char>(c) >= 0x80) return false;
+  return true;
+}
+
+// One AttributeProto as (name, value) into `attrs` when it holds a value (the last of its oneof
+// members, as protobuf keeps); false where protobuf must read it.
+bool read_attr(const uint8_t* raw, i64 at, i64 size, nb::dict& attrs) {
+  Fields f{raw, at, at + size};
+  std::string_view name;
+  nb::object value;
+  while (f.next()) {
+    const bool text = f.wire == kLength, varint = f.wire == kVarint;
+    if (f.field == kAttrName && text) {
+      name = f.bytes();
+      if (!ascii(name)) return false;
+    } else if (f.field == kAttrDoc && text) {
+      if (!ascii(f.bytes())) return false;
+    } else if (f.field == kDoubleVal && f.wire == kFixed64) {
+      double d;
+      std::memcpy(&d, &f.value, 8);
+      value = nb::float_(d);
+    } else if (f.field == kInt32Val && varint) {
+      value = nb::int_(int32_t(uint32_t(f.value)));
+    } else if (f.field == kInt64Val && varint) {
+      value = nb::int_(int64_t(f.value));
+    } else if (f.field == kUint64Val && varint) {
+      value = nb::int_(f.value);
+    } else if (f.field == kBoolVal && varint) {
+      value = nb::bool_(f.value != 0);
+    } else if (f.field == kStringVal && text) {
+      if (!ascii(f.bytes())) return false;
+      value = nb::str(f.bytes().data(), f.bytes().size());
+    } else {
+      return false;  // a list, an unknown field or an unexpected wire type
+    }
+  }
+  if (!f.ok) return false;
+  if (value.is_valid()) attrs[nb::str(name.data(), name.size())] = value;
+  return true;
+}
+
+// Per record `records[k]` (node `starts`..`ends`, its content from `content`): (status, name,
+// duration_micros, {attribute name: value}) as protobuf and trace.node_attrs read them, where
+// the status is kPlain; the other fields are then not to be used.
+nb::list fields(const nb::bytes& data, const In<i64>& starts, const In<i64>& ends, const In<i64>& content,
+                const In<i64>& records) {
+  const uint8_t* raw = bytes_of(data);
+  nb::list out;
+  for (size_t k = 0; k < records.shape(0); ++k) {
+    const i64 i = records(k);
+    int status = kPlain;
+    std::string_view name;
+    u64 micros = 0;
+    nb::dict attrs;
+    Fields head{raw, starts(i), content(i)};
+    bool wide_type = false;  // protobuf keeps 32 bits of an enum: such a type is its to read
+    while (head.next()) {
+      if (head.field == kNameField && head.wire == kLength) name = head.bytes();
+      if (head.field == kTypeField) wide_type = head.value >> 31;
+    }
+    if (!head.ok || !ascii(name) || wide_type) status = kProtobuf;
+    Fields f{raw, content(i), ends(i)};
+    while (status == kPlain && f.next()) {
+      if (f.field <= kDataDeps) {
+        status = kHeadInContent;
+      } else if (f.field == kDurationMicros && f.wire == kVarint) {
+        micros = f.value;
+      } else if (f.field == kAttr && f.wire == kLength) {
+        if (!read_attr(raw, f.at, i64(f.value), attrs)) status = kProtobuf;
+      } else if (f.field != kStartTime || f.wire != kVarint) {
+        status = kProtobuf;
+      }
+    }
+    if (!f.ok && status == kPlain) status = kProtobuf;
+    out.append(nb::make_tuple(status, nb::str(name.data(), name.size()), nb::int_(micros), attrs));
+  }
+  return out;
+}
+
 // The length-prefixed node records, one after the other: each node's id (left out when 0, as
 // protobuf leaves a zero scalar), its kind's name and type fields (`head_table` rows
 // `head_offsets[k]..[k+1]`), its dependencies packed as data_deps (left out when none), then its
@@ -218,9 +354,14 @@ nb::bytes assemble(const In<i64>& ids, const In<i64>& head_index, const In<uint8
 }  // namespace
 
 NB_MODULE(_wire, m) {
-  m.doc() = "Chakra .et records at the wire level: split, read node heads, group contents, assemble.";
+  m.doc() = "Chakra .et records at the wire level: split, read node heads, group contents, read fields, assemble.";
   m.def("records", &records, nb::arg("data"));
   m.def("heads", &heads, nb::arg("data"), nb::arg("starts"), nb::arg("ends"));
+  m.attr("PLAIN") = int(kPlain);
+  m.attr("PROTOBUF") = int(kProtobuf);
+  m.attr("HEAD_IN_CONTENT") = int(kHeadInContent);
+  m.def("fields", &fields, nb::arg("data"), nb::arg("starts"), nb::arg("ends"), nb::arg("content"),
+        nb::arg("records"));
   m.def("contents", &contents, nb::arg("data"), nb::arg("starts"), nb::arg("ends"), nb::arg("types"));
   m.def("assemble", &assemble, nb::arg("ids"), nb::arg("head_index"), nb::arg("head_table"),
         nb::arg("head_offsets"), nb::arg("dep_counts"), nb::arg("deps"), nb::arg("content_table"),
