@@ -53,6 +53,12 @@ class EngineSpec:
     # the client sees a request's first token only when its first decode step ends (with the
     # second): its TTFT then includes what the engine runs between the two
     first_token_with_decode: bool = False
+    # TensorRT-LLM's batch waiting (batch_wait_timeout_iters, batch_wait_max_tokens_ratio; off
+    # by default): while decodes run, the prompts the scheduler picked are held back, up to this
+    # many iterations in all, until they and the decodes fill this share of max_num_tokens, so
+    # that prompts prefill together; every held prompt's TTFT waits out the hold
+    batch_wait_iters: int = 0
+    batch_wait_tokens_ratio: float = 0.0
 
     def host_s(self, sequences: int, tp: int) -> float:
         """Host seconds of one decode iteration of `sequences` running sequences on `tp` ranks."""

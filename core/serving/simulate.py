@@ -93,7 +93,8 @@ def simulate(it: IterationModel, engine: EngineSpec, load: Load, kv_tokens: int)
         it.memo, it._time_s, engine.mixed_batches, engine.chunked_prefill, engine.kv_policy == "reserve",
         engine.kv_block_tokens, engine.max_num_tokens, engine.max_batch, engine.cuda_graph_max_batch,
         engine.request_overhead_s, engine.first_token_with_decode, isl, osl, arrival, first_wave, warmup, closed,
-        closed and load.length_spread <= 0, load.prefilled, kv_tokens, load.return_s)
+        closed and load.length_spread <= 0, load.prefilled, kv_tokens, load.return_s, engine.batch_wait_iters,
+        engine.batch_wait_tokens_ratio)
     start = 0.0 if closed else arrival[0]
     return SimResult(ttft, tpot, latency, now - start, sum(osl), load.requests, busy, prefill, decode, iterations,
                      preemptions)
