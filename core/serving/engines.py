@@ -71,7 +71,7 @@ class EngineSpec:
 ENGINES = {
     "trtllm": EngineSpec("trtllm", mixed_batches=True, chunked_prefill=False, kv_policy="reserve",
                          kv_block_tokens=32, kv_memory_fraction=0.9, max_num_tokens=8192, max_batch=2048,
-                         cuda_graph_max_batch=512, iteration_overhead_s=0.0015, request_overhead_s=0.050,
+                         cuda_graph_max_batch=512, iteration_overhead_s=0.0015, request_overhead_s=0.045,
                          attention_kernels="trtllm"),
     "vllm": EngineSpec("vllm", mixed_batches=True, chunked_prefill=True, kv_policy="on_demand",
                        kv_block_tokens=16, kv_memory_fraction=0.9, max_num_tokens=8192, max_batch=1024,
@@ -85,7 +85,7 @@ ENGINES = {
 # Request overheads of engine version families (a version's major.minor; "" for the measured rows
 # that record none, one benchmark campaign's) where they differ from the engine's own: fitted by
 # scripts/fit_serving.py beside it, on the families with enough dense rows; the others keep it.
-FAMILY_REQUEST_OVERHEAD_S = {("trtllm", ""): 0.020, ("trtllm", "1.0"): 0.090,
+FAMILY_REQUEST_OVERHEAD_S = {("trtllm", ""): 0.010, ("trtllm", "1.0"): 0.095,
                              ("vllm", ""): 0.005, ("vllm", "0.12"): 0.040}
 
 
