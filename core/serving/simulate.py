@@ -2,11 +2,13 @@
 
 Each iteration the scheduler admits waiting requests while the batch cap and the KV cache
 allow, then runs the decodes in flight and prefill chunks within the token budget (or, for
-an engine that does not mix them, a prefill batch that stalls decoding). Stretches where
-nothing but decoding happens are advanced in one step up to the next event (a request ending,
-an arrival, the cache filling), their time the mean of the first and last iteration's (decode
-time is linear in context). A closed loop with fixed lengths settles into a cycle: when the
-scheduler's state recurs, the cycle's requests are repeated instead of simulated again."""
+an engine that does not mix them, a prefill batch that stalls decoding); an engine that
+batch-waits (EngineSpec.batch_wait_iters) holds the picked prompts back while decodes run.
+Stretches where nothing but decoding happens are advanced in one step up to the next event (a
+request ending, an arrival, the cache filling, a held prompt's wait running out), their time
+the mean of the first and last iteration's (decode time is linear in context). A closed loop
+with fixed lengths settles into a cycle: when the scheduler's state recurs, the cycle's
+requests are repeated instead of simulated again."""
 import random
 from dataclasses import dataclass
 
