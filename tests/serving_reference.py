@@ -60,6 +60,7 @@ def simulate(it, engine, load: Load, kv_tokens: int) -> SimResult:
     kv_used = 0
     busy = prefill_total = decode_total = iterations = 0.0
     preemptions = stale = finish_sum = 0
+    held = 0  # iterations the prompts waiting to prefill have been held back (batch waiting)
     finish = [0] * n  # decode clock at which a decoding request ends
     seen = {}
     cyclic = closed and load.length_spread <= 0 and load.return_s == 0
@@ -114,10 +115,19 @@ def simulate(it, engine, load: Load, kv_tokens: int) -> SimResult:
                 take = min(left, budget)
                 chunks.append((rid, take))
                 budget -= take
+        hold = 0  # batch waiting: the picked prompts wait while decodes run, `hold` iterations at most
+        if chunks and decodes and engine.batch_wait_iters > 0:
+            tokens = decodes + sum(take for _, take in chunks)
+            if held < engine.batch_wait_iters and tokens < engine.batch_wait_tokens_ratio * engine.max_num_tokens:
+                chunks, hold = [], engine.batch_wait_iters - held
+            else:
+                held = 0
         run_decodes = decodes if (engine.mixed_batches or not chunks) else 0
         steps = 1
         if run_decodes and not chunks:
             steps = int(heap[0][0] - clock)
+            if hold:
+                steps = min(steps, hold)
             if issued < scheduled:
                 step_s = it.time_s(0, 0, decodes, (sum_base + decodes * clock) // decodes,
                                    decodes <= engine.cuda_graph_max_batch)
@@ -162,6 +172,7 @@ def simulate(it, engine, load: Load, kv_tokens: int) -> SimResult:
         busy += seconds
         iterations += steps
         prefill_total += prefill
+        held += steps if hold else 0
         if run_decodes:
             clock += steps
             decode_total += run_decodes * steps
@@ -208,7 +219,7 @@ def simulate(it, engine, load: Load, kv_tokens: int) -> SimResult:
             continue
         # a cheap fingerprint of the scheduler's state first, the full state only on a match
         key = (tuple(need[r] - done[r] for r in prefilling), len(waiting), kv_used, decodes,
-               finish_sum - decodes * clock, len(unseen))
+               finish_sum - decodes * clock, len(unseen), held)
         totals = (now, clock, busy, prefill_total, decode_total, iterations)
         earlier = seen.get(key)
         if earlier is None or sorted(e - earlier[1][1] for e, _ in earlier[0]) != sorted(e - clock for e, _ in heap):

@@ -303,3 +303,35 @@ def test_a_workflow_row_takes_its_harness_client_and_request_overhead_whatever_i
     mine = serving_rows.predict({**workflow, "backend_version": "9.9.1"})
     plain = serving_rows.predict({**row, "backend_version": "9.8.1"})
     assert mine["ttft_s"] - plain["ttft_s"] == pytest.approx(0.515 - engine_spec("vllm").request_overhead_s)
+
+
+def test_the_70b_sweeps_tensorrt_llm_engines_run_as_its_launch_scripts_start_them():
+    """The 2025-10 Llama-3.1-70B sweep ("model=" sources) launched TensorRT-LLM with a 16,384-token
+    budget and, at 1k/1k on fewer than 8 GPUs, batch waiting; its vLLM engines and other
+    campaigns' rows keep the engines' defaults."""
+    sweep = {"backend": "trtllm", "silicon_data_source": "model=Llama-3.1-70B; silicon_concurrency=4",
+             "isl": "1024", "osl": "1024", "tp_size": "4.0"}
+    trtllm = engine_spec("trtllm")
+    waiting = serving_rows.launched(sweep, trtllm)
+    assert (waiting.max_num_tokens, waiting.batch_wait_iters, waiting.batch_wait_tokens_ratio) == (16384, 20, 0.9)
+    eight = serving_rows.launched({**sweep, "tp_size": "8.0"}, trtllm)
+    longer = serving_rows.launched({**sweep, "osl": "8192"}, trtllm)
+    assert eight == longer == replace(trtllm, max_num_tokens=16384)
+    assert serving_rows.launched({**sweep, "backend": "vllm"}, engine_spec("vllm")) == engine_spec("vllm")
+    other = {**sweep, "silicon_data_source": "silicon_concurrency=4"}
+    assert serving_rows.launched(other, trtllm) == trtllm
+
+
+def test_a_held_prompt_waits_about_the_batch_wait_in_decode_steps_at_low_concurrency(monkeypatch):
+    """A 70B sweep row at 1k/1k, 4 requests on one B200 (tp 1): batch waiting holds each prompt
+    that arrives while others decode for 20 decode steps (about its time per output token each);
+    the first wave, 1 in the client's 10 requests per slot, arrives to no decode and goes at
+    once, so the mean TTFT grows by 18 steps."""
+    row = next(r for r in serving_rows.rows() if r["silicon_data_source"].startswith("model=")
+               and r["backend"] == "trtllm" and r["system"] == "b200_sxm" and r["gemm_quant_mode"] == "fp8"
+               and (r["isl"], r["osl"], r["tp_size"], r["batch_size"]) == ("1024", "1024", "1.0", "4.0"))
+    waited = serving_rows.predict(row)
+    monkeypatch.setattr(serving_rows, "SWEEP_BATCH_WAIT", {})
+    plain = serving_rows.predict(row)
+    assert serving_rows.REQUESTS_PER_SLOT["trtllm"] == 10
+    assert waited["ttft_s"] - plain["ttft_s"] == pytest.approx(18 * waited["tpot_s"], rel=0.05)

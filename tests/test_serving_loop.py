@@ -94,6 +94,40 @@ def test_a_first_wave_queues_for_prefill_then_returning_slots_do_not():
     assert result.ttft_s[0] == pytest.approx((prefill_s + 2 * prefill_s + prefill_s + prefill_s) / 4, rel=1e-12)
 
 
+def _waiting(engine, iters, ratio=0.9):
+    return replace(engine, batch_wait_iters=iters, batch_wait_tokens_ratio=ratio)
+
+
+def test_batch_waiting_holds_a_prompt_that_arrives_during_decodes_for_its_iterations():
+    # TensorRT-LLM's batch waiting: request 1 arrives 2.5 decode steps into request 0's 39; its
+    # 100 tokens and the one decode are far below 90 % of the budget, so it is held while 4 more
+    # decode steps run, then prefills beside the decode; without waiting it goes at once
+    t = IT.time_s
+    prefill_s, step_s = t(100, 0, 0, 0, False), t(0, 0, 1, 100, True)
+    arrival_s = prefill_s + 2.5 * step_s
+    load = Load(100, 40, concurrency=2, requests=2, ramp_s=2 * arrival_s)
+    first_span_s = 3 * (t(0, 0, 1, 100, True) + t(0, 0, 1, 102, True)) / 2
+    held_span_s = 4 * (t(0, 0, 1, 103, True) + t(0, 0, 1, 106, True)) / 2
+    waited = simulate(IT, _waiting(_engine("trtllm"), 4), load, 10**6)
+    at_once = simulate(IT, _engine("trtllm"), load, 10**6)
+    held_first_s = prefill_s + first_span_s + held_span_s + t(100, 0, 1, 107, False)
+    assert waited.ttft_s[0] == pytest.approx((prefill_s + held_first_s - arrival_s) / 2, rel=1e-12)
+    assert at_once.ttft_s[0] == pytest.approx(
+        (prefill_s + prefill_s + first_span_s + t(100, 0, 1, 103, False) - arrival_s) / 2, rel=1e-12)
+
+
+def test_batch_waiting_lets_prompts_go_at_once_when_they_fill_the_budget_share_or_nothing_decodes():
+    # the held prompt and the decode make 101 tokens: a share of 100 of 8,192 tokens lets it go
+    # at once; a first wave (no decode running yet) is never held
+    t = IT.time_s
+    arrival_s = t(100, 0, 0, 0, False) + 2.5 * t(0, 0, 1, 100, True)
+    load = Load(100, 40, concurrency=2, requests=2, ramp_s=2 * arrival_s)
+    filled = simulate(IT, _waiting(_engine("trtllm"), 4, ratio=100 / 8192), load, 10**6)
+    assert filled == simulate(IT, _engine("trtllm"), load, 10**6)
+    wave = Load(100, 3, concurrency=2, requests=2)
+    assert simulate(IT, _waiting(_engine("trtllm"), 20), wave, 10**6) == simulate(IT, _engine("trtllm"), wave, 10**6)
+
+
 CASES = {
     "vllm closed ramp": ("vllm", Load(300, 40, concurrency=6, requests=60, ramp_s=0.05), 10**6),
     "vllm cycles": ("vllm", Load(512, 64, concurrency=4, requests=200), 10**6),
@@ -113,6 +147,9 @@ CASES = {
     "sglang first token seen late": ("sglang-late", Load(2000, 25, concurrency=16, requests=120, ramp_s=0.1), 10**6),
     "sglang late cycles": ("sglang-late", Load(512, 64, concurrency=4, requests=200), 10**6),
     "sglang late preempts": ("sglang-late", Load(300, 80, concurrency=6, requests=30, length_spread=0.2), 1500),
+    "trtllm batch waiting": ("trtllm-wait", Load(1000, 30, concurrency=16, requests=120, ramp_s=0.1), 10**6),
+    "trtllm waiting cycles": ("trtllm-wait", Load(512, 64, concurrency=4, requests=200, ramp_s=0.2), 10**6),
+    "trtllm waiting spread": ("trtllm-wait", Load(700, 90, concurrency=24, requests=150, length_spread=0.1), 10**6),
 }
 
 
@@ -124,6 +161,8 @@ def test_the_compiled_loop_gives_the_plain_python_loops_figures_to_the_bit(name)
         engine = replace(engine, max_num_tokens=512, max_batch=4)
     if engine_name.endswith("-late"):
         engine = replace(engine, first_token_with_decode=True)
+    if engine_name.endswith("-wait"):
+        engine = _waiting(engine, 6, ratio=0.5)
     compiled, plain = simulate(IT, engine, load, kv_tokens), serving_reference.simulate(IT, engine, load, kv_tokens)
     assert repr(compiled) == repr(plain)  # every float's shortest repr: bit for bit, NaN (no TPOT) included
 
@@ -144,6 +183,10 @@ def test_preemption_and_cycle_cases_exercise_what_they_name():
     engine, load, kv_tokens = CASES["vllm cycles"]
     cycled = simulate(IT, _engine(engine), load, kv_tokens)
     assert cycled.iterations > 0 and len(set(cycled.ttft_s)) > 1
+    for name in ("trtllm batch waiting", "trtllm waiting cycles", "trtllm waiting spread"):
+        _, load, kv_tokens = CASES[name]
+        plain = simulate(IT, _engine("trtllm"), load, kv_tokens)
+        assert simulate(IT, _waiting(_engine("trtllm"), 6, ratio=0.5), load, kv_tokens).ttft_s != plain.ttft_s
 
 
 def test_the_memo_asks_the_operator_model_once_per_bucketed_token_mix():

@@ -53,6 +53,12 @@ class EngineSpec:
     # the client sees a request's first token only when its first decode step ends (with the
     # second): its TTFT then includes what the engine runs between the two
     first_token_with_decode: bool = False
+    # TensorRT-LLM's batch waiting (batch_wait_timeout_iters, batch_wait_max_tokens_ratio; off
+    # by default): while decodes run, the prompts the scheduler picked are held back, up to this
+    # many iterations in all, until they and the decodes fill this share of max_num_tokens, so
+    # that prompts prefill together; every held prompt's TTFT waits out the hold
+    batch_wait_iters: int = 0
+    batch_wait_tokens_ratio: float = 0.0
 
     def host_s(self, sequences: int, tp: int) -> float:
         """Host seconds of one decode iteration of `sequences` running sequences on `tp` ranks."""
@@ -65,7 +71,7 @@ class EngineSpec:
 ENGINES = {
     "trtllm": EngineSpec("trtllm", mixed_batches=True, chunked_prefill=False, kv_policy="reserve",
                          kv_block_tokens=32, kv_memory_fraction=0.9, max_num_tokens=8192, max_batch=2048,
-                         cuda_graph_max_batch=512, iteration_overhead_s=0.0015, request_overhead_s=0.050,
+                         cuda_graph_max_batch=512, iteration_overhead_s=0.0015, request_overhead_s=0.045,
                          attention_kernels="trtllm"),
     "vllm": EngineSpec("vllm", mixed_batches=True, chunked_prefill=True, kv_policy="on_demand",
                        kv_block_tokens=16, kv_memory_fraction=0.9, max_num_tokens=8192, max_batch=1024,
@@ -79,7 +85,7 @@ ENGINES = {
 # Request overheads of engine version families (a version's major.minor; "" for the measured rows
 # that record none, one benchmark campaign's) where they differ from the engine's own: fitted by
 # scripts/fit_serving.py beside it, on the families with enough dense rows; the others keep it.
-FAMILY_REQUEST_OVERHEAD_S = {("trtllm", ""): 0.020, ("trtllm", "1.0"): 0.090,
+FAMILY_REQUEST_OVERHEAD_S = {("trtllm", ""): 0.010, ("trtllm", "1.0"): 0.095,
                              ("vllm", ""): 0.005, ("vllm", "0.12"): 0.040}
 
 

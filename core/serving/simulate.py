@@ -2,11 +2,13 @@
 
 Each iteration the scheduler admits waiting requests while the batch cap and the KV cache
 allow, then runs the decodes in flight and prefill chunks within the token budget (or, for
-an engine that does not mix them, a prefill batch that stalls decoding). Stretches where
-nothing but decoding happens are advanced in one step up to the next event (a request ending,
-an arrival, the cache filling), their time the mean of the first and last iteration's (decode
-time is linear in context). A closed loop with fixed lengths settles into a cycle: when the
-scheduler's state recurs, the cycle's requests are repeated instead of simulated again."""
+an engine that does not mix them, a prefill batch that stalls decoding); an engine that
+batch-waits (EngineSpec.batch_wait_iters) holds the picked prompts back while decodes run.
+Stretches where nothing but decoding happens are advanced in one step up to the next event (a
+request ending, an arrival, the cache filling, a held prompt's wait running out), their time
+the mean of the first and last iteration's (decode time is linear in context). A closed loop
+with fixed lengths settles into a cycle: when the scheduler's state recurs, the cycle's
+requests are repeated instead of simulated again."""
 import random
 from dataclasses import dataclass
 
@@ -93,7 +95,8 @@ def simulate(it: IterationModel, engine: EngineSpec, load: Load, kv_tokens: int)
         it.memo, it._time_s, engine.mixed_batches, engine.chunked_prefill, engine.kv_policy == "reserve",
         engine.kv_block_tokens, engine.max_num_tokens, engine.max_batch, engine.cuda_graph_max_batch,
         engine.request_overhead_s, engine.first_token_with_decode, isl, osl, arrival, first_wave, warmup, closed,
-        closed and load.length_spread <= 0, load.prefilled, kv_tokens, load.return_s)
+        closed and load.length_spread <= 0, load.prefilled, kv_tokens, load.return_s, engine.batch_wait_iters,
+        engine.batch_wait_tokens_ratio)
     start = 0.0 if closed else arrival[0]
     return SimResult(ttft, tpot, latency, now - start, sum(osl), load.requests, busy, prefill, decode, iterations,
                      preemptions)

@@ -39,7 +39,7 @@ DTYPES = {"": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "nvfp4"}
 # engines, fitted on those rows (scripts/fit_serving.py --workflow, left-one-engine-out beside).
 WORKFLOW = "workflow"
 RAMP_SHARE = {"trtllm": 0.0, "vllm": 0.0, "sglang": 0.0, WORKFLOW: 0.0}
-LENGTH_SPREAD = {"trtllm": 0.05, "vllm": 0.1, "sglang": 0.02, WORKFLOW: 0.05}
+LENGTH_SPREAD = {"trtllm": 0.1, "vllm": 0.1, "sglang": 0.02, WORKFLOW: 0.05}
 REQUESTS_PER_SLOT = {"trtllm": 10.0, "vllm": 10.0, "sglang": 3.0, WORKFLOW: 5.0}
 HARNESSES = tuple(RAMP_SHARE)
 # A harness's own time before a request's first token leaves, in place of the engine's request
@@ -47,6 +47,31 @@ HARNESSES = tuple(RAMP_SHARE)
 # rows name no engine version (or none comparable with the dense campaigns'), fitted with its
 # client (scripts/fit_serving.py --workflow).
 HARNESS_REQUEST_OVERHEAD_S = {WORKFLOW: 0.150}
+
+
+# How a campaign launched its engines, where that differs from the engines' defaults. The
+# Llama-3.1-70B sweep measured 2025-10-29 (the rows whose source opens with "model="; TensorRT-LLM
+# and vLLM, H100/H200/B200, 1k/1k, 1k/8k and 8k/1k tokens, 4 to 128 requests in flight, ten
+# per slot) has the shapes of the public InferenceMAX benchmark, whose launch scripts for it
+# (benchmarks/70b_fp8_h200_trt_slurm.sh, 70b_fp4_b200_trt_slurm.sh) start trtllm-serve with a
+# 16,384-token budget and, for 1k/1k on fewer than 8 GPUs only, TensorRT-LLM's batch waiting
+# (batch_wait_timeout_iters 20, batch_wait_max_tokens_ratio 0.9). Those rows alone show it: at
+# 4 requests in flight their TTFT exceeds the same engine's at 1k/8k by about 20 decode steps
+# (B200 FP8 on 1 GPU 279 ms, 20 x 14.6 ms; on 4 GPUs 134 ms, 20 x 6.6 ms), on 8 GPUs and in
+# the sweep's vLLM rows by nothing.
+SWEEP_SOURCE = "model="
+SWEEP_TRTLLM_MAX_NUM_TOKENS = 16384
+SWEEP_BATCH_WAIT = {"batch_wait_iters": 20, "batch_wait_tokens_ratio": 0.9}
+
+
+def launched(row: dict, engine):
+    """`engine` as the campaign that measured `row` launched it (the notes above)."""
+    if row["backend"] != "trtllm" or not row["silicon_data_source"].startswith(SWEEP_SOURCE):
+        return engine
+    engine = replace(engine, max_num_tokens=SWEEP_TRTLLM_MAX_NUM_TOKENS)
+    if (row["isl"], row["osl"]) == ("1024", "1024") and _int(row["tp_size"]) < 8:
+        engine = replace(engine, **SWEEP_BATCH_WAIT)
+    return engine
 
 
 def harness(row: dict) -> str:
@@ -90,7 +115,7 @@ def predict(row: dict, engines: dict | None = None, clients: tuple | None = None
     `clients` the (ramp shares, length spreads, requests per slot) of the clients, per harness
     (harness()), `families` the request overheads per (engine, version family), `harnesses`
     those per harness."""
-    engine = release_spec((engines or ENGINES)[row["backend"]], row["backend_version"])
+    engine = launched(row, release_spec((engines or ENGINES)[row["backend"]], row["backend_version"]))
     family = (row["backend"], version_family(row["backend_version"]))
     overheads = FAMILY_REQUEST_OVERHEAD_S if families is None else families
     own = HARNESS_REQUEST_OVERHEAD_S if harnesses is None else harnesses

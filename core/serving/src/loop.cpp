@@ -87,6 +87,10 @@ struct Engine {
   i64 kv_block_tokens, max_num_tokens, max_batch, cuda_graph_max_batch;
   double request_overhead_s;
   bool first_token_with_decode;  // a request's first token reaches the client when its first decode step ends
+  // batch waiting: picked prompts are held while decodes run, up to this many iterations in all,
+  // until they and the decodes fill this share of max_num_tokens (0 iterations: never held)
+  i64 batch_wait_iters;
+  double batch_wait_tokens_ratio;
 };
 
 using Stats = std::tuple<double, double, double, double>;
@@ -121,10 +125,10 @@ Stats stats(const std::vector<double>& values, const std::vector<i64>& weights) 
 // is the map key; the running requests' remaining steps are compared on a key match).
 struct CycleKey {
   std::vector<i64> prefill_left;
-  i64 waiting, kv_used, decodes, finish_offset, unseen;
+  i64 waiting, kv_used, decodes, finish_offset, unseen, held;
   bool operator==(const CycleKey& o) const {
     return prefill_left == o.prefill_left && waiting == o.waiting && kv_used == o.kv_used && decodes == o.decodes &&
-           finish_offset == o.finish_offset && unseen == o.unseen;
+           finish_offset == o.finish_offset && unseen == o.unseen && held == o.held;
   }
 };
 
@@ -132,7 +136,7 @@ struct CycleKeyHash {
   size_t operator()(const CycleKey& k) const {
     u64 h = kFnvBasis;
     for (const i64 v : k.prefill_left) h = fnv(h, v);
-    for (const i64 v : {k.waiting, k.kv_used, k.decodes, k.finish_offset, k.unseen}) h = fnv(h, v);
+    for (const i64 v : {k.waiting, k.kv_used, k.decodes, k.finish_offset, k.unseen, k.held}) h = fnv(h, v);
     return h;
   }
 };
@@ -265,10 +269,12 @@ class Loop {
         budget -= take;
       }
     }
+    const i64 hold = held_back();
     const i64 run_decodes = (e_.mixed_batches || chunks_.empty()) ? decodes_ : 0;
     i64 steps = 1;
     if (run_decodes && chunks_.empty()) {
       steps = heap_.front().first - clock_;
+      if (hold) steps = std::min(steps, hold);  // the held prompts go when the wait runs out
       if (issued_ < scheduled_) {
         const double step_s =
             time_s(0, 0, decodes_, (sum_base_ + decodes_ * clock_) / decodes_, decodes_ <= e_.cuda_graph_max_batch);
@@ -305,6 +311,7 @@ class Loop {
     busy_ += seconds;
     iterations_ += static_cast<double>(steps);
     prefill_total_ += static_cast<double>(prefill);
+    held_ += hold ? steps : 0;
     if (run_decodes) {
       clock_ += steps;
       decode_total_ += static_cast<double>(run_decodes * steps);
@@ -329,6 +336,24 @@ class Loop {
       order_.swap(kept);
     }
     if (finished && cyclic_ && !stale_ && issued_ >= first_wave_ && completed_ >= warmup_) skip_cycles();
+  }
+
+  // Batch waiting (Engine::batch_wait_iters): with decodes running, the prompts picked this turn
+  // are held back (chunks_ emptied) while the iterations held so far are fewer than the limit
+  // and the picked prompt tokens with one token per decode fall short of the share of
+  // max_num_tokens; the iterations the hold may still last, 0 when the prompts go (and the count
+  // starts again) or nothing is held.
+  i64 held_back() {
+    if (chunks_.empty() || !decodes_ || e_.batch_wait_iters <= 0) return 0;
+    i64 tokens = decodes_;
+    for (const auto& chunk : chunks_) tokens += chunk.second;
+    if (held_ < e_.batch_wait_iters &&
+        static_cast<double>(tokens) < e_.batch_wait_tokens_ratio * static_cast<double>(e_.max_num_tokens)) {
+      chunks_.clear();
+      return e_.batch_wait_iters - held_;
+    }
+    held_ = 0;
+    return 0;
   }
 
   bool complete() {  // the decodes that reached their last token leave; a closed loop sends the next requests
@@ -396,6 +421,7 @@ class Loop {
     probe_.decodes = decodes_;
     probe_.finish_offset = finish_sum_ - decodes_ * clock_;
     probe_.unseen = static_cast<i64>(unseen_.size());
+    probe_.held = held_;
     // the sum of the ends' squared offsets tells most states apart before the offsets are compared
     const u64 c = u64(clock_);
     const u64 squares = finish_squares_ - 2 * c * u64(finish_sum_) + u64(decodes_) * c * c;
@@ -481,6 +507,7 @@ class Loop {
   i64 clock_ = 0, issued_ = 0, completed_ = 0, decodes_ = 0;
   i64 sum_base_ = 0;  // sum of decode contexts = sum_base + decodes * clock
   i64 kv_used_ = 0, preemptions_ = 0, stale_ = 0, finish_sum_ = 0;
+  i64 held_ = 0;  // iterations the prompts waiting to prefill have been held back (batch waiting)
   u64 finish_squares_ = 0;  // the decodes' ends squared and summed, modulo 2^64
 };
 
@@ -488,11 +515,12 @@ nb::tuple simulate(IterationMemo& memo, const nb::callable& time_fn, bool mixed_
                    bool reserve, i64 kv_block_tokens, i64 max_num_tokens, i64 max_batch, i64 cuda_graph_max_batch,
                    double request_overhead_s, bool first_token_with_decode, std::vector<i64> isl,
                    std::vector<i64> osl, std::vector<double> arrival, i64 first_wave, i64 warmup, bool closed, bool cyclic, bool prefilled, i64 kv_tokens,
-                   double return_s) {
+                   double return_s, i64 batch_wait_iters, double batch_wait_tokens_ratio) {
   if (isl.size() != osl.size() || isl.size() != arrival.size())
     throw std::invalid_argument("serving loop: isl, osl and arrival differ in length");
   const Engine engine{mixed_batches,  chunked_prefill, reserve, kv_block_tokens, max_num_tokens, max_batch,
-                      cuda_graph_max_batch, request_overhead_s, first_token_with_decode};
+                      cuda_graph_max_batch, request_overhead_s, first_token_with_decode,
+                      batch_wait_iters, batch_wait_tokens_ratio};
   return Loop(memo, time_fn, engine, std::move(isl), std::move(osl), std::move(arrival), first_wave, warmup, closed,
               cyclic && return_s == 0.0, prefilled, kv_tokens, return_s)
       .run();
@@ -513,5 +541,5 @@ NB_MODULE(_loop, m) {
         nb::arg("max_batch"), nb::arg("cuda_graph_max_batch"), nb::arg("request_overhead_s"),
         nb::arg("first_token_with_decode"), nb::arg("isl"), nb::arg("osl"), nb::arg("arrival"), nb::arg("first_wave"),
         nb::arg("warmup"), nb::arg("closed"), nb::arg("cyclic"), nb::arg("prefilled"), nb::arg("kv_tokens"),
-        nb::arg("return_s") = 0.0);
+        nb::arg("return_s") = 0.0, nb::arg("batch_wait_iters") = 0, nb::arg("batch_wait_tokens_ratio") = 0.0);
 }
