@@ -2,14 +2,13 @@
 (issue 21). Prints, for each Blackwell part against H100 in the same tables:
 
 - the datasheet peaks its system.yaml states (what the presets carry);
-- GEMM efficiency: the tile model's time at neutral factors (compute_efficiency and
-  fp8_efficiency 1) over the measured time, median over large GEMMs (m, n, k >= 4096),
-  for BF16 (torch linear, cuBLAS) and per-tensor FP8 (CUTLASS scaled-mm), the same vLLM
-  0.24.0 kernels on every GPU; a preset's compute_efficiency is H100's calibrated 0.650 times
-  the ratio of its BF16 efficiency to H100's, its effective FP8 share 0.650 x 0.775 times the
-  FP8 ratio (fp8_efficiency = that over its compute_efficiency);
-- weight-stream efficiency: the same for BF16 GEMMs of 1 to 8 rows over a >= 256 MiB weight
-  (HBM-bound), scaling H100's stream_efficiency 0.9625 (capped at 1);
+- the GEMM shares the model is fitted to (compute_efficiency, fp8_efficiency) come from
+  scripts/fit_gemm.py on every GEMM row; this script prints the large GEMMs' (m, n, k >= 4096)
+  median rate as a datasheet check;
+- weight-stream efficiency: the tile model's time at neutral factors over the measured time,
+  median over BF16 GEMMs of 1 to 8 rows over a >= 256 MiB weight (HBM-bound), for the same vLLM
+  0.24.0 kernels on every GPU, scaling H100's calibrated stream_efficiency (its preset's) by the
+  part's ratio to H100 (capped at 1);
 The NVLink dimension's figures (efficiency, pipeline fill, NVLS share) are fitted on the
 NCCL tables by scripts/fit_nccl.py.
 
@@ -35,18 +34,11 @@ KERNELS = Path("/work/shared/validation/kernels")
 # kernel-table folder -> preset
 PARTS = {"h100_sxm": "h100-sxm5-80gb", "b200_sxm": "b200-sxm-180gb", "b300_sxm": "b300-sxm-288gb",
          "gb200": "gb200-nvl72", "gb300": "gb300-nvl72"}
-# H100's calibrated factors (core/model/presets/gpus/h100-sxm5-80gb.yaml) the ratios scale
-H100 = {"compute_efficiency": 0.650, "fp8_efficiency": 0.775, "stream_efficiency": 0.9625}
-# GB200's BF16 table (cuBLAS through torch linear) sits far below its own FP8 table and below
-# B200's on the same die (median 0.51 of peak against B200's 0.69, while its FP8 matches
-# B200's); a tuning gap of that collection rather than the silicon, so GB200 takes B200's BF16
-# efficiency and its FP8 share from its own FP8 table.
-BF16_FROM = {"gb200": "b200_sxm"}
 BIG = 4096
 STREAM_ROWS = 8
 STREAM_BYTES = 256 * 2**20
 NEUTRAL = {"calibration.compute_efficiency": 1.0, "calibration.fp8_efficiency": 1.0,
-           "calibration.stream_efficiency": 1.0, "calibration.memory_efficiency": 1.0,
+           "calibration.step_efficiency": 1.0, "calibration.stream_efficiency": 1.0, "calibration.memory_efficiency": 1.0,
            "calibration.kernel_overhead": "0 us"}
 
 
@@ -86,17 +78,13 @@ def derive(kernels: Path = KERNELS) -> dict:
             "fp8_median_tflops": float(flops[big.gemm_dtype == "fp8"].median()) / 1e12,
             "nvfp4_median_tflops": float(flops[big.gemm_dtype == "nvfp4"].median()) / 1e12
             if (big.gemm_dtype == "nvfp4").any() else None,
-            "e_bf16": gemm_efficiency(hw, big[big.gemm_dtype == "bfloat16"], "bf16"),
-            "e_fp8": gemm_efficiency(hw, big[big.gemm_dtype == "fp8"], "fp8"),
             "e_stream": gemm_efficiency(hw, stream, "bf16"),
         }
         figures[part] = f
     h = figures["h100_sxm"]
+    h100_stream = load_hardware(PARTS["h100_sxm"]).calibration.stream_efficiency
     for part, f in figures.items():
-        f["compute_efficiency"] = H100["compute_efficiency"] * figures[BF16_FROM.get(part, part)]["e_bf16"] / h["e_bf16"]
-        f["fp8_share"] = H100["compute_efficiency"] * H100["fp8_efficiency"] * f["e_fp8"] / h["e_fp8"]
-        f["fp8_efficiency"] = f["fp8_share"] / f["compute_efficiency"]
-        f["stream_efficiency"] = min(1.0, H100["stream_efficiency"] * f["e_stream"] / h["e_stream"])
+        f["stream_efficiency"] = min(1.0, h100_stream * f["e_stream"] / h["e_stream"])
     return figures
 
 
@@ -117,18 +105,10 @@ def main() -> None:
                if f["nvfp4_median_tflops"] else "")
         print(f"  {part:9s} bf16 {f['bf16_median_tflops']:6.0f} ({f['bf16_median_tflops'] * T / f['bf16_peak']:.3f})"
               f"  fp8 {f['fp8_median_tflops']:6.0f} ({f['fp8_median_tflops'] * T / f['fp8_peak']:.3f}){fp4}")
-    print("\nmodel at neutral factors / measured (median)")
+    print("\nweight streams at neutral factors / measured (median), and the derived stream_efficiency "
+          "(H100's calibrated value x the part's ratio to H100 in the same tables)")
     for part, f in figures.items():
-        print(f"  {part:9s} gemm bf16 {f['e_bf16']:.3f}  gemm fp8 {f['e_fp8']:.3f}  stream {f['e_stream']:.3f}")
-    print("\nderived preset factors (H100's calibrated value x the part's ratio to H100 in the same tables)")
-    for part, source in BF16_FROM.items():
-        print(f"  ({part}'s BF16 efficiency taken from {source}: its own BF16 GEMMs reach "
-              f"{figures[part]['e_bf16'] / figures[source]['e_bf16']:.2f} of {source}'s while its FP8 reach "
-              f"{figures[part]['e_fp8'] / figures[source]['e_fp8']:.2f})")
-    for part, f in figures.items():
-        print(f"  {part:9s} compute_efficiency {f['compute_efficiency']:.3f}  fp8_efficiency {f['fp8_efficiency']:.3f}"
-              f" (FP8 share of FP8 peak {f['fp8_share']:.3f})  stream_efficiency {f['stream_efficiency']:.3f}")
-
+        print(f"  {part:9s} stream {f['e_stream']:.3f}  stream_efficiency {f['stream_efficiency']:.3f}")
 
 if __name__ == "__main__":
     main()

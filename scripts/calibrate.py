@@ -2,36 +2,42 @@
 published data, and report the error on every row, fitted and held out. Prints the values
 to put in each preset's `calibration:` block; it edits nothing.
 
+Each family's GEMM kernel shares (compute_efficiency, fp8_efficiency) are not fitted here: they
+come from the measured GEMM tables (scripts/fit_gemm.py). What whole steps add on top is:
+step_efficiency, the share of the kernels' rate a step's GEMMs and attention keep (the clock a
+power-limited GPU holds over a step, the framework's gaps between kernels).
+
 Per family, each fit group names the suites it reads, which of their rows it fits (the
 rest are held out) and the factors it searches, each on a grid refined twice around each
 of its STARTS best points, minimising the largest |error| (then the mean) on the fitted rows:
-- A100 (a100-sxm4-80gb): the training rows of three sources fit compute_efficiency, so that
+- A100 (a100-sxm4-80gb): the training rows of three sources fit step_efficiency, so that
   leaving any one out (`--cv`) still leaves two: Korthikanti et al.'s gpt-22b and gpt-175b
   (Megatron-LM, TP 8; gpt-530b and gpt-1t held out), and every row of FlashAttention's and
-  llm-foundry's 8-GPU tables (suite a100_training). memory_efficiency (elementwise kernels)
-  stays the preset's 0.7: fitted beside compute_efficiency on these rows it runs to the edge
-  of its grid (0.6) and takes the held-out gpt-1t to +7.4 %, a second factor the rows cannot
-  pin. The sources disagree in one respect no global factor absorbs: on one model (MPT 7B,
-  13B) llm-foundry's rows with activation checkpointing are predicted 8-13 % slow and those
-  without 3-4 % fast (HFU 77-79 % measured with checkpointing), and Korthikanti's
-  full-recompute rows sit 2-5 % slow beside its selective ones; the minimax fit splits that
-  difference.
+  llm-foundry's 8-GPU tables (suite a100_training). attention_efficiency stays the preset's
+  (the fused kernels at 0.77 of the peak alone): fitted beside step_efficiency it runs to the
+  bottom of its grid (0.69) and takes the held-out gpt-530b and gpt-1t to 6.5 %. memory_efficiency
+  (elementwise kernels) stays the preset's 0.7: fitted beside the compute factor on these rows
+  it ran to the edge of its grid (0.6) and took the held-out gpt-1t to +7.4 %, a second factor
+  the rows cannot pin. The sources disagree in one respect no global factor absorbs: on one
+  model (MPT 7B, 13B) llm-foundry's rows with activation checkpointing are predicted slow and
+  those without fast, and Korthikanti's full-recompute rows sit slow beside its selective ones;
+  the minimax fit splits that difference.
   network_efficiency stays the preset's 1.0, its link efficiencies being what nccl-tests
-  measures on a DGX A100 (fitted on these rows it trades off against compute_efficiency along
+  measures on a DGX A100 (fitted on these rows it trades off against the compute factor along
   a ridge: every TP-8 row's communication grows with its compute, so four rows cannot tell
-  them apart, while a layout without TP traffic, as the quick start's, reads
-  compute_efficiency alone); inference rows of llama2-7b and llama2-70b tp8 fit
+  them apart); inference rows of llama2-7b and llama2-70b tp8 fit
   stream_efficiency (batch-1 decode is one sweep of the weights per token), kernel_overhead
   and collective_step (the decode attention rate does not matter at batch 1); TensorRT-LLM
   v0.6.1's GPT-J and Llama 2 70B rows fit decode_attention_rate (its Llama 7B and Falcon 180B
   rows held out).
 - H100 (h100-sxm5-80gb; H200 inherits): the rows of all five sources of the h100_dense
   suite (DGX Cloud 24.11 and 25.05, NeMo 24.07, NeMo long-sequence, Megatron-Bridge) fit
-  compute_efficiency, fp8_efficiency and sync_skew (the wait of FP8 delayed scaling's amax
-  all-reduces for the latest rank of a group over several nodes), so that leaving any one source out still leaves
-  four to fit on (`--cv`); attention_efficiency stays 1 (fused attention at the GEMMs'
-  efficiency): only the long-sequence rows can see it, and fitted it lands on that bound in
-  every fold that has them, while a fold without them cannot pin it at all; the nccl-tests all-reduce rows above
+  step_efficiency, attention_efficiency and sync_skew (the wait of FP8 delayed scaling's amax
+  all-reduces for the latest rank of a group over several nodes), so that leaving any one
+  source out still leaves four to fit on (`--cv`). FP8 steps take the same step_efficiency
+  as BF16 ones: the tables' FP8-to-BF16 kernel ratio carries over to whole steps unchanged.
+  attention_efficiency is the fused kernels' share relative to the GEMMs'; the long-sequence
+  rows, where attention dominates the step, are the ones that pin it. The nccl-tests all-reduce rows above
   1 MiB on one DGX H100 fit network_efficiency (what the links deliver, measured directly
   rather than left to absorb training residuals); the whole MoE suite is held out.
   TensorRT-LLM v0.5's H100 FP8 GPT-J and Llama 2 70B rows fit stream_efficiency and
@@ -40,11 +46,9 @@ of its STARTS best points, minimising the largest |error| (then the mean) on the
   is inherited from the A100 fit (Family.inherited): with the weight and KV sweeps apart,
   these rows' worst error is set by their prefill at any kernel_overhead from 2 to 5.5 us,
   so they do not pin it, and choosing it by the held-out suites' errors would leak them into
-  the fit (it had been kept at 4.75 us that way; moe's worst moved 9.8 -> 10.8 % when it
-  became A100's 4 us). memory_efficiency stays the preset's 1, unfitted: over 0.6-1.0, with
-  compute and FP8 efficiency refitted at each value, h100_dense's worst error stays within
-  14.1-14.5 %, so no fit group pins it, while the held-out moe suite (routing, permutation
-  and casts are elementwise) moves with it; it wants an independent kernel measurement.
+  the fit. memory_efficiency stays the preset's 1, unfitted: no fit group pins it, while the
+  held-out moe suite (routing, permutation and casts are elementwise) moves with it; it wants
+  an independent kernel measurement.
 The trtllm suite holds both families' rows; each family reads the rows of its GPU.
 
 `--cv` prints, per suite, the in-sample error (the factors fitted on all their fit rows)
@@ -68,7 +72,7 @@ from core.validation.suites import SUITES
 
 US = 1e-6
 MIB = 2**20
-ZERO_FACTORS = {"compute_efficiency": 1.0, "fp8_efficiency": 1.0, "attention_efficiency": 1.0,
+ZERO_FACTORS = {"step_efficiency": 1.0, "attention_efficiency": 1.0,
                 "memory_efficiency": 1.0, "stream_efficiency": 1.0, "network_efficiency": 1.0, "kernel_overhead_s": 0.0,
                 "collective_step_s": 0.0, "decode_attention_rate": 12.0}
 
@@ -116,7 +120,7 @@ FAMILIES = {
     "a100": Family("a100-sxm4-80gb", ("training", "a100_training", "inference", "memory", "trtllm"), (
         Group("training", ("training", "a100_training"),
               lambda c: c.source in A100_FRAMEWORK_FIT_SOURCES or c.case.startswith(A100_TRAIN_FIT),
-              (("compute_efficiency", _grid(0.6, 1.0, 9)),)),
+              (("step_efficiency", _grid(0.6, 1.0, 11)),)),
         Group("inference", ("inference",), lambda c: c.case.startswith(A100_INFER_FIT),
               (("stream_efficiency", _grid(0.7, 1.0, 7)), ("kernel_overhead_s", _grid(0.0, 8.0, 9, US)),
                ("collective_step_s", _grid(0.0, 8.0, 9, US)))),
@@ -125,7 +129,7 @@ FAMILIES = {
     ), gpus=("A100",)),
     "h100": Family("h100-sxm5-80gb", ("h100_dense", "moe", "memory_h100", "collectives", "trtllm"), (
         Group("training", ("h100_dense",), lambda c: c.source in H100_TRAIN_FIT_SOURCES,
-              (("compute_efficiency", _grid(0.45, 0.85, 5)), ("fp8_efficiency", _grid(0.7, 1.0, 7)),
+              (("step_efficiency", _grid(0.6, 1.0, 11)), ("attention_efficiency", _grid(0.68, 1.0, 9)),
                ("sync_skew_s", _grid(0.0, 400.0, 5, US)))),
         Group("network", ("collectives",), lambda c: int(c.case.rsplit("-", 1)[1]) > MIB,
               (("network_efficiency", _grid(0.6, 1.0, 9)),)),
@@ -233,8 +237,8 @@ def report(family: Family, hw) -> None:
 def print_calibration(name: str, hw) -> None:
     """The fitted values exactly as the preset should hold them (no rounding)."""
     c = hw.calibration
-    print(f"\n{name} calibration:\n  compute_efficiency: {c.compute_efficiency:g}\n"
-          f"  fp8_efficiency: {c.fp8_efficiency:g}\n  attention_efficiency: {c.attention_efficiency:g}\n"
+    print(f"\n{name} calibration:\n  step_efficiency: {c.step_efficiency:g}\n"
+          f"  attention_efficiency: {c.attention_efficiency:g}\n"
           f"  network_efficiency: {c.network_efficiency:g}\n  memory_efficiency: {c.memory_efficiency:g}\n"
           f"  stream_efficiency: {c.stream_efficiency:g}\n"
           f"  kernel_overhead: {c.kernel_overhead_s / US:g} us\n  collective_step: {c.collective_step_s / US:g} us\n"

@@ -53,3 +53,8 @@ def small_results(tmp_path_factory):
 @pytest.fixture(scope="session")
 def a100():
     return core.load_hardware("a100-sxm4-80gb")
+
+
+@pytest.fixture(scope="session")
+def h100():
+    return core.load_hardware("h100-sxm5-80gb")

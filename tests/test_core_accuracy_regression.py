@@ -35,17 +35,26 @@ from core.validation.suites import SUITES, summary
 # over a group spanning nodes the wait for its latest rank, calibration.sync_skew) and H100's
 # factors were refitted beside it (fp8_efficiency 0.75 -> 0.775, sync_skew 125 us; trtllm's
 # mean 7.02 -> 6.95 with the inference factors refitted after them).
+# Every GEMM took its share of the peak from the measured kernel tables (scripts/fit_gemm.py), and
+# whole steps one step_efficiency (H100 beside attention_efficiency and sync_skew; FP8 steps at
+# the measured 0.911 of the BF16 clock) (MODEL_VERSION 22): training 4.96 / 2.8 -> 4.86 / 2.23,
+# a100_training 13.5 / 6.1 -> 10.16 / 5.44, inference 3.1 / 2.0 -> 3.04 / 2.01, h100_dense
+# 12.6 / 3.9 -> 11.70 / 3.83, trtllm 13.7 / 6.95 -> 10.66 / 5.93, and the held-out moe 10.8 / 3.56
+# -> 9.61 / 3.65: its worst row 1.2 points better, its mean 0.09 worse, the one bound that rose
+# (its rows move by under a point each; fitting the shares on every GEMM row instead of the
+# compute-bound ones, without the FP8 clock, gave moe 3.53 but missed H100's FP8 kernel tables by
+# 16-28 % where this misses them by 1-8 %).
 # trtllm and collectives are bounded over all their rows (collectives' worst is the 32-byte
 # all-reduce, whose latency the closed form misses; above 1 MiB, see test_core_inference_accuracy).
 REACHED = {
-    "training": (5.0, 2.8, 0),
-    "a100_training": (13.6, 6.1, 0),
-    "inference": (3.2, 2.1, 0),
+    "training": (4.9, 2.25, 0),
+    "a100_training": (10.2, 5.45, 0),
+    "inference": (3.1, 2.05, 0),
     "memory": (9.0, 2.7, 0),
-    "h100_dense": (12.6, 3.95, 0),
-    "moe": (10.8, 3.6, 0),
+    "h100_dense": (11.7, 3.85, 0),
+    "moe": (9.7, 3.66, 0),
     "memory_h100": (9.8, 9.1, 1),
-    "trtllm": (13.7, 7.0, 0),
+    "trtllm": (10.7, 5.95, 0),
     "collectives": (78.0, 9.8, 0),
 }
 

@@ -68,7 +68,7 @@ def test_the_backward_tensor_rate_and_its_passes():
     gpu, cal = full.gpu, full.calibration
     flops = 5 * 2.0 * 256 * 8192 * 8192 * ops.causal_fraction(8192) * 128
     waves = 125 / (16384 / 132)  # 256 heads x 64 query tiles on 132 SMs
-    tensor_s = flops / (gpu.flops("bf16") * cal.compute_efficiency * cal.attention_efficiency) * waves
+    tensor_s = flops / (ops.tensor_rate_flops(full, "bf16") * cal.attention_efficiency) * waves
     slower = ops.flash_attention(half, *args, True).time_s - ops.flash_attention(full, *args, True).time_s
     assert slower == pytest.approx(tensor_s)
     passes = bare(h100, attention_backward_passes=True)

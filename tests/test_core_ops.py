@@ -4,6 +4,8 @@ import dataclasses
 import pytest
 
 from core.model import ops
+from core.model.ops.gemm import EXPOSED_OVERLAP
+from core.validation.kernels import kernels_alone
 
 
 def no_overheads(hw):
@@ -12,11 +14,39 @@ def no_overheads(hw):
 
 
 def test_large_gemm_is_compute_bound_at_the_derated_peak(a100):
+    """At the kernels' share of the peak times a step's share of that; its HBM traffic shows
+    only as the pipeline's exposed share of its time (at the slower of the two HBM rates)."""
     hw = no_overheads(a100)
     kernel = ops.gemm(hw, 8192, 8192, 8192)
-    peak = hw.gpu.flops("bf16") * hw.calibration.compute_efficiency
+    cal = hw.calibration
+    peak = hw.gpu.flops("bf16") * cal.compute_efficiency * cal.step_efficiency
+    assert ops.tensor_rate_flops(hw, "bf16") == peak
     assert kernel.flops == 2 * 8192**3
-    assert kernel.time_s == pytest.approx(kernel.flops / peak, rel=0.02)
+    waves = 19 / (32 * 64 / 108)  # 32 x 64 tiles of 256 x 128 on 108 SMs: 19 waves for 18.96
+    slowest_bps = hw.gpu.hbm.bandwidth_bps * min(cal.memory_efficiency, cal.stream_efficiency)
+    assert kernel.flops / peak < kernel.time_s <= kernel.flops / peak * waves + \
+        EXPOSED_OVERLAP * kernel.hbm_bytes / slowest_bps
+
+
+def test_a_kernel_timed_alone_drops_what_a_step_adds(h100):
+    """The kernel tables' view: no step share, no host time per kernel, the full clock."""
+    alone = kernels_alone(h100)
+    assert ops.tensor_rate_flops(alone, "bf16") == h100.gpu.flops("bf16") * h100.calibration.compute_efficiency
+    assert ops.tensor_rate_flops(alone, "fp8") == (h100.gpu.flops("fp8") * h100.calibration.compute_efficiency
+                                                   * h100.calibration.fp8_efficiency)
+    assert ops.launch_s(alone) == h100.gpu.launch_overhead_s
+
+
+def test_cluster_multicast_halves_the_l2_traffic_of_an_l2_bound_gemm(h100):
+    """With the tensor cores, SRAM and HBM made unlimited, a GEMM's time is its L2 bytes over
+    the L2 rate: sharing each operand tile across a 2-CTA cluster halves it."""
+    gpu = dataclasses.replace(no_overheads(h100).gpu, peak_flops=(("bf16", 1e30),),
+                              sram=dataclasses.replace(h100.gpu.sram, bandwidth_bps=1e30),
+                              hbm=dataclasses.replace(h100.gpu.hbm, bandwidth_bps=1e30))
+    single = dataclasses.replace(h100, gpu=dataclasses.replace(gpu, operand_multicast=1),
+                                 calibration=dataclasses.replace(h100.calibration, kernel_overhead_s=0.0))
+    paired = dataclasses.replace(single, gpu=dataclasses.replace(gpu, operand_multicast=2))
+    assert ops.gemm(paired, 4096, 4096, 4096).time_s == pytest.approx(ops.gemm(single, 4096, 4096, 4096).time_s / 2)
 
 
 def test_gemv_is_bound_by_reading_the_weights(a100):
@@ -26,7 +56,8 @@ def test_gemv_is_bound_by_reading_the_weights(a100):
     kernel = ops.gemm(hw, 1, 16384, 8192)
     hbm, cal = hw.gpu.hbm.bandwidth_bps, hw.calibration
     expected = 16384 * 8192 * 2 / (hbm * cal.stream_efficiency) + (8192 + 16384) * 2 / (hbm * cal.memory_efficiency)
-    assert kernel.time_s == pytest.approx(expected)
+    # the pipeline leaves EXPOSED_OVERLAP of the (tile-padded) compute time on top
+    assert expected < kernel.time_s < expected * (1 + EXPOSED_OVERLAP)
     assert kernel.hbm_bytes == (16384 * 8192 + 8192 + 16384) * 2
 
 
@@ -37,7 +68,8 @@ def test_a_gemm_on_activations_alone_moves_at_the_elementwise_rate(a100):
     hw = no_overheads(a100)
     kernel = ops.gemm(hw, 1, 16384, 8192, weights=False)
     bytes_ = (16384 * 8192 + 8192 + 16384) * 2
-    assert kernel.time_s == pytest.approx(bytes_ / (hw.gpu.hbm.bandwidth_bps * hw.calibration.memory_efficiency))
+    moved_s = bytes_ / (hw.gpu.hbm.bandwidth_bps * hw.calibration.memory_efficiency)
+    assert moved_s < kernel.time_s < moved_s * (1 + EXPOSED_OVERLAP)
 
 
 def test_decode_attention_sweeps_the_cache_as_one_stream(a100):

@@ -69,10 +69,12 @@ def test_a_compute_bound_step_slows_under_a_lower_power_cap_and_a_decode_step_ha
     full, capped = (evaluate(model, _h100(limit), par, train, 8) for limit in ("700 W", "300 W"))
     assert capped["gpu_clock_share"] < 0.8 and capped["power_avg_w"] < 300  # the limit holds while kernels run
     assert capped["step_time_s"] > 1.15 * full["step_time_s"]
+    step_slowdown = capped["step_time_s"] / full["step_time_s"] - 1
     decode = InferWorkload(batch=1, prompt=16, decode=256)
     full, capped = (evaluate(model, _h100(limit), Parallelism(), decode, 1) for limit in ("700 W", "300 W"))
-    assert capped["gpu_clock_share"] < 1.0  # the cap binds here too, yet HBM sets the pace
-    assert capped["tpot_s"] < 1.03 * full["tpot_s"]
+    assert capped["gpu_clock_share"] < 1.0  # the cap binds here too, yet HBM sets the pace:
+    # only the tile work the GEMVs' pipelines leave exposed slows with the clock
+    assert capped["tpot_s"] / full["tpot_s"] - 1 < step_slowdown / 10
 
 
 def test_energy_columns_of_a_training_step_and_an_inference_request_agree_with_each_other():

@@ -298,7 +298,8 @@ def test_a_workflow_row_takes_its_harness_client_and_request_overhead_whatever_i
     assert (serving_rows.harness(row), serving_rows.harness(workflow)) == ("vllm", "workflow")
     monkeypatch.setattr(serving_rows, "FAMILY_REQUEST_OVERHEAD_S", {("vllm", "9.9"): 1.015})
     monkeypatch.setattr(serving_rows, "REQUESTS_PER_SLOT", {**serving_rows.REQUESTS_PER_SLOT, "workflow": 10.0})
-    monkeypatch.setattr(serving_rows, "LENGTH_SPREAD", {**serving_rows.LENGTH_SPREAD, "workflow": 0.1})
+    monkeypatch.setattr(serving_rows, "LENGTH_SPREAD", {**serving_rows.LENGTH_SPREAD,
+                                                      "workflow": serving_rows.LENGTH_SPREAD["vllm"]})
     monkeypatch.setattr(serving_rows, "HARNESS_REQUEST_OVERHEAD_S", {"workflow": 0.515})
     mine = serving_rows.predict({**workflow, "backend_version": "9.9.1"})
     plain = serving_rows.predict({**row, "backend_version": "9.8.1"})

@@ -8,9 +8,9 @@ import pytest
 
 from core.errors import SpecError
 from core.model import ops
-from core.model.loader import load_hardware
+from core.model.loader import load_hardware, with_dtype
 from core.model.ops.mla import mla_decode
-from core.validation.kernels import KERNELS_DIR, error_summary, kernel_groups
+from core.validation.kernels import KERNELS_DIR, error_summary, kernel_groups, kernels_alone
 from sweep.cli import main
 
 FIELDS = {"suite", "gpu", "kernel", "dtype", "bucket", "n", "median_error_pct", "mean_abs_error_pct",
@@ -32,13 +32,29 @@ def test_a_hand_made_gemm_row_is_compared_with_our_gemm_time(tmp_path):
     pq.write_table(pa.table({"m": [2048, 16], "n": [2048, 16], "k": [2048, 16], "gemm_dtype": ["bfloat16", "nvfp4"],
                              "latency": [0.5, 0.01]}), folder / "gemm_perf.parquet")
     records, skipped = kernel_groups(tmp_path)
-    predicted_s = ops.gemm(load_hardware("h100-sxm5-80gb"), 2048, 2048, 2048, dtype="bf16").time_s
+    predicted_s = ops.gemm(kernels_alone(load_hardware("h100-sxm5-80gb")), 2048, 2048, 2048, dtype="bf16").time_s
     [record] = records
     assert FIELDS <= record.keys()
     assert (record["gpu"], record["kernel"], record["dtype"], record["bucket"]) == ("h100_sxm", "gemm", "bf16",
                                                                                     "1-100 GFLOP")
     assert record["median_error_pct"] == pytest.approx(100 * (predicted_s / 0.5e-3 - 1))
     assert [(s["reason"], s["rows"]) for s in skipped] == [("gemm nvfp4: not modelled", 1)]
+
+
+def test_an_fp8_row_quantizes_its_input_as_the_tables_engine_does(tmp_path):
+    """TensorRT-LLM's per-tensor FP8 GEMM takes the input's amax in a pass of its own before the
+    cast (ops.fp8_cast under current scaling); vLLM computes its scales and casts in one kernel."""
+    shape = (512, 4096, 4096)
+    for engine, recipe in (("trtllm", "current"), ("vllm", "delayed")):
+        folder = tmp_path / engine / "h100_sxm" / "gemm" / engine / "0.1"
+        folder.mkdir(parents=True)
+        pq.write_table(pa.table({"m": [shape[0]], "n": [shape[1]], "k": [shape[2]], "gemm_dtype": ["fp8"],
+                                 "latency": [0.1]}), folder / "gemm_perf.parquet")
+        [record], _ = kernel_groups(tmp_path / engine)
+        hw = kernels_alone(load_hardware("h100-sxm5-80gb"))
+        quantized = with_dtype(hw, "fp8", "test", "dtype", recipe)
+        predicted_s = ops.gemm(hw, *shape, dtype="fp8").time_s + ops.fp8_cast(quantized, shape[0] * shape[2]).time_s
+        assert record["median_error_pct"] == pytest.approx(100 * (predicted_s / 0.1e-3 - 1))
 
 
 def test_missing_tables_are_one_clear_error(tmp_path):
@@ -77,7 +93,7 @@ def test_hand_made_mla_decode_and_moe_rows_are_compared_with_our_kernels(tmp_pat
                              "moe_tp_size": [1], "moe_ep_size": [1], "distribution": ["balanced"], "latency": [0.5]}),
                    moe / "moe_perf.parquet")
     records, _ = kernel_groups(tmp_path)
-    hw = load_hardware("h100-sxm5-80gb")
+    hw = kernels_alone(load_hardware("h100-sxm5-80gb"))
     decode_s = mla_decode(hw, 64, 16, 4096, 512, 64, 2).time_s
     # 512 routed rows over 128 experts: 4 rows each, one grouped GEMM up (gate and up), one down
     moe_s = (ops.gemm(hw, 4, 2 * 1536, 4096, 128).time_s + ops.pointwise(hw, 3 * 4 * 128 * 1536 * 2).time_s

@@ -305,6 +305,7 @@ def _gpu_from_mapping(data, source: str) -> GpuSpec:
         hbm=_memory_level(f.raw("hbm", required=True), source, "gpu.hbm.", "capacity"),
         launch_overhead_s=f.unit("launch_overhead", units.parse_time, "4 us"),
         mma_sync_share=f.number("mma_sync_share", 1.0, high=1.0),
+        operand_multicast=f.integer("operand_multicast", 1),
         power=_power(f, dict(peak)),
     )
     f.done()
@@ -479,6 +480,8 @@ def _calibration(raw, source: str) -> Calibration:
         sustained_clock=c.number("sustained_clock", base.sustained_clock, high=1.0),
         compute_efficiency=c.number("compute_efficiency", base.compute_efficiency, high=1.0),
         fp8_efficiency=c.number("fp8_efficiency", base.fp8_efficiency, high=1.0),
+        step_efficiency=c.number("step_efficiency", base.step_efficiency, high=1.0),
+        fp8_step_efficiency=c.number("fp8_step_efficiency", base.fp8_step_efficiency, high=1.0),
         attention_efficiency=c.number("attention_efficiency", base.attention_efficiency, high=1.0),
         memory_efficiency=c.number("memory_efficiency", base.memory_efficiency, high=1.0),
         stream_efficiency=c.number("stream_efficiency", base.stream_efficiency, high=1.0),

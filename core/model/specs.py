@@ -458,6 +458,9 @@ class GpuSpec:
     # Share of the tensor-core rate a kernel issuing the pre-Hopper mma.sync reaches
     # (FlashAttention-2 on Hopper, which lacks warpgroup MMA and TMA); 1 before Hopper.
     mma_sync_share: float = 1.0
+    # CTAs of a thread-block cluster that share each operand tile loaded from L2 (TMA multicast,
+    # Hopper on): a GEMM's L2 traffic over this; 1 before Hopper.
+    operand_multicast: int = 1
     power: PowerSpec | None = None  # None: the hardware file gives no power figures
 
     def flops(self, dtype: str) -> float:
@@ -549,8 +552,18 @@ class Calibration:
     # and thermal limits); it scales every kernel's compute-bound time. Kernels timed alone, as
     # the measured kernel tables are, run at 1.
     sustained_clock: float = 1.0
+    # GEMMs' share of the BF16 tensor-core peak, and FP8 GEMMs' share of the FP8 peak relative
+    # to it, as measured kernels reach them alone (scripts/fit_gemm.py on the kernel tables).
     compute_efficiency: float = 1.0
-    fp8_efficiency: float = 1.0  # FP8 GEMMs' achieved share of the FP8 peak, relative to compute_efficiency
+    fp8_efficiency: float = 1.0
+    # What the GEMMs and attention matmuls of a whole step keep of the kernels' measured rate, in
+    # every dtype: the clock a power-limited GPU holds over a step and the framework's gaps
+    # between kernels, fitted on end-to-end training rows (scripts/calibrate.py). Kernels timed
+    # alone, as the measured tables are, run at 1.
+    step_efficiency: float = 1.0
+    # FP8 GEMMs' step share relative to that: an FP8 GEMM-bound step draws more power per second
+    # and holds a lower clock under the limit (measured, not fitted: see the preset).
+    fp8_step_efficiency: float = 1.0
     attention_efficiency: float = 1.0  # fused attention's tensor-core share, relative to compute_efficiency
     memory_efficiency: float = 1.0  # elementwise and normalization kernels' share of the HBM peak
     # Long read streams' share of the HBM peak: a GEMM's weight matrix and the decode

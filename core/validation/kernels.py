@@ -62,22 +62,35 @@ def message_bucket(bytes_: float) -> str:
 
 
 def kernels_alone(hw):
-    """The hardware as the tables measured it: each kernel timed on its own at full clock,
-    with none of a whole step's clock throttling (calibration.sustained_clock)."""
-    return replace(hw, calibration=replace(hw.calibration, sustained_clock=1.0))
+    """The hardware as the tables measured it: each kernel timed on its own at full clock, back
+    to back on the device, with none of what a whole step adds: its clock throttling
+    (sustained_clock), what the step keeps of the kernels' rate (step_efficiency,
+    fp8_step_efficiency) and host time per kernel (kernel_overhead)."""
+    return replace(hw, calibration=replace(hw.calibration, sustained_clock=1.0, step_efficiency=1.0,
+                                           fp8_step_efficiency=1.0, kernel_overhead_s=0.0))
+
+
+# How each engine quantizes a per-tensor FP8 GEMM's BF16 input, in the terms of ops.fp8_cast's
+# recipes: TensorRT-LLM's torch flow takes the tensor's amax in one pass, then casts (current
+# scaling); vLLM's dynamic quantization computes each row's scale and casts in one kernel.
+FP8_INPUT_RECIPE = {"trtllm": "current", "vllm": "delayed"}
 
 
 @functools.lru_cache(maxsize=None)
-def _gemm_s(hw, m: int, n: int, k: int, dtype: str) -> float:
-    return ops.gemm(hw, m, n, k, dtype=dtype).time_s
+def _gemm_s(hw, m: int, n: int, k: int, dtype: str, engine: str) -> float:
+    time_s = ops.gemm(hw, m, n, k, dtype=dtype).time_s
+    if dtype == "fp8":
+        time_s += ops.fp8_cast(replace(hw, dtype="fp8", fp8_recipe=FP8_INPUT_RECIPE[engine]), m * k).time_s
+    return time_s
 
 
-def _gemm(hw, m, n, k, gemm_dtype):
-    """One GEMM C[m,n] = A[m,k] B[k,n], B a weight, as the layer graph times a linear layer."""
+def _gemm(hw, m, n, k, gemm_dtype, engine=""):
+    """One GEMM C[m,n] = A[m,k] B[k,n], B a weight, as the layer graph times a linear layer; an
+    FP8 row also quantizes its BF16 input A as the table's engine does (FP8_INPUT_RECIPE)."""
     dtype = GEMM_DTYPES.get(gemm_dtype)
-    if dtype is None or dtype not in dict(hw.gpu.peak_flops):
+    if dtype is None or dtype not in dict(hw.gpu.peak_flops) or (dtype == "fp8" and engine not in FP8_INPUT_RECIPE):
         return Skip(f"gemm {gemm_dtype}: not modelled")
-    return "gemm", dtype, flop_bucket(2.0 * m * n * k), _gemm_s(hw, m, n, k, dtype)
+    return "gemm", dtype, flop_bucket(2.0 * m * n * k), _gemm_s(hw, m, n, k, dtype, engine)
 
 
 def _context(hw, batch, isl, heads, kv_heads, head_dim, window, attn_dtype, kv_dtype, engine=""):
@@ -241,7 +254,7 @@ def kernel_groups(root: Path = KERNELS_DIR, gpus=None, max_rows: int | None = No
                 hw = kernels_alone(with_dtype(load_hardware(preset), "bf16", preset, "dtype"))
                 values, latency_ms = _read(path, columns, max_rows)
                 groups, reasons = defaultdict(lambda: ([], [])), Counter()
-                engine = {"engine": path.parent.parent.name} if op == "attention" else {}
+                engine = {"engine": path.parent.parent.name} if op in ("attention", "gemm") else {}
                 for row, measured_ms in zip(zip(*values), latency_ms):
                     out = predict(hw, *row, **engine)
                     if isinstance(out, Skip):

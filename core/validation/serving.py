@@ -39,7 +39,7 @@ DTYPES = {"": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "nvfp4"}
 # engines, fitted on those rows (scripts/fit_serving.py --workflow, left-one-engine-out beside).
 WORKFLOW = "workflow"
 RAMP_SHARE = {"trtllm": 0.0, "vllm": 0.0, "sglang": 0.0, WORKFLOW: 0.0}
-LENGTH_SPREAD = {"trtllm": 0.1, "vllm": 0.1, "sglang": 0.02, WORKFLOW: 0.05}
+LENGTH_SPREAD = {"trtllm": 0.05, "vllm": 0.05, "sglang": 0.02, WORKFLOW: 0.05}
 REQUESTS_PER_SLOT = {"trtllm": 10.0, "vllm": 10.0, "sglang": 3.0, WORKFLOW: 5.0}
 HARNESSES = tuple(RAMP_SHARE)
 # A harness's own time before a request's first token leaves, in place of the engine's request

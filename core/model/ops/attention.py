@@ -4,7 +4,7 @@ from functools import lru_cache
 from math import ceil
 
 from ..specs import EngineAttention, HardwareSpec
-from .common import KernelTime, launch_s, mixed_bandwidth_bps, stream_bandwidth_bps
+from .common import KernelTime, launch_s, mixed_bandwidth_bps, stream_bandwidth_bps, tensor_rate_flops
 from .gemm import L2_USABLE_FRACTION
 
 SOFTMAX_FP32_OPS = 5  # scale, max, subtract, sum, rescale per attention score (the exp is apart)
@@ -63,7 +63,7 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     per_sm = ceil(tiles / gpu.sm_count) / (tiles / gpu.sm_count)  # tail-wave under-fill
     clock = cal.sustained_clock
     if engine is None:
-        rate = gpu.flops(hw.act_dtype) * clock * cal.compute_efficiency * cal.attention_efficiency
+        rate = tensor_rate_flops(hw, hw.act_dtype) * cal.attention_efficiency
     elif 0 < kv_bytes_per_element < 2 and "fp8" in dict(gpu.peak_flops):  # an FP8 cache: FP8 kernels
         rate = gpu.flops("fp8") * clock * engine.prefill_fp8_tensor_share
     else:

@@ -15,6 +15,15 @@ def launch_s(hw: HardwareSpec) -> float:
     return hw.gpu.launch_overhead_s + hw.calibration.kernel_overhead_s
 
 
+def tensor_rate_flops(hw: HardwareSpec, dtype: str) -> float:
+    """FLOP/s a step's GEMMs reach in `dtype`: the peak at the clock the step holds, times the
+    share kernels reach alone (compute_efficiency, FP8's fp8_efficiency) and the share a whole
+    step keeps of that (step_efficiency, FP8's fp8_step_efficiency)."""
+    cal = hw.calibration
+    rate = hw.gpu.flops(dtype) * cal.sustained_clock * cal.compute_efficiency * cal.step_efficiency
+    return rate * cal.fp8_efficiency * cal.fp8_step_efficiency if dtype == "fp8" else rate
+
+
 def stream_bandwidth_bps(hw: HardwareSpec) -> float:
     """HBM bandwidth a long read stream reaches (a weight matrix, a KV-cache sweep)."""
     return hw.gpu.hbm.bandwidth_bps * hw.calibration.stream_efficiency

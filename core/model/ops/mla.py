@@ -4,7 +4,7 @@ token, shared by all heads (MQA over the latent)."""
 from functools import lru_cache
 
 from ..specs import HardwareSpec
-from .common import KernelTime, launch_s, mixed_bandwidth_bps, stream_bandwidth_bps
+from .common import KernelTime, launch_s, mixed_bandwidth_bps, stream_bandwidth_bps, tensor_rate_flops
 
 # The decode kernels (FlashMLA, TensorRT-LLM's MLA generation kernel) compute one sequence's
 # query heads as the rows of one 64-row MMA tile: fewer heads per rank (DeepSeek-V3's 128 over
@@ -32,7 +32,7 @@ def mla_decode(hw: HardwareSpec, batch: int, heads: int, context: int, kv_lora_r
     q_bytes = batch * heads * (2 * kv_lora_rank + rope_dim) * hw.act_bytes  # query in, latent output out
     flops = 2.0 * batch * heads * context * (2 * kv_lora_rank + rope_dim)
     tiled = flops * -(-heads // MLA_HEAD_TILE) * MLA_HEAD_TILE / heads
-    rate = hw.gpu.flops(hw.act_dtype) * cal.sustained_clock * cal.compute_efficiency * cal.attention_efficiency
+    rate = tensor_rate_flops(hw, hw.act_dtype) * cal.attention_efficiency
     busy_s = max(cache_bytes / stream_bandwidth_bps(hw) + q_bytes / mixed_bandwidth_bps(hw), tiled / rate)
     chain_s = MLA_DECODE_CHAIN * hw.gpu.launch_overhead_s
     return KernelTime(busy_s + chain_s + launch_s(hw), flops, cache_bytes + q_bytes)

@@ -20,7 +20,8 @@ def fp8_cast(hw: HardwareSpec, elements: float, transpose: bool = False) -> Kern
     (a transpose under per-tensor FP8, a second block-scaled copy otherwise). Zero time when the
     GEMMs do not run in a low-precision format.
     - delayed: one kernel reads the tensor and writes the copies, its amax recorded in passing;
-    - current: an amax reduction pass over the tensor first, then that kernel;
+    - current: an amax reduction pass over the tensor first, a one-block kernel turning the
+      amax into the scale (Transformer Engine's compute_scale_from_amax), then that kernel;
     - block-scaled FP8 / MXFP8: one kernel, each block's scale computed in it and written
       beside the elements (quantized_bytes);
     - NVFP4 (TE's NVFP4 recipe): the per-tensor FP32 scale needs the tensor's amax first (a
@@ -38,5 +39,5 @@ def fp8_cast(hw: HardwareSpec, elements: float, transpose: bool = False) -> Kern
     else:
         kernels = [pointwise(hw, read + copy * (2 if transpose else 1))]
         if hw.recipe == "current":
-            kernels.append(pointwise(hw, read))
+            kernels += [pointwise(hw, read), pointwise(hw, 0.0)]
     return KernelTime(sum(k.time_s for k in kernels), 0.0, sum(k.hbm_bytes for k in kernels))

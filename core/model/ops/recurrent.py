@@ -3,7 +3,7 @@ SSD (training and prefill), and their one-token state update (decode)."""
 from functools import lru_cache
 
 from ..specs import DTYPE_BYTES, HardwareSpec
-from .common import KernelTime, launch_s, mixed_bandwidth_bps
+from .common import KernelTime, launch_s, mixed_bandwidth_bps, tensor_rate_flops
 
 SCAN_CHUNK = 64  # tokens per chunk of the chunked scan (flash-linear-attention's GDN kernels; Mamba-2 runs 128)
 STATE_BYTES = DTYPE_BYTES["fp32"]  # the recurrent state, kept and checkpointed in FP32
@@ -21,7 +21,7 @@ def chunked_scan(hw: HardwareSpec, sequences: int, tokens: int, heads: int, key_
     el = hw.act_bytes
     per_token = 2.0 * chunk * (key_dim + value_dim) + 6.0 * key_dim * value_dim
     flops = sequences * tokens * heads * per_token * (3 if backward else 1)
-    rate = hw.gpu.flops(hw.act_dtype) * cal.sustained_clock * cal.compute_efficiency * cal.attention_efficiency
+    rate = tensor_rate_flops(hw, hw.act_dtype) * cal.attention_efficiency
     io = sequences * tokens * heads * (2 * key_dim + 2 * value_dim) * el
     states = sequences * -(-tokens // chunk) * heads * key_dim * value_dim * STATE_BYTES
     moved = (2 * io + 2 * states) if backward else (io + states)

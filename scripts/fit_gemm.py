@@ -1,0 +1,128 @@
+"""Fit each GPU preset's GEMM kernel shares (calibration.compute_efficiency for BF16 and
+fp8_efficiency for per-tensor FP8, relative to it) on the measured GEMM tables of
+../shared/validation/kernels (issue 21), and print them with the errors `rapid validate --suite
+kernels` reports, in-sample and held out. It edits nothing.
+
+Each share minimises the mean |log(predicted / measured)| over the GPU's GEMMs of at least
+FIT_FLOPS (100 GFLOP), where the tensor cores' share sets the time (smaller ones, set by floors,
+tiles and bandwidth, test the rest of the model), each row timed as the kernel suite times it (ops.gemm, FP8 rows with the engine's input
+quantization); the kernels' floor is the preset's launch_overhead. BF16 pools every engine's
+table. FP8 is fitted on TensorRT-LLM's table, whose per-tensor FP8 GEMM is cuBLAS's, the one
+Transformer Engine's FP8 training calls; a GPU without that table (Blackwell's TensorRT-LLM GEMM
+folders only point at a collection not shipped) takes its vLLM table's share (CUTLASS's scaled
+GEMM) times cuBLAS's lead over CUTLASS where a GPU has both. Held out: each GPU's shares predict
+its siblings' tables (the same die: H100 <-> H200, B200 <-> B300 <-> GB200 <-> GB300), and the
+errors printed are those rows'.
+
+    .venv/bin/python scripts/fit_gemm.py [--gpus h100_sxm ...]
+"""
+import argparse
+from dataclasses import replace
+
+import numpy as np
+from scipy.optimize import minimize_scalar
+
+from core.model.loader import load_hardware, with_dtype
+from core.validation.kernels import GEMM_DTYPES, KERNELS_DIR, PRESET_BY_GPU, Skip, _gemm, _read, error_summary, \
+    flop_bucket, kernels_alone
+
+STRIDE = 2
+FIT_FLOPS = 100e9
+FAMILY = {"a100_sxm": "ampere", "h100_sxm": "hopper", "h200_sxm": "hopper", "b200_sxm": "blackwell",
+          "b300_sxm": "blackwell", "gb200": "blackwell", "gb300": "blackwell"}
+FP8_ENGINE = "trtllm"  # TensorRT-LLM's FP8 rows run cuBLAS's scaled GEMM, as Transformer Engine does
+FP8_ENGINES = (FP8_ENGINE, "vllm")
+SHARE = {"bf16": "compute_efficiency", "fp8": "fp8_efficiency"}
+
+
+def rows(gpu: str, dtype: str, stride: int, engine: str = "") -> list:
+    """(engine, m, n, k, measured seconds) of the GPU's GEMM rows in `dtype`, of one engine's
+    table or ("") every engine's."""
+    out = []
+    for path in sorted(KERNELS_DIR.glob(f"{gpu}/gemm/{engine or '*'}/*/gemm_perf.parquet")):
+        (m, n, k, dtypes), latency_ms = _read(path, ("m", "n", "k", "gemm_dtype"), None)
+        out += [(path.parent.parent.name, *shape, ms * 1e-3) for *shape, d, ms in zip(m, n, k, dtypes, latency_ms)
+                if GEMM_DTYPES.get(d) == dtype][::stride]
+    return out
+
+
+def predicted(hw, table: list, dtype: str) -> np.ndarray:
+    out = [_gemm(hw, m, n, k, {"bf16": "bfloat16", "fp8": "fp8"}[dtype], engine) for engine, m, n, k, _ in table]
+    return np.array([np.nan if isinstance(o, Skip) else o[3] for o in out])
+
+
+def with_share(hw, dtype: str, value: float):
+    return replace(hw, calibration=replace(hw.calibration, **{SHARE[dtype]: value}))
+
+
+def fit(hw, table: list, dtype: str) -> float:
+    table = [r for r in table if 2.0 * r[1] * r[2] * r[3] >= FIT_FLOPS]
+    measured = np.array([r[-1] for r in table])
+
+    def loss(value):
+        p = predicted(with_share(hw, dtype, value), table, dtype)
+        keep = ~np.isnan(p)
+        return float(np.mean(np.abs(np.log(p[keep] / measured[keep]))))
+
+    return float(minimize_scalar(loss, bounds=(0.2, 1.0), method="bounded", options={"xatol": 2e-3}).x)
+
+
+def report(label: str, hw, table: list, dtype: str) -> None:
+    p = predicted(hw, table, dtype)
+    measured = np.array([r[-1] for r in table])
+    flops = np.array([2.0 * m * n * k for _, m, n, k, _ in table])
+    for bucket in ("<1 GFLOP", "1-100 GFLOP", ">=100 GFLOP"):
+        keep = ~np.isnan(p) & np.array([flop_bucket(f) == bucket for f in flops])
+        if keep.any():
+            e = error_summary(p[keep], measured[keep])
+            print(f"    {label:22s} {dtype:4s} {bucket:12s} n {e['n']:6d}  median {e['median_error_pct']:+6.1f} %  "
+                  f"mean |err| {e['mean_abs_error_pct']:5.1f} %  p90 {e['p90_abs_error_pct']:5.1f} %")
+
+
+def fp8_shares(hw, gpu: str) -> dict:
+    """The FP8 share fitted on each engine's table the GPU has."""
+    return {engine: fit(hw, table, "fp8") for engine in FP8_ENGINES if (table := rows(gpu, "fp8", STRIDE, engine))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpus", nargs="*", default=[g for g in PRESET_BY_GPU if (KERNELS_DIR / g).is_dir()])
+    args = ap.parse_args()
+    fitted, by_engine = {}, {}
+    for gpu in args.gpus:
+        preset = PRESET_BY_GPU[gpu]
+        hw = kernels_alone(with_dtype(load_hardware(preset), "bf16", preset, "dtype"))
+        hw = with_share(hw, "bf16", fit(hw, rows(gpu, "bf16", STRIDE), "bf16"))
+        if "fp8" in dict(hw.gpu.peak_flops):
+            by_engine[gpu] = fp8_shares(hw, gpu)
+        fitted[gpu] = hw
+    # cuBLAS's scaled GEMM over vLLM's CUTLASS one, where a GPU's tables hold both
+    ratios = [s[FP8_ENGINE] / s["vllm"] for s in by_engine.values() if FP8_ENGINE in s and "vllm" in s]
+    cublas_over_cutlass = float(np.mean(ratios)) if ratios else 1.0
+    for gpu, hw in fitted.items():
+        shares = by_engine.get(gpu, {})
+        if shares:
+            share = shares.get(FP8_ENGINE, shares.get("vllm", 0.0) * cublas_over_cutlass)
+            hw = fitted[gpu] = with_share(hw, "fp8", min(1.0, share))
+        c = hw.calibration
+        print(f"{gpu} ({PRESET_BY_GPU[gpu]}): compute_efficiency {c.compute_efficiency:.3f}  fp8_efficiency "
+              f"{c.fp8_efficiency:.3f}  (FP8 share per engine table: "
+              f"{', '.join(f'{e} {v:.3f}' for e, v in shares.items()) or 'none'})")
+        for dtype in ("bf16", "fp8"):
+            if dtype in dict(hw.gpu.peak_flops):
+                report("in-sample", hw, rows(gpu, dtype, 1), dtype)
+    print(f"cuBLAS FP8 over vLLM's CUTLASS FP8 (GPUs with both tables): {cublas_over_cutlass:.3f}")
+    for gpu, own in fitted.items():
+        for sibling, hw in fitted.items():
+            if sibling != gpu and FAMILY[sibling] == FAMILY[gpu]:
+                c = hw.calibration
+                held = replace(own, calibration=replace(own.calibration, compute_efficiency=c.compute_efficiency,
+                                                        fp8_efficiency=c.fp8_efficiency))
+                print(f"{gpu} with {sibling}'s shares (held out):")
+                for dtype in ("bf16", "fp8"):
+                    if dtype in dict(held.gpu.peak_flops):
+                        report(sibling, held, rows(gpu, dtype, 1), dtype)
+
+
+if __name__ == "__main__":
+    main()
