@@ -1,7 +1,8 @@
-"""What the power-limit model does to the visible training suites when the fitted whole-step
-factor is dropped: every GPU preset loaded with calibration.sustained_clock 1 and
-gpu.power_clock absolute, so each step runs at the clock the power model leaves it under the
-TDP, beside the presets as they are. Prints each suite's mean and max |error| both ways and
+"""What the power-limit model does to the visible training suites when the whole-step factors
+are dropped: every GPU preset loaded with calibration.sustained_clock, step_efficiency and
+fp8_step_efficiency 1 and gpu.power_clock absolute, so each step's kernels run at the kernel
+tables' rates at the clock the power model leaves them under the TDP, beside the presets as
+they are. Prints each suite's mean and max |error| both ways and
 the mean clock share the power model gave the suite's rows.
 
 It swaps the loader's cached hardware reader for one that rewrites what it returns, for this
@@ -22,7 +23,8 @@ def _absolute(reader):
         if hw.gpu.power is None:
             return hw
         gpu = dataclasses.replace(hw.gpu, power=dataclasses.replace(hw.gpu.power, clock="absolute"))
-        return dataclasses.replace(hw, gpu=gpu, calibration=dataclasses.replace(hw.calibration, sustained_clock=1.0))
+        return dataclasses.replace(hw, gpu=gpu, calibration=dataclasses.replace(
+            hw.calibration, sustained_clock=1.0, step_efficiency=1.0, fp8_step_efficiency=1.0))
     return load
 
 
