@@ -47,7 +47,8 @@ def rows(gpu: str, dtype: str, stride: int, engine: str = "") -> list:
 
 
 def predicted(hw, table: list, dtype: str) -> np.ndarray:
-    out = [_gemm(hw, m, n, k, {"bf16": "bfloat16", "fp8": "fp8"}[dtype], engine) for engine, m, n, k, _ in table]
+    table_dtype = next(name for name, ours in GEMM_DTYPES.items() if ours == dtype)
+    out = [_gemm(hw, m, n, k, table_dtype, engine) for engine, m, n, k, _ in table]
     return np.array([np.nan if isinstance(o, Skip) else o[3] for o in out])
 
 
