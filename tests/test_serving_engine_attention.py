@@ -9,10 +9,10 @@ from core.model import ops
 from core.model.graph import build_decode_layer
 from core.model.loader import load_hardware, load_model
 from core.serving.engines import ENGINES
-from core.serving.iteration import IterationModel, engine_hardware
+from core.serving.iteration import IterationModel
 
 MODEL = load_model("llama3.1-8b")  # 32 layers, 32 query heads over 8 KV heads of 128
-HW = engine_hardware(load_hardware("h200-sxm-141gb"))  # as an engine runs its kernels
+HW = ops.at_kernel_rates(load_hardware("h200-sxm-141gb"))  # as an engine runs its kernels
 OLD_DECODE_HW = replace(HW, calibration=replace(HW.calibration, decode_attention_rate=0.0))
 
 

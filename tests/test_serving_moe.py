@@ -4,13 +4,14 @@ from dataclasses import replace
 
 import pytest
 
+from core.model import ops
 from core.model.loader import load_hardware, load_model, with_dtype
 from core.serving import iteration
 from core.serving.engines import ENGINES
-from core.serving.iteration import IterationModel, engine_hardware
+from core.serving.iteration import IterationModel
 from core.serving.moe import expert_gemms_s, grouped
 
-H200 = engine_hardware(with_dtype(load_hardware("h200-sxm-141gb"), "fp8", "test", "dtype"))  # as an engine runs
+H200 = ops.at_kernel_rates(with_dtype(load_hardware("h200-sxm-141gb"), "fp8", "test", "dtype"))  # as an engine runs
 
 
 def _factors(hw, efficiency, half_ffn):

@@ -30,15 +30,6 @@ EXPERT_OPS = ("mlp_up", "activation", "mlp_down")  # an MoE layer's expert kerne
 ENGINE_PREPROCESSING = ("rotary", "kv_append")
 
 
-def engine_hardware(hw: HardwareSpec) -> HardwareSpec:
-    """The hardware as an engine's iterations run it: kernels at the rates they reach alone. The
-    engine's own overheads are simulated per iteration, so what a training step loses beyond the
-    kernels' rate (calibration.step_efficiency: framework gaps, a GEMM-bound step's clock under
-    the power limit) is not charged; a power limit below the default still lowers the clock
-    (sustained_clock)."""
-    return replace(hw, calibration=replace(hw.calibration, step_efficiency=1.0, fp8_step_efficiency=1.0))
-
-
 @dataclass
 class IterationModel:
     """One engine's iterations: `model` on `tp` x `pp` GPUs of `hw`, a KV cache of `kv_bytes`
@@ -64,7 +55,10 @@ class IterationModel:
     memo: IterationMemo = field(default_factory=IterationMemo)
 
     def __post_init__(self):
-        self.hw = engine_hardware(self.hw)
+        # kernels at the rates they reach alone: the engine's own overheads are simulated per
+        # iteration, and what a training step loses beyond them is not charged (a power limit
+        # below the default still lowers the clock: sustained_clock)
+        self.hw = ops.at_kernel_rates(self.hw)
         gpus = self.tp * self.pp
         self.dims = self.hw.dims_for(gpus)
         spans = group_spans(Parallelism(tp=self.tp, pp=self.pp, ep=self.ep, etp=max(1, self.tp // self.ep)), self.dims)

@@ -66,8 +66,8 @@ def kernels_alone(hw):
     to back on the device, with none of what a whole step adds: its clock throttling
     (sustained_clock), what the step keeps of the kernels' rate (step_efficiency,
     fp8_step_efficiency) and host time per kernel (kernel_overhead)."""
-    return replace(hw, calibration=replace(hw.calibration, sustained_clock=1.0, step_efficiency=1.0,
-                                           fp8_step_efficiency=1.0, kernel_overhead_s=0.0))
+    alone = ops.at_kernel_rates(hw)
+    return replace(alone, calibration=replace(alone.calibration, sustained_clock=1.0, kernel_overhead_s=0.0))
 
 
 # How each engine quantizes a per-tensor FP8 GEMM's BF16 input, in the terms of ops.fp8_cast's

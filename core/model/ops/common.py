@@ -1,5 +1,5 @@
 """What every kernel model shares: the time record and the launch and bandwidth figures."""
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..specs import HardwareSpec
 
@@ -22,6 +22,15 @@ def tensor_rate_flops(hw: HardwareSpec, dtype: str) -> float:
     cal = hw.calibration
     rate = hw.gpu.flops(dtype) * cal.sustained_clock * cal.compute_efficiency * cal.step_efficiency
     return rate * cal.fp8_efficiency * cal.fp8_step_efficiency if dtype == "fp8" else rate
+
+
+def at_kernel_rates(hw: HardwareSpec) -> HardwareSpec:
+    """The hardware with GEMMs and attention at the rates kernels reach alone: without what a
+    whole training step loses beyond them (step_efficiency, fp8_step_efficiency). The kernel
+    tables measure kernels so; serving engines run them so, their own overheads simulated."""
+    if hw.calibration.step_efficiency == hw.calibration.fp8_step_efficiency == 1.0:
+        return hw
+    return replace(hw, calibration=replace(hw.calibration, step_efficiency=1.0, fp8_step_efficiency=1.0))
 
 
 def stream_bandwidth_bps(hw: HardwareSpec) -> float:
