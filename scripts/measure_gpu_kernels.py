@@ -24,8 +24,13 @@ cuDNN attention forward and backward over sequence length and batch x heads. Wit
 attention_tiles_large.csv: the same on both backends at batch x heads large enough that the
 GPU's work, not autograd's launch, sets the time. With --stream, stream.csv and
 stream_clocks.csv: decode-like GEMMs reading their weights from HBM, with clocks and power.
+With --bursts, bursts.csv, transient.csv and bursts_clocks.csv: long GEMMs of the kernel tables'
+grid timed the way the tables were taken (six copies of the layer replayed from a CUDA graph,
+three replays of warm-up, six timed), each replay on its own, for how far a kernel's own length
+pulls the clock down; and the first two seconds of a GEMM loop after idle, call by call, for how
+fast the clock falls once the board reaches its power limit.
 
-    python3 scripts/measure_gpu_kernels.py --out DIR [--quick | --curve | --tiles | --stream]
+    python3 scripts/measure_gpu_kernels.py --out DIR [--quick | --curve | --tiles | --stream | --bursts]
 """
 import argparse
 import csv
@@ -253,6 +258,7 @@ class ClockSampler(threading.Thread):
         self.phase = "start"
         self.rows = []
         self.running = True
+        self.period_s = SAMPLE_PERIOD_S
 
     def limits(self):
         nvml, handle = self.nvml, self.handle
@@ -277,7 +283,7 @@ class ClockSampler(threading.Thread):
                 "power_w": nvml.nvmlDeviceGetPowerUsage(handle) / 1e3,
                 "temp_c": nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU),
                 "reasons": reasons})
-            time.sleep(SAMPLE_PERIOD_S)
+            time.sleep(self.period_s)
 
 
 def sustained_loads():
@@ -391,6 +397,115 @@ def measure_attention_tiles(grid, backends):
     return rows
 
 
+# Shapes of the kernel tables' grid whose BF16 time on an H200 spans 0.5 to 80 ms.
+BURST_SHAPES = ((4096, 4096, 4096), (3840, 3584, 16384), (8192, 8192, 8192), (4352, 65536, 1536),
+                (4096, 3584, 65536), (4096, 12288, 51200), (2049, 51200, 51200), (4352, 51200, 51200),
+                (16384, 65536, 16384), (32768, 51200, 8192))
+BURST_COPIES, BURST_WARMUP, BURST_RUNS = 6, 3, 6
+BURST_IDLE_S = 1.0
+
+
+def gemm_copies(dtype, m, n, k, copies):
+    """`copies` GEMMs on one input, each with its own weights, as a model's layers are."""
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    weights = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+    if dtype == "bfloat16":
+        return [lambda w=w: torch.mm(a, w.t()) for w in weights]
+    one = torch.ones((), device="cuda", dtype=torch.float32)
+    a8 = a.to(torch.float8_e4m3fn)
+    weights8 = [w.to(torch.float8_e4m3fn) for w in weights]
+    del weights
+    return [lambda w=w: torch._scaled_mm(a8, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+            for w in weights8]
+
+
+def measure_bursts(sampler):
+    """Each shape after an idle second: the short-burst median (do_bench) and the tables'
+    protocol, every graph replay timed by CUDA events, with the sampler's phase naming it."""
+    rows = []
+    for dtype in GEMM_BUILDERS:
+        for m, n, k in BURST_SHAPES:
+            base = {"dtype": dtype, "m": m, "n": n, "k": k, "flop": 2 * m * n * k}
+            try:
+                calls = gemm_copies(dtype, m, n, k, BURST_COPIES)
+                sampler.phase = "idle"
+                time.sleep(BURST_IDLE_S)
+                sampler.phase = f"burst_{dtype}_{m}x{n}x{k}"
+                single = median_ms(calls[0], rep_ms=50)
+                graph = torch.cuda.CUDAGraph()
+                stream = torch.cuda.Stream()
+                with torch.cuda.stream(stream):
+                    for call in calls:
+                        call()
+                torch.cuda.synchronize()
+                with torch.cuda.graph(graph):
+                    for call in calls:
+                        call()
+                events = [torch.cuda.Event(enable_timing=True) for _ in range(BURST_WARMUP + BURST_RUNS + 1)]
+                events[0].record()
+                for index in range(BURST_WARMUP + BURST_RUNS):
+                    graph.replay()
+                    events[index + 1].record()
+                torch.cuda.synchronize()
+                for index in range(BURST_WARMUP + BURST_RUNS):
+                    per_gemm = events[index].elapsed_time(events[index + 1]) / BURST_COPIES
+                    rows.append(base | {"replay": index, "warmup": index < BURST_WARMUP,
+                                        "per_gemm_ms": per_gemm, "do_bench_ms": single,
+                                        "tflops": base["flop"] / per_gemm / 1e9})
+                del graph, calls
+            except RuntimeError as error:
+                rows.append(base | {"error": str(error).splitlines()[0][:160]})
+            sampler.phase = "idle"
+            torch.cuda.empty_cache()
+    return rows
+
+
+def measure_transient(sampler, seconds=2.0, idle_s=3.0):
+    """The first `seconds` of a loop of 8192^3 GEMMs after `idle_s` idle, each call timed by
+    CUDA events: the call-by-call time as the clock settles."""
+    rows = []
+    size = 8192
+    for dtype, build in GEMM_BUILDERS.items():
+        fn = build(size, size, size)
+        fn()
+        torch.cuda.synchronize()
+        calls = int(seconds / (2 * size**3 / (1500e12 if dtype == "fp8" else 800e12)))
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(calls + 1)]
+        sampler.phase = "idle"
+        time.sleep(idle_s)
+        sampler.phase = f"transient_{dtype}_8192"
+        start = time.time()
+        events[0].record()
+        for index in range(calls):
+            fn()
+            events[index + 1].record()
+        torch.cuda.synchronize()
+        sampler.phase = "idle"
+        elapsed = 0.0
+        for index in range(calls):
+            call_ms = events[index].elapsed_time(events[index + 1])
+            rows.append({"dtype": dtype, "call": index, "t_s": start + elapsed / 1e3,
+                         "since_start_ms": elapsed, "call_ms": call_ms,
+                         "tflops": 2 * size**3 / call_ms / 1e9})
+            elapsed += call_ms
+        del fn
+        torch.cuda.empty_cache()
+    return rows
+
+
+def summarise_bursts(bursts, transient):
+    for row in bursts:
+        if row.get("replay") in (0, BURST_WARMUP, BURST_WARMUP + BURST_RUNS - 1):
+            print(f"burst {row['dtype']:9s} {row['m']:6d} x {row['n']:6d} x {row['k']:6d} replay {row['replay']}"
+                  f" {row['per_gemm_ms']:9.3f} ms (do_bench {row['do_bench_ms']:9.3f}) {row['tflops']:7.1f} TFLOP/s")
+    for dtype in GEMM_BUILDERS:
+        calls = [row for row in transient if row["dtype"] == dtype]
+        for since_ms in (0, 50, 100, 200, 400, 800, 1600):
+            near = [row for row in calls if row["since_start_ms"] >= since_ms][:5]
+            if near:
+                print(f"transient {dtype:9s} from {since_ms:5d} ms: {sum(r['tflops'] for r in near) / len(near):7.1f} TFLOP/s")
+
+
 def environment():
     props = torch.cuda.get_device_properties(0)
     return {"device": props.name, "sm_count": props.multi_processor_count,
@@ -446,6 +561,9 @@ def main():
                         help="instead: the clock curve (graded loads) and attention over sequence and batch")
     parser.add_argument("--stream", action="store_true",
                         help="instead: decode-like GEMMs streaming their weights from HBM, with clocks and power")
+    parser.add_argument("--bursts", action="store_true",
+                        help="instead: long GEMMs timed as the kernel tables were, and the clock's fall after idle")
+    parser.add_argument("--sample-period-s", type=float, default=SAMPLE_PERIOD_S)
     parser.add_argument("--tiles", action="store_true",
                         help="instead: attention over sequence and large batch x heads, cuDNN and FlashAttention-2")
     args = parser.parse_args()
@@ -455,7 +573,16 @@ def main():
     env = environment() | sampler.limits()
     print(json.dumps(env), flush=True)
     (args.out / "environment.json").write_text(json.dumps(env, indent=1))
+    sampler.period_s = args.sample_period_s
     sampler.start()
+    if args.bursts:
+        transient = section("transient", measure_transient, args.out, sampler)
+        bursts = section("bursts", measure_bursts, args.out, sampler)
+        sampler.running = False
+        sampler.join()
+        write_csv(args.out / "bursts_clocks.csv", sampler.rows)
+        summarise_bursts(bursts, transient)
+        return
     if args.stream:
         loops = section("stream", measure_weight_streams, args.out, sampler, args.sustain_s)
         stop_and_summarise(sampler, args.out / "stream_clocks.csv", loops)
