@@ -1,6 +1,7 @@
 """The kernel suite: records carry their fields and the error arithmetic is right. No accuracy
 threshold: the suite reports our errors against measured kernels, it does not judge them."""
 import json
+from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -10,7 +11,8 @@ from core.errors import SpecError
 from core.model import ops
 from core.model.loader import load_hardware, with_dtype
 from core.model.ops.mla import mla_decode
-from core.validation.kernels import KERNELS_DIR, error_summary, kernel_groups, kernels_alone
+from core.model.ops.pointwise import ROW_BLOCK_SM_S
+from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, KERNELS_DIR, error_summary, kernel_groups, kernels_alone
 from sweep.cli import main
 
 FIELDS = {"suite", "gpu", "kernel", "dtype", "bucket", "n", "median_error_pct", "mean_abs_error_pct",
@@ -42,19 +44,35 @@ def test_a_hand_made_gemm_row_is_compared_with_our_gemm_time(tmp_path):
 
 
 def test_an_fp8_row_quantizes_its_input_as_the_tables_engine_does(tmp_path):
-    """TensorRT-LLM's per-tensor FP8 GEMM takes the input's amax in a pass of its own before the
-    cast (ops.fp8_cast under current scaling); vLLM computes its scales and casts in one kernel."""
-    shape = (512, 4096, 4096)
-    for engine, recipe in (("trtllm", "current"), ("vllm", "delayed")):
+    """TensorRT-LLM's per-tensor FP8 GEMM (cuBLAS) takes the input's amax in a pass of its own
+    before the cast (ops.fp8_cast under current scaling); vLLM's casts with one thread block per
+    row (ops.row_cast) and runs CUTLASS's GEMM at cuBLAS's share over CUBLAS_OVER_CUTLASS_FP8."""
+    m, n, k = 512, 4096, 4096
+    hw = kernels_alone(load_hardware("h100-sxm5-80gb"))
+    cutlass = replace(hw, calibration=replace(hw.calibration,
+                                              fp8_efficiency=hw.calibration.fp8_efficiency / CUBLAS_OVER_CUTLASS_FP8))
+    expected_s = {
+        "trtllm": ops.gemm(hw, m, n, k, dtype="fp8").time_s
+        + ops.fp8_cast(with_dtype(hw, "fp8", "test", "dtype", "current"), m * k).time_s,
+        "vllm": ops.gemm(cutlass, m, n, k, dtype="fp8").time_s + ops.row_cast(hw, m, k).time_s}
+    for engine, predicted_s in expected_s.items():
         folder = tmp_path / engine / "h100_sxm" / "gemm" / engine / "0.1"
         folder.mkdir(parents=True)
-        pq.write_table(pa.table({"m": [shape[0]], "n": [shape[1]], "k": [shape[2]], "gemm_dtype": ["fp8"],
-                                 "latency": [0.1]}), folder / "gemm_perf.parquet")
+        pq.write_table(pa.table({"m": [m], "n": [n], "k": [k], "gemm_dtype": ["fp8"], "latency": [0.1]}),
+                       folder / "gemm_perf.parquet")
         [record], _ = kernel_groups(tmp_path / engine)
-        hw = kernels_alone(load_hardware("h100-sxm5-80gb"))
-        quantized = with_dtype(hw, "fp8", "test", "dtype", recipe)
-        predicted_s = ops.gemm(hw, *shape, dtype="fp8").time_s + ops.fp8_cast(quantized, shape[0] * shape[2]).time_s
         assert record["median_error_pct"] == pytest.approx(100 * (predicted_s / 0.1e-3 - 1))
+
+
+def test_a_row_cast_is_bound_by_its_rows_thread_blocks_when_rows_are_short():
+    """32,768 rows of 64 elements: 6 MiB, about 2 us of HBM, but 32,768 thread blocks at
+    ROW_BLOCK_SM_S of one SM each over 132 SMs, 233 us."""
+    hw = kernels_alone(load_hardware("h100-sxm5-80gb"))
+    short = ops.row_cast(hw, 32768, 64)
+    assert short.time_s == pytest.approx(32768 * ROW_BLOCK_SM_S / 132 + ops.launch_s(hw))
+    assert short.hbm_bytes == 32768 * 64 * 3
+    long_rows = ops.row_cast(hw, 64, 1 << 20)
+    assert long_rows.time_s == pytest.approx(64 * (1 << 20) * 3 / ops.mixed_bandwidth_bps(hw) + ops.launch_s(hw))
 
 
 def test_missing_tables_are_one_clear_error(tmp_path):

@@ -70,25 +70,42 @@ def kernels_alone(hw):
     return replace(alone, calibration=replace(alone.calibration, sustained_clock=1.0, kernel_overhead_s=0.0))
 
 
-# How each engine quantizes a per-tensor FP8 GEMM's BF16 input, in the terms of ops.fp8_cast's
-# recipes: TensorRT-LLM's torch flow takes the tensor's amax in one pass, then casts (current
-# scaling); vLLM's dynamic quantization computes each row's scale and casts in one kernel.
-FP8_INPUT_RECIPE = {"trtllm": "current", "vllm": "delayed"}
+# How each engine quantizes a per-tensor FP8 GEMM's BF16 input: TensorRT-LLM's torch flow takes
+# the tensor's amax in one pass, then casts (ops.fp8_cast, current scaling); vLLM's layer, with
+# the static input scale AIConfigurator's collector sets, casts with one thread block per token
+# row (ops.row_cast).
+FP8_INPUT_QUANT = {"trtllm": lambda hw, m, k: ops.fp8_cast(replace(hw, dtype="fp8", fp8_recipe="current"), m * k),
+                   "vllm": lambda hw, m, k: ops.row_cast(hw, m, k)}
+# The presets' FP8 share (fp8_efficiency) is cuBLAS's scaled GEMM, which TensorRT-LLM and
+# Transformer Engine call; vLLM's per-tensor FP8 layer runs CUTLASS's, which on the GPUs whose
+# tables hold both (H100, H200) reaches 1 / 1.245 of cuBLAS's share on GEMMs of 100 GFLOP and
+# more (scripts/fit_gemm.py). One ratio for every GPU: a property of the two libraries' kernels.
+CUBLAS_OVER_CUTLASS_FP8 = 1.245
+FP8_LIBRARY_SHARE = {"trtllm": 1.0, "vllm": 1.0 / CUBLAS_OVER_CUTLASS_FP8}
+
+
+@functools.lru_cache(maxsize=None)
+def engine_hardware(hw, dtype: str, engine: str):
+    """The hardware as the table's engine's GEMM library runs `dtype`."""
+    share = FP8_LIBRARY_SHARE[engine] if dtype == "fp8" else 1.0
+    if share == 1.0:
+        return hw
+    return replace(hw, calibration=replace(hw.calibration, fp8_efficiency=hw.calibration.fp8_efficiency * share))
 
 
 @functools.lru_cache(maxsize=None)
 def _gemm_s(hw, m: int, n: int, k: int, dtype: str, engine: str) -> float:
-    time_s = ops.gemm(hw, m, n, k, dtype=dtype).time_s
+    time_s = ops.gemm(engine_hardware(hw, dtype, engine), m, n, k, dtype=dtype).time_s
     if dtype == "fp8":
-        time_s += ops.fp8_cast(replace(hw, dtype="fp8", fp8_recipe=FP8_INPUT_RECIPE[engine]), m * k).time_s
+        time_s += FP8_INPUT_QUANT[engine](hw, m, k).time_s
     return time_s
 
 
 def _gemm(hw, m, n, k, gemm_dtype, engine=""):
     """One GEMM C[m,n] = A[m,k] B[k,n], B a weight, as the layer graph times a linear layer; an
-    FP8 row also quantizes its BF16 input A as the table's engine does (FP8_INPUT_RECIPE)."""
+    FP8 row also quantizes its BF16 input A as the table's engine does (FP8_INPUT_QUANT)."""
     dtype = GEMM_DTYPES.get(gemm_dtype)
-    if dtype is None or dtype not in dict(hw.gpu.peak_flops) or (dtype == "fp8" and engine not in FP8_INPUT_RECIPE):
+    if dtype is None or dtype not in dict(hw.gpu.peak_flops) or (dtype == "fp8" and engine not in FP8_INPUT_QUANT):
         return Skip(f"gemm {gemm_dtype}: not modelled")
     return "gemm", dtype, flop_bucket(2.0 * m * n * k), _gemm_s(hw, m, n, k, dtype, engine)
 

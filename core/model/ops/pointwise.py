@@ -4,6 +4,13 @@ from functools import lru_cache
 from ..specs import LOW_PRECISION_DTYPES, HardwareSpec, quantized_bytes
 from .common import KernelTime, launch_s, mixed_bandwidth_bps
 
+# One SM's time per row of a kernel that gives every row its own thread block, as vLLM's static
+# FP8 quantization does: its FP8 GEMM tables (../shared/validation/kernels) at n and k <= 512,
+# where the GEMM itself is negligible, grow by 7.2 ns per row on 132-SM Hopper and 5.9-6.2 ns
+# on 148-160-SM Blackwell, 0.89-0.99 us of one SM per row on every GPU (one value, not fitted
+# per GPU).
+ROW_BLOCK_SM_S = 0.94e-6
+
 
 @lru_cache(maxsize=65536)
 def pointwise(hw: HardwareSpec, bytes_moved: float, flops: float = 0.0) -> KernelTime:
@@ -41,3 +48,13 @@ def fp8_cast(hw: HardwareSpec, elements: float, transpose: bool = False) -> Kern
         if hw.recipe == "current":
             kernels += [pointwise(hw, read), pointwise(hw, 0.0)]
     return KernelTime(sum(k.time_s for k in kernels), 0.0, sum(k.hbm_bytes for k in kernels))
+
+
+@lru_cache(maxsize=65536)
+def row_cast(hw: HardwareSpec, rows: int, columns: int) -> KernelTime:
+    """A cast of a BF16 [rows, columns] tensor to FP8 with a scale already known, by a kernel of
+    one thread block per row (vLLM's static per-tensor quantization): the slower of the bytes
+    over HBM and the rows' thread blocks through the SMs (ROW_BLOCK_SM_S)."""
+    bytes_moved = rows * columns * (hw.act_bytes + 1)
+    blocks_s = rows * ROW_BLOCK_SM_S / hw.gpu.sm_count
+    return KernelTime(max(bytes_moved / mixed_bandwidth_bps(hw), blocks_s) + launch_s(hw), 0.0, bytes_moved)
