@@ -12,7 +12,8 @@ from core.model import ops
 from core.model.loader import load_hardware, with_dtype
 from core.model.ops.mla import mla_decode
 from core.model.ops.pointwise import ROW_BLOCK_SM_S
-from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, KERNELS_DIR, error_summary, kernel_groups, kernels_alone
+from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, KERNELS_DIR, error_summary, kernel_groups, kernels_alone, \
+    vllm_fp8_tiles
 from sweep.cli import main
 
 FIELDS = {"suite", "gpu", "kernel", "dtype", "bucket", "n", "median_error_pct", "mean_abs_error_pct",
@@ -46,7 +47,8 @@ def test_a_hand_made_gemm_row_is_compared_with_our_gemm_time(tmp_path):
 def test_an_fp8_row_quantizes_its_input_as_the_tables_engine_does(tmp_path):
     """TensorRT-LLM's per-tensor FP8 GEMM (cuBLAS) takes the input's amax in a pass of its own
     before the cast (ops.fp8_cast under current scaling); vLLM's casts with one thread block per
-    row (ops.row_cast) and runs CUTLASS's GEMM at cuBLAS's share over CUBLAS_OVER_CUTLASS_FP8."""
+    row (ops.row_cast) and runs CUTLASS's GEMM, 128 x 128 x 128 tiles at 512 rows on Hopper, at
+    cuBLAS's share over CUBLAS_OVER_CUTLASS_FP8."""
     m, n, k = 512, 4096, 4096
     hw = kernels_alone(load_hardware("h100-sxm5-80gb"))
     cutlass = replace(hw, calibration=replace(hw.calibration,
@@ -54,7 +56,8 @@ def test_an_fp8_row_quantizes_its_input_as_the_tables_engine_does(tmp_path):
     expected_s = {
         "trtllm": ops.gemm(hw, m, n, k, dtype="fp8").time_s
         + ops.fp8_cast(with_dtype(hw, "fp8", "test", "dtype", "current"), m * k).time_s,
-        "vllm": ops.gemm(cutlass, m, n, k, dtype="fp8").time_s + ops.row_cast(hw, m, k).time_s}
+        "vllm": ops.gemm(cutlass, m, n, k, dtype="fp8", tiles=((128, 128, 128),)).time_s
+        + ops.row_cast(hw, m, k).time_s}
     for engine, predicted_s in expected_s.items():
         folder = tmp_path / engine / "h100_sxm" / "gemm" / engine / "0.1"
         folder.mkdir(parents=True)
@@ -62,6 +65,26 @@ def test_an_fp8_row_quantizes_its_input_as_the_tables_engine_does(tmp_path):
                        folder / "gemm_perf.parquet")
         [record], _ = kernel_groups(tmp_path / engine)
         assert record["median_error_pct"] == pytest.approx(100 * (predicted_s / 0.1e-3 - 1))
+
+
+def test_vllm_dispatches_its_fp8_tile_by_rows_and_gpu():
+    """vLLM's CUTLASS FP8 configurations, tile over m first (swap-AB ones written that way)."""
+    hopper, blackwell = load_hardware("h100-sxm5-80gb"), load_hardware("b200-sxm-180gb")
+    assert vllm_fp8_tiles(hopper, 8, 4096) == ((16, 64, 256),)
+    assert vllm_fp8_tiles(hopper, 100, 4096) == ((64, 128, 128),)
+    assert vllm_fp8_tiles(hopper, 4096, 4096) == ((128, 128, 128),)
+    assert vllm_fp8_tiles(blackwell, 8, 4096) == ((32, 128, 128),)
+    assert vllm_fp8_tiles(blackwell, 64, 2048) == ((64, 64, 128),)
+    assert vllm_fp8_tiles(blackwell, 64, 8192) == ((64, 128, 256),)
+
+
+def test_a_gemm_of_fixed_tiles_never_splits_k():
+    """One 128 x 128 output tile over k = 65,536 runs on one SM with a fixed tile: at least its
+    2.1 GFLOP at one SM's share of the FP8 rate; free to split k, the library spreads it."""
+    hw = kernels_alone(load_hardware("h100-sxm5-80gb"))
+    one_sm_s = 2.0 * 128 * 128 * 65536 / (ops.tensor_rate_flops(hw, "fp8") / hw.gpu.sm_count)
+    assert ops.gemm(hw, 128, 128, 65536, dtype="fp8", tiles=((128, 128, 128),)).time_s >= one_sm_s
+    assert ops.gemm(hw, 128, 128, 65536, dtype="fp8").time_s < one_sm_s / 4
 
 
 def test_a_row_cast_is_bound_by_its_rows_thread_blocks_when_rows_are_short():

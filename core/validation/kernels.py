@@ -77,11 +77,30 @@ def kernels_alone(hw):
 FP8_INPUT_QUANT = {"trtllm": lambda hw, m, k: ops.fp8_cast(replace(hw, dtype="fp8", fp8_recipe="current"), m * k),
                    "vllm": lambda hw, m, k: ops.row_cast(hw, m, k)}
 # The presets' FP8 share (fp8_efficiency) is cuBLAS's scaled GEMM, which TensorRT-LLM and
-# Transformer Engine call; vLLM's per-tensor FP8 layer runs CUTLASS's, which on the GPUs whose
-# tables hold both (H100, H200) reaches 1 / 1.245 of cuBLAS's share on GEMMs of 100 GFLOP and
-# more (scripts/fit_gemm.py). One ratio for every GPU: a property of the two libraries' kernels.
-CUBLAS_OVER_CUTLASS_FP8 = 1.245
+# Transformer Engine call; vLLM's per-tensor FP8 layer runs CUTLASS's, with the tiles it
+# dispatches (vllm_fp8_tiles), which on the GPUs whose tables hold both (H100 1.233, H200 1.114)
+# reaches 1 / 1.174 of cuBLAS's share on GEMMs of 100 GFLOP and more (scripts/fit_gemm.py). One
+# ratio for every GPU: a property of the two libraries' kernels.
+CUBLAS_OVER_CUTLASS_FP8 = 1.174
 FP8_LIBRARY_SHARE = {"trtllm": 1.0, "vllm": 1.0 / CUBLAS_OVER_CUTLASS_FP8}
+
+
+def vllm_fp8_tiles(hw, m: int, k: int) -> tuple:
+    """The one (tile over m, tile over n, tile over k) vLLM's CUTLASS FP8 GEMM dispatches for a
+    GEMM of `m` rows (csrc/quantization/w8a8/cutlass/c3x/scaled_mm_sm{90,100}_fp8_dispatch.cuh),
+    swap-AB configurations written with the tile over m first. Persistent kernels: no split-K.
+    Blackwell's (the GPU with an NVFP4 peak) 256-row tile over a 2-SM cluster is 128 rows an SM."""
+    if "nvfp4" in dict(hw.gpu.peak_flops):
+        if m <= 16:
+            return ((32, 128, 128),)
+        if m <= 64:
+            return ((64, 64, 128),) if m == 64 and k < 4096 else ((64, 128, 256),)
+        return ((128, 128, 128),)
+    if m <= 16:
+        return ((16, 64, 256),)
+    if m <= 64:
+        return ((16, 64, 256), (64, 64, 256))  # by n: <= 1280, above
+    return ((64, 128, 128),) if m <= 128 else ((128, 128, 128),)
 
 
 @functools.lru_cache(maxsize=None)
@@ -95,7 +114,10 @@ def engine_hardware(hw, dtype: str, engine: str):
 
 @functools.lru_cache(maxsize=None)
 def _gemm_s(hw, m: int, n: int, k: int, dtype: str, engine: str) -> float:
-    time_s = ops.gemm(engine_hardware(hw, dtype, engine), m, n, k, dtype=dtype).time_s
+    tiles = vllm_fp8_tiles(hw, m, k) if dtype == "fp8" and engine == "vllm" else ()
+    if len(tiles) == 2:
+        tiles = tiles[:1] if n <= 1280 else tiles[1:]
+    time_s = ops.gemm(engine_hardware(hw, dtype, engine), m, n, k, dtype=dtype, tiles=tiles).time_s
     if dtype == "fp8":
         time_s += FP8_INPUT_QUANT[engine](hw, m, k).time_s
     return time_s
@@ -290,4 +312,4 @@ def kernel_groups(root: Path = KERNELS_DIR, gpus=None, max_rows: int | None = No
     return records, skipped
 
 
-__all__ = ["KERNELS_DIR", "error_summary", "kernel_groups", "kernels_alone"]
+__all__ = ["CUBLAS_OVER_CUTLASS_FP8", "KERNELS_DIR", "error_summary", "kernel_groups", "kernels_alone", "vllm_fp8_tiles"]

@@ -18,12 +18,14 @@ EXPOSED_OVERLAP = 0.3
 
 @lru_cache(maxsize=65536)
 def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = "",
-         weights: bool = True) -> KernelTime:
+         weights: bool = True, tiles: tuple = ()) -> KernelTime:
     """C[m,n] = A[m,k] @ B[k,n], `batch` independent products, with operands in `dtype`
     (default: the hardware's compute dtype) at that dtype's peak. FP8 GEMMs write their
     output in BF16, as Transformer Engine's do. With `weights`, B is a weight matrix, swept
     from HBM as one long read stream (stream_efficiency); activations in and out move at the
-    elementwise kernels' rate (memory_efficiency)."""
+    elementwise kernels' rate (memory_efficiency). The library picks the best of GEMM_TILES and
+    SPLIT_K; given `tiles`, a library that dispatches fixed (tile_m, tile_n, tile_k) choices by
+    shape and never splits k takes the best of those."""
     gpu = hw.gpu
     dtype = dtype or hw.dtype
     in_bytes = DTYPE_BYTES[dtype]
@@ -38,7 +40,7 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     best_hbm = unique_in + m * n * out_bytes * batch
     for flops_per_sm, sram_per_sm, l2_bytes, activation_bytes, b_bytes in _tilings(
             gpu.sm_count, gpu.sram.capacity_bytes, gpu.register_bytes_per_sm, gpu.l2.capacity_bytes, in_bytes,
-            out_bytes, m, n, k, batch):
+            out_bytes, m, n, k, batch, tiles or GEMM_TILES, SPLIT_K if not tiles else SPLIT_K[:1]):
         compute_s = max(flops_per_sm / per_sm_flops, sram_per_sm / per_sm_sram, l2_bytes / l2_bw)
         memory_s = activation_bytes / mixed_bw + b_bytes / b_bw
         time_s = max(compute_s, memory_s) + EXPOSED_OVERLAP * min(compute_s, memory_s)
@@ -49,7 +51,8 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
 
 @lru_cache(maxsize=65536)
 def _tilings(sm_count: int, sram_bytes: float, register_bytes: float, l2_capacity_bytes: float, in_bytes: float,
-             out_bytes: float, m: int, n: int, k: int, batch: int) -> tuple:
+             out_bytes: float, m: int, n: int, k: int, batch: int, tiles: tuple = GEMM_TILES,
+             splits: tuple = SPLIT_K) -> tuple:
     """The (tile, split-K) choices a GEMM of this shape has on a GPU of this build, each as what
     it leaves to the rates: (FLOPs per SM, SRAM bytes per SM, L2 bytes, HBM bytes of
     activations and output, HBM bytes of B). Apart from the clock and bandwidths, so hardware
@@ -57,14 +60,14 @@ def _tilings(sm_count: int, sram_bytes: float, register_bytes: float, l2_capacit
     unique_in = (m * k + k * n) * in_bytes * batch
     out_total = m * n * out_bytes * batch
     choices = []
-    for tm, tn, tk in GEMM_TILES:
+    for tm, tn, tk in tiles:
         smem = (tm + tn) * tk * in_bytes * PIPELINE_STAGES
         accum = tm * tn * 4
         if smem > sram_bytes or accum > register_bytes / 2:
             continue
         ctas_per_sm = max(1, min(int(sram_bytes // smem), int(register_bytes / 2 // accum)))
         tiles_m, tiles_n = ceil(m / tm), ceil(n / tn)
-        for split in SPLIT_K:
+        for split in splits:
             k_part = ceil(k / split)
             if split > 1 and (k_part < 4 * tk or tiles_m * tiles_n * batch >= sm_count):
                 break
