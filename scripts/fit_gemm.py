@@ -1,5 +1,5 @@
-"""Fit each GPU preset's GEMM kernel shares (calibration.compute_efficiency for BF16 and
-fp8_efficiency for per-tensor FP8, relative to it) on the measured GEMM tables of
+"""Fit each GPU preset's GEMM kernel shares (calibration.compute_efficiency for BF16,
+fp8_efficiency for per-tensor FP8 and nvfp4_efficiency for NVFP4, relative to it) on the measured GEMM tables of
 ../shared/validation/kernels (issue 21), and print them with the errors `rapid validate --suite
 kernels` reports, in-sample and held out. It edits nothing.
 
@@ -12,7 +12,9 @@ Transformer Engine's FP8 training calls; vLLM's table, CUTLASS's scaled GEMM, is
 share over cuBLAS's lead (core.validation.kernels.CUBLAS_OVER_CUTLASS_FP8), so its fit is a
 cuBLAS share too, and a GPU without TensorRT-LLM's table (Blackwell's TensorRT-LLM GEMM folders
 only point at a collection not shipped) takes it. The lead is the mean ratio of the two raw
-shares where a GPU's tables hold both (printed, to set the constant). Held out: each GPU's shares predict
+shares where a GPU's tables hold both (printed, to set the constant). NVFP4 is fitted on
+Blackwell's only NVFP4 table, vLLM's (FlashInfer's CuTe DSL kernel), its input quantized in
+one pass; no other library's NVFP4 GEMM is measured, so the share is that kernel's. Held out: each GPU's shares predict
 its siblings' tables (the same die: H100 <-> H200, B200 <-> B300 <-> GB200 <-> GB300), and the
 errors printed are those rows'.
 
@@ -34,7 +36,7 @@ FAMILY = {"a100_sxm": "ampere", "h100_sxm": "hopper", "h200_sxm": "hopper", "b20
           "b300_sxm": "blackwell", "gb200": "blackwell", "gb300": "blackwell"}
 FP8_ENGINE = "trtllm"  # TensorRT-LLM's FP8 rows run cuBLAS's scaled GEMM, as Transformer Engine does
 FP8_ENGINES = (FP8_ENGINE, "vllm")
-SHARE = {"bf16": "compute_efficiency", "fp8": "fp8_efficiency"}
+SHARE = {"bf16": "compute_efficiency", "fp8": "fp8_efficiency", "nvfp4": "nvfp4_efficiency"}
 
 
 def rows(gpu: str, dtype: str, stride: int, engine: str = "") -> list:
@@ -98,6 +100,8 @@ def main() -> None:
         hw = with_share(hw, "bf16", fit(hw, rows(gpu, "bf16", STRIDE), "bf16"))
         if "fp8" in dict(hw.gpu.peak_flops):
             by_engine[gpu] = fp8_shares(hw, gpu)
+        if "nvfp4" in dict(hw.gpu.peak_flops) and (table := rows(gpu, "nvfp4", STRIDE)):
+            hw = with_share(hw, "nvfp4", fit(hw, table, "nvfp4"))
         fitted[gpu] = hw
     # cuBLAS's scaled GEMM over vLLM's CUTLASS one, where a GPU's tables hold both: the ratio of
     # the two raw shares (vLLM's fit is in cuBLAS terms, its raw share that over the constant)
@@ -111,9 +115,9 @@ def main() -> None:
             hw = fitted[gpu] = with_share(hw, "fp8", min(1.0, share))
         c = hw.calibration
         print(f"{gpu} ({PRESET_BY_GPU[gpu]}): compute_efficiency {c.compute_efficiency:.3f}  fp8_efficiency "
-              f"{c.fp8_efficiency:.3f}  (FP8 share per engine table: "
+              f"{c.fp8_efficiency:.3f}  nvfp4_efficiency {c.nvfp4_efficiency:.3f}  (FP8 share per engine table: "
               f"{', '.join(f'{e} {v:.3f}' for e, v in shares.items()) or 'none'})")
-        for dtype in ("bf16", "fp8"):
+        for dtype in SHARE:
             if dtype in dict(hw.gpu.peak_flops):
                 report("in-sample", hw, rows(gpu, dtype, 1), dtype)
     print(f"cuBLAS FP8 over vLLM's CUTLASS FP8 (GPUs with both tables): {cublas_over_cutlass:.3f}"
@@ -122,10 +126,10 @@ def main() -> None:
         for sibling, hw in fitted.items():
             if sibling != gpu and FAMILY[sibling] == FAMILY[gpu]:
                 c = hw.calibration
-                held = replace(own, calibration=replace(own.calibration, compute_efficiency=c.compute_efficiency,
-                                                        fp8_efficiency=c.fp8_efficiency))
+                held = replace(own, calibration=replace(own.calibration, **{
+                    share: getattr(c, share) for share in SHARE.values()}))
                 print(f"{gpu} with {sibling}'s shares (held out):")
-                for dtype in ("bf16", "fp8"):
+                for dtype in SHARE:
                     if dtype in dict(held.gpu.peak_flops):
                         report(sibling, held, rows(gpu, dtype, 1), dtype)
 

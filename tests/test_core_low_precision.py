@@ -29,6 +29,17 @@ def test_a_quantized_element_carries_its_share_of_the_block_scales():
     assert kv_element_bytes("nvfp4") == 0.5625 and kv_element_bytes("fp8") == 1
 
 
+def test_each_low_precision_format_runs_at_its_own_measured_share_of_its_peak():
+    """MXFP8 takes per-tensor FP8's share (the same MMA at the FP8 peak); NVFP4 its own, fitted
+    on the NVFP4 kernel table; both relative to the BF16 share, with the steps' shares."""
+    cal = B200.calibration
+    step = cal.compute_efficiency * cal.step_efficiency * cal.fp8_step_efficiency
+    assert ops.tensor_rate_flops(B200, "mxfp8") == pytest.approx(4500e12 * step * cal.fp8_efficiency)
+    assert ops.tensor_rate_flops(B200, "fp8") == ops.tensor_rate_flops(B200, "mxfp8")
+    assert ops.tensor_rate_flops(B200, "nvfp4") == pytest.approx(9000e12 * step * cal.nvfp4_efficiency)
+    assert ops.tensor_rate_flops(B200, "bf16") == pytest.approx(2250e12 * cal.compute_efficiency * cal.step_efficiency)
+
+
 def test_each_dtype_takes_its_default_recipe_and_only_the_recipes_that_fit():
     assert (on(H100, "fp8").recipe, on(B200, "mxfp8").recipe, on(B200, "nvfp4").recipe) == (
         "delayed", "block-scaled", "block-scaled")

@@ -552,17 +552,19 @@ class Calibration:
     # and thermal limits); it scales every kernel's compute-bound time. Kernels timed alone, as
     # the measured kernel tables are, run at 1.
     sustained_clock: float = 1.0
-    # GEMMs' share of the BF16 tensor-core peak, and FP8 GEMMs' share of the FP8 peak relative
-    # to it, as measured kernels reach them alone (scripts/fit_gemm.py on the kernel tables).
+    # GEMMs' share of the BF16 tensor-core peak, and FP8 (per-tensor and MXFP8) and NVFP4
+    # GEMMs' shares of their peaks relative to it, as measured kernels reach them alone
+    # (scripts/fit_gemm.py on the kernel tables).
     compute_efficiency: float = 1.0
     fp8_efficiency: float = 1.0
+    nvfp4_efficiency: float = 1.0
     # What the GEMMs and attention matmuls of a whole step keep of the kernels' measured rate, in
     # every dtype: the clock a power-limited GPU holds over a step and the framework's gaps
     # between kernels, fitted on end-to-end training rows (scripts/calibrate.py). Kernels timed
     # alone, as the measured tables are, run at 1.
     step_efficiency: float = 1.0
-    # FP8 GEMMs' step share relative to that: an FP8 GEMM-bound step draws more power per second
-    # and holds a lower clock under the limit (measured, not fitted: see the preset).
+    # Low-precision (FP8, MXFP8, NVFP4) GEMMs' step share relative to that: what an FP8 step
+    # loses beyond its kernels' rates (see the H100 preset).
     fp8_step_efficiency: float = 1.0
     attention_efficiency: float = 1.0  # fused attention's tensor-core share, relative to compute_efficiency
     memory_efficiency: float = 1.0  # elementwise and normalization kernels' share of the HBM peak

@@ -20,7 +20,7 @@ from core.model.collectives import collective_time
 from core.model.ops.mla import mla_decode
 from core.model.layout import group_spans
 from core.model.loader import list_presets, load_hardware, with_dtype
-from core.model.specs import ModelSpec, Parallelism
+from core.model.specs import ModelSpec, Parallelism, quantized_bytes
 
 KERNELS_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "validation" / "kernels"
 SUITE = "kernels"
@@ -31,7 +31,7 @@ GiB = 2**30
 PRESET_BY_GPU = {"a100_sxm": "a100-sxm4-80gb", "h100_sxm": "h100-sxm5-80gb", "h200_sxm": "h200-sxm-141gb",
                  "b200_sxm": "b200-sxm-180gb", "b300_sxm": "b300-sxm-288gb", "gb200": "gb200-nvl72",
                  "gb300": "gb300-nvl72"}
-GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}  # fp8 is per-tensor scaled, as ours
+GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "nvfp4": "nvfp4"}  # fp8 is per-tensor scaled, as ours
 ATTENTION_DTYPES = {"bfloat16": "bf16"}
 KV_BYTES = {"bfloat16": 2, "fp8": 1}
 NCCL_BYTES = {"half": 2, "int8": 1}
@@ -70,12 +70,16 @@ def kernels_alone(hw):
     return replace(alone, calibration=replace(alone.calibration, sustained_clock=1.0, kernel_overhead_s=0.0))
 
 
-# How each engine quantizes a per-tensor FP8 GEMM's BF16 input: TensorRT-LLM's torch flow takes
-# the tensor's amax in one pass, then casts (ops.fp8_cast, current scaling); vLLM's layer, with
-# the static input scale AIConfigurator's collector sets, casts with one thread block per token
-# row (ops.row_cast).
-FP8_INPUT_QUANT = {"trtllm": lambda hw, m, k: ops.fp8_cast(replace(hw, dtype="fp8", fp8_recipe="current"), m * k),
-                   "vllm": lambda hw, m, k: ops.row_cast(hw, m, k)}
+# How each engine quantizes a low-precision GEMM's BF16 input: TensorRT-LLM's torch flow takes
+# the tensor's amax in one pass, then casts to per-tensor FP8 (ops.fp8_cast, current scaling);
+# vLLM's layer, with the static input scale AIConfigurator's collector sets, casts to FP8 with
+# one thread block per token row (ops.row_cast), and to NVFP4 (FlashInfer's quantization, the
+# global scale static, each 16-element block's scale computed in the pass) in one pass.
+INPUT_QUANT = {
+    ("trtllm", "fp8"): lambda hw, m, k: ops.fp8_cast(replace(hw, dtype="fp8", fp8_recipe="current"), m * k),
+    ("vllm", "fp8"): lambda hw, m, k: ops.row_cast(hw, m, k),
+    ("vllm", "nvfp4"): lambda hw, m, k: ops.pointwise(
+        hw, m * k * (hw.act_bytes + quantized_bytes("nvfp4", "block-scaled")))}
 # The presets' FP8 share (fp8_efficiency) is cuBLAS's scaled GEMM, which TensorRT-LLM and
 # Transformer Engine call; vLLM's per-tensor FP8 layer runs CUTLASS's, with the tiles it
 # dispatches (vllm_fp8_tiles), which on the GPUs whose tables hold both (H100 1.233, H200 1.114)
@@ -118,16 +122,16 @@ def _gemm_s(hw, m: int, n: int, k: int, dtype: str, engine: str) -> float:
     if len(tiles) == 2:
         tiles = tiles[:1] if n <= 1280 else tiles[1:]
     time_s = ops.gemm(engine_hardware(hw, dtype, engine), m, n, k, dtype=dtype, tiles=tiles).time_s
-    if dtype == "fp8":
-        time_s += FP8_INPUT_QUANT[engine](hw, m, k).time_s
+    if dtype != "bf16":
+        time_s += INPUT_QUANT[engine, dtype](hw, m, k).time_s
     return time_s
 
 
 def _gemm(hw, m, n, k, gemm_dtype, engine=""):
     """One GEMM C[m,n] = A[m,k] B[k,n], B a weight, as the layer graph times a linear layer; an
-    FP8 row also quantizes its BF16 input A as the table's engine does (FP8_INPUT_QUANT)."""
+    FP8 or NVFP4 row also quantizes its BF16 input A as the table's engine does (INPUT_QUANT)."""
     dtype = GEMM_DTYPES.get(gemm_dtype)
-    if dtype is None or dtype not in dict(hw.gpu.peak_flops) or (dtype == "fp8" and engine not in FP8_INPUT_QUANT):
+    if dtype is None or dtype not in dict(hw.gpu.peak_flops) or (dtype != "bf16" and (engine, dtype) not in INPUT_QUANT):
         return Skip(f"gemm {gemm_dtype}: not modelled")
     return "gemm", dtype, flop_bucket(2.0 * m * n * k), _gemm_s(hw, m, n, k, dtype, engine)
 
