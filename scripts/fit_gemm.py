@@ -27,7 +27,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 
 from core.model.loader import load_hardware, with_dtype
-from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, GEMM_DTYPES, KERNELS_DIR, PRESET_BY_GPU, Skip, _gemm, \
+from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, KERNELS_DIR, PRESET_BY_GPU, Skip, _gemm, \
     _read, error_summary, flop_bucket, kernels_alone
 
 STRIDE = 2
@@ -36,23 +36,24 @@ FAMILY = {"a100_sxm": "ampere", "h100_sxm": "hopper", "h200_sxm": "hopper", "b20
           "b300_sxm": "blackwell", "gb200": "blackwell", "gb300": "blackwell"}
 FP8_ENGINE = "trtllm"  # TensorRT-LLM's FP8 rows run cuBLAS's scaled GEMM, as Transformer Engine does
 FP8_ENGINES = (FP8_ENGINE, "vllm")
-SHARE = {"bf16": "compute_efficiency", "fp8": "fp8_efficiency", "nvfp4": "nvfp4_efficiency"}
+# The tables' GEMM dtypes and the share each fits
+SHARE = {"bfloat16": "compute_efficiency", "fp8": "fp8_efficiency", "fp8_block": "fp8_block_efficiency",
+         "nvfp4": "nvfp4_efficiency"}
 
 
 def rows(gpu: str, dtype: str, stride: int, engine: str = "") -> list:
-    """(engine, m, n, k, measured seconds) of the GPU's GEMM rows in `dtype`, of one engine's
-    table or ("") every engine's."""
+    """(engine, m, n, k, measured seconds) of the GPU's GEMM rows in the tables' `dtype`, of one
+    engine's table or ("") every engine's."""
     out = []
     for path in sorted(KERNELS_DIR.glob(f"{gpu}/gemm/{engine or '*'}/*/gemm_perf.parquet")):
         (m, n, k, dtypes), latency_ms = _read(path, ("m", "n", "k", "gemm_dtype"), None)
         out += [(path.parent.parent.name, *shape, ms * 1e-3) for *shape, d, ms in zip(m, n, k, dtypes, latency_ms)
-                if GEMM_DTYPES.get(d) == dtype][::stride]
+                if d == dtype][::stride]
     return out
 
 
 def predicted(hw, table: list, dtype: str) -> np.ndarray:
-    table_dtype = next(name for name, ours in GEMM_DTYPES.items() if ours == dtype)
-    out = [_gemm(hw, m, n, k, table_dtype, engine) for engine, m, n, k, _ in table]
+    out = [_gemm(hw, m, n, k, dtype, engine) for engine, m, n, k, _ in table]
     return np.array([np.nan if isinstance(o, Skip) else o[3] for o in out])
 
 
@@ -73,6 +74,8 @@ def fit(hw, table: list, dtype: str) -> float:
 
 
 def report(label: str, hw, table: list, dtype: str) -> None:
+    if not table:
+        return
     p = predicted(hw, table, dtype)
     measured = np.array([r[-1] for r in table])
     flops = np.array([2.0 * m * n * k for _, m, n, k, _ in table])
@@ -97,7 +100,7 @@ def main() -> None:
     for gpu in args.gpus:
         preset = PRESET_BY_GPU[gpu]
         hw = kernels_alone(with_dtype(load_hardware(preset), "bf16", preset, "dtype"))
-        hw = with_share(hw, "bf16", fit(hw, rows(gpu, "bf16", STRIDE), "bf16"))
+        hw = with_share(hw, "bfloat16", fit(hw, rows(gpu, "bfloat16", STRIDE), "bfloat16"))
         if "fp8" in dict(hw.gpu.peak_flops):
             by_engine[gpu] = fp8_shares(hw, gpu)
         if "nvfp4" in dict(hw.gpu.peak_flops) and (table := rows(gpu, "nvfp4", STRIDE)):
@@ -113,13 +116,13 @@ def main() -> None:
         if shares:
             share = shares.get(FP8_ENGINE, shares.get("vllm", 0.0))
             hw = fitted[gpu] = with_share(hw, "fp8", min(1.0, share))
+            if table := rows(gpu, "fp8_block", STRIDE, FP8_ENGINE):  # block-scaled beside it, cuBLAS's
+                hw = fitted[gpu] = with_share(hw, "fp8_block", min(1.0, fit(hw, table, "fp8_block")))
         c = hw.calibration
-        print(f"{gpu} ({PRESET_BY_GPU[gpu]}): compute_efficiency {c.compute_efficiency:.3f}  fp8_efficiency "
-              f"{c.fp8_efficiency:.3f}  nvfp4_efficiency {c.nvfp4_efficiency:.3f}  (FP8 share per engine table: "
-              f"{', '.join(f'{e} {v:.3f}' for e, v in shares.items()) or 'none'})")
+        print(f"{gpu} ({PRESET_BY_GPU[gpu]}): " + "  ".join(f"{share} {getattr(c, share):.3f}" for share in SHARE.values())
+              + f"  (FP8 share per engine table: {', '.join(f'{e} {v:.3f}' for e, v in shares.items()) or 'none'})")
         for dtype in SHARE:
-            if dtype in dict(hw.gpu.peak_flops):
-                report("in-sample", hw, rows(gpu, dtype, 1), dtype)
+            report("in-sample", hw, rows(gpu, dtype, 1), dtype)
     print(f"cuBLAS FP8 over vLLM's CUTLASS FP8 (GPUs with both tables): {cublas_over_cutlass:.3f}"
           f" (core.validation.kernels.CUBLAS_OVER_CUTLASS_FP8: {CUBLAS_OVER_CUTLASS_FP8})")
     for gpu, own in fitted.items():
@@ -130,8 +133,7 @@ def main() -> None:
                     share: getattr(c, share) for share in SHARE.values()}))
                 print(f"{gpu} with {sibling}'s shares (held out):")
                 for dtype in SHARE:
-                    if dtype in dict(held.gpu.peak_flops):
-                        report(sibling, held, rows(gpu, dtype, 1), dtype)
+                    report(sibling, held, rows(gpu, dtype, 1), dtype)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,14 @@ def test_each_low_precision_format_runs_at_its_own_measured_share_of_its_peak():
     assert ops.tensor_rate_flops(B200, "bf16") == pytest.approx(2250e12 * cal.compute_efficiency * cal.step_efficiency)
 
 
+def test_block_scaled_fp8_costs_hopper_its_rescaling_share_and_blackwell_nothing():
+    per_tensor, blocks = ops.tensor_rate_flops(on(H100, "fp8"), "fp8"), ops.tensor_rate_flops(
+        on(H100, "fp8", "block-scaled"), "fp8")
+    assert blocks == pytest.approx(per_tensor * H100.calibration.fp8_block_efficiency)
+    assert H100.calibration.fp8_block_efficiency < 1 == B200.calibration.fp8_block_efficiency
+    assert ops.tensor_rate_flops(on(B200, "fp8", "block-scaled"), "fp8") == ops.tensor_rate_flops(on(B200, "fp8"), "fp8")
+
+
 def test_each_dtype_takes_its_default_recipe_and_only_the_recipes_that_fit():
     assert (on(H100, "fp8").recipe, on(B200, "mxfp8").recipe, on(B200, "nvfp4").recipe) == (
         "delayed", "block-scaled", "block-scaled")

@@ -81,6 +81,24 @@ def test_an_nvfp4_row_is_the_gemm_and_one_quantizing_pass(tmp_path):
     assert (record["dtype"], record["median_error_pct"]) == ("nvfp4", pytest.approx(100 * (predicted_s / 0.05e-3 - 1)))
 
 
+def test_block_scaled_fp8_rows_are_timed_for_tensorrt_llm_and_skipped_for_vllm(tmp_path):
+    """TensorRT-LLM's fp8_block row: the block-scaled FP8 GEMM and one quantizing pass (a 4-byte
+    scale per 128 elements); vLLM's were timed without CUDA graphs and are counted as skipped."""
+    m, n, k = 2048, 4096, 4096
+    hw = kernels_alone(load_hardware("h100-sxm5-80gb"))
+    for engine in ("trtllm", "vllm"):
+        folder = tmp_path / "h100_sxm" / "gemm" / engine / "0.1"
+        folder.mkdir(parents=True)
+        pq.write_table(pa.table({"m": [m], "n": [n], "k": [k], "gemm_dtype": ["fp8_block"], "latency": [0.1]}),
+                       folder / "gemm_perf.parquet")
+    [record], skipped = kernel_groups(tmp_path)
+    predicted_s = (ops.gemm(replace(hw, fp8_recipe="block-scaled"), m, n, k, dtype="fp8").time_s
+                   + ops.pointwise(hw, m * k * (2 + 1 + 4 / 128)).time_s)
+    assert (record["framework"], record["dtype"]) == ("trtllm 0.1", "fp8 block")
+    assert record["median_error_pct"] == pytest.approx(100 * (predicted_s / 0.1e-3 - 1))
+    assert [(s["reason"], s["rows"]) for s in skipped] == [("gemm fp8_block in vLLM: timed without CUDA graphs, host-bound", 1)]
+
+
 def test_vllm_dispatches_its_fp8_tile_by_rows_and_gpu():
     """vLLM's CUTLASS FP8 configurations, tile over m first (swap-AB ones written that way)."""
     hopper, blackwell = load_hardware("h100-sxm5-80gb"), load_hardware("b200-sxm-180gb")

@@ -481,6 +481,7 @@ def _calibration(raw, source: str) -> Calibration:
         compute_efficiency=c.number("compute_efficiency", base.compute_efficiency, high=1.0),
         fp8_efficiency=c.number("fp8_efficiency", base.fp8_efficiency, high=1.0),
         nvfp4_efficiency=c.number("nvfp4_efficiency", base.nvfp4_efficiency, high=1.0),
+        fp8_block_efficiency=c.number("fp8_block_efficiency", base.fp8_block_efficiency, high=1.0),
         step_efficiency=c.number("step_efficiency", base.step_efficiency, high=1.0),
         fp8_step_efficiency=c.number("fp8_step_efficiency", base.fp8_step_efficiency, high=1.0),
         attention_efficiency=c.number("attention_efficiency", base.attention_efficiency, high=1.0),

@@ -558,6 +558,10 @@ class Calibration:
     compute_efficiency: float = 1.0
     fp8_efficiency: float = 1.0
     nvfp4_efficiency: float = 1.0
+    # Block-scaled FP8 GEMMs' share relative to per-tensor FP8's: Hopper's MMA has no block
+    # scales, so the kernel rescales its partial sums every 128 of k on the CUDA cores
+    # (Blackwell's MMA takes the scales: 1).
+    fp8_block_efficiency: float = 1.0
     # What the GEMMs and attention matmuls of a whole step keep of the kernels' measured rate, in
     # every dtype: the clock a power-limited GPU holds over a step and the framework's gaps
     # between kernels, fitted on end-to-end training rows (scripts/calibrate.py). Kernels timed

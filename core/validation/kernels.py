@@ -31,7 +31,10 @@ GiB = 2**30
 PRESET_BY_GPU = {"a100_sxm": "a100-sxm4-80gb", "h100_sxm": "h100-sxm5-80gb", "h200_sxm": "h200-sxm-141gb",
                  "b200_sxm": "b200-sxm-180gb", "b300_sxm": "b300-sxm-288gb", "gb200": "gb200-nvl72",
                  "gb300": "gb300-nvl72"}
-GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "nvfp4": "nvfp4"}  # fp8 is per-tensor scaled, as ours
+# The tables' GEMM dtypes: ours and its recipe (fp8 is per-tensor scaled; fp8_block DeepSeek's
+# 1 x 128 activation and 128 x 128 weight blocks, our block-scaled FP8 recipe).
+GEMM_DTYPES = {"bfloat16": ("bf16", ""), "fp8": ("fp8", ""), "fp8_block": ("fp8", "block-scaled"),
+               "nvfp4": ("nvfp4", "")}
 ATTENTION_DTYPES = {"bfloat16": "bf16"}
 KV_BYTES = {"bfloat16": 2, "fp8": 1}
 NCCL_BYTES = {"half": 2, "int8": 1}
@@ -74,12 +77,20 @@ def kernels_alone(hw):
 # the tensor's amax in one pass, then casts to per-tensor FP8 (ops.fp8_cast, current scaling);
 # vLLM's layer, with the static input scale AIConfigurator's collector sets, casts to FP8 with
 # one thread block per token row (ops.row_cast), and to NVFP4 (FlashInfer's quantization, the
-# global scale static, each 16-element block's scale computed in the pass) in one pass.
+# global scale static, each 16-element block's scale computed in the pass) in one pass;
+# TensorRT-LLM's block-scaled FP8 takes each 1 x 128 group's scale in its one cast pass. vLLM's
+# block-scaled FP8 rows (DeepGEMM, CUTLASS, FlashInfer) were timed without CUDA graphs, so their
+# host's launches set them (60-190 us at a few tokens): not compared (_gemm says so).
 INPUT_QUANT = {
     ("trtllm", "fp8"): lambda hw, m, k: ops.fp8_cast(replace(hw, dtype="fp8", fp8_recipe="current"), m * k),
+    ("trtllm", "fp8_block"): lambda hw, m, k: _one_pass_quant(hw, m * k, "fp8"),
     ("vllm", "fp8"): lambda hw, m, k: ops.row_cast(hw, m, k),
-    ("vllm", "nvfp4"): lambda hw, m, k: ops.pointwise(
-        hw, m * k * (hw.act_bytes + quantized_bytes("nvfp4", "block-scaled")))}
+    ("vllm", "nvfp4"): lambda hw, m, k: _one_pass_quant(hw, m * k, "nvfp4")}
+
+
+def _one_pass_quant(hw, elements: int, dtype: str):
+    """A cast of BF16 elements to a block-scaled `dtype` that computes each block's scale in passing."""
+    return ops.pointwise(hw, elements * (hw.act_bytes + quantized_bytes(dtype, "block-scaled")))
 # The presets' FP8 share (fp8_efficiency) is cuBLAS's scaled GEMM, which TensorRT-LLM and
 # Transformer Engine call; vLLM's per-tensor FP8 layer runs CUTLASS's, with the tiles it
 # dispatches (vllm_fp8_tiles), which on the GPUs whose tables hold both (H100 1.233, H200 1.114)
@@ -117,23 +128,28 @@ def engine_hardware(hw, dtype: str, engine: str):
 
 
 @functools.lru_cache(maxsize=None)
-def _gemm_s(hw, m: int, n: int, k: int, dtype: str, engine: str) -> float:
-    tiles = vllm_fp8_tiles(hw, m, k) if dtype == "fp8" and engine == "vllm" else ()
+def _gemm_s(hw, m: int, n: int, k: int, gemm_dtype: str, engine: str) -> float:
+    dtype, recipe = GEMM_DTYPES[gemm_dtype]
+    tiles = vllm_fp8_tiles(hw, m, k) if gemm_dtype == "fp8" and engine == "vllm" else ()
     if len(tiles) == 2:
         tiles = tiles[:1] if n <= 1280 else tiles[1:]
-    time_s = ops.gemm(engine_hardware(hw, dtype, engine), m, n, k, dtype=dtype, tiles=tiles).time_s
+    library = engine_hardware(replace(hw, fp8_recipe=recipe) if recipe else hw, dtype, engine)
+    time_s = ops.gemm(library, m, n, k, dtype=dtype, tiles=tiles).time_s
     if dtype != "bf16":
-        time_s += INPUT_QUANT[engine, dtype](hw, m, k).time_s
+        time_s += INPUT_QUANT[engine, gemm_dtype](hw, m, k).time_s
     return time_s
 
 
 def _gemm(hw, m, n, k, gemm_dtype, engine=""):
     """One GEMM C[m,n] = A[m,k] B[k,n], B a weight, as the layer graph times a linear layer; an
     FP8 or NVFP4 row also quantizes its BF16 input A as the table's engine does (INPUT_QUANT)."""
-    dtype = GEMM_DTYPES.get(gemm_dtype)
-    if dtype is None or dtype not in dict(hw.gpu.peak_flops) or (dtype != "bf16" and (engine, dtype) not in INPUT_QUANT):
+    dtype, recipe = GEMM_DTYPES.get(gemm_dtype, ("", ""))
+    if (engine, gemm_dtype) == ("vllm", "fp8_block"):
+        return Skip("gemm fp8_block in vLLM: timed without CUDA graphs, host-bound")
+    if dtype not in dict(hw.gpu.peak_flops) or (dtype != "bf16" and (engine, gemm_dtype) not in INPUT_QUANT):
         return Skip(f"gemm {gemm_dtype}: not modelled")
-    return "gemm", dtype, flop_bucket(2.0 * m * n * k), _gemm_s(hw, m, n, k, dtype, engine)
+    label = f"{dtype} block" if recipe else dtype
+    return "gemm", label, flop_bucket(2.0 * m * n * k), _gemm_s(hw, m, n, k, gemm_dtype, engine)
 
 
 def _context(hw, batch, isl, heads, kv_heads, head_dim, window, attn_dtype, kv_dtype, engine=""):

@@ -22,15 +22,16 @@ LOW_PRECISION_SHARE = {"fp8": "fp8_efficiency", "mxfp8": "fp8_efficiency", "nvfp
 
 def tensor_rate_flops(hw: HardwareSpec, dtype: str) -> float:
     """FLOP/s a step's GEMMs reach in `dtype`: the peak at the clock the step holds, times the
-    share kernels reach alone (compute_efficiency; FP8's and MXFP8's fp8_efficiency, NVFP4's
-    nvfp4_efficiency) and the share a whole step keeps of that (step_efficiency; the
-    low-precision formats' fp8_step_efficiency)."""
+    share kernels reach alone (compute_efficiency; FP8's and MXFP8's fp8_efficiency, block-scaled
+    FP8's fp8_block_efficiency beside it, NVFP4's nvfp4_efficiency) and the share a whole step
+    keeps of that (step_efficiency; the low-precision formats' fp8_step_efficiency)."""
     cal = hw.calibration
     rate = hw.gpu.flops(dtype) * cal.sustained_clock * cal.compute_efficiency * cal.step_efficiency
     low_precision_share = LOW_PRECISION_SHARE.get(dtype)
     if low_precision_share is None:
         return rate
-    return rate * getattr(cal, low_precision_share) * cal.fp8_step_efficiency
+    rate *= getattr(cal, low_precision_share) * cal.fp8_step_efficiency
+    return rate * cal.fp8_block_efficiency if dtype == "fp8" and hw.recipe == "block-scaled" else rate
 
 
 def at_kernel_rates(hw: HardwareSpec) -> HardwareSpec:
