@@ -8,11 +8,10 @@ the factors into the family's GPU presets (calibration block).
 
 Rows: balanced routing, the block-scaled dtypes serving engines run MoE checkpoints in (FP8 with
 128 x 128 block scales, timed at the FP8 peak; NVFP4 where the GPU has it), every expert shape,
-token count and moe_tp x moe_ep split up to MAX_EP (beyond, a GPU holds a handful of experts and
-the tables' times fall with ep at a fixed count per rank, which no per-GPU count explains), each
-the fastest kernel source measured. A row's `num_tokens` are one rank's: with expert parallelism
-each of the ep ranks holds that many and sends their top_k copies to the experts' ranks, so a
-GPU's experts take num_tokens x top_k copies whichever way the experts are split.
+token count and moe_tp x moe_ep split, each the fastest kernel source measured. A row's
+`num_tokens` are routed over all the experts, of which the timed GPU holds its 1 / ep share
+(the collector's expert map), so it runs num_tokens x top_k / ep copies
+(core.serving.moe.table_row_s).
 
 Example: scripts/fit_moe_gemm.py --gpus h100_sxm,h200_sxm --preset h200-sxm-141gb"""
 import argparse
@@ -27,15 +26,11 @@ from scipy.optimize import least_squares
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.model.graph import build_decode_layer  # noqa: E402
 from core.model.loader import load_hardware, with_dtype  # noqa: E402
-from core.model.specs import ModelSpec, MoESpec  # noqa: E402
-from core.serving.iteration import MOE_CHAIN  # noqa: E402
-from core.serving.moe import expert_gemms_s  # noqa: E402
+from core.serving.moe import expert_gemms_s, table_row_s  # noqa: E402
 
 KERNELS = Path(__file__).resolve().parents[2] / "shared" / "validation" / "kernels"
 DTYPES = {"fp8_block": "fp8", "nvfp4": "nvfp4"}
-MAX_EP = 32
 PREFILL_TOKENS = 1024
 
 
@@ -45,7 +40,7 @@ def table_rows(gpus: list) -> list:
     for gpu in gpus:
         for path in sorted((KERNELS / gpu / "moe" / "vllm").glob("*/moe_perf.parquet")):
             t = pq.read_table(path).to_pandas()
-            t = t[(t.distribution == "balanced") & t.moe_dtype.isin(list(DTYPES)) & (t.moe_ep_size <= MAX_EP)]
+            t = t[(t.distribution == "balanced") & t.moe_dtype.isin(list(DTYPES))]
             for r in t.itertuples():
                 key = (gpu, DTYPES[r.moe_dtype], (r.hidden_size, r.inter_size, r.num_experts, r.topk),
                        r.num_tokens, r.moe_tp_size, r.moe_ep_size)
@@ -62,19 +57,10 @@ def _hardware(preset: str, dtype: str, factors=None):
 
 
 def plain(rows, preset) -> np.ndarray:
-    """The layer graph's batched GEMMs (mlp_up, activation, mlp_down) for `rows`, with the
-    serving iteration's routing launches (core.serving.iteration.MOE_CHAIN)."""
-    out = []
-    for _, d, (hidden, inter, experts, topk), tokens, tp, ep, _ in rows:
-        hw = _hardware(preset, d)
-        gpus = tp * ep
-        model = ModelSpec(name="moe", layers=1, hidden=hidden, heads=gpus, kv_heads=gpus, ffn_hidden=0, vocab=1,
-                          activation="swiglu", moe=MoESpec(experts, topk, inter))
-        # every rank's tokens together: the graph routes batch x top_k / ep copies to a GPU
-        layer = build_decode_layer(model, hw, tokens * ep, 1, gpus, 1.0, ep)
-        out.append(sum(op.time_s for op in layer if op.name in ("mlp_up", "activation", "mlp_down"))
-                   + MOE_CHAIN * hw.gpu.launch_overhead_s)
-    return np.array(out)
+    """The layer graph's batched GEMMs for `rows`, with the serving iteration's routing launches
+    (core.serving.moe.table_row_s without the grouped kernels)."""
+    return np.array([table_row_s(_hardware(preset, d), hidden, inter, experts, topk, tokens, tp, ep)
+                     for _, d, (hidden, inter, experts, topk), tokens, tp, ep, _ in rows])
 
 
 def predicted(rows, preset, factors, plain_s) -> np.ndarray:

@@ -12,6 +12,7 @@ from core.model import ops
 from core.model.loader import load_hardware, with_dtype
 from core.model.ops.mla import mla_decode
 from core.model.ops.pointwise import ROW_BLOCK_SM_S
+from core.serving.moe import MOE_CHAIN, table_row_s
 from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, KERNELS_DIR, error_summary, kernel_groups, kernels_alone, \
     vllm_fp8_tiles
 from sweep.cli import main
@@ -154,6 +155,15 @@ def test_validate_json_carries_the_groups(monkeypatch, capsys):
     assert out["cases"] == [] and out["groups"] and all(FIELDS <= g.keys() for g in out["groups"])
 
 
+def test_an_expert_parallel_moe_row_runs_its_share_of_the_copies():
+    """AIConfigurator's collector routes a row's tokens over all the experts and times the GPU's
+    1 / ep share of them: 8 GPUs of expert parallelism run 1/8 of the copies of one GPU."""
+    hw = kernels_alone(load_hardware("h100-sxm5-80gb"))
+    one = table_row_s(hw, 4096, 1536, 128, 8, 8192, 1, 1) - MOE_CHAIN * hw.gpu.launch_overhead_s
+    eight = table_row_s(hw, 4096, 1536, 128, 8, 8192, 1, 8) - MOE_CHAIN * hw.gpu.launch_overhead_s
+    assert eight == pytest.approx(one / 8, rel=0.05)
+
+
 def test_hand_made_mla_decode_and_moe_rows_are_compared_with_our_kernels(tmp_path):
     mla = tmp_path / "h100_sxm" / "mla" / "trtllm" / "0.1"
     moe = tmp_path / "h100_sxm" / "moe" / "vllm" / "0.1"
@@ -168,9 +178,10 @@ def test_hand_made_mla_decode_and_moe_rows_are_compared_with_our_kernels(tmp_pat
     records, _ = kernel_groups(tmp_path)
     hw = kernels_alone(load_hardware("h100-sxm5-80gb"))
     decode_s = mla_decode(hw, 64, 16, 4096, 512, 64, 2).time_s
-    # 512 routed rows over 128 experts: 4 rows each, one grouped GEMM up (gate and up), one down
+    # 512 routed rows over 128 experts: 4 rows each, one grouped GEMM up (gate and up), one down,
+    # and the routing chain's MOE_CHAIN launches (the fitted grouped kernel does not bind here)
     moe_s = (ops.gemm(hw, 4, 2 * 1536, 4096, 128).time_s + ops.pointwise(hw, 3 * 4 * 128 * 1536 * 2).time_s
-             + ops.gemm(hw, 4, 4096, 1536, 128).time_s)
+             + ops.gemm(hw, 4, 4096, 1536, 128).time_s + MOE_CHAIN * hw.gpu.launch_overhead_s)
     by_kernel = {r["kernel"]: r["median_error_pct"] for r in records}
     assert by_kernel["mla.decode"] == pytest.approx(100 * (decode_s / 0.2e-3 - 1))
     assert by_kernel["moe.experts"] == pytest.approx(100 * (moe_s / 0.5e-3 - 1))

@@ -14,17 +14,9 @@ from core.model.specs import HardwareSpec, ModelSpec, Parallelism
 from core.model.training import time_ops
 
 from ._loop import IterationMemo
-from .moe import expert_gemms_s, grouped
+from .moe import EXPERT_OPS, MOE_CHAIN, expert_gemms_s, grouped
 
 
-# An MoE block in a serving engine is a chain of dependent kernels around its grouped GEMMs
-# (top-k routing, token permutation, the un-permute and weighted sum), each waiting out the last
-# one's launch latency, which CUDA-graph replay does not remove. AIConfigurator's MoE tables
-# (../shared/validation/kernels) at 1-8 tokens exceed our expert GEMMs by 16 us on B200
-# (FlashInfer's TensorRT-LLM kernels) and 35-45 us on H200 (Triton, TensorRT-LLM): five
-# launches, the B200 figure, is the lower bound taken.
-MOE_CHAIN = 5
-EXPERT_OPS = ("mlp_up", "activation", "mlp_down")  # an MoE layer's expert kernels in the layer graph
 # A GQA layer's kernels that an engine's attention ops include (EngineAttention: RoPE on the new
 # queries and keys, the new keys and values written into the paged cache).
 ENGINE_PREPROCESSING = ("rotary", "kv_append")

@@ -21,6 +21,8 @@ from core.model.ops.mla import mla_decode
 from core.model.layout import group_spans
 from core.model.loader import list_presets, load_hardware, with_dtype
 from core.model.specs import ModelSpec, Parallelism, quantized_bytes
+from core.serving.engines import ENGINES
+from core.serving.moe import table_row_s
 
 KERNELS_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "validation" / "kernels"
 SUITE = "kernels"
@@ -225,25 +227,31 @@ def _mla_generation(hw, batch, heads, step, mla_dtype, kv_dtype):
     return "mla.decode", dtype, kv_bucket(batch * context * (MLA_KV_LORA_RANK + MLA_ROPE_DIM) * kv_bytes), time_s
 
 
-def _moe(hw, kernel_source, moe_dtype, tokens, hidden, inter, topk, experts, moe_tp, moe_ep, distribution):
-    """A rank's MoE expert GEMMs as the decode layer times them: its num_tokens x topk / ep
-    routed rows (balanced) over the local experts they touch, one grouped up-projection
-    (gate and up unless the kernel is non-gated), the activation, one grouped down-projection."""
+# The MoE tables' dtypes we time, at the peak of ours (block-scaled FP8 at the FP8 peak, as
+# scripts/fit_moe_gemm.py fits the grouped kernels on it).
+MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "nvfp4"}
+
+
+@functools.lru_cache(maxsize=None)
+def _in_dtype(hw, dtype: str):
+    return replace(hw, dtype=dtype)
+
+
+def _moe(hw, kernel_source, moe_dtype, tokens, hidden, inter, topk, experts, moe_tp, moe_ep, distribution, engine=""):
+    """A rank's MoE experts as the table's engine runs them in serving (core.serving.moe.table_row_s):
+    its plain batched GEMMs (gate and up unless the kernel is non-gated), the activation and the
+    down projection, with the routing chain's launches; an engine running the fused-MoE kernels
+    (EngineSpec.grouped_moe: vLLM) takes the grouped kernel's math where it outlasts them."""
     if distribution != "balanced":
         return Skip(f"moe with {distribution} routing: imbalance not modelled")
-    if moe_dtype != "bfloat16":
+    dtype = MOE_DTYPES.get(moe_dtype)
+    if dtype is None or dtype not in dict(hw.gpu.peak_flops):
         return Skip(f"moe in {moe_dtype}: not modelled")
-    gated = "nongated" not in kernel_source
-    rows = tokens * topk / moe_ep
-    touched = max(1, min(experts // moe_ep, round(rows)))
-    per_expert = max(1, -(-round(rows) // touched))
-    ffn = max(1, inter // moe_tp)
-    el = hw.act_bytes
-    time_s = (ops.gemm(hw, per_expert, ffn * (2 if gated else 1), hidden, touched).time_s
-              + ops.pointwise(hw, (3 if gated else 2) * per_expert * touched * ffn * el).time_s
-              + ops.gemm(hw, per_expert, hidden, ffn, touched).time_s)
-    flops = 2.0 * rows * hidden * ffn * (3 if gated else 2)
-    return "moe.experts", "bf16", flop_bucket(flops), time_s
+    time_s = table_row_s(_in_dtype(hw, dtype), hidden, inter, experts, topk, tokens, moe_tp, moe_ep,
+                         gated="nongated" not in kernel_source, grouped_kernels=ENGINES[engine].grouped_moe)
+    flops = 2.0 * tokens * topk * hidden * (inter / moe_tp) * (3 if "nongated" not in kernel_source else 2)
+    label = "fp8 block" if moe_dtype == "fp8_block" else dtype
+    return "moe.experts", label, flop_bucket(flops), time_s
 
 
 # (op folder, table, its columns passed to the row's function in this order, the function)
@@ -313,7 +321,7 @@ def kernel_groups(root: Path = KERNELS_DIR, gpus=None, max_rows: int | None = No
                 hw = kernels_alone(with_dtype(load_hardware(preset), "bf16", preset, "dtype"))
                 values, latency_ms = _read(path, columns, max_rows)
                 groups, reasons = defaultdict(lambda: ([], [])), Counter()
-                engine = {"engine": path.parent.parent.name} if op in ("attention", "gemm") else {}
+                engine = {"engine": path.parent.parent.name} if op in ("attention", "gemm", "moe") else {}
                 for row, measured_ms in zip(zip(*values), latency_ms):
                     out = predict(hw, *row, **engine)
                     if isinstance(out, Skip):
