@@ -14,7 +14,9 @@ cuBLAS share too, and a GPU without TensorRT-LLM's table (Blackwell's TensorRT-L
 only point at a collection not shipped) takes it. The lead is the mean ratio of the two raw
 shares where a GPU's tables hold both (printed, to set the constant). NVFP4 is fitted on
 Blackwell's only NVFP4 table, vLLM's (FlashInfer's CuTe DSL kernel), its input quantized in
-one pass; no other library's NVFP4 GEMM is measured, so the share is that kernel's. Held out: each GPU's shares predict
+one pass; no other library's NVFP4 GEMM is measured, so the share is that kernel's. Block-scaled
+FP8's share is cuBLAS's, measured on our own H100 (the preset's); TensorRT-LLM's fp8_block table
+is timed at it times TRTLLM_FP8_BLOCK_OVER_CUBLAS, whose refit is printed. Held out: each GPU's shares predict
 its siblings' tables (the same die: H100 <-> H200, B200 <-> B300 <-> GB200 <-> GB300), and the
 errors printed are those rows'.
 
@@ -27,8 +29,8 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 
 from core.model.loader import load_hardware, with_dtype
-from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, KERNELS_DIR, PRESET_BY_GPU, Skip, _gemm, \
-    _read, error_summary, flop_bucket, kernels_alone
+from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, KERNELS_DIR, PRESET_BY_GPU, TRTLLM_FP8_BLOCK_OVER_CUBLAS, \
+    Skip, _gemm, _read, error_summary, flop_bucket, kernels_alone
 
 STRIDE = 2
 FIT_FLOPS = 100e9
@@ -116,8 +118,12 @@ def main() -> None:
         if shares:
             share = shares.get(FP8_ENGINE, shares.get("vllm", 0.0))
             hw = fitted[gpu] = with_share(hw, "fp8", min(1.0, share))
-            if table := rows(gpu, "fp8_block", STRIDE, FP8_ENGINE):  # block-scaled beside it, cuBLAS's
+            if table := rows(gpu, "fp8_block", STRIDE, FP8_ENGINE):  # TensorRT-LLM's block-scaled kernel
+                measured = hw.calibration.fp8_block_efficiency  # the preset's, cuBLAS's measured share
                 hw = fitted[gpu] = with_share(hw, "fp8_block", min(1.0, fit(hw, table, "fp8_block")))
+                print(f"{gpu}: TensorRT-LLM's block-scaled FP8 over cuBLAS's measured share "
+                      f"{TRTLLM_FP8_BLOCK_OVER_CUBLAS * hw.calibration.fp8_block_efficiency / measured:.3f}"
+                      f" (core.validation.kernels.TRTLLM_FP8_BLOCK_OVER_CUBLAS: {TRTLLM_FP8_BLOCK_OVER_CUBLAS})")
         c = hw.calibration
         print(f"{gpu} ({PRESET_BY_GPU[gpu]}): " + "  ".join(f"{share} {getattr(c, share):.3f}" for share in SHARE.values())
               + f"  (FP8 share per engine table: {', '.join(f'{e} {v:.3f}' for e, v in shares.items()) or 'none'})")

@@ -30,7 +30,10 @@ three replays of warm-up, six timed), each replay on its own, for how far a kern
 pulls the clock down; and the first two seconds of a GEMM loop after idle, call by call, for how
 fast the clock falls once the board reaches its power limit.
 
-    python3 scripts/measure_gpu_kernels.py --out DIR [--quick | --curve | --tiles | --stream | --bursts]
+With --block-fp8, block_fp8.csv: per-tensor and block-scaled (1 x 128 / 128 x 128) FP8 GEMMs of
+the same shapes, for the block-scaled share of the per-tensor rate.
+
+    python3 scripts/measure_gpu_kernels.py --out DIR [--quick | --curve | --tiles | --stream | --bursts | --block-fp8]
 """
 import argparse
 import csv
@@ -506,6 +509,55 @@ def summarise_bursts(bursts, transient):
                 print(f"transient {dtype:9s} from {since_ms:5d} ms: {sum(r['tflops'] for r in near) / len(near):7.1f} TFLOP/s")
 
 
+BLOCK_SHAPES = ((2048, 4096, 4096), (4096, 4096, 4096), (8192, 8192, 8192), (4096, 14336, 4096),
+                (4096, 4096, 14336), (16384, 8192, 8192), (1024, 8192, 8192), (256, 8192, 8192))
+
+
+def blockwise_calls(m, n, k):
+    """{variant: callable} of a block-scaled FP8 GEMM (1 x 128 scales on A, 128 x 128 on B) in
+    the ways this PyTorch may offer it; each is tried, and the ones that run are timed."""
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    w = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
+    scale_a = torch.rand(k // 128, m, device="cuda").t()  # (m, k / 128), m-major as cuBLAS asks
+    scale_b = torch.rand(n // 128, k // 128, device="cuda").t()  # (k / 128, n / 128)
+    scale_b_rows = scale_b.contiguous()
+    calls = {"scaled_mm": lambda: torch._scaled_mm(a, w.t(), scale_a=scale_a, scale_b=scale_b,
+                                                      out_dtype=torch.bfloat16),
+             "scaled_mm_b_rows": lambda: torch._scaled_mm(a, w.t(), scale_a=scale_a, scale_b=scale_b_rows,
+                                                             out_dtype=torch.bfloat16)}
+    functional = getattr(F, "scaled_mm", None)
+    scaling = getattr(F, "ScalingType", None)
+    if functional is not None and scaling is not None:
+        calls["functional"] = lambda: functional(a, w.t(), scale_a, scaling.BlockWise1x128, scale_b,
+                                                 scaling.BlockWise128x128, output_dtype=torch.bfloat16)
+    return calls
+
+
+def measure_block_fp8():
+    """Per-tensor and block-scaled FP8 GEMMs of the same shapes, short bursts (do_bench): the
+    block-scaled GEMM's share of the per-tensor one's rate on this GPU's cuBLAS."""
+    rows = []
+    for m, n, k in BLOCK_SHAPES:
+        base = {"m": m, "n": n, "k": k, "flop": 2 * m * n * k}
+        per_tensor = median_ms(fp8_operands(m, n, k))
+        rows.append(base | {"variant": "per_tensor", "latency_ms": per_tensor})
+        for variant, fn in blockwise_calls(m, n, k).items():
+            try:
+                fn()
+                torch.cuda.synchronize()
+                rows.append(base | {"variant": variant, "latency_ms": median_ms(fn)})
+            except Exception as error:  # this PyTorch or cuBLAS may refuse a layout
+                rows.append(base | {"variant": variant, "error": str(error).splitlines()[0][:160]})
+        torch.cuda.empty_cache()
+    for row in rows:
+        if "latency_ms" in row:
+            print(f"block_fp8 {row['variant']:10s} {row['m']:6d} x {row['n']:6d} x {row['k']:6d}"
+                  f" {row['latency_ms']:8.3f} ms {row['flop'] / row['latency_ms'] / 1e9:7.1f} TFLOP/s")
+        else:
+            print(f"block_fp8 {row['variant']:10s} {row['m']:6d} x {row['n']:6d} x {row['k']:6d} refused: {row['error']}")
+    return rows
+
+
 def environment():
     props = torch.cuda.get_device_properties(0)
     return {"device": props.name, "sm_count": props.multi_processor_count,
@@ -563,6 +615,8 @@ def main():
                         help="instead: decode-like GEMMs streaming their weights from HBM, with clocks and power")
     parser.add_argument("--bursts", action="store_true",
                         help="instead: long GEMMs timed as the kernel tables were, and the clock's fall after idle")
+    parser.add_argument("--block-fp8", action="store_true",
+                        help="instead: per-tensor against block-scaled FP8 GEMMs of the same shapes")
     parser.add_argument("--sample-period-s", type=float, default=SAMPLE_PERIOD_S)
     parser.add_argument("--tiles", action="store_true",
                         help="instead: attention over sequence and large batch x heads, cuDNN and FlashAttention-2")
@@ -575,6 +629,9 @@ def main():
     (args.out / "environment.json").write_text(json.dumps(env, indent=1))
     sampler.period_s = args.sample_period_s
     sampler.start()
+    if args.block_fp8:
+        section("block_fp8", measure_block_fp8, args.out)
+        return
     if args.bursts:
         transient = section("transient", measure_transient, args.out, sampler)
         bursts = section("bursts", measure_bursts, args.out, sampler)

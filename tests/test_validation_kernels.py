@@ -13,8 +13,8 @@ from core.model.loader import load_hardware, with_dtype
 from core.model.ops.mla import mla_decode
 from core.model.ops.pointwise import ROW_BLOCK_SM_S
 from core.serving.moe import MOE_CHAIN, table_row_s
-from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, KERNELS_DIR, error_summary, kernel_groups, kernels_alone, \
-    vllm_fp8_tiles
+from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, KERNELS_DIR, TRTLLM_FP8_BLOCK_OVER_CUBLAS, error_summary, \
+    kernel_groups, kernels_alone, vllm_fp8_tiles
 from sweep.cli import main
 
 FIELDS = {"suite", "gpu", "kernel", "dtype", "bucket", "n", "median_error_pct", "mean_abs_error_pct",
@@ -83,8 +83,9 @@ def test_an_nvfp4_row_is_the_gemm_and_one_quantizing_pass(tmp_path):
 
 
 def test_block_scaled_fp8_rows_are_timed_for_tensorrt_llm_and_skipped_for_vllm(tmp_path):
-    """TensorRT-LLM's fp8_block row: the block-scaled FP8 GEMM and one quantizing pass (a 4-byte
-    scale per 128 elements); vLLM's were timed without CUDA graphs and are counted as skipped."""
+    """TensorRT-LLM's fp8_block row: its own block-scaled FP8 GEMM (TRTLLM_FP8_BLOCK_OVER_CUBLAS of
+    cuBLAS's share) and one quantizing pass (a 4-byte scale per 128 elements); vLLM's were timed
+    without CUDA graphs and are counted as skipped."""
     m, n, k = 2048, 4096, 4096
     hw = kernels_alone(load_hardware("h100-sxm5-80gb"))
     for engine in ("trtllm", "vllm"):
@@ -93,7 +94,9 @@ def test_block_scaled_fp8_rows_are_timed_for_tensorrt_llm_and_skipped_for_vllm(t
         pq.write_table(pa.table({"m": [m], "n": [n], "k": [k], "gemm_dtype": ["fp8_block"], "latency": [0.1]}),
                        folder / "gemm_perf.parquet")
     [record], skipped = kernel_groups(tmp_path)
-    predicted_s = (ops.gemm(replace(hw, fp8_recipe="block-scaled"), m, n, k, dtype="fp8").time_s
+    trtllm_kernel = replace(hw, fp8_recipe="block-scaled", calibration=replace(
+        hw.calibration, fp8_block_efficiency=hw.calibration.fp8_block_efficiency * TRTLLM_FP8_BLOCK_OVER_CUBLAS))
+    predicted_s = (ops.gemm(trtllm_kernel, m, n, k, dtype="fp8").time_s
                    + ops.pointwise(hw, m * k * (2 + 1 + 4 / 128)).time_s)
     assert (record["framework"], record["dtype"]) == ("trtllm 0.1", "fp8 block")
     assert record["median_error_pct"] == pytest.approx(100 * (predicted_s / 0.1e-3 - 1))

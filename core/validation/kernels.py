@@ -99,7 +99,13 @@ def _one_pass_quant(hw, elements: int, dtype: str):
 # reaches 1 / 1.174 of cuBLAS's share on GEMMs of 100 GFLOP and more (scripts/fit_gemm.py). One
 # ratio for every GPU: a property of the two libraries' kernels.
 CUBLAS_OVER_CUTLASS_FP8 = 1.174
-FP8_LIBRARY_SHARE = {"trtllm": 1.0, "vllm": 1.0 / CUBLAS_OVER_CUTLASS_FP8}
+# The presets' block-scaled FP8 share (fp8_block_efficiency) is cuBLAS's, measured on our own
+# H100 (scripts/measure_gpu_kernels.py --block-fp8), as Transformer Engine calls it;
+# TensorRT-LLM's own block-scaled GEMM reaches 0.840 of it (scripts/fit_gemm.py on its table).
+TRTLLM_FP8_BLOCK_OVER_CUBLAS = 0.840
+# (engine, the table's GEMM dtype) -> (the calibration share its library changes, by how much)
+LIBRARY_SHARE = {("vllm", "fp8"): ("fp8_efficiency", 1.0 / CUBLAS_OVER_CUTLASS_FP8),
+                 ("trtllm", "fp8_block"): ("fp8_block_efficiency", TRTLLM_FP8_BLOCK_OVER_CUBLAS)}
 
 
 def vllm_fp8_tiles(hw, m: int, k: int) -> tuple:
@@ -121,12 +127,12 @@ def vllm_fp8_tiles(hw, m: int, k: int) -> tuple:
 
 
 @functools.lru_cache(maxsize=None)
-def engine_hardware(hw, dtype: str, engine: str):
-    """The hardware as the table's engine's GEMM library runs `dtype`."""
-    share = FP8_LIBRARY_SHARE[engine] if dtype == "fp8" else 1.0
-    if share == 1.0:
+def engine_hardware(hw, gemm_dtype: str, engine: str):
+    """The hardware as the table's engine's GEMM library runs `gemm_dtype`."""
+    if (engine, gemm_dtype) not in LIBRARY_SHARE:
         return hw
-    return replace(hw, calibration=replace(hw.calibration, fp8_efficiency=hw.calibration.fp8_efficiency * share))
+    share, factor = LIBRARY_SHARE[engine, gemm_dtype]
+    return replace(hw, calibration=replace(hw.calibration, **{share: getattr(hw.calibration, share) * factor}))
 
 
 @functools.lru_cache(maxsize=None)
@@ -135,7 +141,7 @@ def _gemm_s(hw, m: int, n: int, k: int, gemm_dtype: str, engine: str) -> float:
     tiles = vllm_fp8_tiles(hw, m, k) if gemm_dtype == "fp8" and engine == "vllm" else ()
     if len(tiles) == 2:
         tiles = tiles[:1] if n <= 1280 else tiles[1:]
-    library = engine_hardware(replace(hw, fp8_recipe=recipe) if recipe else hw, dtype, engine)
+    library = engine_hardware(replace(hw, fp8_recipe=recipe) if recipe else hw, gemm_dtype, engine)
     time_s = ops.gemm(library, m, n, k, dtype=dtype, tiles=tiles).time_s
     if dtype != "bf16":
         time_s += INPUT_QUANT[engine, gemm_dtype](hw, m, k).time_s
@@ -340,4 +346,4 @@ def kernel_groups(root: Path = KERNELS_DIR, gpus=None, max_rows: int | None = No
     return records, skipped
 
 
-__all__ = ["CUBLAS_OVER_CUTLASS_FP8", "KERNELS_DIR", "error_summary", "kernel_groups", "kernels_alone", "vllm_fp8_tiles"]
+__all__ = ["CUBLAS_OVER_CUTLASS_FP8", "KERNELS_DIR", "TRTLLM_FP8_BLOCK_OVER_CUBLAS", "error_summary", "kernel_groups", "kernels_alone", "vllm_fp8_tiles"]
