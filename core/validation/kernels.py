@@ -104,7 +104,12 @@ CUBLAS_OVER_CUTLASS_FP8 = 1.174
 # TensorRT-LLM's own block-scaled GEMM reaches 0.840 of it (scripts/fit_gemm.py on its table).
 TRTLLM_FP8_BLOCK_OVER_CUBLAS = 0.840
 # (engine, the table's GEMM dtype) -> (the calibration share its library changes, by how much)
+# vLLM's NVFP4 GEMM (FlashInfer's CuTe DSL kernel) is the only NVFP4 GEMM measured; the presets'
+# NVFP4 share is cuBLAS's as Transformer Engine calls it, taken as that kernel's times the same
+# lead cuBLAS holds over vLLM's FP8 kernel where both are measured (an assumption, as for
+# Blackwell's FP8 share).
 LIBRARY_SHARE = {("vllm", "fp8"): ("fp8_efficiency", 1.0 / CUBLAS_OVER_CUTLASS_FP8),
+                 ("vllm", "nvfp4"): ("nvfp4_efficiency", 1.0 / CUBLAS_OVER_CUTLASS_FP8),
                  ("trtllm", "fp8_block"): ("fp8_block_efficiency", TRTLLM_FP8_BLOCK_OVER_CUBLAS)}
 
 
