@@ -33,7 +33,11 @@ fast the clock falls once the board reaches its power limit.
 With --block-fp8, block_fp8.csv: per-tensor and block-scaled (1 x 128 / 128 x 128) FP8 GEMMs of
 the same shapes, for the block-scaled share of the per-tensor rate.
 
-    python3 scripts/measure_gpu_kernels.py --out DIR [--quick | --curve | --tiles | --stream | --bursts | --block-fp8]
+With --layers, layers.csv: one tensor-parallel rank's transformer layer (GPT-3 175B and Llama 3
+70B at tp 4), forward and backward in BF16 eager PyTorch, at 1, 2 and 4 sequences per
+micro-batch, for what a larger micro-batch gains per token on one GPU.
+
+    python3 scripts/measure_gpu_kernels.py --out DIR [--quick | --curve | --tiles | --stream | --bursts | --block-fp8 | --layers]
 """
 import argparse
 import csv
@@ -558,6 +562,55 @@ def measure_block_fp8():
     return rows
 
 
+LAYER_SHAPES = {  # name: (hidden, heads, ffn, tp, seq): one tensor-parallel rank's share of a layer
+    "gpt3-175b-tp4": (12288, 96, 49152, 4, 2048), "llama3-70b-tp4": (8192, 64, 28672, 4, 8192)}
+LAYER_MICRO_BATCHES = (1, 2, 4)
+
+
+def layer_step(hidden, heads, ffn, tp, seq, micro_batch):
+    """Forward and backward of one tensor-parallel rank's transformer layer (LayerNorm, QKV,
+    causal attention, output projection, LayerNorm, MLP with GELU) in BF16 eager PyTorch, for
+    `micro_batch` sequences: the GEMM shapes of a Megatron layer, without its collectives."""
+    tokens, local_heads, head_dim = micro_batch * seq, heads // tp, hidden // heads
+    make = lambda *shape: torch.nn.Parameter(torch.randn(*shape, device="cuda", dtype=torch.bfloat16) * 0.02)
+    qkv, proj = make(3 * hidden // tp, hidden), make(hidden, hidden // tp)
+    fc1, fc2 = make(ffn // tp, hidden), make(hidden, ffn // tp)
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    grad = torch.randn_like(x)
+
+    def step():
+        h = F.layer_norm(x, (hidden,))
+        q, k, v = F.linear(h, qkv).view(micro_batch, seq, 3, local_heads, head_dim).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(tokens, hidden // tp)
+        y = x + F.linear(a, proj)
+        y = y + F.linear(F.gelu(F.linear(F.layer_norm(y, (hidden,)), fc1), approximate="tanh"), fc2)
+        torch.autograd.grad(y, (x, qkv, proj, fc1, fc2), grad)
+
+    return step, 2 * 3 * tokens * (hidden * (3 * hidden // tp) + hidden * hidden // tp + 2 * hidden * ffn // tp) \
+        + 3.5 * 2 * micro_batch * local_heads * seq * seq * head_dim
+
+
+def measure_layers():
+    """Each layer shape at 1, 2 and 4 sequences per micro-batch: time per token, for what a
+    larger micro-batch gains on one GPU (cuDNN attention, as Transformer Engine runs)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    rows = []
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION]):
+        for name, shape in LAYER_SHAPES.items():
+            for micro_batch in LAYER_MICRO_BATCHES:
+                row = {"layer": name, "micro_batch": micro_batch, "tokens": micro_batch * shape[4]}
+                try:
+                    step, flop = layer_step(*shape, micro_batch)
+                    ms = median_ms(step, rep_ms=400)
+                    row.update(step_ms=ms, us_per_token=1e3 * ms / row["tokens"], tflops=flop / ms / 1e9)
+                except RuntimeError as error:
+                    row["error"] = str(error).splitlines()[0][:160]
+                rows.append(row)
+                print(row, flush=True)
+                torch.cuda.empty_cache()
+    return rows
+
+
 def environment():
     props = torch.cuda.get_device_properties(0)
     return {"device": props.name, "sm_count": props.multi_processor_count,
@@ -617,6 +670,8 @@ def main():
                         help="instead: long GEMMs timed as the kernel tables were, and the clock's fall after idle")
     parser.add_argument("--block-fp8", action="store_true",
                         help="instead: per-tensor against block-scaled FP8 GEMMs of the same shapes")
+    parser.add_argument("--layers", action="store_true",
+                        help="instead: a tensor-parallel rank's transformer layer, forward and backward, at 1-4 sequences")
     parser.add_argument("--sample-period-s", type=float, default=SAMPLE_PERIOD_S)
     parser.add_argument("--tiles", action="store_true",
                         help="instead: attention over sequence and large batch x heads, cuDNN and FlashAttention-2")
@@ -629,6 +684,9 @@ def main():
     (args.out / "environment.json").write_text(json.dumps(env, indent=1))
     sampler.period_s = args.sample_period_s
     sampler.start()
+    if args.layers:
+        section("layers", measure_layers, args.out)
+        return
     if args.block_fp8:
         section("block_fp8", measure_block_fp8, args.out)
         return
