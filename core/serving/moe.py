@@ -1,15 +1,12 @@
-"""A vLLM engine's MoE expert GEMMs: one fused grouped kernel over a GPU's local experts, as
-AIConfigurator's MoE tables time it (engines running kernels of their own keep the plain GEMMs:
-core.serving.engines.EngineSpec.grouped_moe). The layer graph times the experts as plain
-batched GEMMs (weights streamed, the GEMM model's tiles), which the measured MoE tables
-roughly match while weights dominate (few tokens) but undercut 2-3x once the math does (a
-prefill chunk) with each expert split over several GPUs: a narrow expert slice (its FFN over
-expert tensor parallelism) gives the up-projection few output tiles per expert and the
-down-projection a short reduction, so each tile's fixed work (prologue, block-scale loads,
-epilogue) weighs more. The experts take the longer of the plain GEMMs and their math at the
-dtype's peak times `moe_gemm_efficiency` x ffn / (ffn + `moe_half_ffn`). Both factors are per
-GPU family (the hardware preset's calibration), fitted by scripts/fit_moe_gemm.py on the
-measured MoE kernel tables (../shared/validation/kernels/*/moe), never on serving runs."""
+"""A serving engine's MoE expert GEMMs: for an engine running fused grouped-MoE kernels (vLLM,
+core.serving.engines.EngineSpec.grouped_moe) the longer of the layer graph's plain batched GEMMs
+and the grouped kernel's math at the dtype's peak times `moe_gemm_efficiency` x ffn / (ffn +
+`moe_half_ffn`), a narrow expert slice (its FFN over expert tensor parallelism) leaving each
+tile's fixed work more weight; engines on kernels of their own keep the plain GEMMs. Both
+factors are per GPU family (the hardware preset's calibration), fitted by
+scripts/fit_moe_gemm.py on the measured MoE kernel tables (../shared/validation/kernels/*/moe),
+never on serving runs; read as the collector runs its rows (table_row_s), the fits sit at their
+bounds, the plain GEMMs already faster than the fused kernels at prefill sizes."""
 from core.model.graph import build_decode_layer
 from core.model.specs import HardwareSpec, ModelSpec, MoESpec
 

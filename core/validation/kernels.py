@@ -113,22 +113,29 @@ LIBRARY_SHARE = {("vllm", "fp8"): ("fp8_efficiency", 1.0 / CUBLAS_OVER_CUTLASS_F
                  ("trtllm", "fp8_block"): ("fp8_block_efficiency", TRTLLM_FP8_BLOCK_OVER_CUBLAS)}
 
 
-def vllm_fp8_tiles(hw, m: int, k: int) -> tuple:
+def vllm_fp8_tiles(hw, m: int, n: int, k: int) -> tuple:
     """The one (tile over m, tile over n, tile over k) vLLM's CUTLASS FP8 GEMM dispatches for a
-    GEMM of `m` rows (csrc/quantization/w8a8/cutlass/c3x/scaled_mm_sm{90,100}_fp8_dispatch.cuh),
-    swap-AB configurations written with the tile over m first. Persistent kernels: no split-K.
-    Blackwell's (the GPU with an NVFP4 peak) 256-row tile over a 2-SM cluster is 128 rows an SM."""
+    GEMM of m x n x k (csrc/quantization/w8a8/cutlass/c3x/scaled_mm_sm{90,100}_fp8_dispatch.cuh),
+    swap-AB configurations written with the tile over m first, as `ops.gemm(tiles=...)` takes it.
+    Persistent kernels: no split-K. Blackwell's (the GPU with an NVFP4 peak) 256-row tile over a
+    2-SM cluster is 128 rows an SM."""
     if "nvfp4" in dict(hw.gpu.peak_flops):
         if m <= 16:
             return ((32, 128, 128),)
         if m <= 64:
             return ((64, 64, 128),) if m == 64 and k < 4096 else ((64, 128, 256),)
         return ((128, 128, 128),)
-    if m <= 16:
+    if m <= 16 or (m <= 64 and n <= 1280):
         return ((16, 64, 256),)
     if m <= 64:
-        return ((16, 64, 256), (64, 64, 256))  # by n: <= 1280, above
+        return ((64, 64, 256),)
     return ((64, 128, 128),) if m <= 128 else ((128, 128, 128),)
+
+
+@functools.lru_cache(maxsize=None)
+def _variant(hw, **fields):
+    """`hw` with `fields` replaced, once per variant (the memos below key on it)."""
+    return replace(hw, **fields)
 
 
 @functools.lru_cache(maxsize=None)
@@ -143,10 +150,8 @@ def engine_hardware(hw, gemm_dtype: str, engine: str):
 @functools.lru_cache(maxsize=None)
 def _gemm_s(hw, m: int, n: int, k: int, gemm_dtype: str, engine: str) -> float:
     dtype, recipe = GEMM_DTYPES[gemm_dtype]
-    tiles = vllm_fp8_tiles(hw, m, k) if gemm_dtype == "fp8" and engine == "vllm" else ()
-    if len(tiles) == 2:
-        tiles = tiles[:1] if n <= 1280 else tiles[1:]
-    library = engine_hardware(replace(hw, fp8_recipe=recipe) if recipe else hw, gemm_dtype, engine)
+    tiles = vllm_fp8_tiles(hw, m, n, k) if (engine, gemm_dtype) == ("vllm", "fp8") else ()
+    library = engine_hardware(_variant(hw, fp8_recipe=recipe) if recipe else hw, gemm_dtype, engine)
     time_s = ops.gemm(library, m, n, k, dtype=dtype, tiles=tiles).time_s
     if dtype != "bf16":
         time_s += INPUT_QUANT[engine, gemm_dtype](hw, m, k).time_s
@@ -243,11 +248,6 @@ def _mla_generation(hw, batch, heads, step, mla_dtype, kv_dtype):
 MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "nvfp4"}
 
 
-@functools.lru_cache(maxsize=None)
-def _in_dtype(hw, dtype: str):
-    return replace(hw, dtype=dtype)
-
-
 def _moe(hw, kernel_source, moe_dtype, tokens, hidden, inter, topk, experts, moe_tp, moe_ep, distribution, engine=""):
     """A rank's MoE experts as the table's engine runs them in serving (core.serving.moe.table_row_s):
     its plain batched GEMMs (gate and up unless the kernel is non-gated), the activation and the
@@ -258,7 +258,7 @@ def _moe(hw, kernel_source, moe_dtype, tokens, hidden, inter, topk, experts, moe
     dtype = MOE_DTYPES.get(moe_dtype)
     if dtype is None or dtype not in dict(hw.gpu.peak_flops):
         return Skip(f"moe in {moe_dtype}: not modelled")
-    time_s = table_row_s(_in_dtype(hw, dtype), hidden, inter, experts, topk, tokens, moe_tp, moe_ep,
+    time_s = table_row_s(_variant(hw, dtype=dtype), hidden, inter, experts, topk, tokens, moe_tp, moe_ep,
                          gated="nongated" not in kernel_source, grouped_kernels=ENGINES[engine].grouped_moe)
     flops = 2.0 * tokens * topk * hidden * (inter / moe_tp) * (3 if "nongated" not in kernel_source else 2)
     label = "fp8 block" if moe_dtype == "fp8_block" else dtype

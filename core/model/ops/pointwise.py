@@ -1,7 +1,7 @@
 """Bandwidth-bound elementwise kernels, and Transformer Engine's quantization of GEMM inputs."""
 from functools import lru_cache
 
-from ..specs import LOW_PRECISION_DTYPES, HardwareSpec, quantized_bytes
+from ..specs import DTYPE_BYTES, LOW_PRECISION_DTYPES, HardwareSpec, quantized_bytes
 from .common import KernelTime, launch_s, mixed_bandwidth_bps
 
 # One SM's time per row of a kernel that gives every row its own thread block, as vLLM's static
@@ -55,6 +55,6 @@ def row_cast(hw: HardwareSpec, rows: int, columns: int) -> KernelTime:
     """A cast of a BF16 [rows, columns] tensor to FP8 with a scale already known, by a kernel of
     one thread block per row (vLLM's static per-tensor quantization): the slower of the bytes
     over HBM and the rows' thread blocks through the SMs (ROW_BLOCK_SM_S)."""
-    bytes_moved = rows * columns * (hw.act_bytes + 1)
+    bytes_moved = rows * columns * (hw.act_bytes + DTYPE_BYTES["fp8"])
     blocks_s = rows * ROW_BLOCK_SM_S / hw.gpu.sm_count
     return KernelTime(max(bytes_moved / mixed_bandwidth_bps(hw), blocks_s) + launch_s(hw), 0.0, bytes_moved)
