@@ -33,11 +33,17 @@ fast the clock falls once the board reaches its power limit.
 With --block-fp8, block_fp8.csv: per-tensor and block-scaled (1 x 128 / 128 x 128) FP8 GEMMs of
 the same shapes, for the block-scaled share of the per-tensor rate.
 
+With --graph-floor, graph_floor.csv: chains of 1,000 dependent small kernels (elementwise adds of
+one block to several waves of blocks over L2-resident data, and small GEMMs) replayed from a CUDA
+graph and launched eagerly, for what each kernel of a CUDA-graph decode step costs on the GPU
+beyond its own work.
+
 With --layers, layers.csv: one tensor-parallel rank's transformer layer (GPT-3 175B and Llama 3
 70B at tp 4), forward and backward in BF16 eager PyTorch, at 1, 2 and 4 sequences per
 micro-batch, for what a larger micro-batch gains per token on one GPU.
 
-    python3 scripts/measure_gpu_kernels.py --out DIR [--quick | --curve | --tiles | --stream | --bursts | --block-fp8 | --layers]
+    python3 scripts/measure_gpu_kernels.py --out DIR [--quick | --curve | --tiles | --stream | --bursts | --block-fp8 |
+                                                      --layers | --graph-floor]
 """
 import argparse
 import csv
@@ -250,6 +256,57 @@ def measure_launch(_quick):
         torch.cuda.synchronize()
         rows.append({"mode": "graph", "kernels": count, "per_kernel_us": (time.perf_counter() - start) / count * 1e6})
     rows.append({"mode": "do_bench_single", "kernels": 1, "per_kernel_us": median_ms(lambda: tiny.add_(1)) * 1e3})
+    return rows
+
+
+GRAPH_CHAIN = 1000
+# (kernel, what it runs on): elementwise adds over 512 elements a block (PyTorch's vectorised
+# elementwise kernel: 128 threads x 4), so one block, about one wave of 132 blocks, and 8 waves;
+# GEMMs of decode size with weights small enough to stay in L2.
+GRAPH_FLOOR_KERNELS = (("add", 512), ("add", 132 * 512), ("add", 8 * 132 * 512), ("add", 2**22),
+                       ("mm", (1, 512, 512)), ("mm", (16, 1024, 1024)), ("mm", (64, 2048, 2048)))
+
+
+def graph_floor_call(kind, size):
+    if kind == "add":
+        x = torch.rand(size, device="cuda")
+        return lambda: x.add_(1.0)
+    m, n, k = size
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    return lambda: torch.mm(a, w.t(), out=out)
+
+
+def chain_us(call, graph):
+    """Microseconds per kernel of GRAPH_CHAIN calls, replayed from a CUDA graph or launched eagerly."""
+    if graph:
+        captured = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            call()
+            with torch.cuda.graph(captured):
+                for _ in range(GRAPH_CHAIN):
+                    call()
+        torch.cuda.synchronize()
+        run = captured.replay
+    else:
+        def run():
+            for _ in range(GRAPH_CHAIN):
+                call()
+    return median_ms(run, rep_ms=200) * 1e3 / GRAPH_CHAIN
+
+
+def measure_graph_floor():
+    rows = []
+    for kind, size in GRAPH_FLOOR_KERNELS:
+        call = graph_floor_call(kind, size)
+        row = {"kernel": kind, "size": "x".join(map(str, size)) if isinstance(size, tuple) else size,
+               "single_us": median_ms(call) * 1e3, "graph_us": chain_us(call, True), "eager_us": chain_us(call, False)}
+        rows.append(row)
+        print(f"{kind:4s} {row['size']!s:>16s} single {row['single_us']:7.2f} us  graph {row['graph_us']:6.2f}"
+              f"  eager {row['eager_us']:6.2f} us per kernel", flush=True)
     return rows
 
 
@@ -672,6 +729,8 @@ def main():
                         help="instead: per-tensor against block-scaled FP8 GEMMs of the same shapes")
     parser.add_argument("--layers", action="store_true",
                         help="instead: a tensor-parallel rank's transformer layer, forward and backward, at 1-4 sequences")
+    parser.add_argument("--graph-floor", action="store_true",
+                        help="instead: chains of small kernels from a CUDA graph and eagerly, time per kernel")
     parser.add_argument("--sample-period-s", type=float, default=SAMPLE_PERIOD_S)
     parser.add_argument("--tiles", action="store_true",
                         help="instead: attention over sequence and large batch x heads, cuDNN and FlashAttention-2")
@@ -686,6 +745,9 @@ def main():
     sampler.start()
     if args.layers:
         section("layers", measure_layers, args.out)
+        return
+    if args.graph_floor:
+        section("graph_floor", measure_graph_floor, args.out)
         return
     if args.block_fp8:
         section("block_fp8", measure_block_fp8, args.out)

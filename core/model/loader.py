@@ -304,6 +304,7 @@ def _gpu_from_mapping(data, source: str) -> GpuSpec:
         l2=_memory_level(f.raw("l2", required=True), source, "gpu.l2.", "capacity"),
         hbm=_memory_level(f.raw("hbm", required=True), source, "gpu.hbm.", "capacity"),
         launch_overhead_s=f.unit("launch_overhead", units.parse_time, "4 us"),
+        graph_launch_overhead_s=f.unit("graph_launch_overhead", units.parse_time, "1 us"),
         mma_sync_share=f.number("mma_sync_share", 1.0, high=1.0),
         operand_multicast=f.integer("operand_multicast", 1),
         power=_power(f, dict(peak)),

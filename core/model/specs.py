@@ -455,6 +455,12 @@ class GpuSpec:
     l2: MemoryLevel
     hbm: MemoryLevel
     launch_overhead_s: float
+    # What an elementwise kernel replayed from a CUDA graph still pays of its launch: the GPU's
+    # grid launch and drain between dependent kernels, which no graph removes. A GEMM's or an
+    # attention kernel's time keeps all of launch_overhead_s in a graph (its prologue and
+    # epilogue): our cuBLAS GEMMs of decode size replayed from a graph took what the model gives
+    # them with it (scripts/measure_gpu_kernels.py --graph-floor).
+    graph_launch_overhead_s: float = 1e-6
     # Share of the tensor-core rate a kernel issuing the pre-Hopper mma.sync reaches
     # (FlashAttention-2 on Hopper, which lacks warpgroup MMA and TMA); 1 before Hopper.
     mma_sync_share: float = 1.0
@@ -667,7 +673,8 @@ def memory_view(hw: HardwareSpec) -> HardwareSpec:
     gpu = hw.gpu
     gpu = replace(gpu, peak_flops=tuple((dtype, 1.0) for dtype, _ in gpu.peak_flops), clock_hz=1.0,
                   sram=replace(gpu.sram, bandwidth_bps=1.0), l2=replace(gpu.l2, bandwidth_bps=1.0),
-                  hbm=replace(gpu.hbm, bandwidth_bps=1.0), launch_overhead_s=0.0, mma_sync_share=1.0)
+                  hbm=replace(gpu.hbm, bandwidth_bps=1.0), launch_overhead_s=0.0, graph_launch_overhead_s=0.0,
+                  mma_sync_share=1.0)
     network = tuple(replace(dim, link_bandwidth_bps=1.0, latency_s=0.0, efficiency=1.0, oversubscription=1.0,
                             switch_reduction=0.0, ll_bandwidth_bps=0.0, ring_fill_chunks=0.0,
                             all_to_all_fill_chunks=0.0) for dim in hw.network)

@@ -71,22 +71,22 @@ class EngineSpec:
 ENGINES = {
     "trtllm": EngineSpec("trtllm", mixed_batches=True, chunked_prefill=False, kv_policy="reserve",
                          kv_block_tokens=32, kv_memory_fraction=0.9, max_num_tokens=8192, max_batch=2048,
-                         cuda_graph_max_batch=512, iteration_overhead_s=0.0015, request_overhead_s=0.055,
+                         cuda_graph_max_batch=512, iteration_overhead_s=0.0005, request_overhead_s=0.055,
                          attention_kernels="trtllm"),
     "vllm": EngineSpec("vllm", mixed_batches=True, chunked_prefill=True, kv_policy="on_demand",
                        kv_block_tokens=16, kv_memory_fraction=0.9, max_num_tokens=8192, max_batch=1024,
-                       cuda_graph_max_batch=512, iteration_overhead_s=0.003, request_overhead_s=0.040,
+                       cuda_graph_max_batch=512, iteration_overhead_s=0.0015, request_overhead_s=0.040,
                        kv_budget="utilization", grouped_moe=True, attention_kernels="vllm"),
     "sglang": EngineSpec("sglang", mixed_batches=False, chunked_prefill=True, kv_policy="on_demand",
                          kv_block_tokens=1, kv_memory_fraction=0.88, max_num_tokens=8192, max_batch=1024,
-                         cuda_graph_max_batch=256, iteration_overhead_s=0.0015, request_overhead_s=0.130,
+                         cuda_graph_max_batch=256, iteration_overhead_s=0.0, request_overhead_s=0.130,
                          attention_kernels="vllm"),
 }
 # Request overheads of engine version families (a version's major.minor; "" for the measured rows
 # that record none, one benchmark campaign's) where they differ from the engine's own: fitted by
 # scripts/fit_serving.py beside it, on the families with enough dense rows; the others keep it.
-FAMILY_REQUEST_OVERHEAD_S = {("trtllm", ""): 0.020, ("trtllm", "1.0"): 0.100,
-                             ("vllm", ""): 0.030, ("vllm", "0.12"): 0.055}
+FAMILY_REQUEST_OVERHEAD_S = {("trtllm", ""): 0.020, ("trtllm", "1.0"): 0.105,
+                             ("vllm", ""): 0.025, ("vllm", "0.12"): 0.055}
 
 
 def release(version: str) -> tuple:

@@ -22,6 +22,16 @@ from .moe import EXPERT_OPS, MOE_CHAIN, expert_gemms_s, grouped
 ENGINE_PREPROCESSING = ("rotary", "kv_append")
 
 
+def graph_host_s(hw: HardwareSpec, gemms: int, elementwise: int) -> float:
+    """What replaying kernels from a CUDA graph saves of their modelled times: every kernel's host
+    time (kernel_overhead), and of an elementwise kernel's launch all but what the GPU still pays
+    between dependent kernels (gpu.graph_launch_overhead); GEMM and attention kernels keep their
+    launch, which is their prologue and epilogue on the GPU."""
+    gpu = hw.gpu
+    return ((gemms + elementwise) * hw.calibration.kernel_overhead_s
+            + elementwise * max(0.0, gpu.launch_overhead_s - gpu.graph_launch_overhead_s))
+
+
 @dataclass
 class IterationModel:
     """One engine's iterations: `model` on `tp` x `pp` GPUs of `hw`, a KV cache of `kv_bytes`
@@ -29,7 +39,7 @@ class IterationModel:
     heads split over tp / attention_dp) and the FFN on all ranks' tokens together (the iteration
     times one rank whose peers run the same mix); `ep` of the tp GPUs split the routed experts,
     the attention-DP ranks' tokens sent to their experts and back by all-to-all.
-    CUDA-graph iterations pay no per-kernel launch. With `attention_kernels` naming an engine
+    CUDA-graph iterations pay no host time per kernel (graph_host_s). With `attention_kernels` naming an engine
     whose kernels the GPU's preset describes (calibration.engine_attention), a GQA layer's
     attention runs that engine's prefill and decode ops, which rope the new queries and keys and
     write the new keys and values into the cache themselves (ENGINE_PREPROCESSING leaves the
@@ -73,25 +83,23 @@ class IterationModel:
     def _time_s(self, prefill_tokens, prefill_past, decodes, decode_context, graph) -> float:
         hw, t = self.hw, self.attention_tp
         tokens = prefill_tokens + decodes
-        layers_s, launches = 0.0, 0
+        layers_s, host_s = 0.0, 0.0
         for spec, count in self.model.layer_groups():  # each kind of layer once, by its count
-            layer_s, kernels = self._layer_s(spec, tokens, prefill_tokens, prefill_past, decodes, decode_context)
+            layer_s, layer_host_s = self._layer_s(spec, tokens, prefill_tokens, prefill_past, decodes, decode_context)
             layers_s += count * layer_s
-            launches += count * kernels
+            host_s += count * layer_host_s
         model = self.model
         rows = decodes + (1 if prefill_tokens else 0)
-        head_s = lm_head_s(model, hw, rows, self.tp)
-        kernels_head = 3
-        seconds = layers_s + head_s
+        seconds = layers_s + lm_head_s(model, hw, rows, self.tp)
         if self.pp > 1:
             hop = collective_time(hw, self.dims, "send_recv", tokens * model.hidden * hw.act_bytes, self.pp_span)
             seconds += (self.pp - 1) * sum(hop.values())
         if graph:
-            seconds -= (launches + kernels_head) * ops.launch_s(hw)
+            seconds -= host_s + graph_host_s(hw, gemms=1, elementwise=2)  # the head: norm, GEMM, sampling
         return seconds + self.iteration_overhead_s
 
     def _layer_s(self, spec, tokens, prefill_tokens, prefill_past, decodes, decode_context) -> tuple:
-        """(seconds, kernels) of one layer of a uniform spec in this iteration: its decode-layer
+        """(seconds, what of them a CUDA graph's replay saves: graph_host_s) of one layer of a uniform spec in this iteration: its decode-layer
         operators for every token, with attention replaced by the engine's decode kernel over the
         running requests' caches (a sliding window's share of them) and the prefill chunk's
         fused attention."""
@@ -111,24 +119,26 @@ class IterationModel:
         passed = time_ops(hw, self.dims, self.spans, layer)
         attention = [op for op in layer if op.name == "attention"]
         compute_s = passed.compute_s - sum(op.time_s for op in attention)
-        kernels = sum(op.kind == "compute" for op in layer) - len(attention)
+        kernels = [op for op in layer if op.kind == "compute" and op.name != "attention"]
+        elementwise = sum(op.flops == 0 for op in kernels)
+        gemms = len(kernels) - elementwise
         if attention:
             heads, kv_heads, d = spec.heads // t, max(1, spec.kv_heads // t), spec.head_dim
             context = min(decode_context, spec.window) if spec.window else decode_context
             if decodes and spec.mla is not None:  # MLA's absorbed decode over the latent cache
                 step = build_decode_layer(spec, self.decode_hw, decodes, context, t, self.kv_bytes)
                 compute_s += sum(op.time_s for op in step if op.name == "attention")
-                kernels += 1
+                gemms += 1
             elif decodes:
                 compute_s += ops.decode_attention(self.decode_hw, decodes, heads, kv_heads, context, d,
                                                   self.kv_bytes, self.attention_kernels if engine_ops else "").time_s
-                kernels += 1
+                gemms += not engine_ops  # the engine's fitted kernel time carries no launch
             if prefill_tokens:
                 compute_s += self._prefill_s(spec, heads, kv_heads, prefill_tokens, prefill_past, engine_ops)
-                kernels += 1
+                gemms += 1
         if any(op.name == "router" for op in layer):
             compute_s += self._moe_extra_s(spec, tokens * self.attention_dp, layer)
-        return compute_s + sum(dict(passed.comm_s).values()), kernels
+        return compute_s + sum(dict(passed.comm_s).values()), graph_host_s(hw, gemms, elementwise)
 
     def _prefill_s(self, spec, heads: int, kv_heads: int, prefill_tokens: int, prefill_past: int,
                    engine_ops: bool) -> float:
