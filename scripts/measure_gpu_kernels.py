@@ -714,6 +714,14 @@ def stop_and_summarise(sampler, clocks_path, loops):
     summarise(loops, sampler.rows)
 
 
+# Modes that run one measurement section and write it as <name>.csv: (--help text, the section).
+SINGLE_SECTION_MODES = {
+    "block_fp8": ("per-tensor against block-scaled FP8 GEMMs of the same shapes", measure_block_fp8),
+    "layers": ("a tensor-parallel rank's transformer layer, forward and backward, at 1-4 sequences", measure_layers),
+    "graph_floor": ("chains of small kernels from a CUDA graph and eagerly, time per kernel", measure_graph_floor),
+}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -725,12 +733,8 @@ def main():
                         help="instead: decode-like GEMMs streaming their weights from HBM, with clocks and power")
     parser.add_argument("--bursts", action="store_true",
                         help="instead: long GEMMs timed as the kernel tables were, and the clock's fall after idle")
-    parser.add_argument("--block-fp8", action="store_true",
-                        help="instead: per-tensor against block-scaled FP8 GEMMs of the same shapes")
-    parser.add_argument("--layers", action="store_true",
-                        help="instead: a tensor-parallel rank's transformer layer, forward and backward, at 1-4 sequences")
-    parser.add_argument("--graph-floor", action="store_true",
-                        help="instead: chains of small kernels from a CUDA graph and eagerly, time per kernel")
+    for name, (help_text, _) in SINGLE_SECTION_MODES.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=f"instead: {help_text}")
     parser.add_argument("--sample-period-s", type=float, default=SAMPLE_PERIOD_S)
     parser.add_argument("--tiles", action="store_true",
                         help="instead: attention over sequence and large batch x heads, cuDNN and FlashAttention-2")
@@ -743,15 +747,10 @@ def main():
     (args.out / "environment.json").write_text(json.dumps(env, indent=1))
     sampler.period_s = args.sample_period_s
     sampler.start()
-    if args.layers:
-        section("layers", measure_layers, args.out)
-        return
-    if args.graph_floor:
-        section("graph_floor", measure_graph_floor, args.out)
-        return
-    if args.block_fp8:
-        section("block_fp8", measure_block_fp8, args.out)
-        return
+    for name, (_, job) in SINGLE_SECTION_MODES.items():
+        if getattr(args, name):
+            section(name, job, args.out)
+            return
     if args.bursts:
         transient = section("transient", measure_transient, args.out, sampler)
         bursts = section("bursts", measure_bursts, args.out, sampler)

@@ -39,11 +39,11 @@ class IterationModel:
     heads split over tp / attention_dp) and the FFN on all ranks' tokens together (the iteration
     times one rank whose peers run the same mix); `ep` of the tp GPUs split the routed experts,
     the attention-DP ranks' tokens sent to their experts and back by all-to-all.
-    CUDA-graph iterations pay no host time per kernel (graph_host_s). With `attention_kernels` naming an engine
-    whose kernels the GPU's preset describes (calibration.engine_attention), a GQA layer's
-    attention runs that engine's prefill and decode ops, which rope the new queries and keys and
-    write the new keys and values into the cache themselves (ENGINE_PREPROCESSING leaves the
-    layer graph)."""
+    CUDA-graph iterations pay no host time per kernel (graph_host_s). With `attention_kernels`
+    naming an engine whose kernels the GPU's preset describes (calibration.engine_attention), a
+    GQA layer's attention runs that engine's prefill and decode ops, which rope the new queries
+    and keys and write the new keys and values into the cache themselves (ENGINE_PREPROCESSING
+    leaves the layer graph)."""
     model: ModelSpec
     hw: HardwareSpec
     tp: int
@@ -99,10 +99,10 @@ class IterationModel:
         return seconds + self.iteration_overhead_s
 
     def _layer_s(self, spec, tokens, prefill_tokens, prefill_past, decodes, decode_context) -> tuple:
-        """(seconds, what of them a CUDA graph's replay saves: graph_host_s) of one layer of a uniform spec in this iteration: its decode-layer
-        operators for every token, with attention replaced by the engine's decode kernel over the
-        running requests' caches (a sliding window's share of them) and the prefill chunk's
-        fused attention."""
+        """(seconds, what of them a CUDA graph's replay saves: graph_host_s) of one layer of a
+        uniform spec in this iteration: its decode-layer operators for every token, with attention
+        replaced by the engine's decode kernel over the running requests' caches (a sliding
+        window's share of them) and the prefill chunk's fused attention."""
         hw, t = self.hw, self.attention_tp
         layer = build_decode_layer(spec, hw, tokens, 1, t, self.kv_bytes, self.ep)
         if self.attention_dp > 1:
