@@ -118,6 +118,8 @@ def test_vllm_dispatches_its_fp8_tile_by_rows_and_gpu():
     assert vllm_fp8_tiles(blackwell, 8, 4096, 4096) == ((32, 128, 128),)
     assert vllm_fp8_tiles(blackwell, 64, 4096, 2048) == ((64, 64, 128),)
     assert vllm_fp8_tiles(blackwell, 64, 4096, 8192) == ((64, 128, 256),)
+    assert vllm_fp8_tiles(blackwell, 200, 4096, 4096) == ((64, 128, 128),)  # a 2-SM 128-row tile
+    assert vllm_fp8_tiles(blackwell, 4096, 4096, 4096) == ((128, 128, 128),)
 
 
 def test_a_gemm_of_fixed_tiles_never_splits_k():

@@ -117,14 +117,20 @@ def vllm_fp8_tiles(hw, m: int, n: int, k: int) -> tuple:
     """The one (tile over m, tile over n, tile over k) vLLM's CUTLASS FP8 GEMM dispatches for a
     GEMM of m x n x k (csrc/quantization/w8a8/cutlass/c3x/scaled_mm_sm{90,100}_fp8_dispatch.cuh),
     swap-AB configurations written with the tile over m first, as `ops.gemm(tiles=...)` takes it.
-    Persistent kernels: no split-K. Blackwell's (the GPU with an NVFP4 peak) 256-row tile over a
-    2-SM cluster is 128 rows an SM."""
+    Persistent kernels: no split-K. On Blackwell (the GPU with an NVFP4 peak) CUTLASS's automatic
+    schedule pairs two SMs on one MMA when the cluster is even over the MMA's rows and the tile's
+    rows are a multiple of 128, each SM taking half the rows: the 256-row tile of m > 256 is 128
+    rows an SM, the 128-row tile of 64 < m <= 256 is 64 (timed as whole 128-row tiles, those rows
+    came out 22-33 % slow, median, on B200's table; halved, -4 to +2 %). The swap-AB tiles of
+    m <= 64 are paired too, over n, but their rows read as whole tiles on the tables (B200's
+    medians at m <= 16 and 16 < m <= 64 are -14 and -1 % whole, -16 and -12 % halved, the p90 at
+    m <= 16 33 % whole, 53 % halved), so they stay whole."""
     if "nvfp4" in dict(hw.gpu.peak_flops):
         if m <= 16:
             return ((32, 128, 128),)
         if m <= 64:
             return ((64, 64, 128),) if m == 64 and k < 4096 else ((64, 128, 256),)
-        return ((128, 128, 128),)
+        return ((64, 128, 128),) if m <= 256 else ((128, 128, 128),)
     if m <= 16 or (m <= 64 and n <= 1280):
         return ((16, 64, 256),)
     if m <= 64:
