@@ -16,7 +16,8 @@ shares where a GPU's tables hold both (printed, to set the constant). NVFP4 is f
 Blackwell's only NVFP4 table, vLLM's (FlashInfer's CuTe DSL kernel), its input quantized in
 one pass; no other library's NVFP4 GEMM is measured, so the share is that kernel's. Block-scaled
 FP8's share is cuBLAS's, measured on our own H100 (the preset's); TensorRT-LLM's fp8_block table
-is timed at it times TRTLLM_FP8_BLOCK_OVER_CUBLAS, whose refit is printed. Held out: each GPU's shares predict
+is timed at it times TRTLLM_FP8_BLOCK_OVER_CUBLAS, whose refit is printed, beside the time its
+k-blocks take in turn on Hopper (block_scale_step_s). Held out: each GPU's shares predict
 its siblings' tables (the same die: H100 <-> H200, B200 <-> B300 <-> GB200 <-> GB300), and the
 errors printed are those rows'.
 
@@ -94,6 +95,16 @@ def fp8_shares(hw, gpu: str) -> dict:
     return {engine: fit(hw, table, "fp8") for engine in FP8_ENGINES if (table := rows(gpu, "fp8", STRIDE, engine))}
 
 
+def block_scale_step_s(gpu: str) -> float | None:
+    """TensorRT-LLM's block-scaled FP8 GEMMs of few output tiles (m <= 64, n <= 1536: one wave)
+    grow linearly in k: the median over those (m, n) of the time each further 128-deep k-block
+    adds from k = 16,384 to 65,536 (gpu.block_scale_step). None without the table."""
+    table = {(m, n, k): s for _, m, n, k, s in rows(gpu, "fp8_block", 1, FP8_ENGINE) if m <= 64 and n <= 1536}
+    slopes = [(table[m, n, 65536] - table[m, n, 16384]) / ((65536 - 16384) / 128)
+              for m, n, k in table if k == 16384 and (m, n, 65536) in table]
+    return float(np.median(slopes)) if slopes else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", nargs="*", default=[g for g in PRESET_BY_GPU if (KERNELS_DIR / g).is_dir()])
@@ -118,6 +129,9 @@ def main() -> None:
         if shares:
             share = shares.get(FP8_ENGINE, shares.get("vllm", 0.0))
             hw = fitted[gpu] = with_share(hw, "fp8", min(1.0, share))
+            if step_s := block_scale_step_s(gpu):
+                print(f"{gpu}: a block-scaled FP8 k-block of 128 takes {step_s * 1e9:.0f} ns in turn"
+                      f" (gpu.block_scale_step: {hw.gpu.block_scale_step_s * 1e9:.0f} ns)")
             if table := rows(gpu, "fp8_block", STRIDE, FP8_ENGINE):  # TensorRT-LLM's block-scaled kernel
                 measured = hw.calibration.fp8_block_efficiency  # the preset's, cuBLAS's measured share
                 hw = fitted[gpu] = with_share(hw, "fp8_block", min(1.0, fit(hw, table, "fp8_block")))

@@ -48,6 +48,17 @@ def test_block_scaled_fp8_costs_hopper_its_rescaling_share_and_blackwell_nothing
     assert ops.tensor_rate_flops(on(B200, "fp8", "block-scaled"), "fp8") == ops.tensor_rate_flops(on(B200, "fp8"), "fp8")
 
 
+def test_hopper_runs_a_block_scaled_k_loop_one_scale_block_at_a_time():
+    """One 64 x 1024 output over k = 65,536 is 512 k-blocks of 128 that an SM of Hopper's
+    block-scaled kernel takes in turn, at least gpu.block_scale_step each, without splitting k;
+    the per-tensor kernel spreads the same GEMM over split-K. Blackwell's MMA takes the scales."""
+    blocks = on(H100, "fp8", "block-scaled")
+    assert H100.gpu.block_scale_step_s == pytest.approx(143e-9) and B200.gpu.block_scale_step_s == 0
+    assert ops.gemm(blocks, 64, 1024, 65536).time_s >= 512 * H100.gpu.block_scale_step_s
+    assert ops.gemm(on(H100, "fp8"), 64, 1024, 65536).time_s < 512 * H100.gpu.block_scale_step_s / 2
+    assert ops.gemm(on(B200, "fp8", "block-scaled"), 64, 1024, 65536) == ops.gemm(on(B200, "fp8"), 64, 1024, 65536)
+
+
 def test_each_dtype_takes_its_default_recipe_and_only_the_recipes_that_fit():
     assert (on(H100, "fp8").recipe, on(B200, "mxfp8").recipe, on(B200, "nvfp4").recipe) == (
         "delayed", "block-scaled", "block-scaled")

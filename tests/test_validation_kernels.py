@@ -14,7 +14,7 @@ from core.model.ops.mla import mla_decode
 from core.model.ops.pointwise import ROW_BLOCK_SM_S
 from core.serving.moe import MOE_CHAIN, table_row_s
 from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, KERNELS_DIR, TRTLLM_FP8_BLOCK_OVER_CUBLAS, error_summary, \
-    kernel_groups, kernels_alone, vllm_fp8_tiles
+    in_graph, kernel_groups, kernels_alone, vllm_fp8_tiles
 from sweep.cli import main
 
 FIELDS = {"suite", "gpu", "kernel", "dtype", "bucket", "n", "median_error_pct", "mean_abs_error_pct",
@@ -88,8 +88,9 @@ def test_an_nvfp4_row_is_the_gemm_and_one_quantizing_pass(tmp_path):
 
 def test_block_scaled_fp8_rows_are_timed_for_tensorrt_llm_and_skipped_for_vllm(tmp_path):
     """TensorRT-LLM's fp8_block row: its own block-scaled FP8 GEMM (TRTLLM_FP8_BLOCK_OVER_CUBLAS of
-    cuBLAS's share) and one quantizing pass (a 4-byte scale per 128 elements); vLLM's were timed
-    without CUDA graphs and are counted as skipped."""
+    cuBLAS's share) and one quantizing pass (a 4-byte scale per 128 elements) launched as in a
+    CUDA graph (gpu.graph_launch_overhead); vLLM's were timed without CUDA graphs and are
+    counted as skipped."""
     m, n, k = 2048, 4096, 4096
     hw = kernels_alone(load_hardware("h100-sxm5-80gb"))
     for engine in ("trtllm", "vllm"):
@@ -101,7 +102,8 @@ def test_block_scaled_fp8_rows_are_timed_for_tensorrt_llm_and_skipped_for_vllm(t
     trtllm_kernel = replace(hw, fp8_recipe="block-scaled", calibration=replace(
         hw.calibration, fp8_block_efficiency=hw.calibration.fp8_block_efficiency * TRTLLM_FP8_BLOCK_OVER_CUBLAS))
     predicted_s = (ops.gemm(trtllm_kernel, m, n, k, dtype="fp8").time_s
-                   + ops.pointwise(hw, m * k * (2 + 1 + 4 / 128)).time_s)
+                   + ops.pointwise(in_graph(hw), m * k * (2 + 1 + 4 / 128)).time_s)
+    assert in_graph(hw).gpu.launch_overhead_s == hw.gpu.graph_launch_overhead_s == 1e-6
     assert (record["framework"], record["dtype"]) == ("trtllm 0.1", "fp8 block")
     assert record["median_error_pct"] == pytest.approx(100 * (predicted_s / 0.1e-3 - 1))
     assert [(s["reason"], s["rows"]) for s in skipped] == [("gemm fp8_block in vLLM: timed without CUDA graphs, host-bound", 1)]

@@ -467,6 +467,11 @@ class GpuSpec:
     # CTAs of a thread-block cluster that share each operand tile loaded from L2 (TMA multicast,
     # Hopper on): a GEMM's L2 traffic over this; 1 before Hopper.
     operand_multicast: int = 1
+    # Block-scaled FP8 on an MMA without block scales (Hopper): each 128-deep k-block's partial
+    # sums are waited for and rescaled in registers before the next, so an output tile's k-loop
+    # takes at least this per k-block, however small the tile, and the kernels do not split k.
+    # 0: the MMA applies the scales itself (Blackwell), or no FP8 at all.
+    block_scale_step_s: float = 0.0
     power: PowerSpec | None = None  # None: the hardware file gives no power figures
 
     def flops(self, dtype: str) -> float:

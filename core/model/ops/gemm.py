@@ -2,7 +2,7 @@
 from functools import lru_cache
 from math import ceil, sqrt
 
-from ..specs import DTYPE_BYTES, HardwareSpec, activation_dtype
+from ..specs import BLOCK_SCALES, DTYPE_BYTES, HardwareSpec, activation_dtype
 from .common import KernelTime, launch_s, mixed_bandwidth_bps, stream_bandwidth_bps, tensor_rate_flops
 
 # (tile_m, tile_n, tile_k) candidates a GEMM library would pick from.
@@ -15,6 +15,7 @@ L2_USABLE_FRACTION = 0.5  # of L2 a GEMM's operands can keep resident while stre
 # operand loads that fill the pipeline before the first MMA and the output stores after the
 # last (fitted with the shares on H100's measured tables, scripts/fit_gemm.py).
 EXPOSED_OVERLAP = 0.3
+SCALE_BLOCK_K = BLOCK_SCALES["fp8"][0]  # depth of block-scaled FP8's scale blocks along k
 
 @lru_cache(maxsize=65536)
 def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = "",
@@ -36,12 +37,14 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     b_bw = stream_bandwidth_bps(hw) if weights else mixed_bw
     l2_bw = gpu.l2.bandwidth_bps * gpu.operand_multicast
     unique_in = (m * k + k * n) * in_bytes * batch
+    block_step_s = gpu.block_scale_step_s if dtype == "fp8" and hw.recipe == "block-scaled" else 0.0
     best = float("inf")
     best_hbm = unique_in + m * n * out_bytes * batch
-    for flops_per_sm, sram_per_sm, l2_bytes, activation_bytes, b_bytes in _tilings(
+    for flops_per_sm, sram_per_sm, l2_bytes, activation_bytes, b_bytes, k_blocks_per_sm in _tilings(
             gpu.sm_count, gpu.sram.capacity_bytes, gpu.register_bytes_per_sm, gpu.l2.capacity_bytes, in_bytes,
-            out_bytes, m, n, k, batch, tiles or GEMM_TILES, SPLIT_K if not tiles else SPLIT_K[:1]):
-        compute_s = max(flops_per_sm / per_sm_flops, sram_per_sm / per_sm_sram, l2_bytes / l2_bw)
+            out_bytes, m, n, k, batch, tiles or GEMM_TILES, SPLIT_K if not (tiles or block_step_s) else SPLIT_K[:1]):
+        compute_s = max(flops_per_sm / per_sm_flops, sram_per_sm / per_sm_sram, l2_bytes / l2_bw,
+                        k_blocks_per_sm * block_step_s)
         memory_s = activation_bytes / mixed_bw + b_bytes / b_bw
         time_s = max(compute_s, memory_s) + EXPOSED_OVERLAP * min(compute_s, memory_s)
         if time_s < best:
@@ -55,7 +58,7 @@ def _tilings(sm_count: int, sram_bytes: float, register_bytes: float, l2_capacit
              splits: tuple = SPLIT_K) -> tuple:
     """The (tile, split-K) choices a GEMM of this shape has on a GPU of this build, each as what
     it leaves to the rates: (FLOPs per SM, SRAM bytes per SM, L2 bytes, HBM bytes of
-    activations and output, HBM bytes of B). Apart from the clock and bandwidths, so hardware
+    activations and output, HBM bytes of B, scale blocks of k an SM runs in turn). Apart from the clock and bandwidths, so hardware
     variants apart only in rates (a bandwidth what-if, a probe clock) share them."""
     unique_in = (m * k + k * n) * in_bytes * batch
     out_total = m * n * out_bytes * batch
@@ -86,5 +89,5 @@ def _tilings(sm_count: int, sram_bytes: float, register_bytes: float, l2_capacit
             choices.append((per_sm_tiles * 2.0 * tm * tn * k_pad, per_sm_tiles * (tm + tn) * k_pad * in_bytes,
                             tiles * (tm + tn) * k_pad * in_bytes + out_total * split,
                             a_bytes + out_total + (2 * m * n * 4 * batch * split if split > 1 else 0),
-                            k * n * in_bytes * batch * b_reads))
+                            k * n * in_bytes * batch * b_reads, per_sm_tiles * ceil(k_part / SCALE_BLOCK_K)))
     return tuple(choices)
