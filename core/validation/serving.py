@@ -21,6 +21,9 @@ SYSTEMS = {"h100_sxm": "h100-sxm5-80gb", "h200_sxm": "h200-sxm-141gb", "b200_sxm
 # GEMM formats of the rows; an empty one is the checkpoint's BF16. Quantized rows keep their KV
 # cache in FP8, as these engines' FP8 and NVFP4 recipes do.
 DTYPES = {"": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "nvfp4"}
+# fp8_block rows scale FP8 per block (1 x 128 activations, 128 x 128 weights): the block-scaled
+# recipe, its share of the FP8 peak and, on Hopper, its k-blocks in turn (gpu.block_scale_step).
+RECIPES = {"fp8_block": "block-scaled"}
 # How each engine's benchmark client offered its closed loop, fitted with the engine overheads
 # (scripts/fit_serving.py), since the engines were measured by different clients:
 # - ramp share: its first requests arrive spread over this share of one request's lifetime
@@ -125,7 +128,8 @@ def predict(row: dict, engines: dict | None = None, clients: tuple | None = None
         engine = replace(engine, request_overhead_s=overheads[family])
     model = load_model(MODELS[row["model_path"]])
     dtype = DTYPES[row["gemm_quant_mode"]]
-    hw = with_dtype(load_hardware(SYSTEMS[row["system"]]), dtype, "serving row", "dtype")
+    hw = with_dtype(load_hardware(SYSTEMS[row["system"]]), dtype, "serving row", "dtype",
+                    RECIPES.get(row["gemm_quant_mode"], ""))
     kv = "fp8" if dtype != "bf16" else ""
     users = concurrency(row)
     ramps, spreads, slots = clients or (RAMP_SHARE, LENGTH_SPREAD, REQUESTS_PER_SLOT)
