@@ -14,7 +14,7 @@ from core.model.ops.mla import mla_decode
 from core.model.ops.pointwise import ROW_BLOCK_SM_S
 from core.serving.moe import MOE_CHAIN, table_row_s
 from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, KERNELS_DIR, TRTLLM_FP8_BLOCK_OVER_CUBLAS, error_summary, \
-    in_graph, kernel_groups, kernels_alone, vllm_fp8_tiles
+    VLLM_NVFP4_TILES, in_graph, kernel_groups, kernels_alone, vllm_fp8_tiles
 from sweep.cli import main
 
 FIELDS = {"suite", "gpu", "kernel", "dtype", "bucket", "n", "median_error_pct", "mean_abs_error_pct",
@@ -71,7 +71,7 @@ def test_an_fp8_row_quantizes_its_input_as_the_tables_engine_does(tmp_path):
 def test_an_nvfp4_row_is_the_gemm_and_one_quantizing_pass(tmp_path):
     """vLLM's NVFP4 layer (FlashInfer) quantizes its BF16 input in one pass: 2 bytes read, half
     a byte and one scale byte per 16 written per element; its GEMM runs at the preset's (cuBLAS)
-    share over CUBLAS_OVER_CUTLASS_FP8."""
+    share over CUBLAS_OVER_CUTLASS_FP8, on the persistent kernel's tiles, never split in k."""
     m, n, k = 1024, 4096, 4096
     hw = kernels_alone(load_hardware("b200-sxm-180gb"))
     flashinfer = replace(hw, calibration=replace(
@@ -81,7 +81,7 @@ def test_an_nvfp4_row_is_the_gemm_and_one_quantizing_pass(tmp_path):
     pq.write_table(pa.table({"m": [m], "n": [n], "k": [k], "gemm_dtype": ["nvfp4"], "latency": [0.05]}),
                    folder / "gemm_perf.parquet")
     [record], _ = kernel_groups(tmp_path)
-    predicted_s = (ops.gemm(flashinfer, m, n, k, dtype="nvfp4").time_s
+    predicted_s = (ops.gemm(flashinfer, m, n, k, dtype="nvfp4", tiles=VLLM_NVFP4_TILES).time_s
                    + ops.pointwise(hw, m * k * (2 + 0.5 + 1 / 16)).time_s)
     assert (record["dtype"], record["median_error_pct"]) == ("nvfp4", pytest.approx(100 * (predicted_s / 0.05e-3 - 1)))
 

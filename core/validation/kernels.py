@@ -150,6 +150,13 @@ def vllm_fp8_tiles(hw, m: int, n: int, k: int) -> tuple:
     return ((64, 128, 128),) if m <= 128 else ((128, 128, 128),)
 
 
+# vLLM's NVFP4 layer runs FlashInfer's CuTe DSL persistent block-scaled GEMM: its autotuner
+# gives each shape one of the kernel's tiles, and a persistent kernel never splits k. The
+# block-scaled MMA is 128 rows an SM (a 1-SM 128-row or a 2-SM 256-row MMA), 64 to 256 columns,
+# 256 FP4 values deep (128 bytes, as the other dtypes' tiles).
+VLLM_NVFP4_TILES = ((128, 64, 256), (128, 128, 256), (128, 192, 256), (128, 256, 256))
+
+
 @functools.lru_cache(maxsize=None)
 def _variant(hw, **fields):
     """`hw` with `fields` replaced, once per variant (the memos below key on it)."""
@@ -168,7 +175,8 @@ def engine_hardware(hw, gemm_dtype: str, engine: str):
 @functools.lru_cache(maxsize=None)
 def _gemm_s(hw, m: int, n: int, k: int, gemm_dtype: str, engine: str) -> float:
     dtype, recipe = GEMM_DTYPES[gemm_dtype]
-    tiles = vllm_fp8_tiles(hw, m, n, k) if (engine, gemm_dtype) == ("vllm", "fp8") else ()
+    tiles = vllm_fp8_tiles(hw, m, n, k) if (engine, gemm_dtype) == ("vllm", "fp8") else \
+        VLLM_NVFP4_TILES if (engine, gemm_dtype) == ("vllm", "nvfp4") else ()
     library = engine_hardware(_variant(hw, fp8_recipe=recipe) if recipe else hw, gemm_dtype, engine)
     time_s = ops.gemm(library, m, n, k, dtype=dtype, tiles=tiles).time_s
     if dtype != "bf16":
@@ -370,4 +378,4 @@ def kernel_groups(root: Path = KERNELS_DIR, gpus=None, max_rows: int | None = No
 
 
 __all__ = ["CUBLAS_OVER_CUTLASS_FP8", "KERNELS_DIR", "TRTLLM_FP8_BLOCK_OVER_CUBLAS", "error_summary", "in_graph", "kernel_groups",
-           "kernels_alone", "vllm_fp8_tiles"]
+           "kernels_alone", "VLLM_NVFP4_TILES", "vllm_fp8_tiles"]
