@@ -29,9 +29,11 @@ from dataclasses import replace
 import numpy as np
 from scipy.optimize import minimize_scalar
 
+from core.model import ops
 from core.model.loader import load_hardware, with_dtype
+from core.model.ops.pointwise import ROW_BLOCK_SM_S, ROW_ELEMENT_SM_S
 from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, KERNELS_DIR, PRESET_BY_GPU, TRTLLM_FP8_BLOCK_OVER_CUBLAS, \
-    Skip, _gemm, _read, error_summary, flop_bucket, kernels_alone
+    Skip, _gemm, _read, engine_hardware, error_summary, flop_bucket, kernels_alone, vllm_fp8_tiles
 
 STRIDE = 2
 FIT_FLOPS = 100e9
@@ -105,6 +107,20 @@ def block_scale_step_s(gpu: str) -> float | None:
     return float(np.median(slopes)) if slopes else None
 
 
+def row_element_sm_s(hw, gpu: str) -> float | None:
+    """One SM's time per element of vLLM's static FP8 cast (ops.row_cast), read off its table's
+    rows of few outputs and a large input (n <= 128, m x k >= 16 M), where the cast dominates:
+    the median over them of what the row leaves after the GEMM and the cast's launch and row
+    blocks, per element and SM. None without the table."""
+    table = [(m, n, k, s) for _, m, n, k, s in rows(gpu, "fp8", 1, "vllm") if n <= 128 and m * k >= 16e6]
+    if not table:
+        return None
+    library = engine_hardware(hw, "fp8", "vllm")
+    left = [(s - ops.gemm(library, m, n, k, dtype="fp8", tiles=vllm_fp8_tiles(hw, m, n, k)).time_s - ops.launch_s(hw)
+             - m * ROW_BLOCK_SM_S / hw.gpu.sm_count) * hw.gpu.sm_count / (m * k) for m, n, k, s in table]
+    return float(np.median(left))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", nargs="*", default=[g for g in PRESET_BY_GPU if (KERNELS_DIR / g).is_dir()])
@@ -116,6 +132,9 @@ def main() -> None:
         hw = with_share(hw, "bfloat16", fit(hw, rows(gpu, "bfloat16", STRIDE), "bfloat16"))
         if "fp8" in dict(hw.gpu.peak_flops):
             by_engine[gpu] = fp8_shares(hw, gpu)
+        if (element_s := row_element_sm_s(hw, gpu)) is not None:
+            print(f"{gpu}: vLLM's FP8 cast takes {element_s * 1e9:.3f} ns of one SM per element"
+                  f" (ROW_ELEMENT_SM_S: {ROW_ELEMENT_SM_S * 1e9:.3f} ns)")
         if "nvfp4" in dict(hw.gpu.peak_flops) and (table := rows(gpu, "nvfp4", STRIDE)):
             hw = with_share(hw, "nvfp4", fit(hw, table, "nvfp4"))
         fitted[gpu] = hw

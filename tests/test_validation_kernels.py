@@ -11,7 +11,7 @@ from core.errors import SpecError
 from core.model import ops
 from core.model.loader import load_hardware, with_dtype
 from core.model.ops.mla import mla_decode
-from core.model.ops.pointwise import ROW_BLOCK_SM_S
+from core.model.ops.pointwise import ROW_BLOCK_SM_S, ROW_ELEMENT_SM_S
 from core.serving.moe import MOE_CHAIN, table_row_s
 from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, KERNELS_DIR, TRTLLM_FP8_BLOCK_OVER_CUBLAS, error_summary, \
     VLLM_NVFP4_TILES, in_graph, kernel_groups, kernels_alone, vllm_fp8_tiles
@@ -133,15 +133,17 @@ def test_a_gemm_of_fixed_tiles_never_splits_k():
     assert ops.gemm(hw, 128, 128, 65536, dtype="fp8").time_s < one_sm_s / 4
 
 
-def test_a_row_cast_is_bound_by_its_rows_thread_blocks_when_rows_are_short():
-    """32,768 rows of 64 elements: 6 MiB, about 2 us of HBM, but 32,768 thread blocks at
-    ROW_BLOCK_SM_S of one SM each over 132 SMs, 233 us."""
+def test_a_row_cast_is_bound_by_its_rows_thread_blocks():
+    """32,768 rows of 64 elements: 6 MiB, about 2 us of HBM, but 32,768 thread blocks of one SM
+    each (ROW_BLOCK_SM_S and 64 x ROW_ELEMENT_SM_S) over 132 SMs, 238 us. 16,384 rows of 16,384:
+    0.8 GB, 0.3 ms of HBM, but 268 M elements at ROW_ELEMENT_SM_S of one SM each, 0.46 ms."""
     hw = kernels_alone(load_hardware("h100-sxm5-80gb"))
     short = ops.row_cast(hw, 32768, 64)
-    assert short.time_s == pytest.approx(32768 * ROW_BLOCK_SM_S / 132 + ops.launch_s(hw))
+    assert short.time_s == pytest.approx(32768 * (ROW_BLOCK_SM_S + 64 * ROW_ELEMENT_SM_S) / 132 + ops.launch_s(hw))
     assert short.hbm_bytes == 32768 * 64 * 3
-    long_rows = ops.row_cast(hw, 64, 1 << 20)
-    assert long_rows.time_s == pytest.approx(64 * (1 << 20) * 3 / ops.mixed_bandwidth_bps(hw) + ops.launch_s(hw))
+    square = ops.row_cast(hw, 16384, 16384)
+    assert 16384 * 16384 * 3 / ops.mixed_bandwidth_bps(hw) < square.time_s - ops.launch_s(hw) == pytest.approx(
+        16384 * (ROW_BLOCK_SM_S + 16384 * ROW_ELEMENT_SM_S) / 132)
 
 
 def test_missing_tables_are_one_clear_error(tmp_path):

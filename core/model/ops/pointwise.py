@@ -10,6 +10,10 @@ from .common import KernelTime, launch_s, mixed_bandwidth_bps
 # on 148-160-SM Blackwell, 0.89-0.99 us of one SM per row on every GPU (one value, not fitted
 # per GPU).
 ROW_BLOCK_SM_S = 0.94e-6
+# And one SM's time per element such a kernel converts: at large rows x columns the same tables
+# run at about 3 elements a cycle an SM, 1.6 TB/s on H100 and B200 alike (their rows of few
+# outputs and many inputs, where the GEMM is short; scripts/fit_gemm.py prints the median).
+ROW_ELEMENT_SM_S = 0.17e-9
 
 
 @lru_cache(maxsize=65536)
@@ -54,7 +58,8 @@ def fp8_cast(hw: HardwareSpec, elements: float, transpose: bool = False) -> Kern
 def row_cast(hw: HardwareSpec, rows: int, columns: int) -> KernelTime:
     """A cast of a BF16 [rows, columns] tensor to FP8 with a scale already known, by a kernel of
     one thread block per row (vLLM's static per-tensor quantization): the slower of the bytes
-    over HBM and the rows' thread blocks through the SMs (ROW_BLOCK_SM_S)."""
+    over HBM and the rows' thread blocks through the SMs, each ROW_BLOCK_SM_S and
+    ROW_ELEMENT_SM_S per element."""
     bytes_moved = rows * columns * (hw.act_bytes + DTYPE_BYTES["fp8"])
-    blocks_s = rows * ROW_BLOCK_SM_S / hw.gpu.sm_count
+    blocks_s = rows * (ROW_BLOCK_SM_S + columns * ROW_ELEMENT_SM_S) / hw.gpu.sm_count
     return KernelTime(max(bytes_moved / mixed_bandwidth_bps(hw), blocks_s) + launch_s(hw), 0.0, bytes_moved)
