@@ -49,7 +49,7 @@ HARNESSES = tuple(RAMP_SHARE)
 # overhead: the workflow runs' client reaches both engines through the same front end, and their
 # rows name no engine version (or none comparable with the dense campaigns'), fitted with its
 # client (scripts/fit_serving.py --workflow).
-HARNESS_REQUEST_OVERHEAD_S = {WORKFLOW: 0.150}
+HARNESS_REQUEST_OVERHEAD_S = {WORKFLOW: 0.160}
 
 
 # How a campaign launched its engines, where that differs from the engines' defaults. The
