@@ -158,6 +158,14 @@ def vllm_fp8_tiles(hw, m: int, n: int, k: int) -> tuple:
 VLLM_NVFP4_TILES = ((128, 64, 256), (128, 128, 256), (128, 192, 256), (128, 256, 256))
 
 
+def _library_tiles(hw, m: int, n: int, k: int, gemm_dtype: str, engine: str) -> tuple:
+    """The tiles the engine's GEMM library dispatches for the shape, () where it picks freely
+    and may split k (cuBLAS)."""
+    if (engine, gemm_dtype) == ("vllm", "fp8"):
+        return vllm_fp8_tiles(hw, m, n, k)
+    return VLLM_NVFP4_TILES if (engine, gemm_dtype) == ("vllm", "nvfp4") else ()
+
+
 @functools.lru_cache(maxsize=None)
 def _variant(hw, **fields):
     """`hw` with `fields` replaced, once per variant (the memos below key on it)."""
@@ -176,8 +184,7 @@ def engine_hardware(hw, gemm_dtype: str, engine: str):
 @functools.lru_cache(maxsize=None)
 def _gemm_s(hw, m: int, n: int, k: int, gemm_dtype: str, engine: str) -> float:
     dtype, recipe = GEMM_DTYPES[gemm_dtype]
-    tiles = vllm_fp8_tiles(hw, m, n, k) if (engine, gemm_dtype) == ("vllm", "fp8") else \
-        VLLM_NVFP4_TILES if (engine, gemm_dtype) == ("vllm", "nvfp4") else ()
+    tiles = _library_tiles(hw, m, n, k, gemm_dtype, engine)
     library = engine_hardware(_variant(hw, fp8_recipe=recipe) if recipe else hw, gemm_dtype, engine)
     time_s = ops.gemm(library, m, n, k, dtype=dtype, tiles=tiles).time_s
     if dtype != "bf16":

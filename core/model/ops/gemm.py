@@ -26,7 +26,8 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     from HBM as one long read stream (stream_efficiency); activations in and out move at the
     elementwise kernels' rate (memory_efficiency). The library picks the best of GEMM_TILES and
     SPLIT_K; given `tiles`, a library that dispatches fixed (tile_m, tile_n, tile_k) choices by
-    shape and never splits k takes the best of those."""
+    shape and never splits k takes the best of those. Block-scaled FP8 on an MMA without block
+    scales runs each tile's k-blocks in turn (gpu.block_scale_step) and never splits k."""
     gpu = hw.gpu
     dtype = dtype or hw.dtype
     in_bytes = DTYPE_BYTES[dtype]
@@ -58,8 +59,9 @@ def _tilings(sm_count: int, sram_bytes: float, register_bytes: float, l2_capacit
              splits: tuple = SPLIT_K) -> tuple:
     """The (tile, split-K) choices a GEMM of this shape has on a GPU of this build, each as what
     it leaves to the rates: (FLOPs per SM, SRAM bytes per SM, L2 bytes, HBM bytes of
-    activations and output, HBM bytes of B, scale blocks of k an SM runs in turn). Apart from the clock and bandwidths, so hardware
-    variants apart only in rates (a bandwidth what-if, a probe clock) share them."""
+    activations and output, HBM bytes of B, scale blocks of k an SM runs in turn). Apart from
+    the clock and bandwidths, so hardware variants apart only in rates (a bandwidth what-if, a
+    probe clock) share them."""
     unique_in = (m * k + k * n) * in_bytes * batch
     out_total = m * n * out_bytes * batch
     choices = []
