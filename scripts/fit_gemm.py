@@ -33,7 +33,7 @@ from core.model import ops
 from core.model.loader import load_hardware, with_dtype
 from core.model.ops.pointwise import ROW_BLOCK_SM_S, ROW_ELEMENT_SM_S
 from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, KERNELS_DIR, PRESET_BY_GPU, TRTLLM_FP8_BLOCK_OVER_CUBLAS, \
-    Skip, _gemm, _read, engine_hardware, error_summary, flop_bucket, kernels_alone, vllm_fp8_tiles
+    Skip, _gemm, _read, error_summary, flop_bucket, kernels_alone, library_gemm_s
 
 STRIDE = 2
 FIT_FLOPS = 100e9
@@ -115,9 +115,8 @@ def row_element_sm_s(hw, gpu: str) -> float | None:
     table = [(m, n, k, s) for _, m, n, k, s in rows(gpu, "fp8", 1, "vllm") if n <= 128 and m * k >= 16e6]
     if not table:
         return None
-    library = engine_hardware(hw, "fp8", "vllm")
-    left = [(s - ops.gemm(library, m, n, k, dtype="fp8", tiles=vllm_fp8_tiles(hw, m, n, k)).time_s - ops.launch_s(hw)
-             - m * ROW_BLOCK_SM_S / hw.gpu.sm_count) * hw.gpu.sm_count / (m * k) for m, n, k, s in table]
+    left = [(s - library_gemm_s(hw, m, n, k, "fp8", "vllm") - ops.launch_s(hw) - m * ROW_BLOCK_SM_S / hw.gpu.sm_count)
+            * hw.gpu.sm_count / (m * k) for m, n, k, s in table]
     return float(np.median(left))
 
 

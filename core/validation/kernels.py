@@ -181,13 +181,17 @@ def engine_hardware(hw, gemm_dtype: str, engine: str):
     return replace(hw, calibration=replace(hw.calibration, **{share: getattr(hw.calibration, share) * factor}))
 
 
+def library_gemm_s(hw, m: int, n: int, k: int, gemm_dtype: str, engine: str) -> float:
+    """The GEMM alone, as the table's engine's library runs it: its share and its tiles."""
+    dtype, recipe = GEMM_DTYPES[gemm_dtype]
+    library = engine_hardware(_variant(hw, fp8_recipe=recipe) if recipe else hw, gemm_dtype, engine)
+    return ops.gemm(library, m, n, k, dtype=dtype, tiles=_library_tiles(hw, m, n, k, gemm_dtype, engine)).time_s
+
+
 @functools.lru_cache(maxsize=None)
 def _gemm_s(hw, m: int, n: int, k: int, gemm_dtype: str, engine: str) -> float:
-    dtype, recipe = GEMM_DTYPES[gemm_dtype]
-    tiles = _library_tiles(hw, m, n, k, gemm_dtype, engine)
-    library = engine_hardware(_variant(hw, fp8_recipe=recipe) if recipe else hw, gemm_dtype, engine)
-    time_s = ops.gemm(library, m, n, k, dtype=dtype, tiles=tiles).time_s
-    if dtype != "bf16":
+    time_s = library_gemm_s(hw, m, n, k, gemm_dtype, engine)
+    if GEMM_DTYPES[gemm_dtype][0] != "bf16":
         time_s += INPUT_QUANT[engine, gemm_dtype](hw, m, k).time_s
     return time_s
 
@@ -386,4 +390,5 @@ def kernel_groups(root: Path = KERNELS_DIR, gpus=None, max_rows: int | None = No
 
 
 __all__ = ["CUBLAS_OVER_CUTLASS_FP8", "KERNELS_DIR", "TRTLLM_FP8_BLOCK_OVER_CUBLAS", "error_summary", "in_graph", "kernel_groups",
-           "kernels_alone", "VLLM_NVFP4_TILES", "vllm_fp8_tiles"]
+           "kernels_alone", "library_gemm_s", "VLLM_NVFP4_TILES",
+           "vllm_fp8_tiles"]
