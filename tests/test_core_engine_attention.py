@@ -12,6 +12,7 @@ from core.errors import SpecError
 from core.model import ops
 from core.model.loader import load_hardware, with_dtype
 from core.model.ops.attention import engine_decode_s
+from core.model.ops.mla import mla_prefill
 from core.model.specs import EngineAttention
 from core.validation.kernels import kernel_groups, kernels_alone
 
@@ -90,6 +91,38 @@ def test_an_fp8_cache_runs_the_engines_fp8_prefill_kernel():
     waves = ceil(64 * 64 / 132) / (64 * 64 / 132)  # 64 heads' 64 query tiles on 132 SMs
     tensor = bf16.flops / (hw.gpu.flops("bf16") * 0.5) * waves
     assert bf16.time_s - fp8.time_s == pytest.approx(tensor * (1 - 0.5 * 989.5 / (0.4 * 1979)), rel=1e-3)
+
+
+def test_an_engines_mla_prefill_is_its_kernel_plus_a_rope_and_latent_pass():
+    """DeepSeek-V3's MLA on one rank of 16 heads, 2,048 new tokens, a BF16 cache: the engine's
+    kernel over the heads at the mean of the 192-wide keys and 128-wide values, then one pass
+    roping the queries' and keys' 64-wide parts (in and out) and writing each token's 512 + 64
+    latent at the cache share (0.5) of HBM; the GQA op's K and V write is not charged."""
+    hw = bare(load_hardware("h100-sxm5-80gb"), trtllm=KERNELS)
+    kernel = ops.flash_attention(hw, 16, 2048, 2048, 160, 1, True, kernel="trtllm", kv_bytes_per_element=2,
+                                 preprocess=False)
+    rope = 2 * 2 * 2048 * 16 * 64 * 2
+    latent = 2048 * (512 + 64) * 2
+    expected = kernel.time_s + rope / ops.mixed_bandwidth_bps(hw) + 2 * latent / (hw.gpu.hbm.bandwidth_bps * 0.5)
+    op = mla_prefill(hw, 1, 16, 2048, 2048, 192, 128, 512, 64, True, "trtllm", 2)
+    assert op.time_s == pytest.approx(expected)
+    assert ops.flash_attention(hw, 16, 2048, 2048, 160, 1, True, kernel="trtllm", kv_bytes_per_element=2).time_s \
+        > kernel.time_s
+
+
+def test_an_fp8_cache_casts_every_heads_queries_keys_and_values_for_the_fp8_mla_kernel():
+    """The same op over an FP8 cache adds one pass reading 16 heads' BF16 queries (192 wide),
+    keys (192) and values (128) and writing them in FP8: 16 x 2,048 x 512 x 3 bytes."""
+    hw = bare(load_hardware("h100-sxm5-80gb"), trtllm=KERNELS)
+    args = (hw, 1, 16, 2048, 2048, 192, 128, 512, 64, True, "trtllm")
+    kernel = ops.flash_attention(hw, 16, 2048, 2048, 160, 1, True, kernel="trtllm", kv_bytes_per_element=1,
+                                 preprocess=False)
+    rope = 2 * 2 * 2048 * 16 * 64 * 2
+    latent = 2048 * (512 + 64) * 1
+    cast = 16 * 2048 * (192 + 192 + 128) * 3
+    expected = kernel.time_s + (rope + cast) / ops.mixed_bandwidth_bps(hw) + \
+        2 * latent / (hw.gpu.hbm.bandwidth_bps * 0.5)
+    assert mla_prefill(*args, 1).time_s == pytest.approx(expected)
 
 
 def test_engine_attention_names_engines_we_know():

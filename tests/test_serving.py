@@ -8,7 +8,7 @@ from core.errors import SpecError
 from core.model.loader import load_hardware, load_model, with_dtype
 from core.model.memory import RUNTIME_RESERVE_BYTES, stage_params
 from core.model.specs import DTYPE_BYTES, Parallelism
-from core.model.graph import build_decode_layer
+from core.model.graph import build_decode_layer, ranks_per_token
 from core.model.ops import gemm
 from core.serving import engines as engines_module
 from core.serving.engines import engine_spec
@@ -228,15 +228,39 @@ def test_a_closed_loop_of_fewer_requests_than_engines_leaves_the_rest_idle():
 def test_expert_parallel_ranks_each_run_their_share_of_the_experts_and_send_tokens_by_all_to_all():
     """Mixtral (8 experts, top 2) on tp 2 with ep 2: each rank holds 4 whole experts and runs
     the 16 x 2 / 2 = 16 expert copies routed to them (4 rows on each); its own 8 tokens go to
-    their experts and back as two all-to-alls of 8 x 2 x 4096 activations."""
+    the ranks holding their experts and back as two all-to-alls, a token once per rank it
+    reaches: both its experts miss a rank with odds C(4, 2) / C(8, 2) = 3 / 14, so it reaches
+    2 x 11 / 14 = 11 / 7 ranks on average."""
     model = load_model("mixtral-8x7b")
     layer = build_decode_layer(model, HW, 16, 1, 2, 2.0, ep=2, dispatched=8)
     ops_ = {op.name: op for op in layer}
     assert ops_["mlp_up"].time_s == pytest.approx(gemm(HW, 4, 2 * 14336, 4096, 4).time_s)
-    a2a = 8 * 2 * 4096 * HW.act_bytes
+    a2a = 8 * 11 / 7 * 4096 * HW.act_bytes
     assert [(op.name, op.collective, op.bytes_) for op in layer if op.kind == "comm"] == [
         ("attn.allreduce", "all_reduce", 16 * 4096 * HW.act_bytes),
-        ("moe.dispatch", "all_to_all", a2a), ("moe.combine", "all_to_all", a2a)]
+        ("moe.dispatch", "all_to_all", pytest.approx(a2a)), ("moe.combine", "all_to_all", pytest.approx(a2a))]
+
+
+def test_a_dispatched_token_reaches_at_most_top_k_ranks_and_at_least_one():
+    """DeepSeek-V3 (256 experts, top 8): one rank holds them all (1), every rank one expert
+    (8 copies, one per expert), and on 2 ranks a token misses one with odds
+    C(128, 8) / C(256, 8)."""
+    moe = load_model("deepseek-v3").layer_groups()[-1][0].moe
+    assert ranks_per_token(moe, 1) == 1.0
+    assert ranks_per_token(moe, 256) == 8.0
+    assert ranks_per_token(moe, 2) == pytest.approx(2 * (1 - math.comb(128, 8) / math.comb(256, 8)))
+
+
+def test_an_attention_dp_rank_normalizes_and_routes_its_own_tokens_only():
+    """DeepSeek-V3's FFN on 8 attention-DP ranks of 64 tokens each: the routed experts take all
+    512 tokens' copies, the norm, the router and the shared expert (whole on each rank) only
+    the rank's own 64."""
+    model = load_model("deepseek-v3")
+    spec = [s for s, _ in model.layer_groups() if s.moe][0]
+    layer = {op.name: op for op in build_decode_layer(spec, HW, 512, 1, 8, 2.0, ep=8, dispatched=64)}
+    own = {op.name: op for op in build_decode_layer(spec, HW, 64, 1, 1, 2.0)}
+    for name in ("norm2", "router", "shared_up", "shared_down", "residual2"):
+        assert layer[name].time_s == own[name].time_s
 
 
 def test_expert_parallelism_changes_an_attention_dp_engines_iteration():

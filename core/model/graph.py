@@ -500,6 +500,18 @@ def node_limited_share(moe) -> float:
     return min(1.0, moe.groups_per_token / moe.top_k)
 
 
+def ranks_per_token(moe, ep: int) -> float:
+    """EP ranks a token's top_k experts land on, expected under balanced routing (experts split
+    evenly, a token's drawn without replacement): the copies an all-to-all that sends a token
+    once per destination rank (DeepEP's normal dispatch, TensorRT-LLM's wide-EP all-to-all)
+    moves, against top_k for one that sends a copy per expert."""
+    local = moe.experts // ep
+    missed = 1.0
+    for i in range(moe.top_k):
+        missed *= max(0.0, (moe.experts - local - i) / (moe.experts - i))
+    return min(float(moe.top_k), ep * (1.0 - missed))
+
+
 def routing_saved_bytes(moe, tokens: float) -> float:
     """What the top-k router (core_v0.10 moe_utils.topk_softmax_with_capacity with the aux loss)
     keeps per MoE layer for backward: the aux loss's FP32 softmax over all experts, the top-k
@@ -574,7 +586,8 @@ def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: 
     attention and Mamba). `ep` of the tp ranks split the routed experts between them (each
     expert over tp / ep GPUs), a rank running its experts' share of the `batch` tokens' expert
     copies; the rank's own `dispatched` tokens (attention data parallelism) travel to their
-    experts' ranks and back by all-to-all, else every rank holds all the tokens and the
+    experts' ranks and back by all-to-all, once per rank they reach (ranks_per_token), as the
+    serving engines' dispatch sends them, else every rank holds all the tokens and the
     experts' partial outputs are summed by the all-reduce over tp."""
     if not model.uniform:
         raise ValueError(f"{model.name}: its layers differ; build each spec of model.layer_groups()")
@@ -595,14 +608,18 @@ def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: 
         out.append(_compute("residual1", ops.pointwise(hw, 3 * row)))
     if model.moe is None and not model.ffn_hidden:
         return tuple(out)
-    out.append(_compute("norm2", ops.pointwise(hw, 2 * row)))
+    # with attention data parallelism a rank normalizes, routes and runs the shared expert (its
+    # weights whole on every rank) on its own tokens; only the FFN proper sees every rank's tokens
+    own = dispatched or batch
+    own_row = own * h * el
+    out.append(_compute("norm2", ops.pointwise(hw, 2 * own_row)))
     gated = model.activation == "swiglu"
     width = 2 if gated else 1
     if model.moe is not None and model.moe.shared_expert_ffn_hidden:
-        shared = model.moe.shared_expert_ffn_hidden // tp
-        out.append(_compute("shared_up", ops.gemm(hw, batch, shared * width, h)))
-        out.append(_compute("shared_activation", ops.pointwise(hw, (3 if gated else 2) * batch * shared * el)))
-        out.append(_compute("shared_down", ops.gemm(hw, batch, h, shared)))
+        shared = model.moe.shared_expert_ffn_hidden // (1 if dispatched else tp)
+        out.append(_compute("shared_up", ops.gemm(hw, own, shared * width, h)))
+        out.append(_compute("shared_activation", ops.pointwise(hw, (3 if gated else 2) * own * shared * el)))
+        out.append(_compute("shared_down", ops.gemm(hw, own, h, shared)))
     if model.moe is None:
         ffn, rows, experts = model.ffn_hidden // tp, batch, 1
     else:
@@ -611,8 +628,8 @@ def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: 
         routed = -(-batch * model.moe.top_k // ep)  # expert copies of the tokens this rank's experts take
         experts = min(model.moe.experts // ep, routed)  # experts a step's tokens actually touch
         rows = -(-routed // experts)
-        out.append(_compute("router", ops.gemm(hw, batch, model.moe.experts, h, dtype=hw.act_dtype)))
-    a2a = dispatched * model.moe.top_k * h * el if model.moe is not None and ep > 1 and dispatched else 0
+        out.append(_compute("router", ops.gemm(hw, own, model.moe.experts, h, dtype=hw.act_dtype)))
+    a2a = dispatched * ranks_per_token(model.moe, ep) * h * el if model.moe is not None and ep > 1 and dispatched else 0
     if a2a:
         out.append(replace(_comm("moe.dispatch", "all_to_all", "ep", a2a), outer_share=node_limited_share(model.moe)))
     out.append(_compute("mlp_up", ops.gemm(hw, rows, ffn * width, h, experts)))
@@ -623,7 +640,7 @@ def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: 
         out.append(replace(_comm("moe.combine", "all_to_all", "ep", a2a), outer_share=node_limited_share(model.moe)))
     if tp > 1 and not (a2a and ep == tp):
         out.append(_comm("mlp.allreduce", "all_reduce", "tp", row))
-    out.append(_compute("residual2", ops.pointwise(hw, 3 * row)))
+    out.append(_compute("residual2", ops.pointwise(hw, 3 * own_row)))
     return tuple(out)
 
 

@@ -10,6 +10,7 @@ from core.model.collectives import collective_time
 from core.model.graph import build_decode_layer
 from core.model.inference import lm_head_s
 from core.model.layout import group_spans
+from core.model.ops.mla import mla_prefill
 from core.model.specs import HardwareSpec, ModelSpec, Parallelism
 from core.model.training import time_ops
 
@@ -20,6 +21,10 @@ from .moe import EXPERT_OPS, MOE_CHAIN, expert_gemms_s, grouped
 # A GQA layer's kernels that an engine's attention ops include (EngineAttention: RoPE on the new
 # queries and keys, the new keys and values written into the paged cache).
 ENGINE_PREPROCESSING = ("rotary", "kv_append")
+# Engines whose MLA prefill op the kernel tables measure (TensorRT-LLM's context MLA, timed by
+# ops.mla.mla_prefill on the engine's fitted kernels); the others' MLA prefill (FlashAttention-3
+# in SGLang and vLLM on Hopper) runs the layer graph's fused kernel.
+MLA_PREFILL_ENGINES = ("trtllm",)
 
 
 def graph_host_s(hw: HardwareSpec, gemms: int, elementwise: int) -> float:
@@ -145,10 +150,18 @@ class IterationModel:
         """The chunk's fused attention: it sees every cached token and, causally, half of its own.
         With the engine's own op, a first chunk is timed exactly as the kernel tables time it
         (causal over its own tokens, each new key and value written once); a later chunk's cache
-        write is charged on every token it sees (an over-count by the cached tokens' share)."""
+        write is charged on every token it sees (an over-count by the cached tokens' share). MLA
+        runs the engine's MLA prefill op where it is measured (MLA_PREFILL_ENGINES) and the GPU's
+        preset has the engine's kernels."""
+        mla_ops = spec.mla is not None and self.engine_ops and self.attention_kernels in MLA_PREFILL_ENGINES
         seen, causal = prefill_past + prefill_tokens // 2, False
-        if engine_ops and prefill_past == 0:
+        if (engine_ops or mla_ops) and prefill_past == 0:
             seen, causal = prefill_tokens, True
+        if mla_ops:  # the engine's MLA prefill op over the decompressed heads (ops.mla.mla_prefill)
+            mla = spec.mla
+            return mla_prefill(self.hw, 1, heads, prefill_tokens, seen, mla.qk_head_dim, mla.v_head_dim,
+                               mla.kv_lora_rank, mla.qk_rope_head_dim, causal, self.attention_kernels,
+                               self.kv_bytes).time_s
         return ops.flash_attention(self.hw, heads, prefill_tokens, min(seen, spec.window) if spec.window else seen,
                                    spec.head_dim, max(1, heads // kv_heads), causal,
                                    kernel=self.attention_kernels if engine_ops else spec.attention_kernel,

@@ -17,7 +17,7 @@ import numpy as np
 from core.errors import SpecError
 from core.model import ops
 from core.model.collectives import collective_time
-from core.model.ops.mla import mla_decode
+from core.model.ops.mla import mla_decode, mla_prefill
 from core.model.layout import group_spans
 from core.model.loader import list_presets, load_hardware, with_dtype
 from core.model.specs import ModelSpec, Parallelism, quantized_bytes
@@ -258,20 +258,25 @@ def _nccl(hw, op, gpus, elements, nccl_dtype):
 MLA_QK_HEAD_DIM, MLA_V_HEAD_DIM, MLA_KV_LORA_RANK, MLA_ROPE_DIM = 128 + 64, 128, 512, 64
 
 
-def _mla_context(hw, batch, isl, heads, mla_dtype, kv_dtype):
+def _mla_context(hw, batch, isl, heads, mla_dtype, kv_dtype, engine=""):
     """MLA prefill attention on one rank (`heads` is the rank's share): causal attention over
-    192-wide keys and 128-wide values, timed as the layer graph times it (ops.flash_attention
-    at their mean width, one KV head per query head)."""
-    if mla_dtype not in ATTENTION_DTYPES:
-        return Skip(f"mla in {mla_dtype}: not modelled")
+    192-wide keys and 128-wide values, as the table's engine runs it where the preset describes
+    its kernels (ops.mla.mla_prefill: FP8 kernels over an FP8 cache), else as the layer graph
+    times it (the training kernel at their mean width, one KV head per query head)."""
+    if mla_dtype not in ATTENTION_DTYPES or kv_dtype not in KV_BYTES:
+        return Skip(f"mla in {mla_dtype} kv {kv_dtype}: not modelled")
     dtype = ATTENTION_DTYPES[mla_dtype] + ("" if kv_dtype == mla_dtype else f" kv {kv_dtype}")
     width = (MLA_QK_HEAD_DIM + MLA_V_HEAD_DIM) / 2
     flops = 2.0 * batch * heads * isl * isl * width
-    time_s = ops.flash_attention(hw, batch * heads, isl, isl, width, 1, True, kernel=ATTENTION_KERNEL).time_s
+    if hw.calibration.engine_kernels(engine):
+        time_s = mla_prefill(hw, batch, heads, isl, isl, MLA_QK_HEAD_DIM, MLA_V_HEAD_DIM, MLA_KV_LORA_RANK,
+                             MLA_ROPE_DIM, True, engine, KV_BYTES[kv_dtype]).time_s
+    else:
+        time_s = ops.flash_attention(hw, batch * heads, isl, isl, width, 1, True, kernel=ATTENTION_KERNEL).time_s
     return "mla.prefill", dtype, flop_bucket(flops), time_s
 
 
-def _mla_generation(hw, batch, heads, step, mla_dtype, kv_dtype):
+def _mla_generation(hw, batch, heads, step, mla_dtype, kv_dtype, engine=""):
     """One absorbed MLA decode step over `step` cached tokens and the new one (ops.mla.mla_decode)."""
     if mla_dtype not in ATTENTION_DTYPES or kv_dtype not in KV_BYTES:
         return Skip(f"mla decode {mla_dtype} kv {kv_dtype}: not modelled")
@@ -370,7 +375,7 @@ def kernel_groups(root: Path = KERNELS_DIR, gpus=None, max_rows: int | None = No
                 hw = kernels_alone(with_dtype(load_hardware(preset), "bf16", preset, "dtype"))
                 values, latency_ms = _read(path, columns, max_rows)
                 groups, reasons = defaultdict(lambda: ([], [])), Counter()
-                engine = {"engine": path.parent.parent.name} if op in ("attention", "gemm", "moe") else {}
+                engine = {"engine": path.parent.parent.name} if op in ("attention", "gemm", "mla", "moe") else {}
                 for row, measured_ms in zip(zip(*values), latency_ms):
                     out = predict(hw, *row, **engine)
                     if isinstance(out, Skip):

@@ -37,7 +37,7 @@ def causal_fraction(kv_len: int) -> float:
 @lru_cache(maxsize=65536)
 def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int, head_dim: int,
                     kv_groups: int, causal: bool, backward: bool = False, kernel: str = "flash",
-                    kv_bytes_per_element: float = 0.0) -> KernelTime:
+                    kv_bytes_per_element: float = 0.0, preprocess: bool = True) -> KernelTime:
     """One fused attention kernel (FlashAttention-2 style): scores stay in SRAM.
 
     `batch_heads` counts query heads; `kv_groups` is query heads per KV head (GQA).
@@ -50,7 +50,8 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     tile matmuls at the head dimension of the kernel it has (FLASH1_HEAD_DIMS). An inference
     engine's name (calibration.engine_attention) times that engine's prefill op: its tensor-core
     share (on the FP8 peak where `kv_bytes_per_element` says the cache is FP8), tile cost and
-    floor, and its preprocessing pass over the new queries, keys and values."""
+    floor, and its preprocessing pass over the new queries, keys and values (without
+    `preprocess`, the attention kernel alone: MLA's engines prepare a latent cache instead)."""
     gpu, cal = hw.gpu, hw.calibration
     el = hw.act_bytes
     visible = causal_fraction(kv_len) if causal else 1.0
@@ -108,11 +109,12 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
         busy_s += passes / mixed_bandwidth_bps(hw)
         hbm_bytes += passes
     floor_s = cal.attention_floor_s
-    if engine is not None:  # the engine's op also ropes Q and K and writes K and V into its paged cache
+    if engine is not None:
+        floor_s = engine.prefill_floor_s
+    if engine is not None and preprocess:  # the engine's op also ropes Q and K and writes K and V into its paged cache
         busy_s += 2 * q_bytes / mixed_bandwidth_bps(hw) + \
             2 * kv_bytes / (gpu.hbm.bandwidth_bps * engine.prefill_cache_share)
         hbm_bytes += 2 * (q_bytes + kv_bytes)
-        floor_s = engine.prefill_floor_s
     return KernelTime(floor_s + busy_s + launch_s(hw), flops, hbm_bytes)
 
 

@@ -1,9 +1,11 @@
-"""Multi-head latent attention's decode kernel (FlashMLA-style, weights absorbed): every query
-head attends straight to the compressed cache, one latent of kv_lora_rank plus a RoPE key per
-token, shared by all heads (MQA over the latent)."""
+"""Multi-head latent attention's kernels: the decode kernel (FlashMLA-style, weights absorbed),
+where every query head attends straight to the compressed cache, one latent of kv_lora_rank
+plus a RoPE key per token, shared by all heads (MQA over the latent); and an inference
+engine's prefill op, multi-head attention over the decompressed keys and values."""
 from functools import lru_cache
 
 from ..specs import HardwareSpec
+from .attention import flash_attention
 from .common import KernelTime, launch_s, mixed_bandwidth_bps, stream_bandwidth_bps, tensor_rate_flops
 
 # The decode kernels (FlashMLA, TensorRT-LLM's MLA generation kernel) compute one sequence's
@@ -36,3 +38,28 @@ def mla_decode(hw: HardwareSpec, batch: int, heads: int, context: int, kv_lora_r
     busy_s = max(cache_bytes / stream_bandwidth_bps(hw) + q_bytes / mixed_bandwidth_bps(hw), tiled / rate)
     chain_s = MLA_DECODE_CHAIN * hw.gpu.launch_overhead_s
     return KernelTime(busy_s + chain_s + launch_s(hw), flops, cache_bytes + q_bytes)
+
+
+@lru_cache(maxsize=65536)
+def mla_prefill(hw: HardwareSpec, batch: int, heads: int, q_len: int, kv_len: int, qk_dim: int, v_dim: int,
+                kv_lora_rank: int, rope_dim: int, causal: bool, engine: str,
+                kv_bytes_per_element: float = 0.0) -> KernelTime:
+    """An inference engine's MLA prefill op (TensorRT-LLM's context MLA): its fused attention
+    kernel over every head's decompressed keys (qk_dim wide) and values (v_dim), timed at their
+    mean width, on the FP8 kernels where the cache is FP8; before it, one pass that ropes the
+    new queries' and keys' RoPE parts and writes each new token's latent and RoPE key into the
+    paged cache, at the engine's cache-write share of HBM bandwidth (calibration.engine_attention),
+    and for the FP8 kernels one that casts every head's queries, keys and values to FP8."""
+    kernels = hw.calibration.engine_kernels(engine)
+    attention = flash_attention(hw, batch * heads, q_len, kv_len, (qk_dim + v_dim) / 2, 1, causal, kernel=engine,
+                                kv_bytes_per_element=kv_bytes_per_element, preprocess=False)
+    el = hw.act_bytes
+    rope_bytes = 2 * 2 * batch * q_len * heads * rope_dim * el  # queries' and keys' RoPE parts, in and out
+    latent_bytes = batch * q_len * (kv_lora_rank + rope_dim) * (kv_bytes_per_element or el)
+    cast_bytes = 0.0
+    if 0 < kv_bytes_per_element < el:
+        cast_bytes = batch * heads * (q_len * qk_dim + kv_len * (qk_dim + v_dim)) * (el + kv_bytes_per_element)
+    prepare_s = (rope_bytes + cast_bytes) / mixed_bandwidth_bps(hw) + \
+        2 * latent_bytes / (hw.gpu.hbm.bandwidth_bps * kernels.prefill_cache_share)
+    return KernelTime(attention.time_s + prepare_s, attention.flops,
+                      attention.hbm_bytes + rope_bytes + cast_bytes + 2 * latent_bytes)
