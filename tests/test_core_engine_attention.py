@@ -12,8 +12,8 @@ from core.errors import SpecError
 from core.model import ops
 from core.model.loader import load_hardware, with_dtype
 from core.model.ops.attention import engine_decode_s
-from core.model.ops.mla import mla_prefill
-from core.model.specs import EngineAttention
+from core.model.ops.mla import mla_decode, mla_prefill
+from core.model.specs import EngineAttention, MlaDecode
 from core.validation.kernels import kernel_groups, kernels_alone
 
 KERNELS = EngineAttention(prefill_tensor_share=0.5, prefill_fp8_tensor_share=0.4, prefill_cache_share=0.5,
@@ -123,6 +123,42 @@ def test_an_fp8_cache_casts_every_heads_queries_keys_and_values_for_the_fp8_mla_
     expected = kernel.time_s + (rope + cast) / ops.mixed_bandwidth_bps(hw) + \
         2 * latent / (hw.gpu.hbm.bandwidth_bps * 0.5)
     assert mla_prefill(*args, 1).time_s == pytest.approx(expected)
+
+
+MLA = MlaDecode(floor_s=10e-6, sequence_s=4e-6, bandwidth_share=0.8, tensor_share=0.5, fp8_tensor_share=0.25)
+
+
+def test_an_engines_mla_decode_is_its_floor_a_cost_per_sequence_tile_and_the_slower_of_sweep_and_matmuls():
+    """64 sequences of 16 heads over 4,096 cached tokens of an FP8 latent (512 + 64): the cache
+    (64 x 4,096 x 576 bytes) swept at 0.8 of HBM beside the queries in and latents out, the
+    matmuls (one 64-head tile each, 2 x 64 x 64 x 4,096 x 1,088) at 0.25 of the FP8 peak, the
+    larger of the two, plus 64 sequence tiles x 4 us over 132 SMs and the 10 us floor."""
+    hw = bare(load_hardware("h100-sxm5-80gb"), trtllm=dataclasses.replace(KERNELS, mla_decode=MLA))
+    sweep = 64 * 4096 * 576 / (hw.gpu.hbm.bandwidth_bps * 0.8) + 64 * 16 * 1088 * 2 / ops.mixed_bandwidth_bps(hw)
+    matmuls = 2.0 * 64 * 64 * 4096 * 1088 / (hw.gpu.flops("fp8") * 0.25)
+    expected = 10e-6 + max(sweep, matmuls) + 64 * 4e-6 / 132
+    assert mla_decode(hw, 64, 16, 4096, 512, 64, 1, "trtllm").time_s == pytest.approx(expected)
+    generic = mla_decode(hw, 64, 16, 4096, 512, 64, 1).time_s
+    assert generic != pytest.approx(expected)
+
+
+def test_an_mla_decode_block_needs_its_units():
+    with pytest.raises(SpecError, match="mla_decode.floor.*4 us"):
+        load_hardware("h100-sxm5-80gb", {"calibration.engine_attention": {"trtllm": {
+            **_preset_fields("h100-sxm5-80gb"), "mla_decode": {"floor": 10, "sequence": "4 us", "bandwidth_share": 0.9,
+                                                               "tensor_share": 0.6, "fp8_tensor_share": 0.4}}}})
+
+
+def _preset_fields(preset: str) -> dict:
+    """The preset's TensorRT-LLM engine_attention fields as a hardware file writes them."""
+    k = load_hardware(preset).calibration.engine_kernels("trtllm")
+    return {"prefill_tensor_share": k.prefill_tensor_share, "prefill_fp8_tensor_share": k.prefill_fp8_tensor_share,
+            "prefill_cache_share": k.prefill_cache_share, "prefill_tile": f"{k.prefill_tile_s * 1e6} us",
+            "prefill_floor": f"{k.prefill_floor_s * 1e6} us", "decode_floor": f"{k.decode_floor_s * 1e6} us",
+            "decode_pair": f"{k.decode_pair_s * 1e6} us", "decode_bandwidth_share": k.decode_bandwidth_share,
+            "decode_fp8_bandwidth_share": k.decode_fp8_bandwidth_share,
+            "decode_split_tokens": int(k.decode_split_tokens), "decode_max_splits": int(k.decode_max_splits),
+            "decode_saturation": k.decode_saturation, "decode_score": f"{k.decode_score_s * 1e9} ns"}
 
 
 def test_engine_attention_names_engines_we_know():

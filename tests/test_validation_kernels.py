@@ -192,7 +192,7 @@ def test_hand_made_mla_decode_and_moe_rows_are_compared_with_our_kernels(tmp_pat
                    moe / "moe_perf.parquet")
     records, _ = kernel_groups(tmp_path)
     hw = kernels_alone(load_hardware("h100-sxm5-80gb"))
-    decode_s = mla_decode(hw, 64, 16, 4096, 512, 64, 2).time_s
+    decode_s = mla_decode(hw, 64, 16, 4096, 512, 64, 2, "trtllm").time_s  # the table's engine's MLA kernel
     # 512 routed rows over 128 experts: 4 rows each, one grouped GEMM up (gate and up), one down,
     # and the routing chain's MOE_CHAIN launches (the fitted grouped kernel does not bind here)
     moe_s = (ops.gemm(hw, 4, 2 * 1536, 4096, 128).time_s + ops.pointwise(hw, 3 * 4 * 128 * 1536 * 2).time_s

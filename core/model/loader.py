@@ -15,7 +15,7 @@ from .hf import HF_COSTED, HF_COSTLESS, HF_MODEL_TYPES, model_from_hf  # noqa: F
 from .layout import recipe_mismatch
 from .specs import (ACTIVATIONS, ATTENTION_KERNELS, COMPUTE_DTYPES, DTYPES, FFNS, FP8_RECIPES, MIXERS, NORMS,
                     POSITION_EMBEDDINGS, POWER_CLOCKS, RECURRENT_KINDS, TOPOLOGIES, ENGINE_ATTENTION, Calibration,
-                    EngineAttention, GpuSpec, HardwareSpec,
+                    EngineAttention, GpuSpec, HardwareSpec, MlaDecode,
                     LayerKind, LinkFault, MemoryLevel, ModelSpec, MoESpec, NetworkDim, PowerSpec, RecurrentSpec,
                     model_with_kinds)
 
@@ -460,9 +460,24 @@ def _engine_attention(raw, source: str, base: tuple) -> tuple:
             decode_max_splits=float(k.integer("decode_max_splits")),
             decode_saturation=k.number("decode_saturation"),
             decode_score_s=k.unit("decode_score", units.parse_time),
-            decode_max_group=k.integer("decode_max_group", 0, minimum=0))))
+            decode_max_group=k.integer("decode_max_group", 0, minimum=0),
+            mla_decode=_mla_decode(k.raw("mla_decode"), source, f"calibration.engine_attention.{engine}.mla_decode."))))
         k.done()
     return tuple(out)
+
+
+def _mla_decode(raw, source: str, prefix: str) -> MlaDecode | None:
+    """An engine's optional `mla_decode` block (times with a unit, shares in (0, 1])."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise SpecError(source, prefix.rstrip("."), raw, "expected a mapping of the MLA decode kernel's figures")
+    k = _Fields(raw, source, prefix)
+    mla = MlaDecode(floor_s=k.unit("floor", units.parse_time), sequence_s=k.unit("sequence", units.parse_time),
+                    bandwidth_share=k.number("bandwidth_share", high=1.0), tensor_share=k.number("tensor_share", high=1.0),
+                    fp8_tensor_share=k.number("fp8_tensor_share", high=1.0))
+    k.done()
+    return mla
 
 
 def _calibration(raw, source: str) -> Calibration:

@@ -522,6 +522,21 @@ ENGINE_ATTENTION = ("trtllm", "vllm")
 
 
 @dataclass(frozen=True)
+class MlaDecode:
+    """An engine's MLA decode kernel (TensorRT-LLM's, weights absorbed: every query head over
+    the latent cache), fitted on its measured MLA generation table (scripts/fit_mla_decode.py):
+    `floor_s` for the op, `sequence_s` per (sequence, 64-head tile) spread over the SMs (its
+    query load, split-KV merge and write-out), and the larger of the latent cache's sweep at
+    `bandwidth_share` of HBM and the absorbed matmuls at `tensor_share` of the BF16 peak
+    (`fp8_tensor_share` of the FP8 peak over an FP8 cache, where the GPU has one)."""
+    floor_s: float
+    sequence_s: float
+    bandwidth_share: float
+    tensor_share: float
+    fp8_tensor_share: float
+
+
+@dataclass(frozen=True)
 class EngineAttention:
     """One inference engine's attention kernels on a GPU, fitted on its measured kernel table
     (scripts/fit_engine_attention.py). Each is timed as the engine runs the op: its own kernels
@@ -539,7 +554,8 @@ class EngineAttention:
     pair's cache split in chunks of `decode_split_tokens`, at most `decode_max_splits`; plus
     `decode_score_s` per query-head score per SM (softmax, the exponential). Groups of more
     than `decode_max_group` query heads per KV head (0: no limit) run a kernel that reads the
-    cache once per query head, through L2."""
+    cache once per query head, through L2. `mla_decode`: its MLA decode kernel where fitted
+    (None: the generic absorbed-MLA model, core.model.ops.mla)."""
     prefill_tensor_share: float
     prefill_fp8_tensor_share: float
     prefill_cache_share: float
@@ -554,6 +570,7 @@ class EngineAttention:
     decode_saturation: float
     decode_score_s: float
     decode_max_group: int = 0
+    mla_decode: MlaDecode | None = None
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field, replace
 
 from core.model import ops
 from core.model.collectives import collective_time
-from core.model.graph import build_decode_layer
+from core.model.graph import build_decode_layer, decode_context as attended_tokens
 from core.model.inference import lm_head_s
 from core.model.layout import group_spans
-from core.model.ops.mla import mla_prefill
+from core.model.ops.mla import mla_decode, mla_prefill
 from core.model.specs import HardwareSpec, ModelSpec, Parallelism
 from core.model.training import time_ops
 
@@ -21,10 +21,11 @@ from .moe import EXPERT_OPS, MOE_CHAIN, expert_gemms_s, grouped
 # A GQA layer's kernels that an engine's attention ops include (EngineAttention: RoPE on the new
 # queries and keys, the new keys and values written into the paged cache).
 ENGINE_PREPROCESSING = ("rotary", "kv_append")
-# Engines whose MLA prefill op the kernel tables measure (TensorRT-LLM's context MLA, timed by
-# ops.mla.mla_prefill on the engine's fitted kernels); the others' MLA prefill (FlashAttention-3
-# in SGLang and vLLM on Hopper) runs the layer graph's fused kernel.
-MLA_PREFILL_ENGINES = ("trtllm",)
+# Engines whose MLA ops the kernel tables measure (TensorRT-LLM's context MLA, timed by
+# ops.mla.mla_prefill on the engine's fitted kernels, and its MLA generation kernel, by
+# ops.mla.mla_decode where the preset fits it); the others' MLA (FlashAttention-3 prefill and
+# FlashMLA decode in SGLang and vLLM on Hopper) runs the layer graph's generic kernels.
+MLA_ENGINES = ("trtllm",)
 
 
 def graph_host_s(hw: HardwareSpec, gemms: int, elementwise: int) -> float:
@@ -76,7 +77,10 @@ class IterationModel:
         # and SGLang) that read each KV head once for all its query heads: bandwidth-bound, not
         # bound by the per-query-head rate of the older masked-attention kernel.
         self.decode_hw = replace(self.hw, calibration=replace(self.hw.calibration, decode_attention_rate=0.0))
-        self.engine_ops = self.hw.calibration.engine_kernels(self.attention_kernels) is not None
+        kernels = self.hw.calibration.engine_kernels(self.attention_kernels)
+        self.engine_ops = kernels is not None
+        self.mla_decode_kernel = (self.attention_kernels in MLA_ENGINES and kernels is not None
+                                  and kernels.mla_decode is not None)
 
     def time_s(self, prefill_tokens: int, prefill_past: int, decodes: int, decode_context: int,
                graph: bool) -> float:
@@ -130,7 +134,12 @@ class IterationModel:
         if attention:
             heads, kv_heads, d = spec.heads // t, max(1, spec.kv_heads // t), spec.head_dim
             context = min(decode_context, spec.window) if spec.window else decode_context
-            if decodes and spec.mla is not None:  # MLA's absorbed decode over the latent cache
+            if decodes and spec.mla is not None and self.mla_decode_kernel:  # the engine's MLA decode kernel
+                mla = spec.mla
+                compute_s += mla_decode(hw, decodes, heads, attended_tokens(spec, context), mla.kv_lora_rank,
+                                        mla.qk_rope_head_dim, self.kv_bytes, self.attention_kernels).time_s
+                gemms += 1
+            elif decodes and spec.mla is not None:  # MLA's absorbed decode over the latent cache
                 step = build_decode_layer(spec, self.decode_hw, decodes, context, t, self.kv_bytes)
                 compute_s += sum(op.time_s for op in step if op.name == "attention")
                 gemms += 1
@@ -151,9 +160,9 @@ class IterationModel:
         With the engine's own op, a first chunk is timed exactly as the kernel tables time it
         (causal over its own tokens, each new key and value written once); a later chunk's cache
         write is charged on every token it sees (an over-count by the cached tokens' share). MLA
-        runs the engine's MLA prefill op where it is measured (MLA_PREFILL_ENGINES) and the GPU's
-        preset has the engine's kernels."""
-        mla_ops = spec.mla is not None and self.engine_ops and self.attention_kernels in MLA_PREFILL_ENGINES
+        runs the engine's MLA prefill op where it is measured (MLA_ENGINES) and the GPU's preset
+        has the engine's kernels."""
+        mla_ops = spec.mla is not None and self.engine_ops and self.attention_kernels in MLA_ENGINES
         seen, causal = prefill_past + prefill_tokens // 2, False
         if (engine_ops or mla_ops) and prefill_past == 0:
             seen, causal = prefill_tokens, True

@@ -277,12 +277,13 @@ def _mla_context(hw, batch, isl, heads, mla_dtype, kv_dtype, engine=""):
 
 
 def _mla_generation(hw, batch, heads, step, mla_dtype, kv_dtype, engine=""):
-    """One absorbed MLA decode step over `step` cached tokens and the new one (ops.mla.mla_decode)."""
+    """One absorbed MLA decode step over `step` cached tokens and the new one (ops.mla.mla_decode,
+    by the table's engine's kernel where the preset describes it)."""
     if mla_dtype not in ATTENTION_DTYPES or kv_dtype not in KV_BYTES:
         return Skip(f"mla decode {mla_dtype} kv {kv_dtype}: not modelled")
     context, kv_bytes = step + 1, KV_BYTES[kv_dtype]
     dtype = ATTENTION_DTYPES[mla_dtype] + ("" if kv_dtype == mla_dtype else f" kv {kv_dtype}")
-    time_s = mla_decode(hw, batch, heads, context, MLA_KV_LORA_RANK, MLA_ROPE_DIM, kv_bytes).time_s
+    time_s = mla_decode(hw, batch, heads, context, MLA_KV_LORA_RANK, MLA_ROPE_DIM, kv_bytes, engine).time_s
     return "mla.decode", dtype, kv_bucket(batch * context * (MLA_KV_LORA_RANK + MLA_ROPE_DIM) * kv_bytes), time_s
 
 

@@ -22,22 +22,36 @@ MLA_DECODE_CHAIN = 3  # dependent kernels beyond the one a decode layer counts
 
 @lru_cache(maxsize=65536)
 def mla_decode(hw: HardwareSpec, batch: int, heads: int, context: int, kv_lora_rank: int, rope_dim: int,
-               kv_bytes_per_element: float = 0.0) -> KernelTime:
+               kv_bytes_per_element: float = 0.0, engine: str = "") -> KernelTime:
     """One decode step's absorbed MLA over `context` cached tokens per sequence: scores over
     latent plus RoPE key (kv_lora_rank + rope_dim), values the latent itself (kv_lora_rank).
     The cache is read once per sequence (all heads share it); the matmuls run on the tensor
-    cores at the activation dtype, the heads padded to a whole MMA tile (MLA_HEAD_TILE), after
-    the split-KV chain's launch latencies (MLA_DECODE_CHAIN)."""
-    cal = hw.calibration
+    cores, the heads padded to a whole MMA tile (MLA_HEAD_TILE). With an `engine` whose MLA
+    decode kernel the preset describes (calibration.engine_attention, MlaDecode): its floor,
+    its cost per sequence tile and its shares of HBM and of the peak (FP8 over an FP8 cache);
+    else at the activation dtype's rate and attention_efficiency, after the split-KV chain's
+    launch latencies (MLA_DECODE_CHAIN)."""
+    cal, gpu = hw.calibration, hw.gpu
     el = kv_bytes_per_element or hw.act_bytes
     cache_bytes = batch * context * (kv_lora_rank + rope_dim) * el
     q_bytes = batch * heads * (2 * kv_lora_rank + rope_dim) * hw.act_bytes  # query in, latent output out
     flops = 2.0 * batch * heads * context * (2 * kv_lora_rank + rope_dim)
-    tiled = flops * -(-heads // MLA_HEAD_TILE) * MLA_HEAD_TILE / heads
-    rate = tensor_rate_flops(hw, hw.act_dtype) * cal.attention_efficiency
-    busy_s = max(cache_bytes / stream_bandwidth_bps(hw) + q_bytes / mixed_bandwidth_bps(hw), tiled / rate)
-    chain_s = MLA_DECODE_CHAIN * hw.gpu.launch_overhead_s
-    return KernelTime(busy_s + chain_s + launch_s(hw), flops, cache_bytes + q_bytes)
+    tiles = -(-heads // MLA_HEAD_TILE)
+    tiled = flops * tiles * MLA_HEAD_TILE / heads
+    kernels = cal.engine_kernels(engine)
+    mla = kernels.mla_decode if kernels is not None else None
+    if mla is None:
+        rate = tensor_rate_flops(hw, hw.act_dtype) * cal.attention_efficiency
+        busy_s = max(cache_bytes / stream_bandwidth_bps(hw) + q_bytes / mixed_bandwidth_bps(hw), tiled / rate)
+        return KernelTime(busy_s + MLA_DECODE_CHAIN * gpu.launch_overhead_s + launch_s(hw), flops,
+                          cache_bytes + q_bytes)
+    if el < hw.act_bytes and "fp8" in dict(gpu.peak_flops):
+        rate = gpu.flops("fp8") * cal.sustained_clock * mla.fp8_tensor_share
+    else:
+        rate = gpu.flops(hw.act_dtype) * cal.sustained_clock * mla.tensor_share
+    sweep_s = cache_bytes / (gpu.hbm.bandwidth_bps * mla.bandwidth_share) + q_bytes / mixed_bandwidth_bps(hw)
+    busy_s = max(sweep_s, tiled / rate) + batch * tiles * mla.sequence_s / gpu.sm_count
+    return KernelTime(mla.floor_s + busy_s + launch_s(hw), flops, cache_bytes + q_bytes)
 
 
 @lru_cache(maxsize=65536)
