@@ -249,6 +249,7 @@ def test_a_dispatched_token_reaches_at_most_top_k_ranks_and_at_least_one():
     assert ranks_per_token(moe, 1) == 1.0
     assert ranks_per_token(moe, 256) == 8.0
     assert ranks_per_token(moe, 2) == pytest.approx(2 * (1 - math.comb(128, 8) / math.comb(256, 8)))
+    assert ranks_per_token(load_model("mixtral-8x7b").moe, 16) == 2.0  # more ranks than experts: top_k at most
 
 
 def test_an_attention_dp_rank_normalizes_and_routes_its_own_tokens_only():

@@ -505,7 +505,7 @@ def ranks_per_token(moe, ep: int) -> float:
     evenly, a token's drawn without replacement): the copies an all-to-all that sends a token
     once per destination rank (DeepEP's normal dispatch, TensorRT-LLM's wide-EP all-to-all)
     moves, against top_k for one that sends a copy per expert."""
-    local = moe.experts // ep
+    local = max(1, moe.experts // ep)
     missed = 1.0
     for i in range(moe.top_k):
         missed *= max(0.0, (moe.experts - local - i) / (moe.experts - i))

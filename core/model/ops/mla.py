@@ -62,9 +62,12 @@ def mla_prefill(hw: HardwareSpec, batch: int, heads: int, q_len: int, kv_len: in
     kernel over every head's decompressed keys (qk_dim wide) and values (v_dim), timed at their
     mean width, on the FP8 kernels where the cache is FP8; before it, one pass that ropes the
     new queries' and keys' RoPE parts and writes each new token's latent and RoPE key into the
-    paged cache, at the engine's cache-write share of HBM bandwidth (calibration.engine_attention),
-    and for the FP8 kernels one that casts every head's queries, keys and values to FP8."""
+    paged cache, at the engine's cache-write share of HBM bandwidth (calibration.engine_attention,
+    which must describe `engine`), and for the FP8 kernels one that casts every head's queries,
+    keys and values to FP8."""
     kernels = hw.calibration.engine_kernels(engine)
+    if kernels is None:
+        raise ValueError(f"{hw.name}: no attention kernels of {engine!r} to time MLA prefill by")
     attention = flash_attention(hw, batch * heads, q_len, kv_len, (qk_dim + v_dim) / 2, 1, causal, kernel=engine,
                                 kv_bytes_per_element=kv_bytes_per_element, preprocess=False)
     el = hw.act_bytes
