@@ -579,7 +579,7 @@ def decode_context(model: ModelSpec, context: int) -> int:
 
 @lru_cache(maxsize=16384)
 def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: int, tp: int,
-                       kv_bytes: float, ep: int = 1, dispatched: int = 0) -> tuple:
+                       kv_bytes: float, ep: int = 1, dispatched: int = 0, mla_engine: str = "") -> tuple:
     """One layer of one decode step (a single new token per sequence) on one rank,
     reading a KV cache of `context` tokens stored at `kv_bytes` per element (its window's or
     chunk's share under sliding or chunked attention, decode_context; a fixed state for linear
@@ -588,7 +588,8 @@ def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: 
     copies; the rank's own `dispatched` tokens (attention data parallelism) travel to their
     experts' ranks and back by all-to-all, once per rank they reach (ranks_per_token), as the
     serving engines' dispatch sends them, else every rank holds all the tokens and the
-    experts' partial outputs are summed by the all-reduce over tp."""
+    experts' partial outputs are summed by the all-reduce over tp. MLA's decode attention runs
+    `mla_engine`'s kernel where the preset fits one (ops.mla.mla_decode)."""
     if not model.uniform:
         raise ValueError(f"{model.name}: its layers differ; build each spec of model.layer_groups()")
     el = hw.act_bytes
@@ -600,7 +601,8 @@ def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: 
         if model.mixer != "attention":
             out.extend(_decode_recurrent(model, hw, batch, tp))
         elif model.mla is not None:
-            out.extend(_decode_mla(model, hw, batch, decode_context(model, context), context, tp, kv_bytes))
+            out.extend(_decode_mla(model, hw, batch, decode_context(model, context), context, tp, kv_bytes,
+                                   mla_engine))
         else:
             out.extend(_decode_gqa(model, hw, batch, decode_context(model, context), tp, kv_bytes))
         if tp > 1:
@@ -659,13 +661,14 @@ def _decode_gqa(model, hw, batch, context, tp, kv_bytes):
     return out
 
 
-def _decode_mla(model, hw, batch, attended, context, tp, kv_bytes):
+def _decode_mla(model, hw, batch, attended, context, tp, kv_bytes, engine=""):
     """Weight-absorbed MLA decode (DeepSeek's inference, FlashMLA): the down-projections
     (every TP rank keeps the whole latent cache), the query's up-projection, the query's
     non-RoPE part absorbed into the latent space through each head's key up-projection, MQA
     over the cached latents, and the latent output taken back through each head's value
-    up-projection before the output projection. DeepSeek sparse attention first scores
-    every cached token with the indexer (its key cache is index_head_dim per token)."""
+    up-projection before the output projection, the MQA by `engine`'s kernel where the preset
+    fits one. DeepSeek sparse attention first scores every cached token with the indexer (its
+    key cache is index_head_dim per token)."""
     mla, el, h = model.mla, hw.act_bytes, model.hidden
     heads = model.heads // tp
     q_in = mla.q_lora_rank or h
@@ -681,7 +684,7 @@ def _decode_mla(model, hw, batch, attended, context, tp, kv_bytes):
         out.append(_compute("indexer", ops.decode_attention(hw, batch, index_heads, 1, context,
                                                             mla.index_head_dim / 2, kv_bytes)))
     out.append(_compute("attention", mla_decode(hw, batch, heads, attended, mla.kv_lora_rank,
-                                                mla.qk_rope_head_dim, kv_bytes)))
+                                                mla.qk_rope_head_dim, kv_bytes, engine)))
     out.append(_compute("absorb_v", ops.gemm(hw, batch, mla.v_head_dim, mla.kv_lora_rank, heads)))
     out.append(_compute("attn_out", ops.gemm(hw, batch, h, heads * mla.v_head_dim)))
     return out

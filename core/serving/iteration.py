@@ -7,10 +7,10 @@ from dataclasses import dataclass, field, replace
 
 from core.model import ops
 from core.model.collectives import collective_time
-from core.model.graph import build_decode_layer, decode_context as attended_tokens
+from core.model.graph import build_decode_layer
 from core.model.inference import lm_head_s
 from core.model.layout import group_spans
-from core.model.ops.mla import mla_decode, mla_prefill
+from core.model.ops.mla import mla_prefill
 from core.model.specs import HardwareSpec, ModelSpec, Parallelism
 from core.model.training import time_ops
 
@@ -77,10 +77,9 @@ class IterationModel:
         # and SGLang) that read each KV head once for all its query heads: bandwidth-bound, not
         # bound by the per-query-head rate of the older masked-attention kernel.
         self.decode_hw = replace(self.hw, calibration=replace(self.hw.calibration, decode_attention_rate=0.0))
-        kernels = self.hw.calibration.engine_kernels(self.attention_kernels)
-        self.engine_ops = kernels is not None
-        self.mla_decode_kernel = (self.attention_kernels in MLA_ENGINES and kernels is not None
-                                  and kernels.mla_decode is not None)
+        self.engine_ops = self.hw.calibration.engine_kernels(self.attention_kernels) is not None
+        # the engine whose MLA ops time MLA layers ("": the generic ones)
+        self.mla_engine = self.attention_kernels if self.engine_ops and self.attention_kernels in MLA_ENGINES else ""
 
     def time_s(self, prefill_tokens: int, prefill_past: int, decodes: int, decode_context: int,
                graph: bool) -> float:
@@ -134,13 +133,9 @@ class IterationModel:
         if attention:
             heads, kv_heads, d = spec.heads // t, max(1, spec.kv_heads // t), spec.head_dim
             context = min(decode_context, spec.window) if spec.window else decode_context
-            if decodes and spec.mla is not None and self.mla_decode_kernel:  # the engine's MLA decode kernel
-                mla = spec.mla
-                compute_s += mla_decode(hw, decodes, heads, attended_tokens(spec, context), mla.kv_lora_rank,
-                                        mla.qk_rope_head_dim, self.kv_bytes, self.attention_kernels).time_s
-                gemms += 1
-            elif decodes and spec.mla is not None:  # MLA's absorbed decode over the latent cache
-                step = build_decode_layer(spec, self.decode_hw, decodes, context, t, self.kv_bytes)
+            if decodes and spec.mla is not None:  # MLA's absorbed decode over the latent cache
+                step = build_decode_layer(spec, self.decode_hw, decodes, context, t, self.kv_bytes,
+                                          mla_engine=self.mla_engine)
                 compute_s += sum(op.time_s for op in step if op.name == "attention")
                 gemms += 1
             elif decodes:
@@ -162,14 +157,14 @@ class IterationModel:
         write is charged on every token it sees (an over-count by the cached tokens' share). MLA
         runs the engine's MLA prefill op where it is measured (MLA_ENGINES) and the GPU's preset
         has the engine's kernels."""
-        mla_ops = spec.mla is not None and self.engine_ops and self.attention_kernels in MLA_ENGINES
+        mla_ops = spec.mla is not None and bool(self.mla_engine)
         seen, causal = prefill_past + prefill_tokens // 2, False
         if (engine_ops or mla_ops) and prefill_past == 0:
             seen, causal = prefill_tokens, True
         if mla_ops:  # the engine's MLA prefill op over the decompressed heads (ops.mla.mla_prefill)
             mla = spec.mla
             return mla_prefill(self.hw, 1, heads, prefill_tokens, seen, mla.qk_head_dim, mla.v_head_dim,
-                               mla.kv_lora_rank, mla.qk_rope_head_dim, causal, self.attention_kernels,
+                               mla.kv_lora_rank, mla.qk_rope_head_dim, causal, self.mla_engine,
                                self.kv_bytes).time_s
         return ops.flash_attention(self.hw, heads, prefill_tokens, min(seen, spec.window) if spec.window else seen,
                                    spec.head_dim, max(1, heads // kv_heads), causal,
