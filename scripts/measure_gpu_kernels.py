@@ -42,8 +42,12 @@ With --layers, layers.csv: one tensor-parallel rank's transformer layer (GPT-3 1
 70B at tp 4), forward and backward in BF16 eager PyTorch, at 1, 2 and 4 sequences per
 micro-batch, for what a larger micro-batch gains per token on one GPU.
 
+With --gemm-grid TABLE (a kernel table's gemm_perf.parquet), gemm_grid_<dtype>.parquet and
+gemm_grid_kernels_<dtype>.parquet: every BF16 and FP8 shape of that table timed in its protocol,
+and the cuBLAS kernels each one launches, for how far our tile model is from the library's own.
+
     python3 scripts/measure_gpu_kernels.py --out DIR [--quick | --curve | --tiles | --stream | --bursts | --block-fp8 |
-                                                      --layers | --graph-floor]
+                                                      --layers | --graph-floor | --gemm-grid TABLE]
 """
 import argparse
 import csv
@@ -714,6 +718,171 @@ def stop_and_summarise(sampler, clocks_path, loops):
     summarise(loops, sampler.rows)
 
 
+GRID_COPIES = 6  # weight copies per shape, as the tables' collector replays a layer
+GRID_TIMED = 3  # timed passes over the copies, after one warm-up pass
+GRID_LARGE_FLOP = 100e9  # shapes this large: every GRID_LARGE_EVERY-th timed, on one copy
+GRID_LARGE_EVERY = 4
+GRID_AHEAD_CYCLES = 1_000_000  # a GPU spin that lets the host queue a shape's calls ahead of it
+GRID_NAME_CHUNK = 1000  # shapes per profiler session when reading the kernels launched
+GRID_DTYPES = {"bfloat16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
+
+
+def grid_shapes(table):
+    """(dtype, m, n, k, timed) per row of a kernel table's GEMM grid, in the table's order."""
+    import pyarrow.parquet as pq
+
+    columns = pq.read_table(table, columns=["gemm_dtype", "m", "n", "k"]).to_pydict()
+    shapes, large_seen = [], 0
+    for dtype, m, n, k in zip(columns["gemm_dtype"], columns["m"], columns["n"], columns["k"]):
+        if dtype not in GRID_DTYPES:
+            continue
+        timed = True
+        if 2.0 * m * n * k >= GRID_LARGE_FLOP:
+            timed = large_seen % GRID_LARGE_EVERY == 0
+            large_seen += 1
+        shapes.append((dtype, m, n, k, timed))
+    return shapes
+
+
+def random_buffer(elements, dtype, chunk=2**28):
+    """A flat buffer of normal values in `dtype`, filled in chunks (no full-size FP32 copy)."""
+    buffer = torch.empty(elements, device="cuda", dtype=dtype)
+    for start in range(0, elements, chunk):
+        end = min(elements, start + chunk)
+        buffer[start:end] = torch.randn(end - start, device="cuda", dtype=torch.bfloat16).to(dtype)
+    return buffer
+
+
+def grid_calls(dtype, inputs, weights, m, n, k, copies):
+    """`copies` GEMMs of one input A (m x k) over their own weights (n x k), slices of the buffers."""
+    a = inputs[: m * k].view(m, k)
+    ws = [weights[i * n * k:(i + 1) * n * k].view(n, k) for i in range(copies)]
+    if dtype == "bfloat16":
+        return [lambda w=w: torch.mm(a, w.t()) for w in ws]
+    one = torch.ones((), device="cuda", dtype=torch.float32)
+    return [lambda w=w: torch._scaled_mm(a, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16) for w in ws]
+
+
+def time_grid_shape(calls):
+    """Per-GEMM ms of each timed pass over `calls`: a GPU spin first, so the host queues every
+    call before the GPU reaches them and launches leave no gaps, as a CUDA graph's replay."""
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(GRID_TIMED + 1)]
+    torch.cuda._sleep(GRID_AHEAD_CYCLES)
+    for call in calls:
+        call()
+    for index in range(GRID_TIMED):
+        events[index].record()
+        for call in calls:
+            call()
+    events[GRID_TIMED].record()
+    torch.cuda.synchronize()
+    return [events[i].elapsed_time(events[i + 1]) / len(calls) for i in range(GRID_TIMED)]
+
+
+def grid_buffers(dtype, shapes):
+    """Input and weight buffers large enough for every shape of `dtype`, each shape a slice."""
+    sizes = [(m * k, n * k * (GRID_COPIES if 2.0 * m * n * k < GRID_LARGE_FLOP else 1))
+             for shape_dtype, m, n, k, _ in shapes if shape_dtype == dtype]
+    return random_buffer(max(s[0] for s in sizes), GRID_DTYPES[dtype]), random_buffer(max(s[1] for s in sizes), GRID_DTYPES[dtype])
+
+
+def measure_gemm_grid_times(dtype, shapes, inputs, weights):
+    """Each timed shape of `dtype`, in the tables' protocol, with the SM clock read after it."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+    rows = []
+    for shape_dtype, m, n, k, timed in shapes:
+        if shape_dtype != dtype or not timed:
+            continue
+        copies = GRID_COPIES if 2.0 * m * n * k < GRID_LARGE_FLOP else 1
+        row = {"dtype": dtype, "m": m, "n": n, "k": k, "copies": copies}
+        try:
+            passes = sorted(time_grid_shape(grid_calls(dtype, inputs, weights, m, n, k, copies)))
+            row.update(per_gemm_ms=passes[len(passes) // 2], min_ms=passes[0],
+                       sm_clock_mhz=pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
+        except RuntimeError as error:
+            row["error"] = str(error).splitlines()[0][:160]
+        rows.append(row)
+    return rows
+
+
+def launched_kernels(trace_path, op_names):
+    """The kernels each top-level GEMM op of a profiler trace launched, in launch order: a
+    kernel's correlation id names the runtime call that launched it, which lies inside its op."""
+    from bisect import bisect_right
+
+    events = json.loads(Path(trace_path).read_text())["traceEvents"]
+    ops = sorted((e for e in events if e.get("cat") == "cpu_op" and e.get("name") in op_names),
+                 key=lambda e: e["ts"])
+    starts = [e["ts"] for e in ops]
+    op_of_launch = {}
+    for e in events:
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
+            index = bisect_right(starts, e["ts"]) - 1
+            if index >= 0 and e["ts"] <= ops[index]["ts"] + ops[index]["dur"]:
+                op_of_launch[e["args"]["correlation"]] = index
+    names = [[] for _ in ops]
+    for e in sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"]):
+        index = op_of_launch.get(e.get("args", {}).get("correlation"))
+        if index is not None:
+            names[index].append(e["name"])
+    return names
+
+
+def measure_gemm_grid_kernels(dtype, shapes, inputs, weights, out):
+    """The cuBLAS kernels every shape of `dtype` launches (one eager call each, under the profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    rows = []
+    ours = [(m, n, k) for shape_dtype, m, n, k, _ in shapes if shape_dtype == dtype]
+    for start in range(0, len(ours), GRID_NAME_CHUNK):
+        chunk = ours[start:start + GRID_NAME_CHUNK]
+        calls = [grid_calls(dtype, inputs, weights, m, n, k, 1)[0] for m, n, k in chunk]
+        for call in calls:
+            call()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for call in calls:
+                call()
+            torch.cuda.synchronize()
+        trace = out / "grid_trace.json"
+        prof.export_chrome_trace(str(trace))
+        kernels = launched_kernels(trace, ("aten::mm", "aten::_scaled_mm"))
+        trace.unlink()
+        if len(kernels) != len(chunk):
+            raise RuntimeError(f"{len(kernels)} GEMM ops traced for {len(chunk)} calls")
+        rows += [{"dtype": dtype, "m": m, "n": n, "k": k, "kernels": " + ".join(names)}
+                 for (m, n, k), names in zip(chunk, kernels)]
+    return rows
+
+
+def measure_gemm_grid(table, out):
+    """A kernel table's whole GEMM grid, dtype by dtype: the kernels cuBLAS picks for each shape
+    (gemm_grid_kernels_<dtype>.parquet) and the times in the table's protocol (gemm_grid_<dtype>)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    shapes = grid_shapes(table)
+    print(f"{len(shapes)} shapes, {sum(s[4] for s in shapes)} to time", flush=True)
+    for dtype in GRID_DTYPES:
+        inputs, weights = grid_buffers(dtype, shapes)
+        for name, job, args in ((f"gemm_grid_kernels_{dtype}", measure_gemm_grid_kernels, (out,)),
+                                (f"gemm_grid_{dtype}", measure_gemm_grid_times, ())):
+            start = time.time()
+            try:
+                rows = job(dtype, shapes, inputs, weights, *args)
+            except Exception:
+                print(f"[{name}] FAILED after {time.time() - start:.1f} s")
+                traceback.print_exc()
+                continue
+            pq.write_table(pa.Table.from_pylist(rows), out / f"{name}.parquet", compression="zstd")
+            print(f"[{name}] {len(rows)} rows in {time.time() - start:.1f} s", flush=True)
+        del inputs, weights
+        torch.cuda.empty_cache()
+
+
 # Modes that run one measurement section and write it as <name>.csv: (--help text, the section).
 SINGLE_SECTION_MODES = {
     "block_fp8": ("per-tensor against block-scaled FP8 GEMMs of the same shapes", measure_block_fp8),
@@ -735,6 +904,9 @@ def main():
                         help="instead: long GEMMs timed as the kernel tables were, and the clock's fall after idle")
     for name, (help_text, _) in SINGLE_SECTION_MODES.items():
         parser.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=f"instead: {help_text}")
+    parser.add_argument("--gemm-grid", type=Path, metavar="TABLE",
+                        help="instead: every BF16 and FP8 shape of a kernel table's GEMM grid (its gemm_perf.parquet),"
+                             " timed as the table was, and the cuBLAS kernels each launches")
     parser.add_argument("--sample-period-s", type=float, default=SAMPLE_PERIOD_S)
     parser.add_argument("--tiles", action="store_true",
                         help="instead: attention over sequence and large batch x heads, cuDNN and FlashAttention-2")
@@ -747,6 +919,9 @@ def main():
     (args.out / "environment.json").write_text(json.dumps(env, indent=1))
     sampler.period_s = args.sample_period_s
     sampler.start()
+    if args.gemm_grid:
+        measure_gemm_grid(args.gemm_grid, args.out)
+        return
     for name, (_, job) in SINGLE_SECTION_MODES.items():
         if getattr(args, name):
             section(name, job, args.out)
