@@ -19,7 +19,10 @@ FP8's share is cuBLAS's, measured on our own H100 (the preset's); TensorRT-LLM's
 is timed at it times TRTLLM_FP8_BLOCK_OVER_CUBLAS, whose refit is printed, beside the time its
 k-blocks take in turn on Hopper (block_scale_step_s). Held out: each GPU's shares predict
 its siblings' tables (the same die: H100 <-> H200, B200 <-> B300 <-> GB200 <-> GB300), and the
-errors printed are those rows'.
+errors printed are those rows'. The output stores' share (calibration.store_efficiency) is read, not
+fitted, off the GPU's BF16 rows of k <= STORE_K whose output is at least STORE_OUTPUT_BYTES: the
+median rate at which they write it, over the HBM peak (our own runs of the H100 and H200 grids
+show cuBLAS's kernels for those rows tiling the output in four waves and more).
 
     .venv/bin/python scripts/fit_gemm.py [--gpus h100_sxm ...]
 """
@@ -92,6 +95,17 @@ def report(label: str, hw, table: list, dtype: str) -> None:
                   f"mean |err| {e['mean_abs_error_pct']:5.1f} %  p90 {e['p90_abs_error_pct']:5.1f} %")
 
 
+STORE_K = 128  # GEMMs this shallow spend their time writing their output
+STORE_OUTPUT_BYTES = 64e6
+
+
+def store_share(hw, gpu: str) -> float | None:
+    """The share of the HBM peak at which the GPU's short-k GEMMs write their output (every
+    engine's BF16 table; median). None without rows."""
+    rates = [m * n * 2 / s for _, m, n, k, s in rows(gpu, "bfloat16", 1) if k <= STORE_K and m * n * 2 >= STORE_OUTPUT_BYTES]
+    return float(np.median(rates)) / hw.gpu.hbm.bandwidth_bps if rates else None
+
+
 def fp8_shares(hw, gpu: str) -> dict:
     """The FP8 share fitted on each engine's table the GPU has."""
     return {engine: fit(hw, table, "fp8") for engine in FP8_ENGINES if (table := rows(gpu, "fp8", STRIDE, engine))}
@@ -128,6 +142,10 @@ def main() -> None:
     for gpu in args.gpus:
         preset = PRESET_BY_GPU[gpu]
         hw = kernels_alone(with_dtype(load_hardware(preset), "bf16", preset, "dtype"))
+        if (store := store_share(hw, gpu)) is not None:
+            print(f"{gpu}: short-k GEMMs write their output at {store:.3f} of HBM"
+                  f" (calibration.store_efficiency: {hw.calibration.store_efficiency:.3f})")
+            hw = replace(hw, calibration=replace(hw.calibration, store_efficiency=min(1.0, store)))
         hw = with_share(hw, "bfloat16", fit(hw, rows(gpu, "bfloat16", STRIDE), "bfloat16"))
         if "fp8" in dict(hw.gpu.peak_flops):
             by_engine[gpu] = fp8_shares(hw, gpu)
@@ -167,7 +185,7 @@ def main() -> None:
         for sibling, hw in fitted.items():
             if sibling != gpu and FAMILY[sibling] == FAMILY[gpu]:
                 c = hw.calibration
-                held = replace(own, calibration=replace(own.calibration, **{
+                held = replace(own, calibration=replace(own.calibration, store_efficiency=c.store_efficiency, **{
                     share: getattr(c, share) for share in SHARE.values()}))
                 print(f"{gpu} with {sibling}'s shares (held out):")
                 for dtype in SHARE:

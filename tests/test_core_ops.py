@@ -72,6 +72,18 @@ def test_a_gemm_on_activations_alone_moves_at_the_elementwise_rate(a100):
     assert moved_s < kernel.time_s < moved_s * (1 + EXPOSED_OVERLAP)
 
 
+def test_a_short_k_gemm_over_many_tiles_is_bound_by_writing_its_output(h100):
+    """16384 x 16384 outputs over k = 32: 17 GFLOP and 2 MiB of operands, but 512 MiB of BF16
+    output, written at the GPU's store share of HBM (0.694 on H100) rather than HBM's rate."""
+    hw = no_overheads(h100)
+    output_bytes = 16384 * 16384 * 2
+    store_s = output_bytes / (hw.gpu.hbm.bandwidth_bps * hw.calibration.store_efficiency)
+    assert hw.calibration.store_efficiency == 0.694
+    assert ops.gemm(hw, 16384, 16384, 32).time_s == pytest.approx(store_s)
+    unbound = dataclasses.replace(hw, calibration=dataclasses.replace(hw.calibration, store_efficiency=1.0))
+    assert ops.gemm(unbound, 16384, 16384, 32).time_s < 0.75 * store_s
+
+
 def test_decode_attention_sweeps_the_cache_as_one_stream(a100):
     """2 sequences, 4 heads of 64, 1000 cached tokens in FP16, no SM-rate bound: the cache
     (2 x 2 x 4 x 1000 x 64 x 2 bytes) at the stream rate, the step's queries in and outputs

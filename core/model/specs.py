@@ -604,6 +604,10 @@ class Calibration:
     # attention's sweep of the KV cache, read in wide vector loads with many bytes in flight and
     # hardly a write between them, reach more of the peak than read-modify-write elementwise kernels.
     stream_efficiency: float = 1.0
+    # A GEMM's output stores' share of the HBM peak: the epilogue moves each output tile from
+    # registers through shared memory to HBM after the tile's last MMA, and GEMMs whose time is
+    # that writing (short k over many tiles) reach less of the peak than any read stream.
+    store_efficiency: float = 1.0
     network_efficiency: float = 1.0
     kernel_overhead_s: float = 0.0  # host / framework time per kernel beyond the launch itself
     collective_step_s: float = 0.0  # synchronisation cost per step of a collective algorithm

@@ -48,6 +48,11 @@ def stream_bandwidth_bps(hw: HardwareSpec) -> float:
     return hw.gpu.hbm.bandwidth_bps * hw.calibration.stream_efficiency
 
 
+def store_bandwidth_bps(hw: HardwareSpec) -> float:
+    """HBM bandwidth a GEMM's output stores reach when they alone set its time."""
+    return hw.gpu.hbm.bandwidth_bps * hw.calibration.store_efficiency
+
+
 def mixed_bandwidth_bps(hw: HardwareSpec) -> float:
     """HBM bandwidth of traffic that mixes reads with writes (elementwise kernels, outputs)."""
     return hw.gpu.hbm.bandwidth_bps * hw.calibration.memory_efficiency
