@@ -27,11 +27,8 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     elementwise kernels' rate (memory_efficiency); writing the output is a bound of its own
     (store_efficiency), which short-k GEMMs of many tiles reach. The library picks the best of
     GEMM_TILES and SPLIT_K; given `tiles`, a library that dispatches fixed (tile_m, tile_n,
-    tile_k) choices by shape and never splits k takes the best of those. A split of k runs a
-    second kernel that sums the partials (cuBLAS's split-K reduce), which costs its launch on
-    the GPU (gpu.graph_launch_overhead), the host having issued it while the GEMM ran.
-    Block-scaled FP8 on an MMA without block scales runs each tile's k-blocks in turn
-    (gpu.block_scale_step) and never splits k."""
+    tile_k) choices by shape and never splits k takes the best of those. Block-scaled FP8 on an MMA without block
+    scales runs each tile's k-blocks in turn (gpu.block_scale_step) and never splits k."""
     gpu = hw.gpu
     dtype = dtype or hw.dtype
     in_bytes = DTYPE_BYTES[dtype]
@@ -45,15 +42,13 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     block_step_s = gpu.block_scale_step_s if dtype == "fp8" and hw.recipe == "block-scaled" else 0.0
     best = float("inf")
     best_hbm = unique_in + m * n * out_bytes * batch
-    for flops_per_sm, sram_per_sm, l2_bytes, activation_bytes, b_bytes, k_blocks_per_sm, split in _tilings(
+    for flops_per_sm, sram_per_sm, l2_bytes, activation_bytes, b_bytes, k_blocks_per_sm in _tilings(
             gpu.sm_count, gpu.sram.capacity_bytes, gpu.register_bytes_per_sm, gpu.l2.capacity_bytes, in_bytes,
             out_bytes, m, n, k, batch, tiles or GEMM_TILES, SPLIT_K if not (tiles or block_step_s) else SPLIT_K[:1]):
         compute_s = max(flops_per_sm / per_sm_flops, sram_per_sm / per_sm_sram, l2_bytes / l2_bw,
                         k_blocks_per_sm * block_step_s)
         memory_s = activation_bytes / mixed_bw + b_bytes / b_bw
         time_s = max(compute_s, memory_s) + EXPOSED_OVERLAP * min(compute_s, memory_s)
-        if split > 1:
-            time_s += gpu.graph_launch_overhead_s
         if time_s < best:
             best, best_hbm = time_s, activation_bytes + b_bytes
     best = max(best, m * n * out_bytes * batch / store_bandwidth_bps(hw))
@@ -66,9 +61,9 @@ def _tilings(sm_count: int, sram_bytes: float, register_bytes: float, l2_capacit
              splits: tuple = SPLIT_K) -> tuple:
     """The (tile, split-K) choices a GEMM of this shape has on a GPU of this build, each as what
     it leaves to the rates: (FLOPs per SM, SRAM bytes per SM, L2 bytes, HBM bytes of
-    activations and output, HBM bytes of B, scale blocks of k an SM runs in turn, the split of
-    k). Apart from the clock and bandwidths, so hardware variants apart only in rates (a
-    bandwidth what-if, a probe clock) share them."""
+    activations and output, HBM bytes of B, scale blocks of k an SM runs in turn). Apart from
+    the clock and bandwidths, so hardware variants apart only in rates (a bandwidth what-if, a
+    probe clock) share them."""
     unique_in = (m * k + k * n) * in_bytes * batch
     out_total = m * n * out_bytes * batch
     choices = []
@@ -98,5 +93,5 @@ def _tilings(sm_count: int, sram_bytes: float, register_bytes: float, l2_capacit
             choices.append((per_sm_tiles * 2.0 * tm * tn * k_pad, per_sm_tiles * (tm + tn) * k_pad * in_bytes,
                             tiles * (tm + tn) * k_pad * in_bytes + out_total * split,
                             a_bytes + out_total + (2 * m * n * 4 * batch * split if split > 1 else 0),
-                            k * n * in_bytes * batch * b_reads, per_sm_tiles * ceil(k_part / SCALE_BLOCK_K), split))
+                            k * n * in_bytes * batch * b_reads, per_sm_tiles * ceil(k_part / SCALE_BLOCK_K)))
     return tuple(choices)
