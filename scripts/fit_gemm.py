@@ -35,8 +35,9 @@ from scipy.optimize import minimize_scalar
 from core.model import ops
 from core.model.loader import load_hardware, with_dtype
 from core.model.ops.pointwise import ROW_BLOCK_SM_S, ROW_ELEMENT_SM_S
-from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, KERNELS_DIR, PRESET_BY_GPU, TRTLLM_FP8_BLOCK_OVER_CUBLAS, \
-    Skip, _gemm, _read, error_summary, flop_bucket, kernels_alone, library_gemm_s
+from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, INPUT_QUANT, KERNELS_DIR, PRESET_BY_GPU, \
+    TRTLLM_FP8_BLOCK_OVER_CUBLAS, VLLM_NVFP4_STORE_OVER_CUBLAS, Skip, _gemm, _read, error_summary, flop_bucket, \
+    kernels_alone, library_gemm_s
 
 STRIDE = 2
 FIT_FLOPS = 100e9
@@ -99,11 +100,18 @@ STORE_K = 128  # GEMMs this shallow spend their time writing their output
 STORE_OUTPUT_BYTES = 64e6
 
 
+def store_rate_bps(hw, gpu: str, dtype: str = "bfloat16", engine: str = "") -> float | None:
+    """The median rate at which the GPU's short-k GEMMs in `dtype` write their BF16 output (every
+    engine's table, or one's), the engine's input quantization taken out. None without rows."""
+    rates = [m * n * 2 / (s - (INPUT_QUANT[e, dtype](hw, m, k).time_s if dtype != "bfloat16" else 0.0))
+             for e, m, n, k, s in rows(gpu, dtype, 1, engine) if k <= STORE_K and m * n * 2 >= STORE_OUTPUT_BYTES]
+    return float(np.median(rates)) if rates else None
+
+
 def store_share(hw, gpu: str) -> float | None:
-    """The share of the HBM peak at which the GPU's short-k GEMMs write their output (every
-    engine's BF16 table; median). None without rows."""
-    rates = [m * n * 2 / s for _, m, n, k, s in rows(gpu, "bfloat16", 1) if k <= STORE_K and m * n * 2 >= STORE_OUTPUT_BYTES]
-    return float(np.median(rates)) / hw.gpu.hbm.bandwidth_bps if rates else None
+    """The share of the HBM peak at which the GPU's short-k BF16 GEMMs write their output."""
+    rate = store_rate_bps(hw, gpu)
+    return rate / hw.gpu.hbm.bandwidth_bps if rate else None
 
 
 def fp8_shares(hw, gpu: str) -> dict:
@@ -138,7 +146,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", nargs="*", default=[g for g in PRESET_BY_GPU if (KERNELS_DIR / g).is_dir()])
     args = ap.parse_args()
-    fitted, by_engine = {}, {}
+    fitted, by_engine, nvfp4_store = {}, {}, {}
     for gpu in args.gpus:
         preset = PRESET_BY_GPU[gpu]
         hw = kernels_alone(with_dtype(load_hardware(preset), "bf16", preset, "dtype"))
@@ -152,6 +160,9 @@ def main() -> None:
         if (element_s := row_element_sm_s(hw, gpu)) is not None:
             print(f"{gpu}: vLLM's FP8 cast takes {element_s * 1e9:.3f} ns of one SM per element"
                   f" (ROW_ELEMENT_SM_S: {ROW_ELEMENT_SM_S * 1e9:.3f} ns)")
+        if "nvfp4" in dict(hw.gpu.peak_flops) and (rate := store_rate_bps(hw, gpu, "nvfp4", "vllm")):
+            nvfp4_store[gpu] = rate / store_rate_bps(hw, gpu)
+            print(f"{gpu}: vLLM's NVFP4 GEMMs write their output at {nvfp4_store[gpu]:.3f} of the BF16 GEMMs' rate")
         if "nvfp4" in dict(hw.gpu.peak_flops) and (table := rows(gpu, "nvfp4", STRIDE)):
             hw = with_share(hw, "nvfp4", fit(hw, table, "nvfp4"))
         fitted[gpu] = hw
@@ -179,6 +190,9 @@ def main() -> None:
               + f"  (FP8 share per engine table: {', '.join(f'{e} {v:.3f}' for e, v in shares.items()) or 'none'})")
         for dtype in SHARE:
             report("in-sample", hw, rows(gpu, dtype, 1), dtype)
+    if nvfp4_store:
+        print(f"vLLM's NVFP4 output over cuBLAS's BF16 (mean over GPUs): {np.mean(list(nvfp4_store.values())):.3f}"
+              f" (core.validation.kernels.VLLM_NVFP4_STORE_OVER_CUBLAS: {VLLM_NVFP4_STORE_OVER_CUBLAS})")
     print(f"cuBLAS FP8 over vLLM's CUTLASS FP8 (GPUs with both tables): {cublas_over_cutlass:.3f}"
           f" (core.validation.kernels.CUBLAS_OVER_CUTLASS_FP8: {CUBLAS_OVER_CUTLASS_FP8})")
     for gpu, own in fitted.items():

@@ -14,7 +14,7 @@ from core.model.ops.mla import mla_decode
 from core.model.ops.pointwise import ROW_BLOCK_SM_S, ROW_ELEMENT_SM_S
 from core.serving.moe import MOE_CHAIN, table_row_s
 from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, KERNELS_DIR, TRTLLM_FP8_BLOCK_OVER_CUBLAS, error_summary, \
-    VLLM_NVFP4_TILES, in_graph, kernel_groups, kernels_alone, vllm_fp8_tiles
+    VLLM_NVFP4_STORE_OVER_CUBLAS, VLLM_NVFP4_TILES, in_graph, kernel_groups, kernels_alone, vllm_fp8_tiles
 from sweep.cli import main
 
 FIELDS = {"suite", "gpu", "kernel", "dtype", "bucket", "n", "median_error_pct", "mean_abs_error_pct",
@@ -71,11 +71,13 @@ def test_an_fp8_row_quantizes_its_input_as_the_tables_engine_does(tmp_path):
 def test_an_nvfp4_row_is_the_gemm_and_one_quantizing_pass(tmp_path):
     """vLLM's NVFP4 layer (FlashInfer) quantizes its BF16 input in one pass: 2 bytes read, half
     a byte and one scale byte per 16 written per element; its GEMM runs at the preset's (cuBLAS)
-    share over CUBLAS_OVER_CUTLASS_FP8, on the persistent kernel's tiles, never split in k."""
+    share over CUBLAS_OVER_CUTLASS_FP8, on the persistent kernel's tiles, never split in k, and
+    writes its output at VLLM_NVFP4_STORE_OVER_CUBLAS of cuBLAS's rate."""
     m, n, k = 1024, 4096, 4096
     hw = kernels_alone(load_hardware("b200-sxm-180gb"))
     flashinfer = replace(hw, calibration=replace(
-        hw.calibration, nvfp4_efficiency=hw.calibration.nvfp4_efficiency / CUBLAS_OVER_CUTLASS_FP8))
+        hw.calibration, nvfp4_efficiency=hw.calibration.nvfp4_efficiency / CUBLAS_OVER_CUTLASS_FP8,
+        store_efficiency=hw.calibration.store_efficiency * VLLM_NVFP4_STORE_OVER_CUBLAS))
     folder = tmp_path / "b200_sxm" / "gemm" / "vllm" / "0.1"
     folder.mkdir(parents=True)
     pq.write_table(pa.table({"m": [m], "n": [n], "k": [k], "gemm_dtype": ["nvfp4"], "latency": [0.05]}),
@@ -84,6 +86,22 @@ def test_an_nvfp4_row_is_the_gemm_and_one_quantizing_pass(tmp_path):
     predicted_s = (ops.gemm(flashinfer, m, n, k, dtype="nvfp4", tiles=VLLM_NVFP4_TILES).time_s
                    + ops.pointwise(hw, m * k * (2 + 0.5 + 1 / 16)).time_s)
     assert (record["dtype"], record["median_error_pct"]) == ("nvfp4", pytest.approx(100 * (predicted_s / 0.05e-3 - 1)))
+
+
+def test_a_short_k_nvfp4_row_is_its_output_written_at_its_kernels_rate(tmp_path):
+    """16384 x 16384 BF16 outputs over k = 64: 512 MiB written at 0.714 of the rate of cuBLAS's
+    BF16 epilogue (0.634 of B200's 7.7 TB/s), after the input's one quantizing pass."""
+    m, n, k = 16384, 16384, 64
+    hw = kernels_alone(load_hardware("b200-sxm-180gb"))
+    folder = tmp_path / "b200_sxm" / "gemm" / "vllm" / "0.1"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.table({"m": [m], "n": [n], "k": [k], "gemm_dtype": ["nvfp4"], "latency": [0.3]}),
+                   folder / "gemm_perf.parquet")
+    [record], _ = kernel_groups(tmp_path)
+    written_s = m * n * 2 / (hw.gpu.hbm.bandwidth_bps * 0.634 * VLLM_NVFP4_STORE_OVER_CUBLAS)
+    predicted_s = written_s + ops.launch_s(hw) + ops.pointwise(hw, m * k * (2 + 0.5 + 1 / 16)).time_s
+    assert (hw.calibration.store_efficiency, VLLM_NVFP4_STORE_OVER_CUBLAS) == (0.634, 0.714)
+    assert record["median_error_pct"] == pytest.approx(100 * (predicted_s / 0.3e-3 - 1))
 
 
 def test_block_scaled_fp8_rows_are_timed_for_tensorrt_llm_and_skipped_for_vllm(tmp_path):

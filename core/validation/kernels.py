@@ -124,6 +124,12 @@ TRTLLM_FP8_BLOCK_OVER_CUBLAS = 0.840
 LIBRARY_SHARE = {("vllm", "fp8"): ("fp8_efficiency", 1.0 / CUBLAS_OVER_CUTLASS_FP8),
                  ("vllm", "nvfp4"): ("nvfp4_efficiency", 1.0 / CUBLAS_OVER_CUTLASS_FP8),
                  ("trtllm", "fp8_block"): ("fp8_block_efficiency", TRTLLM_FP8_BLOCK_OVER_CUBLAS)}
+# FlashInfer's NVFP4 kernel writes its BF16 output at 0.714 of the rate cuBLAS's BF16 GEMMs do
+# (the presets' store_efficiency): the median over each Blackwell table's short-k GEMMs of 64 MB
+# and more of output, its input quantization taken out, 0.70-0.73 on B200, B300, GB200 and
+# GB300 alike (scripts/fit_gemm.py). (engine, the table's GEMM dtype) -> that factor.
+VLLM_NVFP4_STORE_OVER_CUBLAS = 0.714
+LIBRARY_STORE = {("vllm", "nvfp4"): VLLM_NVFP4_STORE_OVER_CUBLAS}
 
 
 def vllm_fp8_tiles(hw, m: int, n: int, k: int) -> tuple:
@@ -174,11 +180,14 @@ def _variant(hw, **fields):
 
 @functools.lru_cache(maxsize=None)
 def engine_hardware(hw, gemm_dtype: str, engine: str):
-    """The hardware as the table's engine's GEMM library runs `gemm_dtype`."""
+    """The hardware as the table's engine's GEMM library runs `gemm_dtype`: its share of the
+    peak and the rate its epilogue writes the output."""
     if (engine, gemm_dtype) not in LIBRARY_SHARE:
         return hw
     share, factor = LIBRARY_SHARE[engine, gemm_dtype]
-    return replace(hw, calibration=replace(hw.calibration, **{share: getattr(hw.calibration, share) * factor}))
+    store = hw.calibration.store_efficiency * LIBRARY_STORE.get((engine, gemm_dtype), 1.0)
+    return replace(hw, calibration=replace(hw.calibration, store_efficiency=store,
+                                           **{share: getattr(hw.calibration, share) * factor}))
 
 
 def library_gemm_s(hw, m: int, n: int, k: int, gemm_dtype: str, engine: str) -> float:
@@ -395,6 +404,6 @@ def kernel_groups(root: Path = KERNELS_DIR, gpus=None, max_rows: int | None = No
     return records, skipped
 
 
-__all__ = ["CUBLAS_OVER_CUTLASS_FP8", "KERNELS_DIR", "TRTLLM_FP8_BLOCK_OVER_CUBLAS", "error_summary", "in_graph", "kernel_groups",
-           "kernels_alone", "library_gemm_s", "VLLM_NVFP4_TILES",
+__all__ = ["CUBLAS_OVER_CUTLASS_FP8", "KERNELS_DIR", "TRTLLM_FP8_BLOCK_OVER_CUBLAS", "VLLM_NVFP4_STORE_OVER_CUBLAS",
+           "error_summary", "in_graph", "kernel_groups", "kernels_alone", "library_gemm_s", "VLLM_NVFP4_TILES",
            "vllm_fp8_tiles"]
