@@ -13,7 +13,7 @@ from core.model import ops
 from core.model.loader import load_hardware, with_dtype
 from core.model.ops.attention import engine_decode_s
 from core.model.ops.mla import mla_decode, mla_prefill
-from core.model.specs import EngineAttention, MlaDecode
+from core.model.specs import EngineAttention, MlaDecode, MlaPrefill
 from core.validation.kernels import kernel_groups, kernels_alone
 
 KERNELS = EngineAttention(prefill_tensor_share=0.5, prefill_fp8_tensor_share=0.4, prefill_cache_share=0.5,
@@ -123,6 +123,28 @@ def test_an_fp8_cache_casts_every_heads_queries_keys_and_values_for_the_fp8_mla_
     expected = kernel.time_s + (rope + cast) / ops.mixed_bandwidth_bps(hw) + \
         2 * latent / (hw.gpu.hbm.bandwidth_bps * 0.5)
     assert mla_prefill(*args, 1).time_s == pytest.approx(expected)
+
+
+def test_an_engines_mla_context_kernel_runs_at_its_own_shares():
+    """With the engine's MLA context kernel fitted (0.8 of the BF16 peak, 0.6 of FP8's), the
+    op's attention is the GQA kernel's at those shares in place of its own 0.5 and 0.4: the
+    same tile cost, floor and loads."""
+    own = MlaPrefill(tensor_share=0.8, fp8_tensor_share=0.6)
+    hw = bare(load_hardware("h100-sxm5-80gb"), trtllm=dataclasses.replace(KERNELS, mla_prefill=own))
+    as_gqa = bare(load_hardware("h100-sxm5-80gb"),
+                  trtllm=dataclasses.replace(KERNELS, prefill_tensor_share=0.8, prefill_fp8_tensor_share=0.6))
+    for cache in (2, 1):
+        args = (1, 16, 8192, 8192, 192, 128, 512, 64, True, "trtllm", cache)
+        assert mla_prefill(hw, *args).time_s == pytest.approx(mla_prefill(as_gqa, *args).time_s)
+    without = bare(load_hardware("h100-sxm5-80gb"), trtllm=KERNELS)
+    assert mla_prefill(hw, 1, 16, 8192, 8192, 192, 128, 512, 64, True, "trtllm", 2).time_s < \
+        mla_prefill(without, 1, 16, 8192, 8192, 192, 128, 512, 64, True, "trtllm", 2).time_s
+
+
+def test_an_mla_prefill_block_takes_shares_up_to_one():
+    with pytest.raises(SpecError, match="mla_prefill.tensor_share"):
+        load_hardware("h100-sxm5-80gb", {"calibration.engine_attention": {"trtllm": {
+            **_preset_fields("h100-sxm5-80gb"), "mla_prefill": {"tensor_share": 1.5, "fp8_tensor_share": 0.4}}}})
 
 
 MLA = MlaDecode(floor_s=10e-6, sequence_s=4e-6, bandwidth_share=0.8, tensor_share=0.5, fp8_tensor_share=0.25)

@@ -15,7 +15,7 @@ from .hf import HF_COSTED, HF_COSTLESS, HF_MODEL_TYPES, model_from_hf  # noqa: F
 from .layout import recipe_mismatch
 from .specs import (ACTIVATIONS, ATTENTION_KERNELS, COMPUTE_DTYPES, DTYPES, FFNS, FP8_RECIPES, MIXERS, NORMS,
                     POSITION_EMBEDDINGS, POWER_CLOCKS, RECURRENT_KINDS, TOPOLOGIES, ENGINE_ATTENTION, Calibration,
-                    EngineAttention, GpuSpec, HardwareSpec, MlaDecode,
+                    EngineAttention, GpuSpec, HardwareSpec, MlaDecode, MlaPrefill,
                     LayerKind, LinkFault, MemoryLevel, ModelSpec, MoESpec, NetworkDim, PowerSpec, RecurrentSpec,
                     model_with_kinds)
 
@@ -461,23 +461,36 @@ def _engine_attention(raw, source: str, base: tuple) -> tuple:
             decode_saturation=k.number("decode_saturation"),
             decode_score_s=k.unit("decode_score", units.parse_time),
             decode_max_group=k.integer("decode_max_group", 0, minimum=0),
-            mla_decode=_mla_decode(k.raw("mla_decode"), source, f"calibration.engine_attention.{engine}.mla_decode."))))
+            mla_decode=_mla_decode(k.raw("mla_decode"), source, f"calibration.engine_attention.{engine}.mla_decode."),
+            mla_prefill=_mla_prefill(k.raw("mla_prefill"), source, f"calibration.engine_attention.{engine}.mla_prefill."))))
         k.done()
     return tuple(out)
 
 
-def _mla_decode(raw, source: str, prefix: str) -> MlaDecode | None:
-    """An engine's optional `mla_decode` block (times with a unit, shares in (0, 1])."""
+def _optional_block(raw, source: str, prefix: str, what: str, build):
+    """An optional nested block (None when absent): a mapping whose fields `build` reads."""
     if raw is None:
         return None
     if not isinstance(raw, dict):
-        raise SpecError(source, prefix.rstrip("."), raw, "expected a mapping of the MLA decode kernel's figures")
+        raise SpecError(source, prefix.rstrip("."), raw, f"expected a mapping of {what}")
     k = _Fields(raw, source, prefix)
-    mla = MlaDecode(floor_s=k.unit("floor", units.parse_time), sequence_s=k.unit("sequence", units.parse_time),
-                    bandwidth_share=k.number("bandwidth_share", high=1.0), tensor_share=k.number("tensor_share", high=1.0),
-                    fp8_tensor_share=k.number("fp8_tensor_share", high=1.0))
+    block = build(k)
     k.done()
-    return mla
+    return block
+
+
+def _mla_decode(raw, source: str, prefix: str) -> MlaDecode | None:
+    """An engine's optional `mla_decode` block (times with a unit, shares in (0, 1])."""
+    return _optional_block(raw, source, prefix, "the MLA decode kernel's figures", lambda k: MlaDecode(
+        floor_s=k.unit("floor", units.parse_time), sequence_s=k.unit("sequence", units.parse_time),
+        bandwidth_share=k.number("bandwidth_share", high=1.0), tensor_share=k.number("tensor_share", high=1.0),
+        fp8_tensor_share=k.number("fp8_tensor_share", high=1.0)))
+
+
+def _mla_prefill(raw, source: str, prefix: str) -> MlaPrefill | None:
+    """An engine's optional `mla_prefill` block (its MLA context kernel's shares, in (0, 1])."""
+    return _optional_block(raw, source, prefix, "the MLA context kernel's shares", lambda k: MlaPrefill(
+        tensor_share=k.number("tensor_share", high=1.0), fp8_tensor_share=k.number("fp8_tensor_share", high=1.0)))
 
 
 def _calibration(raw, source: str) -> Calibration:

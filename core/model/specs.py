@@ -537,6 +537,17 @@ class MlaDecode:
 
 
 @dataclass(frozen=True)
+class MlaPrefill:
+    """An engine's MLA context kernel (TensorRT-LLM's: every head's decompressed 192-wide keys and
+    128-wide values), fitted on its measured MLA context table (scripts/fit_mla_prefill.py): its
+    share of the BF16 peak (`tensor_share`) and of the FP8 peak over an FP8 cache
+    (`fp8_tensor_share`), in place of the engine's GQA prefill kernel's shares; its tile cost,
+    floor and loads are that kernel's."""
+    tensor_share: float
+    fp8_tensor_share: float
+
+
+@dataclass(frozen=True)
 class EngineAttention:
     """One inference engine's attention kernels on a GPU, fitted on its measured kernel table
     (scripts/fit_engine_attention.py). Each is timed as the engine runs the op: its own kernels
@@ -555,7 +566,8 @@ class EngineAttention:
     `decode_score_s` per query-head score per SM (softmax, the exponential). Groups of more
     than `decode_max_group` query heads per KV head (0: no limit) run a kernel that reads the
     cache once per query head, through L2. `mla_decode`: its MLA decode kernel where fitted
-    (None: the generic absorbed-MLA model, core.model.ops.mla)."""
+    (None: the generic absorbed-MLA model, core.model.ops.mla); `mla_prefill`: its MLA context
+    kernel's shares where fitted (None: the GQA prefill kernel's)."""
     prefill_tensor_share: float
     prefill_fp8_tensor_share: float
     prefill_cache_share: float
@@ -571,6 +583,7 @@ class EngineAttention:
     decode_score_s: float
     decode_max_group: int = 0
     mla_decode: MlaDecode | None = None
+    mla_prefill: MlaPrefill | None = None
 
 
 @dataclass(frozen=True)

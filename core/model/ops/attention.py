@@ -37,7 +37,8 @@ def causal_fraction(kv_len: int) -> float:
 @lru_cache(maxsize=65536)
 def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int, head_dim: int,
                     kv_groups: int, causal: bool, backward: bool = False, kernel: str = "flash",
-                    kv_bytes_per_element: float = 0.0, preprocess: bool = True) -> KernelTime:
+                    kv_bytes_per_element: float = 0.0, preprocess: bool = True,
+                    engine_shares: tuple = ()) -> KernelTime:
     """One fused attention kernel (FlashAttention-2 style): scores stay in SRAM.
 
     `batch_heads` counts query heads; `kv_groups` is query heads per KV head (GQA).
@@ -51,7 +52,9 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     engine's name (calibration.engine_attention) times that engine's prefill op: its tensor-core
     share (on the FP8 peak where `kv_bytes_per_element` says the cache is FP8), tile cost and
     floor, and its preprocessing pass over the new queries, keys and values (without
-    `preprocess`, the attention kernel alone: MLA's engines prepare a latent cache instead)."""
+    `preprocess`, the attention kernel alone: MLA's engines prepare a latent cache instead);
+    `engine_shares` (BF16 share, FP8 share) stand for the engine's prefill shares where the op
+    runs another of its kernels (MLA's context kernel)."""
     gpu, cal = hw.gpu, hw.calibration
     el = hw.act_bytes
     visible = causal_fraction(kv_len) if causal else 1.0
@@ -66,9 +69,9 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     if engine is None:
         rate = tensor_rate_flops(hw, hw.act_dtype) * cal.attention_efficiency
     elif 0 < kv_bytes_per_element < 2 and "fp8" in dict(gpu.peak_flops):  # an FP8 cache: FP8 kernels
-        rate = gpu.flops("fp8") * clock * engine.prefill_fp8_tensor_share
+        rate = gpu.flops("fp8") * clock * (engine_shares[1] if engine_shares else engine.prefill_fp8_tensor_share)
     else:
-        rate = gpu.flops(hw.act_dtype) * clock * engine.prefill_tensor_share
+        rate = gpu.flops(hw.act_dtype) * clock * (engine_shares[0] if engine_shares else engine.prefill_tensor_share)
     if backward:
         rate *= cal.attention_backward_share
     if kernel in ("flash2", "flash1"):

@@ -64,12 +64,15 @@ def mla_prefill(hw: HardwareSpec, batch: int, heads: int, q_len: int, kv_len: in
     new queries' and keys' RoPE parts and writes each new token's latent and RoPE key into the
     paged cache, at the engine's cache-write share of HBM bandwidth (calibration.engine_attention,
     which must describe `engine`), and for the FP8 kernels one that casts every head's queries,
-    keys and values to FP8."""
+    keys and values to FP8. The attention runs at the engine's MLA context kernel's shares of
+    the peaks where fitted (EngineAttention.mla_prefill), else at its GQA prefill kernel's."""
     kernels = hw.calibration.engine_kernels(engine)
     if kernels is None:
         raise ValueError(f"{hw.name}: no attention kernels of {engine!r} to time MLA prefill by")
+    own = kernels.mla_prefill
     attention = flash_attention(hw, batch * heads, q_len, kv_len, (qk_dim + v_dim) / 2, 1, causal, kernel=engine,
-                                kv_bytes_per_element=kv_bytes_per_element, preprocess=False)
+                                kv_bytes_per_element=kv_bytes_per_element, preprocess=False,
+                                engine_shares=(own.tensor_share, own.fp8_tensor_share) if own else ())
     el = hw.act_bytes
     rope_bytes = 2 * 2 * batch * q_len * heads * rope_dim * el  # queries' and keys' RoPE parts, in and out
     latent_bytes = batch * q_len * (kv_lora_rank + rope_dim) * (kv_bytes_per_element or el)

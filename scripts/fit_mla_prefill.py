@@ -1,0 +1,105 @@
+"""Fit TensorRT-LLM's MLA context kernel's shares of the peaks per GPU
+(calibration.engine_attention.trtllm.mla_prefill, see core.model.specs.MlaPrefill) on the measured
+context tables of ../shared/validation/kernels/<gpu>/mla/trtllm, and print the errors in-sample
+and held out, then the preset line. It edits nothing.
+
+The op (core.model.ops.mla.mla_prefill) keeps the engine's GQA prefill kernel's tile cost, floor
+and loads; only the tensor cores' shares are the MLA kernel's own: the BF16 share on the rows over
+a BF16 cache, the FP8 share on those over an FP8 cache (the engine's FP8 kernels). Each minimises
+the mean |log(predicted / measured)| over the rows of 100 GFLOP and more (FIT_BUCKET), where the
+share sets the time, as scripts/fit_gemm.py fits the GEMMs' (smaller rows test the rest of the
+op). Held out: each GPU's shares predict its siblings' tables (H100 <-> H200, B200 <-> B300 <->
+GB200 <-> GB300).
+
+    .venv/bin/python scripts/fit_mla_prefill.py [--gpus h100_sxm ...]
+"""
+import argparse
+from dataclasses import replace
+
+import numpy as np
+from scipy.optimize import minimize_scalar
+
+from core.model.loader import load_hardware, with_dtype
+from core.model.specs import MlaPrefill
+from core.validation.kernels import KERNELS_DIR, PRESET_BY_GPU, Skip, _mla_context, _read, flop_bucket, kernels_alone
+
+ENGINE = "trtllm"
+FIT_BUCKET = flop_bucket(100e9)
+FAMILY = {"a100_sxm": "ampere", "h100_sxm": "hopper", "h200_sxm": "hopper", "b200_sxm": "blackwell",
+          "b300_sxm": "blackwell", "gb200": "blackwell", "gb300": "blackwell"}
+COLUMNS = ("batch_size", "isl", "num_heads", "mla_dtype", "kv_cache_dtype")
+CACHES = ("bfloat16", "fp8")  # the share each fits: tensor_share, fp8_tensor_share
+
+
+def rows(gpu: str) -> list:
+    """(batch, isl, heads, cache dtype, seconds) of a GPU's BF16 MLA context rows."""
+    paths = sorted(KERNELS_DIR.glob(f"{gpu}/mla/{ENGINE}/*/context_mla_perf.parquet"))
+    if not paths:
+        return []
+    values, latency_ms = _read(paths[0], COLUMNS, None)
+    return [(b, isl, h, kv, ms * 1e-3) for (b, isl, h, dtype, kv), ms in zip(zip(*values), latency_ms)
+            if dtype == "bfloat16" and kv in CACHES]
+
+
+def with_shares(hw, mla: MlaPrefill):
+    engines = dict(hw.calibration.engine_attention)
+    engines[ENGINE] = replace(engines[ENGINE], mla_prefill=mla)
+    return replace(hw, calibration=replace(hw.calibration, engine_attention=tuple(sorted(engines.items()))))
+
+
+def timed(hw, table) -> list:
+    """(cache dtype, the kernel suite's bucket, predicted / measured - 1) per row it times."""
+    out = []
+    for b, isl, h, kv, seconds in table:
+        result = _mla_context(hw, b, isl, h, "bfloat16", kv, ENGINE)
+        if not isinstance(result, Skip):
+            out.append((kv, result[2], result[3] / seconds - 1))
+    return out
+
+
+def fit_share(hw, table, cache: str, mla: MlaPrefill) -> float:
+    field = "tensor_share" if cache == "bfloat16" else "fp8_tensor_share"
+    ours = [r for r in table if r[3] == cache]
+
+    def loss(share):
+        trial = with_shares(hw, replace(mla, **{field: share}))
+        return float(np.mean([abs(np.log1p(e)) for _, bucket, e in timed(trial, ours) if bucket == FIT_BUCKET]))
+    return float(minimize_scalar(loss, bounds=(0.05, 1.0), method="bounded", options={"xatol": 1e-4}).x)
+
+
+def report(hw, table) -> str:
+    errors = timed(hw, table)
+    groups = sorted({(kv, bucket) for kv, bucket, _ in errors}, key=lambda g: (g[0] != "bfloat16", g[1]))
+    return ", ".join(f"{'' if kv == 'bfloat16' else 'fp8 '}{bucket} "
+                     f"{100 * np.median([e for k, b, e in errors if (k, b) == (kv, bucket)]):+.0f}" for kv, bucket in groups)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpus", nargs="*", default=[g for g in PRESET_BY_GPU if rows(g)])
+    args = ap.parse_args()
+    fitted = {}
+    for gpu in args.gpus:
+        preset = PRESET_BY_GPU[gpu]
+        hw = kernels_alone(with_dtype(load_hardware(preset), "bf16", preset, "dtype"))
+        kernels = hw.calibration.engine_kernels(ENGINE)
+        if kernels is None:
+            print(f"{gpu}: the preset has no {ENGINE} attention kernels")
+            continue
+        table = rows(gpu)
+        gqa = MlaPrefill(kernels.prefill_tensor_share, kernels.prefill_fp8_tensor_share)
+        print(f"{gpu} with the GQA kernel's shares ({gqa.tensor_share:.3f}, {gqa.fp8_tensor_share:.3f}): "
+              f"{report(with_shares(hw, gqa), table)}")
+        mla = replace(gqa, tensor_share=fit_share(hw, table, "bfloat16", gqa))
+        mla = replace(mla, fp8_tensor_share=fit_share(hw, table, "fp8", mla))
+        fitted[gpu] = (hw, table, mla)
+        print(f"{gpu} fitted: {report(with_shares(hw, mla), table)}")
+        print(f"  mla_prefill: {{tensor_share: {mla.tensor_share:.3f}, fp8_tensor_share: {mla.fp8_tensor_share:.3f}}}")
+    for gpu, (hw, table, _) in fitted.items():
+        for sibling, (_, _, mla) in fitted.items():
+            if sibling != gpu and FAMILY[sibling] == FAMILY[gpu]:
+                print(f"{gpu} with {sibling}'s shares (held out): {report(with_shares(hw, mla), table)}")
+
+
+if __name__ == "__main__":
+    main()
