@@ -91,7 +91,8 @@ def main() -> None:
         print(f"{gpu} with the GQA kernel's shares ({gqa.tensor_share:.3f}, {gqa.fp8_tensor_share:.3f}): "
               f"{report(with_shares(hw, gqa), table)}")
         mla = replace(gqa, tensor_share=fit_share(hw, table, "bfloat16", gqa))
-        mla = replace(mla, fp8_tensor_share=fit_share(hw, table, "fp8", mla))
+        if "fp8" in dict(hw.gpu.peak_flops):  # else an FP8 cache runs the BF16 kernels: nothing to fit
+            mla = replace(mla, fp8_tensor_share=fit_share(hw, table, "fp8", mla))
         fitted[gpu] = (hw, table, mla)
         print(f"{gpu} fitted: {report(with_shares(hw, mla), table)}")
         print(f"  mla_prefill: {{tensor_share: {mla.tensor_share:.3f}, fp8_tensor_share: {mla.fp8_tensor_share:.3f}}}")

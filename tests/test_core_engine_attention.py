@@ -125,6 +125,18 @@ def test_an_fp8_cache_casts_every_heads_queries_keys_and_values_for_the_fp8_mla_
     assert mla_prefill(*args, 1).time_s == pytest.approx(expected)
 
 
+def test_the_fp8_cast_is_a_kernel_of_its_own_where_the_gpu_has_fp8():
+    """A 3 us launch costs the BF16-cache op once (its attention kernel) and the FP8-cache op
+    twice on an H100 (the cast kernel too); an A100, without FP8 kernels, casts nothing."""
+    for preset, fp8_launches in (("h100-sxm5-80gb", 2), ("a100-sxm4-80gb", 1)):
+        hw = bare(load_hardware(preset), trtllm=KERNELS)
+        launched = dataclasses.replace(hw, gpu=dataclasses.replace(hw.gpu, launch_overhead_s=3e-6))
+        for cache, launches in ((2, 1), (1, fp8_launches)):
+            args = (1, 16, 256, 256, 192, 128, 512, 64, True, "trtllm", cache)
+            assert mla_prefill(launched, *args).time_s - mla_prefill(hw, *args).time_s == \
+                pytest.approx(launches * 3e-6)
+
+
 def test_an_engines_mla_context_kernel_runs_at_its_own_shares():
     """With the engine's MLA context kernel fitted (0.8 of the BF16 peak, 0.6 of FP8's), the
     op's attention is the GQA kernel's at those shares in place of its own 0.5 and 0.4: the

@@ -63,9 +63,10 @@ def mla_prefill(hw: HardwareSpec, batch: int, heads: int, q_len: int, kv_len: in
     mean width, on the FP8 kernels where the cache is FP8; before it, one pass that ropes the
     new queries' and keys' RoPE parts and writes each new token's latent and RoPE key into the
     paged cache, at the engine's cache-write share of HBM bandwidth (calibration.engine_attention,
-    which must describe `engine`), and for the FP8 kernels one that casts every head's queries,
-    keys and values to FP8. The attention runs at the engine's MLA context kernel's shares of
-    the peaks where fitted (EngineAttention.mla_prefill), else at its GQA prefill kernel's."""
+    which must describe `engine`), and for the FP8 kernels (on a GPU with an FP8 peak) one that
+    casts every head's queries, keys and values to FP8, a kernel of its own with its launch. The
+    attention runs at the engine's MLA context kernel's shares of the peaks where fitted
+    (EngineAttention.mla_prefill), else at its GQA prefill kernel's."""
     kernels = hw.calibration.engine_kernels(engine)
     if kernels is None:
         raise ValueError(f"{hw.name}: no attention kernels of {engine!r} to time MLA prefill by")
@@ -77,9 +78,9 @@ def mla_prefill(hw: HardwareSpec, batch: int, heads: int, q_len: int, kv_len: in
     rope_bytes = 2 * 2 * batch * q_len * heads * rope_dim * el  # queries' and keys' RoPE parts, in and out
     latent_bytes = batch * q_len * (kv_lora_rank + rope_dim) * (kv_bytes_per_element or el)
     cast_bytes = 0.0
-    if 0 < kv_bytes_per_element < el:
+    if 0 < kv_bytes_per_element < el and "fp8" in dict(hw.gpu.peak_flops):  # the FP8 kernels' own cast kernel
         cast_bytes = batch * heads * (q_len * qk_dim + kv_len * (qk_dim + v_dim)) * (el + kv_bytes_per_element)
-    prepare_s = (rope_bytes + cast_bytes) / mixed_bandwidth_bps(hw) + \
+    prepare_s = (rope_bytes + cast_bytes) / mixed_bandwidth_bps(hw) + (launch_s(hw) if cast_bytes else 0.0) + \
         2 * latent_bytes / (hw.gpu.hbm.bandwidth_bps * kernels.prefill_cache_share)
     return KernelTime(attention.time_s + prepare_s, attention.flops,
                       attention.hbm_bytes + rope_bytes + cast_bytes + 2 * latent_bytes)
