@@ -462,7 +462,8 @@ def _engine_attention(raw, source: str, base: tuple) -> tuple:
             decode_score_s=k.unit("decode_score", units.parse_time),
             decode_max_group=k.integer("decode_max_group", 0, minimum=0),
             mla_decode=_mla_decode(k.raw("mla_decode"), source, f"calibration.engine_attention.{engine}.mla_decode."),
-            mla_prefill=_mla_prefill(k.raw("mla_prefill"), source, f"calibration.engine_attention.{engine}.mla_prefill."))))
+            mla_prefill=_mla_prefill(k.raw("mla_prefill"), source,
+                                     f"calibration.engine_attention.{engine}.mla_prefill."))))
         k.done()
     return tuple(out)
 
@@ -490,7 +491,8 @@ def _mla_decode(raw, source: str, prefix: str) -> MlaDecode | None:
 def _mla_prefill(raw, source: str, prefix: str) -> MlaPrefill | None:
     """An engine's optional `mla_prefill` block (its MLA context kernel's shares, in (0, 1])."""
     return _optional_block(raw, source, prefix, "the MLA context kernel's shares", lambda k: MlaPrefill(
-        tensor_share=k.number("tensor_share", high=1.0), fp8_tensor_share=k.number("fp8_tensor_share", high=1.0)))
+        tensor_share=k.number("tensor_share", high=1.0),
+        fp8_tensor_share=k.number("fp8_tensor_share", high=1.0)))
 
 
 def _calibration(raw, source: str) -> Calibration:

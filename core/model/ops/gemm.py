@@ -3,7 +3,8 @@ from functools import lru_cache
 from math import ceil, sqrt
 
 from ..specs import BLOCK_SCALES, DTYPE_BYTES, HardwareSpec, activation_dtype
-from .common import KernelTime, launch_s, mixed_bandwidth_bps, store_bandwidth_bps, stream_bandwidth_bps, tensor_rate_flops
+from .common import (KernelTime, launch_s, mixed_bandwidth_bps, store_bandwidth_bps, stream_bandwidth_bps,
+                     tensor_rate_flops)
 
 # (tile_m, tile_n, tile_k) candidates a GEMM library would pick from.
 GEMM_TILES = ((256, 128, 32), (128, 256, 32), (128, 128, 32), (128, 64, 64), (64, 128, 64),
@@ -27,8 +28,9 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     elementwise kernels' rate (memory_efficiency); writing the output is a bound of its own
     (store_efficiency), which short-k GEMMs of many tiles reach. The library picks the best of
     GEMM_TILES and SPLIT_K; given `tiles`, a library that dispatches fixed (tile_m, tile_n,
-    tile_k) choices by shape and never splits k takes the best of those. Block-scaled FP8 on an MMA without block
-    scales runs each tile's k-blocks in turn (gpu.block_scale_step) and never splits k."""
+    tile_k) choices by shape and never splits k takes the best of those. Block-scaled FP8 on an
+    MMA without block scales runs each tile's k-blocks in turn (gpu.block_scale_step) and never
+    splits k."""
     gpu = hw.gpu
     dtype = dtype or hw.dtype
     in_bytes = DTYPE_BYTES[dtype]
