@@ -108,12 +108,6 @@ def store_rate_bps(hw, gpu: str, dtype: str = "bfloat16", engine: str = "") -> f
     return float(np.median(rates)) if rates else None
 
 
-def store_share(hw, gpu: str) -> float | None:
-    """The share of the HBM peak at which the GPU's short-k BF16 GEMMs write their output."""
-    rate = store_rate_bps(hw, gpu)
-    return rate / hw.gpu.hbm.bandwidth_bps if rate else None
-
-
 def fp8_shares(hw, gpu: str) -> dict:
     """The FP8 share fitted on each engine's table the GPU has."""
     return {engine: fit(hw, table, "fp8") for engine in FP8_ENGINES if (table := rows(gpu, "fp8", STRIDE, engine))}
@@ -150,7 +144,8 @@ def main() -> None:
     for gpu in args.gpus:
         preset = PRESET_BY_GPU[gpu]
         hw = kernels_alone(with_dtype(load_hardware(preset), "bf16", preset, "dtype"))
-        if (store := store_share(hw, gpu)) is not None:
+        if (bf16_store_bps := store_rate_bps(hw, gpu)) is not None:
+            store = bf16_store_bps / hw.gpu.hbm.bandwidth_bps
             print(f"{gpu}: short-k GEMMs write their output at {store:.3f} of HBM"
                   f" (calibration.store_efficiency: {hw.calibration.store_efficiency:.3f})")
             hw = replace(hw, calibration=replace(hw.calibration, store_efficiency=min(1.0, store)))
@@ -160,8 +155,8 @@ def main() -> None:
         if (element_s := row_element_sm_s(hw, gpu)) is not None:
             print(f"{gpu}: vLLM's FP8 cast takes {element_s * 1e9:.3f} ns of one SM per element"
                   f" (ROW_ELEMENT_SM_S: {ROW_ELEMENT_SM_S * 1e9:.3f} ns)")
-        if "nvfp4" in dict(hw.gpu.peak_flops) and (rate := store_rate_bps(hw, gpu, "nvfp4", "vllm")):
-            nvfp4_store[gpu] = rate / store_rate_bps(hw, gpu)
+        if bf16_store_bps and "nvfp4" in dict(hw.gpu.peak_flops) and (rate := store_rate_bps(hw, gpu, "nvfp4", "vllm")):
+            nvfp4_store[gpu] = rate / bf16_store_bps
             print(f"{gpu}: vLLM's NVFP4 GEMMs write their output at {nvfp4_store[gpu]:.3f} of the BF16 GEMMs' rate")
         if "nvfp4" in dict(hw.gpu.peak_flops) and (table := rows(gpu, "nvfp4", STRIDE)):
             hw = with_share(hw, "nvfp4", fit(hw, table, "nvfp4"))

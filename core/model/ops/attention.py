@@ -4,7 +4,8 @@ from functools import lru_cache
 from math import ceil
 
 from ..specs import EngineAttention, HardwareSpec
-from .common import KernelTime, launch_s, mixed_bandwidth_bps, stream_bandwidth_bps, tensor_rate_flops
+from .common import (KernelTime, fp8_cache_kernels, launch_s, mixed_bandwidth_bps, stream_bandwidth_bps,
+                     tensor_rate_flops)
 from .gemm import L2_USABLE_FRACTION
 
 SOFTMAX_FP32_OPS = 5  # scale, max, subtract, sum, rescale per attention score (the exp is apart)
@@ -68,7 +69,7 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     clock = cal.sustained_clock
     if engine is None:
         rate = tensor_rate_flops(hw, hw.act_dtype) * cal.attention_efficiency
-    elif 0 < kv_bytes_per_element < 2 and "fp8" in dict(gpu.peak_flops):  # an FP8 cache: FP8 kernels
+    elif fp8_cache_kernels(hw, kv_bytes_per_element):
         rate = gpu.flops("fp8") * clock * (engine_shares[1] if engine_shares else engine.prefill_fp8_tensor_share)
     else:
         rate = gpu.flops(hw.act_dtype) * clock * (engine_shares[0] if engine_shares else engine.prefill_tensor_share)

@@ -48,6 +48,12 @@ def stream_bandwidth_bps(hw: HardwareSpec) -> float:
     return hw.gpu.hbm.bandwidth_bps * hw.calibration.stream_efficiency
 
 
+def fp8_cache_kernels(hw: HardwareSpec, kv_bytes_per_element: float) -> bool:
+    """Whether an engine's attention over a cache of `kv_bytes_per_element` runs its FP8 kernels:
+    the cache narrower than the activations, on a GPU with an FP8 peak."""
+    return 0 < kv_bytes_per_element < hw.act_bytes and "fp8" in dict(hw.gpu.peak_flops)
+
+
 def store_bandwidth_bps(hw: HardwareSpec) -> float:
     """HBM bandwidth a GEMM's output stores reach when they alone set its time."""
     return hw.gpu.hbm.bandwidth_bps * hw.calibration.store_efficiency

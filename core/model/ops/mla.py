@@ -6,7 +6,8 @@ from functools import lru_cache
 
 from ..specs import HardwareSpec
 from .attention import flash_attention
-from .common import KernelTime, launch_s, mixed_bandwidth_bps, stream_bandwidth_bps, tensor_rate_flops
+from .common import (KernelTime, fp8_cache_kernels, launch_s, mixed_bandwidth_bps, stream_bandwidth_bps,
+                     tensor_rate_flops)
 
 # The decode kernels (FlashMLA, TensorRT-LLM's MLA generation kernel) compute one sequence's
 # query heads as the rows of one 64-row MMA tile: fewer heads per rank (DeepSeek-V3's 128 over
@@ -45,7 +46,7 @@ def mla_decode(hw: HardwareSpec, batch: int, heads: int, context: int, kv_lora_r
         busy_s = max(cache_bytes / stream_bandwidth_bps(hw) + q_bytes / mixed_bandwidth_bps(hw), tiled / rate)
         return KernelTime(busy_s + MLA_DECODE_CHAIN * gpu.launch_overhead_s + launch_s(hw), flops,
                           cache_bytes + q_bytes)
-    if el < hw.act_bytes and "fp8" in dict(gpu.peak_flops):
+    if fp8_cache_kernels(hw, kv_bytes_per_element):
         rate = gpu.flops("fp8") * cal.sustained_clock * mla.fp8_tensor_share
     else:
         rate = gpu.flops(hw.act_dtype) * cal.sustained_clock * mla.tensor_share
@@ -78,7 +79,7 @@ def mla_prefill(hw: HardwareSpec, batch: int, heads: int, q_len: int, kv_len: in
     rope_bytes = 2 * 2 * batch * q_len * heads * rope_dim * el  # queries' and keys' RoPE parts, in and out
     latent_bytes = batch * q_len * (kv_lora_rank + rope_dim) * (kv_bytes_per_element or el)
     cast_bytes = 0.0
-    if 0 < kv_bytes_per_element < el and "fp8" in dict(hw.gpu.peak_flops):  # the FP8 kernels' own cast kernel
+    if fp8_cache_kernels(hw, kv_bytes_per_element):  # the FP8 kernels' own cast kernel
         cast_bytes = batch * heads * (q_len * qk_dim + kv_len * (qk_dim + v_dim)) * (el + kv_bytes_per_element)
     prepare_s = (rope_bytes + cast_bytes) / mixed_bandwidth_bps(hw) + (launch_s(hw) if cast_bytes else 0.0) + \
         2 * latent_bytes / (hw.gpu.hbm.bandwidth_bps * kernels.prefill_cache_share)
