@@ -44,6 +44,10 @@ from core.validation.suites import SUITES, summary
 # (its rows move by under a point each; fitting the shares on every GEMM row instead of the
 # compute-bound ones, without the FP8 clock, gave moe 3.53 but missed H100's FP8 kernel tables by
 # 16-28 % where this misses them by 1-8 %).
+# moe's mean and trtllm's worst rose (3.65 -> 4.13, 10.66 -> 10.83) when H100's and H200's NVLink
+# figures came from NCCL 2.29.2's kernel tables (scripts/fit_nccl.py; MODEL_VERSION 35): their
+# 2-GPU all-gathers and reduce-scatters had been 25-30 % faster than measured there, and the
+# moe suite's expert-TP-2 MCore rows leaned on it (docs/accuracy.md, NCCL inside a node).
 # trtllm and collectives are bounded over all their rows (collectives' worst is the 32-byte
 # all-reduce, whose latency the closed form misses; above 1 MiB, see test_core_inference_accuracy).
 REACHED = {
@@ -52,10 +56,10 @@ REACHED = {
     "inference": (3.1, 2.05, 0),
     "memory": (9.0, 2.7, 0),
     "h100_dense": (11.7, 3.85, 0),
-    "moe": (9.7, 3.66, 0),
+    "moe": (9.7, 4.15, 0),
     "memory_h100": (9.8, 9.1, 1),
-    "trtllm": (10.7, 5.95, 0),
-    "collectives": (78.0, 9.8, 0),
+    "trtllm": (10.85, 5.95, 0),
+    "collectives": (78.0, 9.75, 0),
 }
 
 

@@ -119,6 +119,21 @@ def test_hierarchical_all_reduce_composes_dimensions(a100):
     assert times == pytest.approx({"nvlink": inner, "ib": outer})
 
 
+def test_all_to_all_dimensions_move_at_once(a100):
+    """An all-to-all sends to every peer at once, so its NVLink and InfiniBand parts overlap and
+    the slower sets its time, charged to that dimension; beyond the node it moves outer_share
+    of the buffer (group-limited routing), which can leave NVLink the slower."""
+    dims = (NVSWITCH, IB)
+    eff, step = a100.calibration.network_efficiency, a100.calibration.collective_step_s
+    inner = one_dim_time("all_to_all", 1e9, NVSWITCH, 8, eff, step)
+    outer = one_dim_time("all_to_all", 1e9, IB, 4, eff, step)
+    assert outer > inner
+    assert collective_time(a100, dims, "all_to_all", 1e9, ((0, 8), (1, 4))) == pytest.approx({"ib": outer})
+    assert one_dim_time("all_to_all", 0.01e9, IB, 4, eff, step) < inner
+    assert collective_time(a100, dims, "all_to_all", 1e9, ((0, 8), (1, 4)), outer_share=0.01) == pytest.approx(
+        {"nvlink": inner})
+
+
 def test_a_group_of_one_costs_nothing(a100):
     assert collective_time(a100, (NVSWITCH,), "all_reduce", 1e9, ()) == {}
 
@@ -131,10 +146,12 @@ def test_two_gpus_gain_nothing_from_the_switch():
 
 
 def test_hopper_preset_reduces_in_the_switch_and_caps_ll():
-    """DGX H100's NVSwitch reduces (NVLS) and its LL tops out at 141 GB/s (NCCL's Hopper
-    single-node llMaxBw); A100's NVSwitch only forwards."""
+    """DGX H100's NVSwitch reduces (NVLS, at 0.8 of the link rate: the collectives suite's fit)
+    and its LL tops out at 141 GB/s (NCCL's Hopper single-node llMaxBw); A100's NVSwitch only
+    forwards."""
     nvlink = load_hardware("h100-sxm5-80gb").network[0]
-    assert (nvlink.switch_reduction, nvlink.ll_bandwidth_bps) == (1.0, 141e9)
+    assert nvlink.efficiency * nvlink.switch_reduction == pytest.approx(0.8, abs=1e-3)
+    assert nvlink.ll_bandwidth_bps == 141e9
     assert load_hardware("a100-sxm4-80gb").network[0].switch_reduction == 0.0
 
 

@@ -203,7 +203,8 @@ def test_presets_name_the_model_and_count_it():
 @needs_models
 def test_group_limited_routing_halves_deepseek_v3s_traffic_between_nodes():
     """DeepSeek-V3's tokens reach at most topk_group = 4 of the 8 expert groups (nodes), one copy
-    per node: 4 of its 8 expert copies cross the node boundary; inside the node all 8 move."""
+    per node: 4 of its 8 expert copies cross the node boundary; inside the node all 8 move. The
+    InfiniBand part, the slower, sets the all-to-all's time."""
     from core.model.graph import _comm
     from core.model.layout import group_spans
     from core.model.training import time_ops
@@ -215,8 +216,8 @@ def test_group_limited_routing_halves_deepseek_v3s_traffic_between_nodes():
     op = _comm("moe.dispatch", "all_to_all", "ep", 64e6)
     limited = dataclasses.replace(op, outer_share=0.5)
     whole, half = (dict(time_ops(hw, dims, spans, [o]).comm_s) for o in (op, limited))
-    nvlink, ib = dims[0].name, dims[1].name
-    assert half[nvlink] == pytest.approx(whole[nvlink])
+    ib = dims[1].name
+    assert set(whole) == set(half) == {ib}
     assert half[ib] < whole[ib]
     moe_spec = next(spec for spec, _ in model.layer_groups() if spec.moe is not None)
     shape = LayerShape(1, 4096, 4096, 8, True, 1, 64, etp=1)

@@ -137,18 +137,22 @@ def nvls_all_reduce_s(bytes_: float, dim: NetworkDim, ranks: float, efficiency: 
 
 
 def collective_time(hw: HardwareSpec, dims: tuple, kind: str, bytes_: float, span: tuple,
-                    protocols: dict = PROTOCOLS) -> dict:
+                    protocols: dict = PROTOCOLS, outer_share: float = 1.0) -> dict:
     """Seconds per dimension name for a collective over a group spanning `span`
     ((dim_index, ranks), ...), composed hierarchically: reduce-scatter inward-out,
-    the outermost step on the shrunken buffer, all-gather back. `protocols`: NCCL's
-    (PROTOCOLS) or the compiled simulator's bare ring/tree (BARE)."""
+    the outermost step on the shrunken buffer, all-gather back. An all-to-all sends to
+    every peer at once, so its dimensions move their bytes concurrently and the slowest
+    sets its time (charged to that dimension); beyond the first dimension it moves
+    `outer_share` of the buffer (group-limited routing). `protocols`: NCCL's (PROTOCOLS)
+    or the compiled simulator's bare ring/tree (BARE)."""
     if not span:
         return {}
-    return dict(_collective_items(hw, dims, kind, bytes_, span, protocols is BARE))
+    return dict(_collective_items(hw, dims, kind, bytes_, span, protocols is BARE, outer_share))
 
 
 @lru_cache(maxsize=65536)
-def _collective_items(hw: HardwareSpec, dims: tuple, kind: str, bytes_: float, span: tuple, bare: bool) -> tuple:
+def _collective_items(hw: HardwareSpec, dims: tuple, kind: str, bytes_: float, span: tuple, bare: bool,
+                      outer_share: float) -> tuple:
     protocols = BARE if bare else PROTOCOLS
     times = {}
 
@@ -170,6 +174,10 @@ def _collective_items(hw: HardwareSpec, dims: tuple, kind: str, bytes_: float, s
         for index, ranks in span:
             add(index, one_dim_time(kind, size, dims[index], ranks, eff, step, protocols=protocols))
             size /= ranks
+    elif kind == "all_to_all":
+        per_dim = [(index, one_dim_time(kind, bytes_ * (outer_share if n else 1.0), dims[index], ranks, eff, step,
+                                        protocols=protocols)) for n, (index, ranks) in enumerate(span)]
+        add(*max(per_dim, key=lambda item: item[1]))
     else:
         for index, ranks in span:
             add(index, one_dim_time(kind, bytes_, dims[index], ranks, eff, step, protocols=protocols))

@@ -48,10 +48,7 @@ def time_ops(hw: HardwareSpec, dims: tuple, spans: dict, op_list, skip_core: boo
             flops += op.flops
             continue
         span = spans.get(op.axis, ())
-        per_dim = collective_time(hw, dims, op.collective, op.bytes_, span)
-        if op.outer_share != 1.0 and len(span) > 1:  # all-to-all: each dimension moves its own bytes
-            per_dim = collective_time(hw, dims, op.collective, op.bytes_, span[:1])
-            add_times(per_dim, collective_time(hw, dims, op.collective, op.bytes_ * op.outer_share, span[1:]))
+        per_dim = collective_time(hw, dims, op.collective, op.bytes_, span, outer_share=op.outer_share)
         total = sum(per_dim.values())
         if total <= 0:
             continue
