@@ -7,9 +7,10 @@ Prefill: prefill_tensor_share, prefill_tile and prefill_floor on the engine's BF
 (every STRIDE-th; BF16 and FP8 caches, no sliding window). Decode: the eight decode_* factors on
 its BF16 generation rows, both cache dtypes, from a few starts. Both minimise the mean
 |log(predicted / measured)| with each (cache dtype, size bucket) group of the kernel suite
-weighing the same. decode_max_group is the engine's fact, not fitted: TensorRT-LLM's XQA takes
-at most 32 query heads per KV head (beyond, its masked multi-head kernel reads the cache once
-per query head); vLLM's kernels pack any group.
+weighing the same. decode_max_group and prefill_fp8_query_cast are the engine's facts, not fitted: TensorRT-LLM's XQA
+takes at most 32 query heads per KV head (beyond, its masked multi-head kernel reads the cache
+once per query head); vLLM's kernels pack any group, and over an FP8 cache vLLM casts the queries
+in a kernel of its own.
 
 Held out: each GPU's factors predict its siblings' tables (the same die: H100 <-> H200,
 B200 <-> B300 <-> GB200 <-> GB300), printed per size bucket as `rapid validate --suite kernels`
@@ -31,6 +32,8 @@ from core.validation.kernels import ATTENTION_DTYPES, KERNELS_DIR, KV_BYTES, PRE
 
 STRIDE = 5
 MAX_GROUP = {"trtllm": 32, "vllm": 0}
+# with an FP8 cache, vLLM casts the queries to FP8 in a kernel of its own (EngineAttention.prefill_fp8_query_cast)
+QUERY_CAST = {"trtllm": False, "vllm": True}
 FAMILY = {"a100_sxm": "ampere", "h100_sxm": "hopper", "h200_sxm": "hopper", "b200_sxm": "blackwell",
           "b300_sxm": "blackwell", "gb200": "blackwell", "gb300": "blackwell"}
 CONTEXT_COLUMNS = ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "window_size",
@@ -77,8 +80,8 @@ def decode_rows(gpu: str, engine: str) -> dict:
     return dict(zip(("batch", "heads", "kv_heads", "head_dim", "context", "kv_el", "seconds"), columns))
 
 
-def engine(factors: dict, group: int) -> EngineAttention:
-    return EngineAttention(decode_max_group=group, **factors)
+def engine(factors: dict, group: int, query_cast: bool = False) -> EngineAttention:
+    return EngineAttention(decode_max_group=group, prefill_fp8_query_cast=query_cast, **factors)
 
 
 def with_engine(hw, name: str, kernels: EngineAttention):
@@ -114,7 +117,7 @@ def fit_prefill(hw, name, rows, decode_part: dict, group: int) -> dict:
     weights = group_weights((kv, flop_bucket(2.0 * bh * s * s * d)) for bh, s, d, _, kv, _ in sample)
 
     def loss(x):
-        model = with_engine(hw, name, engine({**_factors(PREFILL, x), **decode_part}, group))
+        model = with_engine(hw, name, engine({**_factors(PREFILL, x), **decode_part}, group, QUERY_CAST[name]))
         return float(np.sum(weights * np.abs(np.log(prefill_s(model, name, sample) / measured))))
     x = minimize(loss, PREFILL_START, method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-5}).x
     return _factors(PREFILL, x)
@@ -167,7 +170,8 @@ def preset_block(name: str, kernels: EngineAttention) -> str:
             f"decode_fp8_bandwidth_share: {k.decode_fp8_bandwidth_share:.3f},\n"
             f"      decode_split_tokens: {round(k.decode_split_tokens)}, decode_max_splits: {round(k.decode_max_splits)}, "
             f"decode_saturation: {k.decode_saturation:.3f}, decode_score: {k.decode_score_s * 1e9:.3f} ns, "
-            f"decode_max_group: {k.decode_max_group}}}")
+            f"decode_max_group: {k.decode_max_group}"
+            + (", prefill_fp8_query_cast: true" if k.prefill_fp8_query_cast else "") + "}")
 
 
 def main() -> None:
@@ -186,7 +190,7 @@ def main() -> None:
                 continue
             decode_part = fit_decode(hw, dec, dict(zip(PREFILL, (0.5, 0.5, 0.5, 0.0, 0.0))), group)
             prefill_part = fit_prefill(hw, name, pre, decode_part, group)
-            fitted[(name, gpu)] = engine({**prefill_part, **decode_part}, group)
+            fitted[(name, gpu)] = engine({**prefill_part, **decode_part}, group, QUERY_CAST[name])
             print(f"== {gpu} {name}\n{preset_block(name, fitted[(name, gpu)])}")
         for gpu, hw in hardware.items():
             pre, dec = prefill_rows(gpu, name), decode_rows(gpu, name)

@@ -93,6 +93,25 @@ def test_an_fp8_cache_runs_the_engines_fp8_prefill_kernel():
     assert bf16.time_s - fp8.time_s == pytest.approx(tensor * (1 - 0.5 * 989.5 / (0.4 * 1979)), rel=1e-3)
 
 
+def test_an_engine_that_casts_its_queries_pays_one_more_kernel_over_an_fp8_cache():
+    """4 sequences x 32 heads x 1024 tokens of 128 BF16 query elements (32 MiB), read and
+    written again in FP8 (16 MiB more), at the elementwise rate, plus the gap between two
+    dependent kernels; over a BF16 cache, or on a GPU without FP8 kernels, nothing."""
+    casting = dataclasses.replace(KERNELS, prefill_fp8_query_cast=True)
+    hw = bare(load_hardware("h100-sxm5-80gb"), vllm=casting, trtllm=KERNELS)
+    args = (4 * 32, 1024, 1024, 128, 4, True)
+    cast_bytes = 4 * 32 * 1024 * 128 * (2 + 1)
+    cast_s = cast_bytes / (hw.gpu.hbm.bandwidth_bps * hw.calibration.memory_efficiency) + hw.gpu.graph_launch_overhead_s
+    for kv_bytes, extra in ((1, cast_s), (2, 0.0)):
+        vllm, trtllm = (ops.flash_attention(hw, *args, kernel=name, kv_bytes_per_element=kv_bytes)
+                        for name in ("vllm", "trtllm"))
+        assert vllm.time_s - trtllm.time_s == pytest.approx(extra)
+        assert vllm.hbm_bytes - trtllm.hbm_bytes == pytest.approx(cast_bytes if extra else 0.0)
+    a100 = bare(load_hardware("a100-sxm4-80gb"), vllm=casting, trtllm=KERNELS)
+    assert ops.flash_attention(a100, *args, kernel="vllm", kv_bytes_per_element=1) == \
+        ops.flash_attention(a100, *args, kernel="trtllm", kv_bytes_per_element=1)
+
+
 def test_an_engines_mla_prefill_is_its_kernel_plus_a_rope_and_latent_pass():
     """DeepSeek-V3's MLA on one rank of 16 heads, 2,048 new tokens, a BF16 cache: the engine's
     kernel over the heads at the mean of the 192-wide keys and 128-wide values, then one pass

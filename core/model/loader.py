@@ -461,6 +461,7 @@ def _engine_attention(raw, source: str, base: tuple) -> tuple:
             decode_saturation=k.number("decode_saturation"),
             decode_score_s=k.unit("decode_score", units.parse_time),
             decode_max_group=k.integer("decode_max_group", 0, minimum=0),
+            prefill_fp8_query_cast=k.boolean("prefill_fp8_query_cast", False),
             mla_decode=_mla_decode(k.raw("mla_decode"), source, f"calibration.engine_attention.{engine}.mla_decode."),
             mla_prefill=_mla_prefill(k.raw("mla_prefill"), source,
                                      f"calibration.engine_attention.{engine}.mla_prefill."))))

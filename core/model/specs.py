@@ -567,7 +567,10 @@ class EngineAttention:
     than `decode_max_group` query heads per KV head (0: no limit) run a kernel that reads the
     cache once per query head, through L2. `mla_decode`: its MLA decode kernel where fitted
     (None: the generic absorbed-MLA model, core.model.ops.mla); `mla_prefill`: its MLA context
-    kernel's shares where fitted (None: the GQA prefill kernel's)."""
+    kernel's shares where fitted (None: the GQA prefill kernel's). `prefill_fp8_query_cast`: with
+    an FP8 cache the engine casts the new queries to FP8 in a kernel of its own before its FP8
+    prefill kernel (vLLM's FlashAttention-3 and FlashInfer paths; TensorRT-LLM's preprocessing
+    kernel writes them in FP8 itself)."""
     prefill_tensor_share: float
     prefill_fp8_tensor_share: float
     prefill_cache_share: float
@@ -584,6 +587,7 @@ class EngineAttention:
     decode_max_group: int = 0
     mla_decode: MlaDecode | None = None
     mla_prefill: MlaPrefill | None = None
+    prefill_fp8_query_cast: bool = False
 
 
 @dataclass(frozen=True)

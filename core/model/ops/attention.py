@@ -3,7 +3,7 @@ sweep of the KV cache."""
 from functools import lru_cache
 from math import ceil
 
-from ..specs import EngineAttention, HardwareSpec
+from ..specs import DTYPE_BYTES, EngineAttention, HardwareSpec
 from .common import (KernelTime, fp8_cache_kernels, launch_s, mixed_bandwidth_bps, stream_bandwidth_bps,
                      tensor_rate_flops)
 from .gemm import L2_USABLE_FRACTION
@@ -119,6 +119,10 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
         busy_s += 2 * q_bytes / mixed_bandwidth_bps(hw) + \
             2 * kv_bytes / (gpu.hbm.bandwidth_bps * engine.prefill_cache_share)
         hbm_bytes += 2 * (q_bytes + kv_bytes)
+        if engine.prefill_fp8_query_cast and fp8_cache_kernels(hw, kv_bytes_per_element):
+            cast_bytes = q_bytes * (1 + DTYPE_BYTES["fp8"] / el)  # the queries read, and written in FP8
+            busy_s += cast_bytes / mixed_bandwidth_bps(hw) + gpu.graph_launch_overhead_s
+            hbm_bytes += cast_bytes
     return KernelTime(floor_s + busy_s + launch_s(hw), flops, hbm_bytes)
 
 
