@@ -12,8 +12,9 @@ family's fitted tables together:
   bandwidth than 8 on the same links;
 - `all_to_all_fill_chunks`: the same for all-to-all, whose n-1 send/recv pairs start together;
 - `nvls_share` (families whose NVLS rate is not fitted elsewhere): the share of the link rate
-  the NVLS all-reduce reaches (efficiency x switch_reduction); Hopper's is fitted on the
-  collectives suite's nccl-tests rows (scripts/calibrate.py) and held here.
+  the NVLS all-reduce reaches (efficiency x switch_reduction); Hopper's is held at its presets'
+  (0.8, which the collectives suite's nccl-tests rows judge, network_efficiency fitted on them
+  by scripts/calibrate.py).
 
 They minimise the mean |log(predicted / measured)| over the rows of 1 MiB and more. Prints per
 GPU the median signed error of each group (kind x GPU count x dtype) over those rows: with the

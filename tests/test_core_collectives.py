@@ -146,7 +146,7 @@ def test_two_gpus_gain_nothing_from_the_switch():
 
 
 def test_hopper_preset_reduces_in_the_switch_and_caps_ll():
-    """DGX H100's NVSwitch reduces (NVLS, at 0.8 of the link rate: the collectives suite's fit)
+    """DGX H100's NVSwitch reduces (NVLS, at 0.8 of the link rate, held when the ring was fitted)
     and its LL tops out at 141 GB/s (NCCL's Hopper single-node llMaxBw); A100's NVSwitch only
     forwards."""
     nvlink = load_hardware("h100-sxm5-80gb").network[0]
