@@ -45,11 +45,14 @@ def run(args) -> int:
             "not_counted": [{"suite": suite, "case": case, "reason": reason} for suite, case, reason in excluded],
             "groups": groups,
             "skipped": skipped,
+            **({"targets": _targets(groups)} if "kernels" in chosen else {}),
             **({"serving": serving[0], "serving_skipped": serving[1]} if serving else {}),
         }, indent=1))
         return 0
     if groups or skipped:
         _print_groups(groups, skipped)
+    if "kernels" in chosen:
+        _print_targets(_targets(groups))
     if serving:
         _print_serving(*serving)
     if not suites:
@@ -126,6 +129,27 @@ def _print_groups(groups: list, skipped: list) -> None:
                            "are SM clock in MHz and board power in W under the power limit)"}
     named = [sources[s] for s in dict.fromkeys(g["suite"] for g in groups)]
     console.print(f"error = predicted / measured - 1, over {' and '.join(named)}; nothing is fitted to them here.")
+    console.print()
+
+
+def _targets(groups: list) -> list:
+    from core.validation.kernel_targets import target_summary
+
+    return target_summary(groups)
+
+
+def _print_targets(targets: list) -> None:
+    """How many kernel groups meet issue 21's targets, per kernel class, and which miss."""
+    if not targets:
+        return
+    lines = [f"targets on {', '.join(targets[0]['gpus'])} (median and p90 of each group's error):"]
+    for t in targets:
+        lines.append(f"  {t['target']} ({t['bound']}): {t['on_target']} of {t['groups']} groups")
+        lines += [f"    missed: {r['gpu']} {r['framework']} {r['kernel']} {r['dtype']} {r['bucket']}: "
+                  f"median {r['median_error_pct']:+.1f} %, p90 {r['p90_abs_error_pct']:.1f} %" for r in t["missed"]]
+    console = _console([[(line,) for line in lines]])
+    for line in lines:
+        console.print(line)
     console.print()
 
 
