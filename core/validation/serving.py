@@ -216,6 +216,26 @@ def serving_groups(engines: dict | None = None) -> tuple:
     return records, [{"model": m, "reason": r, "rows": n} for (m, r), n in sorted(reasons.items())]
 
 
+# Issue 24's targets over every simulated row: (metric, mean |error| bound %, share within
+# +-20 % bound %).
+TARGETS = (("ttft", 25.0, 70.0), ("tpot", 15.0, 70.0))
+
+
+def target_summary(records: list) -> list:
+    """Per metric of TARGETS: the overall record's mean |error| and share within +-20 %, each
+    against its bound, and whether both are met."""
+    overall = next((r for r in records if r["gpu"] == "all"), None)
+    if overall is None:
+        return []
+    out = []
+    for metric, mean_bound, within_bound in TARGETS:
+        f = overall[metric]
+        out.append({"metric": metric, "mean_abs_error_pct": f["mean_abs_error_pct"], "mean_bound_pct": mean_bound,
+                    "within_20_pct": f["within_20_pct"], "within_bound_pct": within_bound,
+                    "met": f["mean_abs_error_pct"] <= mean_bound and f["within_20_pct"] >= within_bound})
+    return out
+
+
 def with_overheads(iteration_s: dict, request_s: dict) -> dict:
     """The engine specs with the given overheads (seconds per engine name)."""
     return {name: replace(spec, iteration_overhead_s=iteration_s.get(name, spec.iteration_overhead_s),
@@ -223,4 +243,4 @@ def with_overheads(iteration_s: dict, request_s: dict) -> dict:
             for name, spec in ENGINES.items()}
 
 
-__all__ = ["cases", "engine_spec", "errors", "figures", "math", "serving_groups", "with_overheads"]
+__all__ = ["cases", "engine_spec", "errors", "figures", "math", "serving_groups", "target_summary", "with_overheads"]

@@ -46,7 +46,8 @@ def run(args) -> int:
             "groups": groups,
             "skipped": skipped,
             **({"targets": _targets(groups)} if "kernels" in chosen else {}),
-            **({"serving": serving[0], "serving_skipped": serving[1]} if serving else {}),
+            **({"serving": serving[0], "serving_skipped": serving[1],
+                "serving_targets": _serving_targets(serving[0])} if serving else {}),
         }, indent=1))
         return 0
     if groups or skipped:
@@ -153,6 +154,12 @@ def _print_targets(targets: list) -> None:
     console.print()
 
 
+def _serving_targets(records: list) -> list:
+    from core.validation.serving import target_summary
+
+    return target_summary(records)
+
+
 def _print_serving(records: list, skipped: list) -> None:
     """TTFT and TPOT errors (predicted / measured - 1) per GPU, model, engine and mode, then
     the rows not simulated and why."""
@@ -175,6 +182,10 @@ def _print_serving(records: list, skipped: list) -> None:
     console.print(table)
     for s in skipped:
         console.print(f"  not simulated: {s['model']}: {s['reason']} ({s['rows']} rows)")
+    for t in _serving_targets(records):
+        console.print(f"  target ({t['metric'].upper()}, every row): mean |error| {t['mean_abs_error_pct']:.1f} % "
+                      f"(<= {t['mean_bound_pct']:g} %), within 20 % {t['within_20_pct']:.0f} % "
+                      f"(>= {t['within_bound_pct']:g} %): {'met' if t['met'] else 'missed'}")
     console.print("Engine overheads (request overheads per version family) and each client's ramp-up, length "
                   "spread and requests per slot are fitted on these rows (scripts/fit_serving.py prints in-sample, "
                   "left-one-engine-out and left-one-family-out errors).")
