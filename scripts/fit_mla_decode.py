@@ -5,8 +5,8 @@ then the preset line. It edits nothing.
 
 The op (core.model.ops.mla.mla_decode with an engine): a floor, a cost per (sequence, 64-head
 tile) spread over the SMs, and the larger of the latent cache's sweep at a share of HBM
-bandwidth and the absorbed matmuls at a share of the BF16 peak (of the FP8 peak over an FP8
-cache). The five figures minimise the mean |log(predicted / measured)| over every STRIDE-th
+bandwidth and the absorbed matmuls at a share of the BF16 peak (over an FP8 cache, a sweep
+share and a share of the FP8 peak of its own). The six figures minimise the mean |log(predicted / measured)| over every STRIDE-th
 BF16 row, each (cache dtype, size bucket) group of the kernel suite weighing the same, from a
 few starts, shares bounded to (0, 1]. Held out: each GPU's figures predict its siblings' tables
 (H100 <-> H200, B200 <-> B300 <-> GB200 <-> GB300).
@@ -30,9 +30,10 @@ STRIDE = 2
 FAMILY = {"a100_sxm": "ampere", "h100_sxm": "hopper", "h200_sxm": "hopper", "b200_sxm": "blackwell",
           "b300_sxm": "blackwell", "gb200": "blackwell", "gb300": "blackwell"}
 COLUMNS = ("batch_size", "num_heads", "step", "mla_dtype", "kv_cache_dtype")
-# (floor us, per-sequence-tile us, bandwidth share, BF16 share, FP8 share) starts and bounds
-STARTS = ((6.0, 0.1, 0.9, 0.5, 0.5), (9.0, 0.3, 0.8, 0.3, 0.3), (3.0, 0.05, 1.0, 0.7, 0.6))
-BOUNDS = ((0.0, 50.0), (0.0, 50.0), (0.05, 1.0), (0.05, 1.0), (0.05, 1.0))
+# (floor us, per-sequence-tile us, bandwidth share, BF16 share, FP8 share, FP8 bandwidth share)
+# starts and bounds
+STARTS = ((6.0, 0.1, 0.9, 0.5, 0.5, 0.9), (9.0, 0.3, 0.8, 0.3, 0.3, 0.8), (3.0, 0.05, 1.0, 0.7, 0.6, 1.0))
+BOUNDS = ((0.0, 50.0), (0.0, 50.0), (0.05, 1.0), (0.05, 1.0), (0.05, 1.0), (0.05, 1.0))
 
 
 def rows(gpu: str) -> list:
@@ -48,7 +49,7 @@ def rows(gpu: str) -> list:
 def kernel(x) -> MlaDecode:
     x = [float(np.clip(v, lo, hi)) for v, (lo, hi) in zip(x, BOUNDS)]
     return MlaDecode(floor_s=x[0] * 1e-6, sequence_s=x[1] * 1e-6, bandwidth_share=x[2], tensor_share=x[3],
-                     fp8_tensor_share=x[4])
+                     fp8_tensor_share=x[4], fp8_bandwidth_share=x[5])
 
 
 def with_kernel(hw, mla: MlaDecode):
@@ -94,7 +95,7 @@ def report(hw, table) -> str:
 def preset_line(mla: MlaDecode) -> str:
     return (f"mla_decode: {{floor: {mla.floor_s * 1e6:.2f} us, sequence: {mla.sequence_s * 1e6:.3f} us, "
             f"bandwidth_share: {mla.bandwidth_share:.3f}, tensor_share: {mla.tensor_share:.3f}, "
-            f"fp8_tensor_share: {mla.fp8_tensor_share:.3f}}}")
+            f"fp8_tensor_share: {mla.fp8_tensor_share:.3f}, fp8_bandwidth_share: {mla.fp8_bandwidth_share:.3f}}}")
 
 
 def main() -> None:

@@ -178,12 +178,14 @@ def test_an_mla_prefill_block_takes_shares_up_to_one():
             **_preset_fields("h100-sxm5-80gb"), "mla_prefill": {"tensor_share": 1.5, "fp8_tensor_share": 0.4}}}})
 
 
-MLA = MlaDecode(floor_s=10e-6, sequence_s=4e-6, bandwidth_share=0.8, tensor_share=0.5, fp8_tensor_share=0.25)
+MLA = MlaDecode(floor_s=10e-6, sequence_s=4e-6, bandwidth_share=0.6, tensor_share=0.5, fp8_tensor_share=0.25,
+                fp8_bandwidth_share=0.8)
 
 
 def test_an_engines_mla_decode_is_its_floor_a_cost_per_sequence_tile_and_the_slower_of_sweep_and_matmuls():
     """64 sequences of 16 heads over 4,096 cached tokens of an FP8 latent (512 + 64): the cache
-    (64 x 4,096 x 576 bytes) swept at 0.8 of HBM beside the queries in and latents out, the
+    (64 x 4,096 x 576 bytes) swept at 0.8 of HBM (the FP8 sweep's share) beside the queries in
+    and latents out, the
     matmuls (one 64-head tile each, 2 x 64 x 64 x 4,096 x 1,088) at 0.25 of the FP8 peak, the
     larger of the two, plus 64 sequence tiles x 4 us over 132 SMs and the 10 us floor."""
     hw = bare(load_hardware("h100-sxm5-80gb"), trtllm=dataclasses.replace(KERNELS, mla_decode=MLA))
@@ -193,6 +195,26 @@ def test_an_engines_mla_decode_is_its_floor_a_cost_per_sequence_tile_and_the_slo
     assert mla_decode(hw, 64, 16, 4096, 512, 64, 1, "trtllm").time_s == pytest.approx(expected)
     generic = mla_decode(hw, 64, 16, 4096, 512, 64, 1).time_s
     assert generic != pytest.approx(expected)
+
+
+def test_an_mla_decode_sweeps_a_bf16_cache_at_its_own_share():
+    """The same 64 x 4,096 tokens in BF16, 16 heads: twice the bytes at 0.6 of HBM (the BF16
+    share), the matmuls at 0.5 of the BF16 peak, the larger of the two."""
+    hw = bare(load_hardware("h100-sxm5-80gb"), trtllm=dataclasses.replace(KERNELS, mla_decode=MLA))
+    sweep = 64 * 4096 * 576 * 2 / (hw.gpu.hbm.bandwidth_bps * 0.6) + 64 * 16 * 1088 * 2 / ops.mixed_bandwidth_bps(hw)
+    matmuls = 2.0 * 64 * 64 * 4096 * 1088 / (hw.gpu.flops("bf16") * 0.5)
+    expected = 10e-6 + max(sweep, matmuls) + 64 * 4e-6 / 132
+    assert mla_decode(hw, 64, 16, 4096, 512, 64, 2, "trtllm").time_s == pytest.approx(expected)
+
+
+def test_an_mla_decode_blocks_fp8_sweep_share_defaults_to_the_bf16_one():
+    block = {"floor": "10 us", "sequence": "4 us", "bandwidth_share": 0.9, "tensor_share": 0.6, "fp8_tensor_share": 0.4}
+    fields = {**_preset_fields("h100-sxm5-80gb"), "mla_decode": block}
+    hw = load_hardware("h100-sxm5-80gb", {"calibration.engine_attention": {"trtllm": fields}})
+    assert hw.calibration.engine_kernels("trtllm").mla_decode.fp8_bandwidth_share == 0.9
+    fields["mla_decode"] = {**block, "fp8_bandwidth_share": 0.7}
+    hw = load_hardware("h100-sxm5-80gb", {"calibration.engine_attention": {"trtllm": fields}})
+    assert hw.calibration.engine_kernels("trtllm").mla_decode.fp8_bandwidth_share == 0.7
 
 
 def test_an_mla_decode_block_needs_its_units():

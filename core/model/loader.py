@@ -482,11 +482,15 @@ def _optional_block(raw, source: str, prefix: str, what: str, build):
 
 
 def _mla_decode(raw, source: str, prefix: str) -> MlaDecode | None:
-    """An engine's optional `mla_decode` block (times with a unit, shares in (0, 1])."""
-    return _optional_block(raw, source, prefix, "the MLA decode kernel's figures", lambda k: MlaDecode(
-        floor_s=k.unit("floor", units.parse_time), sequence_s=k.unit("sequence", units.parse_time),
-        bandwidth_share=k.number("bandwidth_share", high=1.0), tensor_share=k.number("tensor_share", high=1.0),
-        fp8_tensor_share=k.number("fp8_tensor_share", high=1.0)))
+    """An engine's optional `mla_decode` block (times with a unit, shares in (0, 1]; an FP8
+    cache's sweep share defaults to the BF16 one's)."""
+    def block(k) -> MlaDecode:
+        bandwidth = k.number("bandwidth_share", high=1.0)
+        return MlaDecode(floor_s=k.unit("floor", units.parse_time), sequence_s=k.unit("sequence", units.parse_time),
+                         bandwidth_share=bandwidth, tensor_share=k.number("tensor_share", high=1.0),
+                         fp8_tensor_share=k.number("fp8_tensor_share", high=1.0),
+                         fp8_bandwidth_share=k.number("fp8_bandwidth_share", bandwidth, high=1.0))
+    return _optional_block(raw, source, prefix, "the MLA decode kernel's figures", block)
 
 
 def _mla_prefill(raw, source: str, prefix: str) -> MlaPrefill | None:

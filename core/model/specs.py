@@ -527,13 +527,16 @@ class MlaDecode:
     the latent cache), fitted on its measured MLA generation table (scripts/fit_mla_decode.py):
     `floor_s` for the op, `sequence_s` per (sequence, 64-head tile) spread over the SMs (its
     query load, split-KV merge and write-out), and the larger of the latent cache's sweep at
-    `bandwidth_share` of HBM and the absorbed matmuls at `tensor_share` of the BF16 peak
-    (`fp8_tensor_share` of the FP8 peak over an FP8 cache, where the GPU has one)."""
+    `bandwidth_share` of HBM and the absorbed matmuls at `tensor_share` of the BF16 peak (over
+    an FP8 cache, where the GPU has FP8 kernels: the sweep at `fp8_bandwidth_share`, the
+    matmuls at `fp8_tensor_share` of the FP8 peak; the tables sweep an FP8 cache at a larger
+    share of HBM than a BF16 one on Blackwell, a smaller one on H200)."""
     floor_s: float
     sequence_s: float
     bandwidth_share: float
     tensor_share: float
     fp8_tensor_share: float
+    fp8_bandwidth_share: float
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ def mla_decode(hw: HardwareSpec, batch: int, heads: int, context: int, kv_lora_r
     The cache is read once per sequence (all heads share it); the matmuls run on the tensor
     cores, the heads padded to a whole MMA tile (MLA_HEAD_TILE). With an `engine` whose MLA
     decode kernel the preset describes (calibration.engine_attention, MlaDecode): its floor,
-    its cost per sequence tile and its shares of HBM and of the peak (FP8 over an FP8 cache);
+    its cost per sequence tile and its shares of HBM and of the peak (FP8's over an FP8 cache);
     else at the activation dtype's rate and attention_efficiency, after the split-KV chain's
     launch latencies (MLA_DECODE_CHAIN)."""
     cal, gpu = hw.calibration, hw.gpu
@@ -48,9 +48,11 @@ def mla_decode(hw: HardwareSpec, batch: int, heads: int, context: int, kv_lora_r
                           cache_bytes + q_bytes)
     if fp8_cache_kernels(hw, kv_bytes_per_element):
         rate = gpu.flops("fp8") * cal.sustained_clock * mla.fp8_tensor_share
+        bandwidth_share = mla.fp8_bandwidth_share
     else:
         rate = gpu.flops(hw.act_dtype) * cal.sustained_clock * mla.tensor_share
-    sweep_s = cache_bytes / (gpu.hbm.bandwidth_bps * mla.bandwidth_share) + q_bytes / mixed_bandwidth_bps(hw)
+        bandwidth_share = mla.bandwidth_share
+    sweep_s = cache_bytes / (gpu.hbm.bandwidth_bps * bandwidth_share) + q_bytes / mixed_bandwidth_bps(hw)
     busy_s = max(sweep_s, tiled / rate) + batch * tiles * mla.sequence_s / gpu.sm_count
     return KernelTime(mla.floor_s + busy_s + launch_s(hw), flops, cache_bytes + q_bytes)
 
