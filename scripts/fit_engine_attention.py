@@ -10,7 +10,8 @@ its BF16 generation rows, both cache dtypes, from a few starts. Both minimise th
 weighing the same. decode_max_group and prefill_fp8_query_cast are the engine's facts, not fitted: TensorRT-LLM's XQA
 takes at most 32 query heads per KV head (beyond, its masked multi-head kernel reads the cache
 once per query head); vLLM's kernels pack any group, and over an FP8 cache vLLM casts the queries
-in a kernel of its own.
+in a kernel of its own (read from the preset). Each fit also starts from the preset's own
+figures and keeps the better optimum.
 
 Held out: each GPU's factors predict its siblings' tables (the same die: H100 <-> H200,
 B200 <-> B300 <-> GB200 <-> GB300), printed per size bucket as `rapid validate --suite kernels`
@@ -32,8 +33,6 @@ from core.validation.kernels import ATTENTION_DTYPES, KERNELS_DIR, KV_BYTES, PRE
 
 STRIDE = 5
 MAX_GROUP = {"trtllm": 32, "vllm": 0}
-# with an FP8 cache, vLLM casts the queries to FP8 in a kernel of its own (EngineAttention.prefill_fp8_query_cast)
-QUERY_CAST = {"trtllm": False, "vllm": True}
 FAMILY = {"a100_sxm": "ampere", "h100_sxm": "hopper", "h200_sxm": "hopper", "b200_sxm": "blackwell",
           "b300_sxm": "blackwell", "gb200": "blackwell", "gb300": "blackwell"}
 CONTEXT_COLUMNS = ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "window_size",
@@ -111,19 +110,35 @@ def group_weights(labels) -> np.ndarray:
     return np.array([1.0 / counts[k] for k in keys]) / len(counts)
 
 
+def preset_start(hw, name: str, names: tuple) -> tuple:
+    """The preset's own figures for `names`, in the fit's units, as one more start (() when the
+    preset has no kernels of the engine): refitting from them keeps an optimum the fixed start
+    can miss (vLLM's H100 prefill from PREFILL_START lands at a share of 1.0)."""
+    current = hw.calibration.engine_kernels(name)
+    return (tuple(getattr(current, n) / SCALE.get(n, 1.0) for n in names),) if current is not None else ()
+
+
+def query_cast(hw, name: str) -> bool:
+    """The engine's fact that it casts its queries to FP8 in a kernel of its own, as its preset says."""
+    current = hw.calibration.engine_kernels(name)
+    return current is not None and current.prefill_fp8_query_cast
+
+
 def fit_prefill(hw, name, rows, decode_part: dict, group: int) -> dict:
     sample = rows[::STRIDE]
     measured = np.array([r[-1] for r in sample])
     weights = group_weights((kv, flop_bucket(2.0 * bh * s * s * d)) for bh, s, d, _, kv, _ in sample)
+    cast = query_cast(hw, name)
 
     def loss(x):
-        model = with_engine(hw, name, engine({**_factors(PREFILL, x), **decode_part}, group, QUERY_CAST[name]))
+        model = with_engine(hw, name, engine({**_factors(PREFILL, x), **decode_part}, group, cast))
         return float(np.sum(weights * np.abs(np.log(prefill_s(model, name, sample) / measured))))
-    x = minimize(loss, PREFILL_START, method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-5}).x
-    return _factors(PREFILL, x)
+    best = min((minimize(loss, start, method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-5})
+                for start in (PREFILL_START, *preset_start(hw, name, PREFILL))), key=lambda r: r.fun)
+    return _factors(PREFILL, best.x)
 
 
-def fit_decode(hw, rows, prefill_part: dict, group: int) -> dict:
+def fit_decode(hw, name, rows, prefill_part: dict, group: int) -> dict:
     sample = {k: v[::2] for k, v in rows.items()}
     cache = 2.0 * sample["batch"] * sample["kv_heads"] * sample["context"] * sample["head_dim"] * sample["kv_el"]
     weights = group_weights(zip(sample["kv_el"], (kv_bucket(b) for b in cache)))
@@ -132,7 +147,7 @@ def fit_decode(hw, rows, prefill_part: dict, group: int) -> dict:
         kernels = engine({**prefill_part, **_factors(DECODE, x)}, group)
         return float(np.sum(weights * np.abs(np.log(decode_s(hw, kernels, sample) / sample["seconds"]))))
     best = min((minimize(loss, start, method="Nelder-Mead", options={"maxiter": 4000, "xatol": 1e-3, "fatol": 1e-6})
-                for start in DECODE_STARTS), key=lambda r: r.fun)
+                for start in (*DECODE_STARTS, *preset_start(hw, name, DECODE))), key=lambda r: r.fun)
     best = minimize(loss, best.x, method="Powell")
     return _factors(DECODE, best.x)
 
@@ -188,9 +203,9 @@ def main() -> None:
             pre, dec = prefill_rows(gpu, name), decode_rows(gpu, name)
             if not pre or not dec["seconds"].size:
                 continue
-            decode_part = fit_decode(hw, dec, dict(zip(PREFILL, (0.5, 0.5, 0.5, 0.0, 0.0))), group)
+            decode_part = fit_decode(hw, name, dec, dict(zip(PREFILL, (0.5, 0.5, 0.5, 0.0, 0.0))), group)
             prefill_part = fit_prefill(hw, name, pre, decode_part, group)
-            fitted[(name, gpu)] = engine({**prefill_part, **decode_part}, group, QUERY_CAST[name])
+            fitted[(name, gpu)] = engine({**prefill_part, **decode_part}, group, query_cast(hw, name))
             print(f"== {gpu} {name}\n{preset_block(name, fitted[(name, gpu)])}")
         for gpu, hw in hardware.items():
             pre, dec = prefill_rows(gpu, name), decode_rows(gpu, name)
