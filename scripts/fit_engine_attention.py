@@ -4,7 +4,7 @@ core.model.specs.EngineAttention) per GPU on the measured kernel tables of
 out, then the preset block. It edits nothing.
 
 Prefill: prefill_tensor_share, prefill_tile and prefill_floor on the engine's BF16 context rows
-(every STRIDE-th; BF16 and FP8 caches, no sliding window). Decode: the eight decode_* factors on
+(every STRIDE-th; BF16 and FP8 caches, no sliding window). Decode: the nine decode_* factors on
 its BF16 generation rows, both cache dtypes, from a few starts. Both minimise the mean
 |log(predicted / measured)| with each (cache dtype, size bucket) group of the kernel suite
 weighing the same. decode_max_group and prefill_fp8_query_cast are the engine's facts, not fitted: TensorRT-LLM's XQA
@@ -42,17 +42,18 @@ GENERATION_COLUMNS = ("batch_size", "num_heads", "num_key_value_heads", "head_di
 PREFILL = ("prefill_tensor_share", "prefill_fp8_tensor_share", "prefill_cache_share", "prefill_tile_s",
            "prefill_floor_s")
 DECODE = ("decode_floor_s", "decode_pair_s", "decode_bandwidth_share", "decode_fp8_bandwidth_share",
-          "decode_split_tokens", "decode_max_splits", "decode_saturation", "decode_score_s")
+          "decode_split_tokens", "decode_max_splits", "decode_saturation", "decode_score_s", "decode_group_pair_s")
 # fitted in these units (microseconds, nanoseconds), within these bounds
 SCALE = {"prefill_tile_s": 1e-6, "prefill_floor_s": 1e-6, "decode_floor_s": 1e-6, "decode_pair_s": 1e-6,
-         "decode_score_s": 1e-9}
+         "decode_score_s": 1e-9, "decode_group_pair_s": 1e-6}
 BOUNDS = {"prefill_tensor_share": (0.2, 1.0), "prefill_fp8_tensor_share": (0.1, 1.0),
           "prefill_cache_share": (0.02, 1.0), "prefill_tile_s": (0.0, 50.0), "prefill_floor_s": (0.0, 50.0),
           "decode_floor_s": (0.0, 50.0), "decode_pair_s": (0.0, 50.0), "decode_bandwidth_share": (0.2, 1.0),
           "decode_fp8_bandwidth_share": (0.2, 1.0), "decode_split_tokens": (16.0, 4096.0),
-          "decode_max_splits": (1.0, 1024.0), "decode_saturation": (0.1, 64.0), "decode_score_s": (0.0, 100.0)}
-DECODE_STARTS = ((3.0, 1.3, 0.85, 0.85, 256.0, 64.0, 1.0, 0.3), (3.0, 3.0, 0.9, 0.7, 32.0, 16.0, 2.0, 0.1),
-                 (1.0, 1.0, 1.0, 1.0, 128.0, 128.0, 0.5, 0.05))
+          "decode_max_splits": (1.0, 1024.0), "decode_saturation": (0.1, 64.0), "decode_score_s": (0.0, 100.0),
+          "decode_group_pair_s": (0.0, 50.0)}
+DECODE_STARTS = ((3.0, 1.3, 0.85, 0.85, 256.0, 64.0, 1.0, 0.3, 1.3), (3.0, 3.0, 0.9, 0.7, 32.0, 16.0, 2.0, 0.1, 3.0),
+                 (1.0, 1.0, 1.0, 1.0, 128.0, 128.0, 0.5, 0.05, 5.0))
 PREFILL_START = (0.5, 0.4, 0.5, 3.0, 3.0)
 
 
@@ -185,7 +186,8 @@ def preset_block(name: str, kernels: EngineAttention) -> str:
             f"decode_fp8_bandwidth_share: {k.decode_fp8_bandwidth_share:.3f},\n"
             f"      decode_split_tokens: {round(k.decode_split_tokens)}, decode_max_splits: {round(k.decode_max_splits)}, "
             f"decode_saturation: {k.decode_saturation:.3f}, decode_score: {k.decode_score_s * 1e9:.3f} ns, "
-            f"decode_max_group: {k.decode_max_group}"
+            f"decode_max_group: {k.decode_max_group},\n"
+            f"      decode_group_pair: {k.decode_group_pair_s * 1e6:.3f} us"
             + (", prefill_fp8_query_cast: true" if k.prefill_fp8_query_cast else "") + "}")
 
 

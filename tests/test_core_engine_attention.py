@@ -65,6 +65,32 @@ def test_a_group_beyond_the_kernels_limit_reads_the_cache_per_query_head_through
     assert ops.decode_attention(hw, 1, 64, 1, 8192, 128, 2, "trtllm").time_s == pytest.approx(1e-6 + prep + sweep)
 
 
+def test_the_grouped_kernel_pays_its_own_cost_per_pair_over_a_bf16_cache():
+    """8 sequences on 8 KV heads: 64 pairs. With 64 query heads (a group of 8) over a BF16 cache
+    each pair costs decode_group_pair (5 us) in place of decode_pair (2 us): 64 x 3 us more
+    over the SMs. One query head per KV head, an FP8 cache, or a group beyond decode_max_group
+    keep decode_pair."""
+    hw = bare(load_hardware("h100-sxm5-80gb"))
+    grouped = dataclasses.replace(KERNELS, decode_group_pair_s=5e-6, decode_max_group=32)
+    limited = dataclasses.replace(KERNELS, decode_max_group=32)
+
+    def extra(heads, kv_heads, kv_el):
+        return float(engine_decode_s(grouped, hw, 8, heads, kv_heads, 1000, 128, kv_el)
+                     - engine_decode_s(limited, hw, 8, heads, kv_heads, 1000, 128, kv_el))
+
+    assert extra(64, 8, 2) == pytest.approx(64 * 3e-6 / 132)
+    assert extra(8, 8, 2) == 0.0
+    assert extra(64, 8, 1) == 0.0
+    assert extra(64, 1, 2) == 0.0
+
+
+def test_a_block_without_decode_group_pair_takes_decode_pair():
+    """The loader's default: the grouped kernel costs what the one-head kernel does."""
+    hw = load_hardware("b200-sxm-180gb")
+    for _, kernels in hw.calibration.engine_attention:
+        assert kernels.decode_group_pair_s == kernels.decode_pair_s
+
+
 def test_an_engine_not_in_the_preset_keeps_the_bandwidth_model(a100):
     hw = bare(a100)
     assert ops.decode_attention(hw, 8, 32, 8, 4096, 128, 2, "vllm") == ops.decode_attention(hw, 8, 32, 8, 4096, 128, 2)

@@ -446,6 +446,7 @@ def _engine_attention(raw, source: str, base: tuple) -> tuple:
             raise SpecError(source, "calibration.engine_attention", engine,
                             f"expected one of {', '.join(ENGINE_ATTENTION)}")
         k = _Fields(raw[engine], source, f"calibration.engine_attention.{engine}.")
+        pair_s = k.unit("decode_pair", units.parse_time)
         out.append((engine, EngineAttention(
             prefill_tensor_share=k.number("prefill_tensor_share", high=1.0),
             prefill_fp8_tensor_share=k.number("prefill_fp8_tensor_share", high=1.0),
@@ -453,7 +454,7 @@ def _engine_attention(raw, source: str, base: tuple) -> tuple:
             prefill_tile_s=k.unit("prefill_tile", units.parse_time),
             prefill_floor_s=k.unit("prefill_floor", units.parse_time),
             decode_floor_s=k.unit("decode_floor", units.parse_time),
-            decode_pair_s=k.unit("decode_pair", units.parse_time),
+            decode_pair_s=pair_s,
             decode_bandwidth_share=k.number("decode_bandwidth_share", high=1.0),
             decode_fp8_bandwidth_share=k.number("decode_fp8_bandwidth_share", high=1.0),
             decode_split_tokens=float(k.integer("decode_split_tokens")),
@@ -461,6 +462,7 @@ def _engine_attention(raw, source: str, base: tuple) -> tuple:
             decode_saturation=k.number("decode_saturation"),
             decode_score_s=k.unit("decode_score", units.parse_time),
             decode_max_group=k.integer("decode_max_group", 0, minimum=0),
+            decode_group_pair_s=k.unit("decode_group_pair", units.parse_time, BaseUnits(pair_s)),
             prefill_fp8_query_cast=k.boolean("prefill_fp8_query_cast", False),
             mla_decode=_mla_decode(k.raw("mla_decode"), source, f"calibration.engine_attention.{engine}.mla_decode."),
             mla_prefill=_mla_prefill(k.raw("mla_prefill"), source,

@@ -562,7 +562,9 @@ class EngineAttention:
     preprocessing: RoPE over the new queries at the elementwise rate, the new keys and values
     read and written into the paged cache at `prefill_cache_share` of HBM bandwidth.
     Decode: `decode_floor_s` for the op, `decode_pair_s` per (sequence, KV head) pair spread
-    over the SMs (loading its queries, merging split-KV partials, writing out), and the cache
+    over the SMs (loading its queries, merging split-KV partials, writing out; `decode_group_pair_s`
+    in its place where the block serves a group of query heads over a BF16 cache, the grouped
+    kernel: TensorRT-LLM's on Hopper costs four times its one-head kernel; None: the same), and the cache
     swept at `decode_bandwidth_share` of HBM (`decode_fp8_bandwidth_share` for an FP8 cache)
     times n / (1 + n), n the split-KV chunks in flight per `decode_saturation` per SM: each
     pair's cache split in chunks of `decode_split_tokens`, at most `decode_max_splits`; plus
@@ -588,6 +590,7 @@ class EngineAttention:
     decode_saturation: float
     decode_score_s: float
     decode_max_group: int = 0
+    decode_group_pair_s: float | None = None
     mla_decode: MlaDecode | None = None
     mla_prefill: MlaPrefill | None = None
     prefill_fp8_query_cast: bool = False
