@@ -84,6 +84,16 @@ def test_a_short_k_gemm_over_many_tiles_is_bound_by_writing_its_output(h100):
     assert ops.gemm(unbound, 16384, 16384, 32).time_s < 0.75 * store_s
 
 
+def test_a_kernel_that_writes_its_own_output_adds_the_writing_to_its_time(h100):
+    """The same GEMM on a kernel whose math warps write each output tile before the next tile's
+    MMAs (DeepGEMM's): its tiles' time plus the 512 MiB written, not the larger of the two."""
+    hw = no_overheads(h100)
+    store_s = 16384 * 16384 * 2 / (hw.gpu.hbm.bandwidth_bps * hw.calibration.store_efficiency)
+    unbound = dataclasses.replace(hw, calibration=dataclasses.replace(hw.calibration, store_efficiency=1e9))
+    tiles_s = ops.gemm(unbound, 16384, 16384, 32).time_s
+    assert ops.gemm(hw, 16384, 16384, 32, epilogue_in_series=True).time_s == pytest.approx(tiles_s + store_s)
+
+
 def test_decode_attention_sweeps_the_cache_as_one_stream(a100):
     """2 sequences, 4 heads of 64, 1000 cached tokens in FP16, no SM-rate bound: the cache
     (2 x 2 x 4 x 1000 x 64 x 2 bytes) at the stream rate, the step's queries in and outputs

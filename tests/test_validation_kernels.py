@@ -106,7 +106,7 @@ def test_a_short_k_nvfp4_row_is_its_output_written_at_its_kernels_rate(tmp_path)
 
 def test_block_scaled_fp8_rows_are_timed_for_tensorrt_llm_and_skipped_for_vllm(tmp_path):
     """TensorRT-LLM's fp8_block row: its own block-scaled FP8 GEMM (TRTLLM_FP8_BLOCK_OVER_CUBLAS of
-    cuBLAS's share) and one quantizing pass (a 4-byte scale per 128 elements) launched as in a
+    cuBLAS's share, its output written after its tiles) and one quantizing pass (a 4-byte scale per 128 elements) launched as in a
     CUDA graph (gpu.graph_launch_overhead); vLLM's were timed without CUDA graphs and are
     counted as skipped."""
     m, n, k = 2048, 4096, 4096
@@ -119,7 +119,7 @@ def test_block_scaled_fp8_rows_are_timed_for_tensorrt_llm_and_skipped_for_vllm(t
     [record], skipped = kernel_groups(tmp_path)
     trtllm_kernel = replace(hw, fp8_recipe="block-scaled", calibration=replace(
         hw.calibration, fp8_block_efficiency=hw.calibration.fp8_block_efficiency * TRTLLM_FP8_BLOCK_OVER_CUBLAS))
-    predicted_s = (ops.gemm(trtllm_kernel, m, n, k, dtype="fp8").time_s
+    predicted_s = (ops.gemm(trtllm_kernel, m, n, k, dtype="fp8", epilogue_in_series=True).time_s
                    + ops.pointwise(in_graph(hw), m * k * (2 + 1 + 4 / 128)).time_s)
     assert in_graph(hw).gpu.launch_overhead_s == hw.gpu.graph_launch_overhead_s == 1e-6
     assert (record["framework"], record["dtype"]) == ("trtllm 0.1", "fp8 block")

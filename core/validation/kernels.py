@@ -114,8 +114,9 @@ def _one_pass_quant(hw, elements: int, dtype: str):
 CUBLAS_OVER_CUTLASS_FP8 = 1.049
 # The presets' block-scaled FP8 share (fp8_block_efficiency) is cuBLAS's, measured on our own
 # H100 (scripts/measure_gpu_kernels.py --block-fp8), as Transformer Engine calls it;
-# TensorRT-LLM's own block-scaled GEMM reaches 0.840 of it (scripts/fit_gemm.py on its table).
-TRTLLM_FP8_BLOCK_OVER_CUBLAS = 0.840
+# TensorRT-LLM's own block-scaled GEMM reaches 0.918 of it (scripts/fit_gemm.py on its table, H100
+# and H200 alike, its epilogue in series: LIBRARY_EPILOGUE_IN_SERIES).
+TRTLLM_FP8_BLOCK_OVER_CUBLAS = 0.918
 # (engine, the table's GEMM dtype) -> (the calibration share its library changes, by how much)
 # vLLM's NVFP4 GEMM (FlashInfer's CuTe DSL kernel) is the only NVFP4 GEMM measured; the presets'
 # NVFP4 share is cuBLAS's as Transformer Engine calls it, taken as that kernel's times the same
@@ -130,6 +131,12 @@ LIBRARY_SHARE = {("vllm", "fp8"): ("fp8_efficiency", 1.0 / CUBLAS_OVER_CUTLASS_F
 # GB300 alike (scripts/fit_gemm.py). (engine, the table's GEMM dtype) -> that factor.
 VLLM_NVFP4_STORE_OVER_CUBLAS = 0.714
 LIBRARY_STORE = {("vllm", "nvfp4"): VLLM_NVFP4_STORE_OVER_CUBLAS}
+# TensorRT-LLM's block-scaled FP8 GEMM on Hopper is DeepGEMM's kernel, whose math warpgroups
+# write each output tile themselves after its last MMA (no second warpgroup's MMAs cover it, as
+# cuBLAS's ping-pong tiles do): its table's short-k rows take the BF16 GEMM's time plus a second
+# write of the output (m = 4,096, n = 16,384, k = 128: 93 us against 60), its mid-k rows about
+# compute plus output written. (engine, the table's GEMM dtype) of such kernels.
+LIBRARY_EPILOGUE_IN_SERIES = {("trtllm", "fp8_block")}
 
 
 def vllm_fp8_tiles(hw, m: int, n: int, k: int) -> tuple:
@@ -194,7 +201,8 @@ def library_gemm_s(hw, m: int, n: int, k: int, gemm_dtype: str, engine: str) -> 
     """The GEMM alone, as the table's engine's library runs it: its share and its tiles."""
     dtype, recipe = GEMM_DTYPES[gemm_dtype]
     library = engine_hardware(_variant(hw, fp8_recipe=recipe) if recipe else hw, gemm_dtype, engine)
-    return ops.gemm(library, m, n, k, dtype=dtype, tiles=_library_tiles(hw, m, n, k, gemm_dtype, engine)).time_s
+    return ops.gemm(library, m, n, k, dtype=dtype, tiles=_library_tiles(hw, m, n, k, gemm_dtype, engine),
+                    epilogue_in_series=(engine, gemm_dtype) in LIBRARY_EPILOGUE_IN_SERIES).time_s
 
 
 @functools.lru_cache(maxsize=None)
