@@ -288,6 +288,38 @@ def test_each_engine_takes_its_kv_cache_from_its_own_memory_knob():
         assert kv_tokens(MODEL, HW, Pool(), _engine(name), 2.0) == int(cache_bytes / per_token)
 
 
+def test_sglang_sizes_its_prefill_chunk_and_cuda_graphs_by_the_gpus_memory():
+    """SGLang's own tiers: 8,192-token chunks up to 160 GB, 16,384 beyond; CUDA graphs up to 256
+    requests below 4 tensor-parallel ranks, 512 from 4 ranks and on every GPU beyond 160 GB."""
+    sglang, b200 = engine_spec("sglang"), load_hardware("b200-sxm-180gb").gpu
+    sized = lambda gpu, tp: engines_module.on_gpu(sglang, gpu, tp)  # noqa: E731
+    assert (sized(HW.gpu, 2).max_num_tokens, sized(HW.gpu, 2).cuda_graph_max_batch) == (8192, 256)
+    assert (sized(HW.gpu, 4).max_num_tokens, sized(HW.gpu, 4).cuda_graph_max_batch) == (8192, 512)
+    assert (sized(b200, 1).max_num_tokens, sized(b200, 1).cuda_graph_max_batch) == (16384, 512)
+    by_hand = engine_spec("sglang", max_num_tokens=4096)
+    assert engines_module.on_gpu(by_hand, b200, 1).max_num_tokens == 4096
+
+
+def test_vllm_takes_the_smaller_budget_on_an_a100():
+    """vLLM's API server: 8,192 tokens and 1,024 requests on GPUs of 70 GiB and more, but 2,048
+    and 256 on an A100 of any memory."""
+    vllm = engine_spec("vllm")
+    a100 = engines_module.on_gpu(vllm, load_hardware("a100-sxm4-80gb").gpu)
+    h100 = engines_module.on_gpu(vllm, load_hardware("h100-sxm5-80gb").gpu)
+    assert (a100.max_num_tokens, a100.max_batch) == (2048, 256)
+    assert (h100.max_num_tokens, h100.max_batch) == (8192, 1024)
+    assert engines_module.on_gpu(engine_spec("vllm", max_batch=64), load_hardware("a100-sxm4-80gb").gpu).max_batch == 64
+
+
+def test_a_12000_token_prompt_prefills_in_one_sglang_iteration_on_a_b200_and_two_on_an_h200():
+    """One request of 12,000 prompt tokens and 2 output tokens: the prompt's chunks, then one
+    decode step (the first token leaves with the prompt's last chunk)."""
+    load = Load(12000, 2, concurrency=1, requests=1)
+    b200 = serve(MODEL, load_hardware("b200-sxm-180gb"), engine_spec("sglang"), load, Pool())
+    h200 = serve(MODEL, HW, engine_spec("sglang"), load, Pool())
+    assert (b200["iterations"], h200["iterations"]) == (2, 3)
+
+
 def test_a_version_family_is_the_versions_major_and_minor():
     assert engines_module.version_family("1.0.0rc3") == "1.0"
     assert engines_module.version_family("0.12.0") == "0.12"
@@ -342,7 +374,7 @@ def test_the_70b_sweeps_tensorrt_llm_engines_run_as_its_launch_scripts_start_the
     assert (waiting.max_num_tokens, waiting.batch_wait_iters, waiting.batch_wait_tokens_ratio) == (16384, 20, 0.9)
     eight = serving_rows.launched({**sweep, "tp_size": "8.0"}, trtllm)
     longer = serving_rows.launched({**sweep, "osl": "8192"}, trtllm)
-    assert eight == longer == replace(trtllm, max_num_tokens=16384)
+    assert eight == longer == engines_module.with_knobs(trtllm, max_num_tokens=16384)
     assert serving_rows.launched({**sweep, "backend": "vllm"}, engine_spec("vllm")) == engine_spec("vllm")
     other = {**sweep, "silicon_data_source": "silicon_concurrency=4"}
     assert serving_rows.launched(other, trtllm) == trtllm

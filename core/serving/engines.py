@@ -1,9 +1,12 @@
 """What distinguishes the serving engines: how they batch prefill with decode, how they hold the
 KV cache, which iterations replay as CUDA graphs, and the host time they add. Defaults are the
-engines' own (their server arguments); the two overheads are fitted (scripts/fit_serving.py)."""
+engines' own (their server arguments), sized for the GPU where the engine sizes them (on_gpu);
+the two overheads are fitted (scripts/fit_serving.py)."""
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from core.errors import SpecError
+from core.model.memory import GiB
 
 
 @dataclass(frozen=True)
@@ -33,8 +36,9 @@ class EngineSpec:
     # what kv_memory_fraction is a share of: "free", the memory the weights and the runtime
     # leave, all of it for the KV cache (TensorRT-LLM's free_gpu_memory_fraction; SGLang's
     # mem_fraction_static, a share of the whole memory, is sized by SGLang from the GPU's memory
-    # to leave its runtime a few GiB, which this approximates); "utilization", the whole memory,
-    # for the weights, the runtime and the KV cache (vLLM's gpu_memory_utilization)
+    # to leave its runtime a few GiB, which this approximates: the measured campaigns raise it
+    # for models that fill the memory, DeepSeek-V3 on four B200s among them); "utilization",
+    # the whole memory, for the weights, the runtime and the KV cache (vLLM's gpu_memory_utilization)
     kv_budget: str = "free"
     # its MoE experts run the fused-MoE kernels AIConfigurator's MoE tables time (vLLM's own:
     # Triton, FlashInfer CUTLASS and trtllm-gen as vLLM calls them), so the hardware's fitted
@@ -59,12 +63,17 @@ class EngineSpec:
     # that prompts prefill together; every held prompt's TTFT waits out the hold
     batch_wait_iters: int = 0
     batch_wait_tokens_ratio: float = 0.0
+    # the knobs set by hand (engine_spec, with_knobs), which the engine's own sizing for the GPU
+    # (on_gpu) leaves as set
+    knobs_set: frozenset = frozenset()
 
     def host_s(self, sequences: int, tp: int) -> float:
         """Host seconds of one decode iteration of `sequences` running sequences on `tp` ranks."""
         return self.iteration_overhead_s + self.sequence_overhead_s * sequences + self.rank_overhead_s * (tp - 1)
 
 
+# The knobs an engine sizes for its GPU (GPU_SIZED_KNOBS, on_gpu) are given here as it sizes them
+# on a GPU of 80 to 160 GB in an engine of fewer than 4 tensor-parallel ranks.
 # Overheads: fitted by scripts/fit_serving.py --every 2 on ../shared/validation/serving (dense rows,
 # with each engine's client ramp and length spread, core/validation/serving); rerun it when kernel
 # times move.
@@ -146,5 +155,47 @@ def engine_spec(name: str, max_num_tokens: int = 0, max_batch: int = 0, source: 
         if value < 0:
             raise SpecError(source, field, value, "expected a positive integer (0 = the engine's default)")
         if value:
-            spec = replace(spec, **{field: value})
+            spec = with_knobs(spec, **{field: value})
     return spec
+
+
+def with_knobs(spec: EngineSpec, **knobs) -> EngineSpec:
+    """`spec` with knobs set by hand, which its sizing for the GPU (on_gpu) then leaves alone."""
+    return replace(spec, knobs_set=spec.knobs_set | frozenset(knobs), **knobs)
+
+
+# vLLM's API server on a GPU of 70 GiB or more other than an A100 takes an 8,192-token budget and
+# 1,024 requests (ENGINES); on the others 2,048 and 256 (vllm EngineArgs.get_batch_defaults: a
+# larger budget lowered the A100's throughput, vLLM pull request 17885).
+VLLM_LARGE_GPU_BYTES = 70 * GiB
+VLLM_SMALL_GPU_KNOBS = {"max_num_tokens": 2048, "max_batch": 256}
+# SGLang sizes its prefill chunk and its largest CUDA-graph batch by the GPU's memory
+# (ServerArgs._handle_gpu_memory_settings): (memory below this many bytes, chunked_prefill_size,
+# cuda_graph_max_bs on fewer than 4 tensor-parallel ranks, on 4 or more).
+SGLANG_MEMORY_TIERS = ((20 * GiB, 2048, 8, 8), (35 * GiB, 2048, 24, 80), (60 * GiB, 4096, 32, 160),
+                       (160 * GiB, 8192, 256, 512), (float("inf"), 16384, 512, 512))
+
+
+def _sglang_knobs(memory_bytes: float, gpu_name: str, tp: int) -> dict:
+    _, chunk, graph_small, graph_large = next(tier for tier in SGLANG_MEMORY_TIERS if memory_bytes < tier[0])
+    return {"max_num_tokens": chunk, "cuda_graph_max_batch": graph_small if tp < 4 else graph_large}
+
+
+def _vllm_knobs(memory_bytes: float, gpu_name: str, tp: int) -> dict:
+    large = memory_bytes >= VLLM_LARGE_GPU_BYTES and "a100" not in gpu_name.lower()
+    return {} if large else VLLM_SMALL_GPU_KNOBS
+
+
+# engine name -> its knobs on a GPU of (memory bytes, name) in an engine of tp tensor-parallel ranks
+GPU_SIZED_KNOBS = {"sglang": _sglang_knobs, "vllm": _vllm_knobs}
+
+
+@lru_cache(maxsize=4096)
+def on_gpu(spec: EngineSpec, gpu, tp: int = 1) -> EngineSpec:
+    """`spec` as its engine sizes itself on `gpu` in an engine of `tp` tensor-parallel ranks,
+    the knobs set by hand (knobs_set) kept."""
+    rule = GPU_SIZED_KNOBS.get(spec.name)
+    if rule is None:
+        return spec
+    knobs = rule(gpu.hbm.capacity_bytes, gpu.name, tp)
+    return replace(spec, **{name: value for name, value in knobs.items() if name not in spec.knobs_set})

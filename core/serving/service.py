@@ -10,7 +10,7 @@ from core.model.collectives import collective_time
 from core.model.memory import RUNTIME_RESERVE_BYTES, kv_cache_bytes_per_token, stage_params
 from core.model.specs import DTYPE_BYTES, KV_DTYPES, HardwareSpec, ModelSpec, Parallelism
 
-from .engines import EngineSpec
+from .engines import EngineSpec, on_gpu, with_knobs
 from .iteration import IterationModel
 from .simulate import Load, SimResult, simulate
 
@@ -103,7 +103,8 @@ def iteration_model(model, hw, pool: Pool, kv_bytes: float, overhead_s: float,
 def _engine_run(model, hw, pool: Pool, engine: EngineSpec, load: Load, kv_bytes: float) -> tuple:
     """(simulation of one attention rank, its KV capacity in requests)."""
     if pool.batch:
-        engine = replace(engine, max_batch=pool.batch)
+        engine = with_knobs(engine, max_batch=pool.batch)
+    engine = on_gpu(engine, hw.gpu, pool.tp)
     it = iteration_model(model, hw, pool, kv_bytes, engine.iteration_overhead_s, engine.grouped_moe,
                          engine.attention_kernels)
     capacity = kv_tokens(model, hw, pool, engine, kv_bytes)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from core.errors import SpecError
 from core.model.loader import load_hardware, load_model, with_dtype
-from core.serving.engines import ENGINES, FAMILY_REQUEST_OVERHEAD_S, engine_spec, release_spec, version_family
+from core.serving.engines import (ENGINES, FAMILY_REQUEST_OVERHEAD_S, engine_spec, release_spec, version_family,
+                                  with_knobs)
 from core.serving.service import Pool, serve, serve_disagg
 from core.serving.simulate import Load
 
@@ -71,7 +72,7 @@ def launched(row: dict, engine):
     """`engine` as the campaign that measured `row` launched it (the notes above)."""
     if row["backend"] != "trtllm" or not row["silicon_data_source"].startswith(SWEEP_SOURCE):
         return engine
-    engine = replace(engine, max_num_tokens=SWEEP_TRTLLM_MAX_NUM_TOKENS)
+    engine = with_knobs(engine, max_num_tokens=SWEEP_TRTLLM_MAX_NUM_TOKENS)
     if (row["isl"], row["osl"]) == ("1024", "1024") and _int(row["tp_size"]) < 8:
         engine = replace(engine, **SWEEP_BATCH_WAIT)
     return engine
