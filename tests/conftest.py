@@ -1,4 +1,5 @@
 """Shared helpers: study files written into a temporary folder, results kept there too."""
+import dataclasses
 import os
 
 import pytest
@@ -53,6 +54,16 @@ def small_results(tmp_path_factory):
 @pytest.fixture(scope="session")
 def a100():
     return core.load_hardware("a100-sxm4-80gb")
+
+
+@pytest.fixture(scope="session")
+def a100_links():
+    """A100 as the link-level simulator sees it: its NVLink without NCCL's pipeline fills, which
+    core's closed forms cost and the simulator's bare rings do not, so that the analytical and
+    replay backends can be held to the same communication time."""
+    hw = core.load_hardware("a100-sxm4-80gb")
+    nvlink = dataclasses.replace(hw.network[0], ring_fill_chunks=0.0, all_to_all_fill_chunks=0.0)
+    return dataclasses.replace(hw, network=(nvlink, *hw.network[1:]))
 
 
 @pytest.fixture(scope="session")

@@ -174,12 +174,12 @@ def test_uneven_stages_and_chunks_replay_as_megatron_splits_them(a100):
         step_of(dataclasses.replace(model, layers=32), a100, heavy_first, work), rel=0.002)
 
 
-def test_a_send_held_up_by_a_busy_peer_is_pipeline_bubble_not_traffic(a100):
+def test_a_send_held_up_by_a_busy_peer_is_pipeline_bubble_not_traffic(a100_links):
     # two stages: stage 0's sends finish only when stage 1 can take them; what they wait is
     # the bubble the closed form counts, and only the transfer itself is communication
     model, work = core.load_model("llama2-7b"), core.TrainWorkload(8, 2048)
     par = core.Parallelism(pp=2, dp=4, recompute="full", zero=0, overlap_grad_reduce=False)
-    closed, replayed = (core.evaluate(model, a100, par, work, 8, backend=backend)["breakdown"]
+    closed, replayed = (core.evaluate(model, a100_links, par, work, 8, backend=backend)["breakdown"]
                         for backend in ("analytical", HIER))
     assert replayed["bubble_s"] == pytest.approx(closed["bubble_s"], rel=0.1)
     assert replayed["comm_nvlink_s"] == pytest.approx(closed["comm_nvlink_s"], rel=0.05)

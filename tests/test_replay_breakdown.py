@@ -39,8 +39,8 @@ ONE_STAGE = ("train-dp2-tp4-pp1", "train-tp8-pp1")
 
 
 @pytest.fixture(scope="module")
-def model_hw():
-    return core.load_model("llama3.1-8b"), core.load_hardware("a100-sxm4-80gb")
+def model_hw(a100_links):
+    return core.load_model("llama3.1-8b"), a100_links
 
 
 @pytest.fixture(scope="module")
