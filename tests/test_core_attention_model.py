@@ -45,6 +45,21 @@ def test_the_forward_hides_the_softmax_under_the_matmuls_when_the_gpu_overlaps_t
     assert ops.flash_attention(overlapped, *args, True).time_s < ops.flash_attention(serial, *args, True).time_s
 
 
+def test_blackwell_ultras_doubled_exponential_rate_halves_the_softmaxs_exponentials():
+    """The same softmax run in turn with the matmuls on a GPU returning 32 exponentials per SM per
+    clock instead of 16: one exp per score, so the time saved is half the exponentials' time."""
+    h100 = bare(load_hardware("h100-sxm5-80gb"))
+    ultra = dataclasses.replace(h100, gpu=dataclasses.replace(h100.gpu, exp_per_sm_per_clock=32.0))
+    args = (8, 4096, 4096, 128, 1, True)
+    gpu = h100.gpu
+    scores = 8 * 4096 * 4096 * ops.causal_fraction(4096)
+    waves = 2 / (256 / 132)
+    exponentials_s = scores / (16 * gpu.sm_count * gpu.clock_hz) * waves
+    saved = ops.flash_attention(h100, *args).time_s - ops.flash_attention(ultra, *args).time_s
+    assert saved == pytest.approx(exponentials_s / 2)
+    assert load_hardware("b300-sxm-288gb").gpu.exp_per_sm_per_clock == 2 * load_hardware("b200-sxm-180gb").gpu.exp_per_sm_per_clock
+
+
 def test_each_query_tile_costs_its_own_time_spread_over_the_sms():
     """132 heads x 128 tokens on 132 SMs: one query tile per SM, one wave, so 50 us more per
     tile (forward or backward) is 50 us more; 133 heads take two waves and so twice that."""

@@ -13,7 +13,7 @@ from core.errors import SpecError
 from core.textfile import parse_mapping, read_text
 from .hf import HF_COSTED, HF_COSTLESS, HF_MODEL_TYPES, model_from_hf  # noqa: F401 (the loader's HF surface)
 from .layout import recipe_mismatch
-from .specs import (ACTIVATIONS, ATTENTION_KERNELS, COMPUTE_DTYPES, DTYPES, FFNS, FP8_RECIPES, MIXERS, NORMS,
+from .specs import (SFU_EXP_PER_SM_PER_CLOCK, ACTIVATIONS, ATTENTION_KERNELS, COMPUTE_DTYPES, DTYPES, FFNS, FP8_RECIPES, MIXERS, NORMS,
                     POSITION_EMBEDDINGS, POWER_CLOCKS, RECURRENT_KINDS, TOPOLOGIES, ENGINE_ATTENTION, Calibration,
                     EngineAttention, GpuSpec, HardwareSpec, MlaDecode, MlaPrefill,
                     LayerKind, LinkFault, MemoryLevel, ModelSpec, MoESpec, NetworkDim, PowerSpec, RecurrentSpec,
@@ -308,6 +308,7 @@ def _gpu_from_mapping(data, source: str) -> GpuSpec:
         mma_sync_share=f.number("mma_sync_share", 1.0, high=1.0),
         operand_multicast=f.integer("operand_multicast", 1),
         block_scale_step_s=f.unit("block_scale_step", units.parse_time, "0 s"),
+        exp_per_sm_per_clock=f.number("exp_per_sm_per_clock", SFU_EXP_PER_SM_PER_CLOCK),
         power=_power(f, dict(peak)),
     )
     f.done()

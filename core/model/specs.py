@@ -443,6 +443,11 @@ class PowerSpec:
         return dict(self.flop_energy_j)[dtype]
 
 
+# The special-function units' exponentials per SM per clock (CUDA C programming guide,
+# arithmetic instruction throughput: 16 on compute capability 7.0 to 10.0).
+SFU_EXP_PER_SM_PER_CLOCK = 16.0
+
+
 @hash_once
 @dataclass(frozen=True)
 class GpuSpec:
@@ -472,6 +477,9 @@ class GpuSpec:
     # takes at least this per k-block, however small the tile, and the kernels do not split k.
     # 0: the MMA applies the scales itself (Blackwell), or no FP8 at all.
     block_scale_step_s: float = 0.0
+    # Exponentials the special-function units return per SM per clock (attention's softmax):
+    # 16 on every architecture since Volta, doubled on Blackwell Ultra (B300, GB300).
+    exp_per_sm_per_clock: float = SFU_EXP_PER_SM_PER_CLOCK
     power: PowerSpec | None = None  # None: the hardware file gives no power figures
 
     def flops(self, dtype: str) -> float:
@@ -723,7 +731,7 @@ def memory_view(hw: HardwareSpec) -> HardwareSpec:
     gpu = replace(gpu, peak_flops=tuple((dtype, 1.0) for dtype, _ in gpu.peak_flops), clock_hz=1.0,
                   sram=replace(gpu.sram, bandwidth_bps=1.0), l2=replace(gpu.l2, bandwidth_bps=1.0),
                   hbm=replace(gpu.hbm, bandwidth_bps=1.0), launch_overhead_s=0.0, graph_launch_overhead_s=0.0,
-                  mma_sync_share=1.0)
+                  mma_sync_share=1.0, exp_per_sm_per_clock=1.0)
     network = tuple(replace(dim, link_bandwidth_bps=1.0, latency_s=0.0, efficiency=1.0, oversubscription=1.0,
                             switch_reduction=0.0, ll_bandwidth_bps=0.0, ring_fill_chunks=0.0,
                             all_to_all_fill_chunks=0.0) for dim in hw.network)

@@ -9,12 +9,12 @@ from .common import (KernelTime, fp8_cache_kernels, launch_s, mixed_bandwidth_bp
 from .gemm import L2_USABLE_FRACTION
 
 SOFTMAX_FP32_OPS = 5  # scale, max, subtract, sum, rescale per attention score (the exp is apart)
-# The exponential runs on the special-function units, 16 results per SM per clock on every
-# architecture since Volta (CUDA C programming guide, arithmetic instruction throughput). On
-# H100 that is 3.9 T exp/s against 989 TFLOP/s of BF16 matmul (the FlashAttention-3 paper's
-# point): a FlashAttention-2-style kernel, which does not overlap the softmax with the
-# matmuls, spends a quarter (A100) to a half (H100) of its matmul time on exponentials.
-SFU_OPS_PER_SM_PER_CLOCK = 16
+# The exponential runs on the special-function units (gpu.exp_per_sm_per_clock: 16 results per
+# SM per clock from Volta to Blackwell). On H100 that is 3.9 T exp/s against 989 TFLOP/s of BF16
+# matmul (the FlashAttention-3 paper's point): a FlashAttention-2-style kernel, which does not
+# overlap the softmax with the matmuls, spends a quarter (A100) to a half (H100) of its matmul
+# time on exponentials; on B200 a head of 128 takes as long in its exponentials as in its
+# matmuls, which Blackwell Ultra's doubled rate relieves.
 FLASH_TILE_Q = 128
 FLASH_TILE_KV = 64
 # FlashAttention 1.x took twice FlashAttention-2's time for the same attention: the
@@ -78,7 +78,7 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     if kernel in ("flash2", "flash1"):
         rate *= gpu.mma_sync_share
     tensor_s = flops * tile_dim / head_dim / rate * per_sm
-    exp_rate = SFU_OPS_PER_SM_PER_CLOCK * gpu.sm_count * gpu.clock_hz * clock
+    exp_rate = gpu.exp_per_sm_per_clock * gpu.sm_count * gpu.clock_hz * clock
     softmax_s = (2 if backward else 1) * scores * SOFTMAX_FP32_OPS / (gpu.flops("fp32") * clock) * per_sm
     softmax_s += scores / exp_rate * per_sm  # one exp per score, forward and recomputed in backward
     # On GPUs with asynchronous warpgroup MMA (attention_softmax_overlap) the fused kernels
