@@ -78,9 +78,11 @@ class EngineSpec:
 # with each engine's client ramp and length spread, core/validation/serving); rerun it when kernel
 # times move.
 ENGINES = {
+    # TensorRT-LLM's PyTorch flow captures decode CUDA graphs up to 128 requests unless told
+    # otherwise (its LLM API's CudaGraphConfig: max_batch_size 0 takes 128)
     "trtllm": EngineSpec("trtllm", mixed_batches=True, chunked_prefill=False, kv_policy="reserve",
                          kv_block_tokens=32, kv_memory_fraction=0.9, max_num_tokens=8192, max_batch=2048,
-                         cuda_graph_max_batch=512, iteration_overhead_s=0.0005, request_overhead_s=0.055,
+                         cuda_graph_max_batch=128, iteration_overhead_s=0.0005, request_overhead_s=0.055,
                          attention_kernels="trtllm"),
     "vllm": EngineSpec("vllm", mixed_batches=True, chunked_prefill=True, kv_policy="on_demand",
                        kv_block_tokens=16, kv_memory_fraction=0.9, max_num_tokens=8192, max_batch=1024,
