@@ -96,7 +96,7 @@ ENGINES = {
 # Request overheads of engine version families (a version's major.minor; "" for the measured rows
 # that record none, one benchmark campaign's) where they differ from the engine's own: fitted by
 # scripts/fit_serving.py beside it, on the families with enough dense rows; the others keep it.
-FAMILY_REQUEST_OVERHEAD_S = {("trtllm", ""): 0.020, ("trtllm", "1.0"): 0.105,
+FAMILY_REQUEST_OVERHEAD_S = {("trtllm", ""): 0.020, ("trtllm", "1.0"): 0.100,
                              ("vllm", ""): 0.025, ("vllm", "0.12"): 0.055}
 
 
