@@ -7,11 +7,18 @@ binds), and leave-one-shape-out (the factors fitted without each expert shape pr
 the factors into the family's GPU presets (calibration block).
 
 Rows: balanced routing, the block-scaled dtypes serving engines run MoE checkpoints in (FP8 with
-128 x 128 block scales, timed at the FP8 peak; NVFP4 where the GPU has it), every expert shape,
+128 x 128 block scales, timed at the FP8 peak; NVFP4 where the GPU has it), which fit
+moe_gemm_efficiency and moe_half_ffn, and BF16, which fits moe_bf16_* apart, every expert shape,
 token count and moe_tp x moe_ep split, each the fastest kernel source measured. A row's
 `num_tokens` are routed over all the experts, of which the timed GPU holds its 1 / ep share
 (the collector's expert map), so it runs num_tokens x top_k / ep copies
 (core.serving.moe.table_row_s).
+
+Fitted on the rows without expert parallelism (moe_ep_size 1), where every copy runs on the timed
+GPU and the reading is unambiguous, and which is how vLLM runs experts unless asked for expert
+parallelism. The expert-parallel rows are printed held out: read as 1 / ep of the copies, their
+per-GPU rate falls to 17-36 TFLOP/s at ep 32-256 (H200, block-scaled FP8, FlashInfer's CUTLASS
+kernels), a reading of the collector's expert map we cannot settle, so they do not set the factors.
 
 Example: scripts/fit_moe_gemm.py --gpus h100_sxm,h200_sxm --preset h200-sxm-141gb"""
 import argparse
@@ -30,7 +37,10 @@ from core.model.loader import load_hardware, with_dtype  # noqa: E402
 from core.serving.moe import expert_gemms_s, table_row_s  # noqa: E402
 
 KERNELS = Path(__file__).resolve().parents[2] / "shared" / "validation" / "kernels"
-DTYPES = {"fp8_block": "fp8", "nvfp4": "nvfp4"}
+DTYPES = {"fp8_block": "fp8", "nvfp4": "nvfp4", "bfloat16": "bf16"}
+# the preset's factor pair each group of dtypes fits (core.serving.moe.factors)
+GROUPS = {("fp8", "nvfp4"): ("moe_gemm_efficiency", "moe_half_ffn"),
+          ("bf16",): ("moe_bf16_gemm_efficiency", "moe_bf16_half_ffn")}
 PREFILL_TOKENS = 1024
 
 
@@ -51,8 +61,8 @@ def table_rows(gpus: list) -> list:
 def _hardware(preset: str, dtype: str, factors=None):
     hw = with_dtype(load_hardware(preset), dtype, "fit_moe_gemm", "dtype")
     if factors is not None:
-        hw = replace(hw, calibration=replace(hw.calibration, moe_gemm_efficiency=factors[0],
-                                             moe_half_ffn=factors[1]))
+        names = next(fields for dtypes, fields in GROUPS.items() if dtype in dtypes)
+        hw = replace(hw, calibration=replace(hw.calibration, **dict(zip(names, factors))))
     return hw
 
 
@@ -64,10 +74,11 @@ def plain(rows, preset) -> np.ndarray:
 
 
 def predicted(rows, preset, factors, plain_s) -> np.ndarray:
-    """core.serving.moe's times of `rows` with `factors`, given their plain GEMMs' times."""
+    """core.serving.moe's times of `rows` with `factors`, given their plain GEMMs' times: the
+    timed GPU's tokens x top_k / ep copies, as table_row_s runs them."""
     hws = {d: _hardware(preset, d, factors) for d in {r[1] for r in rows}}
-    return np.array([expert_gemms_s(hws[d], p, tokens * topk, hidden, inter / tp)
-                     for (_, d, (hidden, inter, _, topk), tokens, tp, _, _), p in zip(rows, plain_s)])
+    return np.array([expert_gemms_s(hws[d], p, tokens * topk / ep, hidden, inter / tp)
+                     for (_, d, (hidden, inter, _, topk), tokens, tp, ep, _), p in zip(rows, plain_s)])
 
 
 def fit(rows, preset, plain_s) -> tuple:
@@ -92,11 +103,25 @@ def main() -> int:
     parser.add_argument("--gpus", required=True, help="comma-separated kernel-table folders of one GPU family")
     parser.add_argument("--preset", required=True, help="the family's GPU preset (peaks, bandwidth)")
     args = parser.parse_args()
-    rows = table_rows(args.gpus.split(","))
+    every = table_rows(args.gpus.split(","))
+    for dtypes, names in GROUPS.items():
+        report(args, [r for r in every if r[1] in dtypes], names)
+    return 0
+
+
+def report(args, every: list, names: tuple) -> None:
+    """Fit one group of dtypes' factors on its rows without expert parallelism and print its errors."""
+    rows = [r for r in every if r[5] == 1]
     base = plain(rows, args.preset)
     factors = fit(rows, args.preset, base)
     model = predicted(rows, args.preset, factors, base)
-    print(f"{args.gpus}: moe_gemm_efficiency {factors[0]:.3f}  moe_half_ffn {factors[1]:.0f}")
+    print(f"{args.gpus}: {names[0]} {factors[0]:.3f}  {names[1]} {factors[1]:.0f}"
+          f"  (fitted on the {len(rows)} rows without expert parallelism)")
+    parallel = [r for r in every if r[5] > 1]
+    if parallel:
+        parallel_plain = plain(parallel, args.preset)
+        print(f"  expert-parallel rows (held out) plain   {_errors(parallel_plain, parallel)}")
+        print(f"  {'':31s} fitted  {_errors(predicted(parallel, args.preset, factors, parallel_plain), parallel)}")
     for label, keep in (("all rows", lambda r: True), (f">= {PREFILL_TOKENS} tokens", lambda r: r[3] >= PREFILL_TOKENS)):
         mask = np.array([keep(r) for r in rows])
         mine = [r for r in rows if keep(r)]
@@ -112,7 +137,6 @@ def main() -> int:
         print(f"    {str(shape):26s} plain   {_errors(base[mask], mine)}")
         print(f"    {'':26s} fitted  {_errors(predicted(mine, args.preset, left_out, base[mask]), mine)}"
               f"  ({left_out[0]:.3f}, {left_out[1]:.0f})")
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """A serving engine's grouped MoE expert GEMMs (core.serving.moe) and where the iteration takes
 them, on figures worked out by hand."""
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -9,7 +11,7 @@ from core.model.loader import load_hardware, load_model, with_dtype
 from core.serving import iteration
 from core.serving.engines import ENGINES
 from core.serving.iteration import IterationModel
-from core.serving.moe import expert_gemms_s, grouped
+from core.serving.moe import expert_gemms_s, grouped, table_row_s
 
 H200 = ops.at_kernel_rates(with_dtype(load_hardware("h200-sxm-141gb"), "fp8", "test", "dtype"))  # as an engine runs
 
@@ -52,8 +54,8 @@ def test_the_hopper_and_blackwell_presets_carry_fitted_factors_and_others_none()
 def test_a_deepseek_prefill_chunk_takes_a_slower_grouped_kernels_time_on_every_moe_layer():
     """An 8,192-token prefill chunk of DeepSeek-V3 on 8 H200s (etp 8: 256-column slices) on an
     engine running fused-MoE kernels at 0.3 of the FP8 peak and half of that at 512 columns:
-    each of the 58 MoE layers adds what that math takes beyond the plain GEMMs. With the
-    preset's fitted factors the grouped kernel is no slower than the plain GEMMs."""
+    each of the 58 MoE layers adds what that math takes beyond the plain GEMMs, as it does with the
+    preset's fitted factors."""
     model = load_model("deepseek-v3")
     spec = next(s for s, _ in model.layer_groups() if s.moe is not None)
     slow = _factors(H200, 0.3, 512.0)
@@ -69,4 +71,22 @@ def test_a_deepseek_prefill_chunk_takes_a_slower_grouped_kernels_time_on_every_m
     chain_s = iteration.MOE_CHAIN * H200.gpu.launch_overhead_s
     assert grouped_s > plain_experts_s + chain_s
     assert mine - plain == pytest.approx(58 * (grouped_s - plain_experts_s - chain_s))
-    assert IterationModel(model, H200, 8, 1, 1, grouped_moe=True).time_s(8192, 0, 0, 0, False) == plain
+    cal = H200.calibration
+    fitted_s = 2 * 8192 * spec.moe.top_k * 3 * spec.hidden * ffn / (
+        H200.gpu.flops("fp8") * cal.moe_gemm_efficiency * ffn / (ffn + cal.moe_half_ffn))
+    preset = IterationModel(model, H200, 8, 1, 1, grouped_moe=True).time_s(8192, 0, 0, 0, False)
+    assert preset - plain == pytest.approx(58 * (fitted_s - plain_experts_s - chain_s))
+
+
+def test_the_moe_fit_times_a_table_row_as_the_kernel_suite_does():
+    """scripts/fit_moe_gemm.py fits the grouped factors on the rows as core.serving.moe.table_row_s
+    runs them: an expert-parallel row's GPU takes tokens x top_k / ep copies (16,384 x 8 / 8 here),
+    not every copy."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    import fit_moe_gemm
+
+    row = ("h200_sxm", "fp8", (7168, 2048, 256, 8), 16384, 1, 8, 1.0)
+    plain_s = fit_moe_gemm.plain([row], "h200-sxm-141gb")
+    fitted = fit_moe_gemm.predicted([row], "h200-sxm-141gb", (0.3, 512.0), plain_s)[0]
+    hw = fit_moe_gemm._hardware("h200-sxm-141gb", "fp8", (0.3, 512.0))
+    assert fitted == pytest.approx(table_row_s(hw, 7168, 2048, 256, 8, 16384, 1, 8, grouped_kernels=True))

@@ -542,6 +542,9 @@ def _calibration(raw, source: str) -> Calibration:
                                          BaseUnits(base.attention_backward_tile_s)),
         moe_gemm_efficiency=c.number("moe_gemm_efficiency", base.moe_gemm_efficiency, low=-1e-12, high=1.0),
         moe_half_ffn=c.number("moe_half_ffn", base.moe_half_ffn, low=-1e-12, high=1e6),
+        moe_bf16_gemm_efficiency=c.number("moe_bf16_gemm_efficiency", base.moe_bf16_gemm_efficiency, low=-1e-12,
+                                          high=1.0),
+        moe_bf16_half_ffn=c.number("moe_bf16_half_ffn", base.moe_bf16_half_ffn, low=-1e-12, high=1e6),
         engine_attention=_engine_attention(c.raw("engine_attention"), source, base.engine_attention),
     )
     c.done(ignored=("fitted_on", "notes"))

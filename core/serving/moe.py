@@ -1,12 +1,12 @@
 """A serving engine's MoE expert GEMMs: for an engine running fused grouped-MoE kernels (vLLM,
 core.serving.engines.EngineSpec.grouped_moe) the longer of the layer graph's plain batched GEMMs
 and the grouped kernel's math at the dtype's peak times `moe_gemm_efficiency` x ffn / (ffn +
-`moe_half_ffn`), a narrow expert slice (its FFN over expert tensor parallelism) leaving each
+`moe_half_ffn`) (`moe_bf16_*` for BF16 kernels), a narrow expert slice (its FFN over expert tensor parallelism) leaving each
 tile's fixed work more weight; engines on kernels of their own keep the plain GEMMs. Both
 factors are per GPU family (the hardware preset's calibration), fitted by
 scripts/fit_moe_gemm.py on the measured MoE kernel tables (../shared/validation/kernels/*/moe),
-never on serving runs; read as the collector runs its rows (table_row_s), the fits sit at their
-bounds, the plain GEMMs already faster than the fused kernels at prefill sizes."""
+never on serving runs, reading each row as the collector runs it (table_row_s): at prefill sizes the
+fused kernels reach 0.2-0.3 of the peak, well under the plain GEMMs' share."""
 from core.model.graph import build_decode_layer
 from core.model.specs import HardwareSpec, ModelSpec, MoESpec
 
@@ -21,9 +21,20 @@ MOE_CHAIN = 5
 EXPERT_OPS = ("mlp_up", "activation", "mlp_down")  # an MoE layer's expert kernels in the layer graph
 
 
+HALF_PRECISION = ("bf16", "fp16")  # dtypes whose fused kernels take the BF16 factors
+
+
+def factors(hw: HardwareSpec, dtype: str = "") -> tuple:
+    """(efficiency, half-FFN) of the fused MoE kernels in `dtype` (default: the hardware's)."""
+    cal = hw.calibration
+    if (dtype or hw.dtype) in HALF_PRECISION:
+        return cal.moe_bf16_gemm_efficiency, cal.moe_bf16_half_ffn
+    return cal.moe_gemm_efficiency, cal.moe_half_ffn
+
+
 def grouped(hw: HardwareSpec) -> bool:
-    """Whether `hw` carries fitted grouped-MoE factors (else the plain GEMMs stand)."""
-    return hw.calibration.moe_gemm_efficiency > 0
+    """Whether `hw` carries fitted grouped-MoE factors for its dtype (else the plain GEMMs stand)."""
+    return factors(hw)[0] > 0
 
 
 def expert_gemms_s(hw: HardwareSpec, plain_s: float, copies: float, hidden: int, ffn: float, dtype: str = "") -> float:
@@ -31,9 +42,9 @@ def expert_gemms_s(hw: HardwareSpec, plain_s: float, copies: float, hidden: int,
     `plain_s`: `copies` token copies, each through a gated FFN of `ffn` columns (the expert's
     share on this GPU) on `hidden`, math in `dtype` (default: the hardware's), at the clock the
     GPU holds (calibration.sustained_clock, lowered under a power limit) as every kernel is."""
-    cal = hw.calibration
-    peak = hw.gpu.flops(dtype or hw.dtype) * cal.sustained_clock
-    rate = peak * cal.moe_gemm_efficiency * ffn / (ffn + cal.moe_half_ffn)
+    efficiency, half_ffn = factors(hw, dtype)
+    peak = hw.gpu.flops(dtype or hw.dtype) * hw.calibration.sustained_clock
+    rate = peak * efficiency * ffn / (ffn + half_ffn)
     return max(plain_s, 2.0 * copies * MATRICES * hidden * ffn / rate)
 
 
