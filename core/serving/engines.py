@@ -88,8 +88,10 @@ ENGINES = {
                        kv_block_tokens=16, kv_memory_fraction=0.9, max_num_tokens=8192, max_batch=1024,
                        cuda_graph_max_batch=512, iteration_overhead_s=0.0015, request_overhead_s=0.040,
                        kv_budget="utilization", grouped_moe=True, attention_kernels="vllm"),
+    # SGLang runs at most max_total_num_tokens // 2 requests and its request pool's size, 2,048 to
+    # 4,096 (the scheduler's max_running_requests): 2,048, the pool's floor
     "sglang": EngineSpec("sglang", mixed_batches=False, chunked_prefill=True, kv_policy="on_demand",
-                         kv_block_tokens=1, kv_memory_fraction=0.88, max_num_tokens=8192, max_batch=1024,
+                         kv_block_tokens=1, kv_memory_fraction=0.88, max_num_tokens=8192, max_batch=2048,
                          cuda_graph_max_batch=256, iteration_overhead_s=0.0, request_overhead_s=0.130,
                          attention_kernels="vllm"),
 }
