@@ -59,7 +59,7 @@ def table_rows(gpus: list) -> list:
 
 
 def _hardware(preset: str, dtype: str, factors=None):
-    hw = with_dtype(load_hardware(preset), dtype, "fit_moe_gemm", "dtype")
+    hw = with_dtype(load_hardware(preset), dtype, "fit_moe_gemm", "dtype", "block-scaled" if dtype != "bf16" else "")
     if factors is not None:
         names = next(fields for dtypes, fields in GROUPS.items() if dtype in dtypes)
         hw = replace(hw, calibration=replace(hw.calibration, **dict(zip(names, factors))))

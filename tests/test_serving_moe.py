@@ -8,12 +8,13 @@ import pytest
 
 from core.model import ops
 from core.model.loader import load_hardware, load_model, with_dtype
-from core.serving import iteration
+from core.serving import iteration, moe
 from core.serving.engines import ENGINES
 from core.serving.iteration import IterationModel
 from core.serving.moe import expert_gemms_s, grouped, table_row_s
 
-H200 = ops.at_kernel_rates(with_dtype(load_hardware("h200-sxm-141gb"), "fp8", "test", "dtype"))  # as an engine runs
+# block-scaled FP8, as serving engines run FP8 MoE checkpoints, at the rates an engine runs
+H200 = ops.at_kernel_rates(with_dtype(load_hardware("h200-sxm-141gb"), "fp8", "test", "dtype", "block-scaled"))
 
 
 def _factors(hw, efficiency, half_ffn):
@@ -90,3 +91,15 @@ def test_the_moe_fit_times_a_table_row_as_the_kernel_suite_does():
     fitted = fit_moe_gemm.predicted([row], "h200-sxm-141gb", (0.3, 512.0), plain_s)[0]
     hw = fit_moe_gemm._hardware("h200-sxm-141gb", "fp8", (0.3, 512.0))
     assert fitted == pytest.approx(table_row_s(hw, 7168, 2048, 256, 8, 16384, 1, 8, grouped_kernels=True))
+
+
+def test_per_tensor_fp8_and_bf16_take_their_own_factors():
+    """The fitted pair is the block-scaled kernels'; BF16 has its own, per-tensor FP8 none (the
+    plain GEMMs stand)."""
+    hw = load_hardware("h200-sxm-141gb")
+    cal = hw.calibration
+    assert moe.factors(with_dtype(hw, "fp8", "test", "dtype", "block-scaled")) == (cal.moe_gemm_efficiency,
+                                                                                  cal.moe_half_ffn)
+    assert moe.factors(with_dtype(hw, "bf16", "test", "dtype")) == (cal.moe_bf16_gemm_efficiency, cal.moe_bf16_half_ffn)
+    assert moe.factors(with_dtype(hw, "fp8", "test", "dtype", "current")) == (0.0, 0.0)
+    assert not grouped(with_dtype(hw, "fp8", "test", "dtype", "current"))

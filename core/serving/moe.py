@@ -25,10 +25,16 @@ HALF_PRECISION = ("bf16", "fp16")  # dtypes whose fused kernels take the BF16 fa
 
 
 def factors(hw: HardwareSpec, dtype: str = "") -> tuple:
-    """(efficiency, half-FFN) of the fused MoE kernels in `dtype` (default: the hardware's)."""
+    """(efficiency, half-FFN) of the fused MoE kernels in `dtype` (default: the hardware's): the
+    BF16 pair, or the block-scaled one (block-scaled FP8, NVFP4). Per-tensor FP8's kernels are
+    not fitted, (0, 0): the plain GEMMs (its Blackwell rows run at about their rate; Hopper's take
+    4-5x them at every size, a fixed cost no GEMM share explains)."""
     cal = hw.calibration
-    if (dtype or hw.dtype) in HALF_PRECISION:
+    dtype = dtype or hw.dtype
+    if dtype in HALF_PRECISION:
         return cal.moe_bf16_gemm_efficiency, cal.moe_bf16_half_ffn
+    if dtype == "fp8" and hw.recipe != "block-scaled":
+        return 0.0, 0.0
     return cal.moe_gemm_efficiency, cal.moe_half_ffn
 
 
