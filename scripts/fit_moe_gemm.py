@@ -35,33 +35,35 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.model.loader import load_hardware, with_dtype  # noqa: E402
 from core.serving.moe import expert_gemms_s, table_row_s  # noqa: E402
+from core.validation.kernels import GEMM_DTYPES  # noqa: E402
 
 KERNELS = Path(__file__).resolve().parents[2] / "shared" / "validation" / "kernels"
-DTYPES = {"fp8_block": "fp8", "nvfp4": "nvfp4", "bfloat16": "bf16"}
-# the preset's factor pair each group of dtypes fits (core.serving.moe.factors)
-GROUPS = {("fp8", "nvfp4"): ("moe_gemm_efficiency", "moe_half_ffn"),
-          ("bf16",): ("moe_bf16_gemm_efficiency", "moe_bf16_half_ffn")}
+# the preset's factor pair each group of the tables' dtypes fits (core.serving.moe.factors)
+GROUPS = {("fp8_block", "nvfp4"): ("moe_gemm_efficiency", "moe_half_ffn"),
+          ("bfloat16",): ("moe_bf16_gemm_efficiency", "moe_bf16_half_ffn")}
 PREFILL_TOKENS = 1024
 
 
 def table_rows(gpus: list) -> list:
-    """[(gpu, dtype, (hidden, inter, experts, topk), tokens, tp, ep, seconds)], fastest source each."""
+    """[(gpu, the table's dtype, (hidden, inter, experts, topk), tokens, tp, ep, seconds)], fastest
+    source each."""
     out = {}
     for gpu in gpus:
         for path in sorted((KERNELS / gpu / "moe" / "vllm").glob("*/moe_perf.parquet")):
             t = pq.read_table(path).to_pandas()
-            t = t[(t.distribution == "balanced") & t.moe_dtype.isin(list(DTYPES))]
+            t = t[(t.distribution == "balanced") & t.moe_dtype.isin([d for group in GROUPS for d in group])]
             for r in t.itertuples():
-                key = (gpu, DTYPES[r.moe_dtype], (r.hidden_size, r.inter_size, r.num_experts, r.topk),
+                key = (gpu, r.moe_dtype, (r.hidden_size, r.inter_size, r.num_experts, r.topk),
                        r.num_tokens, r.moe_tp_size, r.moe_ep_size)
                 out[key] = min(out.get(key, math.inf), r.latency * 1e-3)
     return [k + (v,) for k, v in sorted(out.items())]
 
 
-def _hardware(preset: str, dtype: str, factors=None):
-    hw = with_dtype(load_hardware(preset), dtype, "fit_moe_gemm", "dtype", "block-scaled" if dtype != "bf16" else "")
+def _hardware(preset: str, table_dtype: str, factors=None):
+    dtype, recipe = GEMM_DTYPES[table_dtype]
+    hw = with_dtype(load_hardware(preset), dtype, "fit_moe_gemm", "dtype", recipe)
     if factors is not None:
-        names = next(fields for dtypes, fields in GROUPS.items() if dtype in dtypes)
+        names = next(fields for dtypes, fields in GROUPS.items() if table_dtype in dtypes)
         hw = replace(hw, calibration=replace(hw.calibration, **dict(zip(names, factors))))
     return hw
 

@@ -86,10 +86,10 @@ def test_the_moe_fit_times_a_table_row_as_the_kernel_suite_does():
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
     import fit_moe_gemm
 
-    row = ("h200_sxm", "fp8", (7168, 2048, 256, 8), 16384, 1, 8, 1.0)
+    row = ("h200_sxm", "fp8_block", (7168, 2048, 256, 8), 16384, 1, 8, 1.0)
     plain_s = fit_moe_gemm.plain([row], "h200-sxm-141gb")
     fitted = fit_moe_gemm.predicted([row], "h200-sxm-141gb", (0.3, 512.0), plain_s)[0]
-    hw = fit_moe_gemm._hardware("h200-sxm-141gb", "fp8", (0.3, 512.0))
+    hw = fit_moe_gemm._hardware("h200-sxm-141gb", "fp8_block", (0.3, 512.0))
     assert fitted == pytest.approx(table_row_s(hw, 7168, 2048, 256, 8, 16384, 1, 8, grouped_kernels=True))
 
 

@@ -13,9 +13,9 @@ from core.errors import SpecError
 from core.textfile import parse_mapping, read_text
 from .hf import HF_COSTED, HF_COSTLESS, HF_MODEL_TYPES, model_from_hf  # noqa: F401 (the loader's HF surface)
 from .layout import recipe_mismatch
-from .specs import (SFU_EXP_PER_SM_PER_CLOCK, ACTIVATIONS, ATTENTION_KERNELS, COMPUTE_DTYPES, DTYPES, FFNS, FP8_RECIPES, MIXERS, NORMS,
-                    POSITION_EMBEDDINGS, POWER_CLOCKS, RECURRENT_KINDS, TOPOLOGIES, ENGINE_ATTENTION, Calibration,
-                    EngineAttention, GpuSpec, HardwareSpec, MlaDecode, MlaPrefill,
+from .specs import (ACTIVATIONS, ATTENTION_KERNELS, COMPUTE_DTYPES, DTYPES, FFNS, FP8_RECIPES, MIXERS, NORMS,
+                    POSITION_EMBEDDINGS, POWER_CLOCKS, RECURRENT_KINDS, SFU_EXP_PER_SM_PER_CLOCK, TOPOLOGIES,
+                    ENGINE_ATTENTION, Calibration, EngineAttention, GpuSpec, HardwareSpec, MlaDecode, MlaPrefill,
                     LayerKind, LinkFault, MemoryLevel, ModelSpec, MoESpec, NetworkDim, PowerSpec, RecurrentSpec,
                     model_with_kinds)
 

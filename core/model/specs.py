@@ -664,8 +664,8 @@ class Calibration:
     attention_backward_tile_s: float = 0.0
     # A serving engine's grouped MoE expert GEMMs (core/serving/moe.py, scripts/fit_moe_gemm.py):
     # their share of the dtype's peak with wide experts and the FFN columns per expert slice at
-    # which it halves, for the low-precision kernels (FP8, block-scaled FP8, NVFP4) and, apart,
-    # the BF16 ones; efficiency 0 = not fitted (the layer graph's plain GEMMs).
+    # which it halves, for the block-scaled kernels (FP8, NVFP4) and, apart, the BF16 ones;
+    # efficiency 0 = not fitted (the layer graph's plain GEMMs; per-tensor FP8's always).
     moe_gemm_efficiency: float = 0.0
     moe_half_ffn: float = 0.0
     moe_bf16_gemm_efficiency: float = 0.0

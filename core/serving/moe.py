@@ -1,8 +1,8 @@
 """A serving engine's MoE expert GEMMs: for an engine running fused grouped-MoE kernels (vLLM,
 core.serving.engines.EngineSpec.grouped_moe) the longer of the layer graph's plain batched GEMMs
 and the grouped kernel's math at the dtype's peak times `moe_gemm_efficiency` x ffn / (ffn +
-`moe_half_ffn`) (`moe_bf16_*` for BF16 kernels), a narrow expert slice (its FFN over expert tensor parallelism) leaving each
-tile's fixed work more weight; engines on kernels of their own keep the plain GEMMs. Both
+`moe_half_ffn`) (`moe_bf16_*` for BF16 kernels), a narrow expert slice (its FFN over expert
+tensor parallelism) leaving each tile's fixed work more weight; engines on kernels of their own keep the plain GEMMs. Both
 factors are per GPU family (the hardware preset's calibration), fitted by
 scripts/fit_moe_gemm.py on the measured MoE kernel tables (../shared/validation/kernels/*/moe),
 never on serving runs, reading each row as the collector runs it (table_row_s): at prefill sizes the

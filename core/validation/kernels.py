@@ -304,11 +304,6 @@ def _mla_generation(hw, batch, heads, step, mla_dtype, kv_dtype, engine=""):
     return "mla.decode", dtype, kv_bucket(batch * context * (MLA_KV_LORA_RANK + MLA_ROPE_DIM) * kv_bytes), time_s
 
 
-# The MoE tables' dtypes we time, at the peak of ours (block-scaled FP8 at the FP8 peak with the
-# block-scaled recipe, as scripts/fit_moe_gemm.py fits the grouped kernels on it).
-MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "nvfp4"}
-
-
 def _moe(hw, kernel_source, moe_dtype, tokens, hidden, inter, topk, experts, moe_tp, moe_ep, distribution, engine=""):
     """A rank's MoE experts as the table's engine runs them in serving (core.serving.moe.table_row_s):
     its plain batched GEMMs (gate and up unless the kernel is non-gated), the activation and the
@@ -316,14 +311,13 @@ def _moe(hw, kernel_source, moe_dtype, tokens, hidden, inter, topk, experts, moe
     (EngineSpec.grouped_moe: vLLM) takes the grouped kernel's math where it outlasts them."""
     if distribution != "balanced":
         return Skip(f"moe with {distribution} routing: imbalance not modelled")
-    dtype = MOE_DTYPES.get(moe_dtype)
-    if dtype is None or dtype not in dict(hw.gpu.peak_flops):
+    dtype, recipe = GEMM_DTYPES.get(moe_dtype, ("", ""))  # the MoE tables name their dtypes as the GEMM tables do
+    if dtype not in dict(hw.gpu.peak_flops):
         return Skip(f"moe in {moe_dtype}: not modelled")
-    recipe = "block-scaled" if moe_dtype in ("fp8_block", "nvfp4") else ""
     time_s = table_row_s(_variant(hw, dtype=dtype, fp8_recipe=recipe), hidden, inter, experts, topk, tokens, moe_tp,
                          moe_ep, gated="nongated" not in kernel_source, grouped_kernels=ENGINES[engine].grouped_moe)
     flops = 2.0 * tokens * topk * hidden * (inter / moe_tp) * (3 if "nongated" not in kernel_source else 2)
-    label = "fp8 block" if moe_dtype == "fp8_block" else dtype
+    label = f"{dtype} block" if recipe else dtype
     return "moe.experts", label, flop_bucket(flops), time_s
 
 
