@@ -1,14 +1,14 @@
-"""Blackwell presets' derived figures from NVIDIA AIConfigurator's measured kernel tables
-(issue 21). Prints, for each Blackwell part against H100 in the same tables:
+"""Hopper's and Blackwell's presets' figures from NVIDIA AIConfigurator's measured kernel tables
+(issue 21). Prints, for each part (H100, H200 and the Blackwell parts) in the same tables:
 
 - the datasheet peaks its system.yaml states (what the presets carry);
 - the GEMM shares the model is fitted to (compute_efficiency, fp8_efficiency) come from
   scripts/fit_gemm.py on every GEMM row; this script prints the large GEMMs' (m, n, k >= 4096)
   median rate as a datasheet check;
-- weight-stream efficiency: the tile model's time at neutral factors over the measured time,
-  median over BF16 GEMMs of 1 to 8 rows over a >= 256 MiB weight (HBM-bound), for the same vLLM
-  0.24.0 kernels on every GPU, scaling H100's calibrated stream_efficiency (its preset's) by the
-  part's ratio to H100 (capped at 1);
+- weight-stream efficiency (the presets' stream_efficiency): the tile model's time at neutral
+  factors over the measured time, median over BF16 GEMMs of 1 to 8 rows over a >= 256 MiB
+  weight (one HBM-bound sweep of the weight, as a decode step's), for the same vLLM 0.24.0
+  kernels on every GPU (capped at 1);
 The NVLink dimension's figures (efficiency, pipeline fill, NVLS share) are fitted on the
 NCCL tables by scripts/fit_nccl.py.
 
@@ -32,8 +32,8 @@ from core.model.loader import load_hardware  # noqa: E402
 
 KERNELS = Path("/work/shared/validation/kernels")
 # kernel-table folder -> preset
-PARTS = {"h100_sxm": "h100-sxm5-80gb", "b200_sxm": "b200-sxm-180gb", "b300_sxm": "b300-sxm-288gb",
-         "gb200": "gb200-nvl72", "gb300": "gb300-nvl72"}
+PARTS = {"h100_sxm": "h100-sxm5-80gb", "h200_sxm": "h200-sxm-141gb", "b200_sxm": "b200-sxm-180gb",
+         "b300_sxm": "b300-sxm-288gb", "gb200": "gb200-nvl72", "gb300": "gb300-nvl72"}
 BIG = 4096
 STREAM_ROWS = 8
 STREAM_BYTES = 256 * 2**20
@@ -60,7 +60,7 @@ def gemm_efficiency(hw, rows: pd.DataFrame, dtype: str) -> float:
 
 
 def derive(kernels: Path = KERNELS) -> dict:
-    """{part: figures} for every part, H100 included (its ratios are 1)."""
+    """{part: figures} for every part."""
     figures = {}
     for part, preset in PARTS.items():
         spec = system(kernels, part)
@@ -81,10 +81,7 @@ def derive(kernels: Path = KERNELS) -> dict:
             "e_stream": gemm_efficiency(hw, stream, "bf16"),
         }
         figures[part] = f
-    h = figures["h100_sxm"]
-    h100_stream = load_hardware(PARTS["h100_sxm"]).calibration.stream_efficiency
-    for part, f in figures.items():
-        f["stream_efficiency"] = min(1.0, h100_stream * f["e_stream"] / h["e_stream"])
+        f["stream_efficiency"] = min(1.0, f["e_stream"])
     return figures
 
 
@@ -105,10 +102,9 @@ def main() -> None:
                if f["nvfp4_median_tflops"] else "")
         print(f"  {part:9s} bf16 {f['bf16_median_tflops']:6.0f} ({f['bf16_median_tflops'] * T / f['bf16_peak']:.3f})"
               f"  fp8 {f['fp8_median_tflops']:6.0f} ({f['fp8_median_tflops'] * T / f['fp8_peak']:.3f}){fp4}")
-    print("\nweight streams at neutral factors / measured (median), and the derived stream_efficiency "
-          "(H100's calibrated value x the part's ratio to H100 in the same tables)")
+    print("\nweight streams at neutral factors / measured (median): the presets' stream_efficiency")
     for part, f in figures.items():
-        print(f"  {part:9s} stream {f['e_stream']:.3f}  stream_efficiency {f['stream_efficiency']:.3f}")
+        print(f"  {part:9s} stream_efficiency {f['stream_efficiency']:.3f}")
 
 if __name__ == "__main__":
     main()

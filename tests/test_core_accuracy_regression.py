@@ -48,6 +48,11 @@ from core.validation.suites import SUITES, summary
 # figures came from NCCL 2.29.2's kernel tables (scripts/fit_nccl.py; MODEL_VERSION 35): their
 # 2-GPU all-gathers and reduce-scatters had been 25-30 % faster than measured there, and the
 # moe suite's expert-TP-2 MCore rows leaned on it (docs/accuracy.md, NCCL inside a node).
+# trtllm's worst rose (10.83 -> 11.08) and its mean fell (5.90 -> 5.75) when Hopper's and
+# Blackwell's stream_efficiency came from their kernel tables' weight-streaming GEMMs instead of
+# TensorRT-LLM v0.5's H100 decode rows (0.9875 -> 0.957 on H100; MODEL_VERSION 47): the worst
+# row, Llama 2 70B 2048-128 on 4 H100s, is one whose prefill the model already puts 11 % slow,
+# and its decode now sweeps the weights at the measured rate (docs/accuracy.md).
 # trtllm and collectives are bounded over all their rows (collectives' worst is the 32-byte
 # all-reduce, whose latency the closed form misses; above 1 MiB, see test_core_inference_accuracy).
 REACHED = {
@@ -58,7 +63,7 @@ REACHED = {
     "h100_dense": (11.7, 3.85, 0),
     "moe": (9.7, 4.15, 0),
     "memory_h100": (9.8, 9.1, 1),
-    "trtllm": (10.85, 5.95, 0),
+    "trtllm": (11.1, 5.8, 0),
     "collectives": (78.0, 9.75, 0),
 }
 
