@@ -34,7 +34,7 @@ from scipy.optimize import minimize_scalar
 
 from core.model import ops
 from core.model.loader import load_hardware, with_dtype
-from core.model.ops.pointwise import ROW_BLOCK_SM_S, ROW_ELEMENT_SM_S
+from core.model.ops.pointwise import NVFP4_ELEMENT_SM_S, NVFP4_ROW_SM_S, ROW_BLOCK_SM_S, ROW_ELEMENT_SM_S
 from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, INPUT_QUANT, KERNELS_DIR, PRESET_BY_GPU, \
     TRTLLM_FP8_BLOCK_OVER_CUBLAS, VLLM_NVFP4_STORE_OVER_CUBLAS, Skip, _gemm, _read, error_summary, flop_bucket, \
     kernels_alone, library_gemm_s
@@ -136,6 +136,25 @@ def row_element_sm_s(hw, gpu: str) -> float | None:
     return float(np.median(left))
 
 
+NVFP4_CAST_ROWS = 4096  # from here on the table's NVFP4 rows grow with m at any k
+
+
+def nvfp4_cast_sm_s(hw, gpu: str) -> tuple | None:
+    """One SM's time per row and per element of vLLM's NVFP4 input quantization (ops.row_cast),
+    read off its table's rows of few outputs (n <= 64) and at least NVFP4_CAST_ROWS rows, where
+    the quantization dominates: what each leaves after the GEMM and the launch, per row at k of
+    64 to 256, then per element at k >= 1,024 once the rows' time is taken out (medians). None
+    without the table."""
+    table = [(m, k, s - library_gemm_s(hw, m, n, k, "nvfp4", "vllm") - ops.launch_s(hw))
+             for _, m, n, k, s in rows(gpu, "nvfp4", 1, "vllm") if n <= 64 and m >= NVFP4_CAST_ROWS]
+    if not table:
+        return None
+    sms = hw.gpu.sm_count
+    per_row = float(np.median([left * sms / m for m, k, left in table if 64 <= k <= 256]))
+    per_element = float(np.median([(left - m * per_row / sms) * sms / (m * k) for m, k, left in table if k >= 1024]))
+    return per_row, per_element
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", nargs="*", default=[g for g in PRESET_BY_GPU if (KERNELS_DIR / g).is_dir()])
@@ -155,6 +174,10 @@ def main() -> None:
         if (element_s := row_element_sm_s(hw, gpu)) is not None:
             print(f"{gpu}: vLLM's FP8 cast takes {element_s * 1e9:.3f} ns of one SM per element"
                   f" (ROW_ELEMENT_SM_S: {ROW_ELEMENT_SM_S * 1e9:.3f} ns)")
+        if (cast := nvfp4_cast_sm_s(hw, gpu)) is not None:
+            print(f"{gpu}: vLLM's NVFP4 cast takes {cast[0] * 1e9:.1f} ns of one SM per row and {cast[1] * 1e9:.4f} ns"
+                  f" per element (NVFP4_ROW_SM_S: {NVFP4_ROW_SM_S * 1e9:.1f}, NVFP4_ELEMENT_SM_S:"
+                  f" {NVFP4_ELEMENT_SM_S * 1e9:.4f} ns)")
         if bf16_store_bps and "nvfp4" in dict(hw.gpu.peak_flops) and (rate := store_rate_bps(hw, gpu, "nvfp4", "vllm")):
             nvfp4_store[gpu] = rate / bf16_store_bps
             print(f"{gpu}: vLLM's NVFP4 GEMMs write their output at {nvfp4_store[gpu]:.3f} of the BF16 GEMMs' rate")

@@ -11,7 +11,7 @@ from core.errors import SpecError
 from core.model import ops
 from core.model.loader import load_hardware, with_dtype
 from core.model.ops.mla import mla_decode
-from core.model.ops.pointwise import ROW_BLOCK_SM_S, ROW_ELEMENT_SM_S
+from core.model.ops.pointwise import NVFP4_ELEMENT_SM_S, NVFP4_ROW_SM_S, ROW_BLOCK_SM_S, ROW_ELEMENT_SM_S
 from core.serving.moe import MOE_CHAIN, table_row_s
 from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, KERNELS_DIR, TRTLLM_FP8_BLOCK_OVER_CUBLAS, error_summary, \
     VLLM_NVFP4_STORE_OVER_CUBLAS, VLLM_NVFP4_TILES, in_graph, kernel_groups, kernels_alone, vllm_fp8_tiles
@@ -69,8 +69,9 @@ def test_an_fp8_row_quantizes_its_input_as_the_tables_engine_does(tmp_path):
 
 
 def test_an_nvfp4_row_is_the_gemm_and_one_quantizing_pass(tmp_path):
-    """vLLM's NVFP4 layer (FlashInfer) quantizes its BF16 input in one pass: 2 bytes read, half
-    a byte and one scale byte per 16 written per element; its GEMM runs at the preset's (cuBLAS)
+    """vLLM's NVFP4 layer (FlashInfer) quantizes its BF16 input in one pass taken a row at a time
+    (ops.row_cast: 2 bytes read, half a byte and one scale byte per 16 written per element, or
+    its rows through the SMs where slower); its GEMM runs at the preset's (cuBLAS)
     share over CUBLAS_OVER_CUTLASS_FP8, on the persistent kernel's tiles, never split in k, and
     writes its output at VLLM_NVFP4_STORE_OVER_CUBLAS of cuBLAS's rate."""
     m, n, k = 1024, 4096, 4096
@@ -84,13 +85,14 @@ def test_an_nvfp4_row_is_the_gemm_and_one_quantizing_pass(tmp_path):
                    folder / "gemm_perf.parquet")
     [record], _ = kernel_groups(tmp_path)
     predicted_s = (ops.gemm(flashinfer, m, n, k, dtype="nvfp4", tiles=VLLM_NVFP4_TILES).time_s
-                   + ops.pointwise(hw, m * k * (2 + 0.5 + 1 / 16)).time_s)
+                   + ops.row_cast(hw, m, k, "nvfp4").time_s)
     assert (record["dtype"], record["median_error_pct"]) == ("nvfp4", pytest.approx(100 * (predicted_s / 0.05e-3 - 1)))
 
 
 def test_a_short_k_nvfp4_row_is_its_output_written_at_its_kernels_rate(tmp_path):
-    """16384 x 16384 BF16 outputs over k = 64: 512 MiB written at 0.714 of the rate of cuBLAS's
-    BF16 epilogue (0.634 of B200's 7.7 TB/s), after the input's one quantizing pass."""
+    """16384 x 16384 BF16 outputs over k = 64: 512 MiB written at 0.782 of the rate of cuBLAS's
+    BF16 epilogue (0.634 of B200's 7.7 TB/s), after the input's one quantizing pass: 16,384 rows
+    through B200's 148 SMs at NVFP4_ROW_SM_S and 64 x NVFP4_ELEMENT_SM_S each."""
     m, n, k = 16384, 16384, 64
     hw = kernels_alone(load_hardware("b200-sxm-180gb"))
     folder = tmp_path / "b200_sxm" / "gemm" / "vllm" / "0.1"
@@ -99,8 +101,9 @@ def test_a_short_k_nvfp4_row_is_its_output_written_at_its_kernels_rate(tmp_path)
                    folder / "gemm_perf.parquet")
     [record], _ = kernel_groups(tmp_path)
     written_s = m * n * 2 / (hw.gpu.hbm.bandwidth_bps * 0.634 * VLLM_NVFP4_STORE_OVER_CUBLAS)
-    predicted_s = written_s + ops.launch_s(hw) + ops.pointwise(hw, m * k * (2 + 0.5 + 1 / 16)).time_s
-    assert (hw.calibration.store_efficiency, VLLM_NVFP4_STORE_OVER_CUBLAS) == (0.634, 0.714)
+    cast_s = m * (NVFP4_ROW_SM_S + k * NVFP4_ELEMENT_SM_S) / 148
+    predicted_s = written_s + ops.launch_s(hw) + cast_s + ops.launch_s(hw)
+    assert (hw.calibration.store_efficiency, VLLM_NVFP4_STORE_OVER_CUBLAS) == (0.634, 0.782)
     assert record["median_error_pct"] == pytest.approx(100 * (predicted_s / 0.3e-3 - 1))
 
 
@@ -162,6 +165,21 @@ def test_a_row_cast_is_bound_by_its_rows_thread_blocks():
     square = ops.row_cast(hw, 16384, 16384)
     assert 16384 * 16384 * 3 / ops.mixed_bandwidth_bps(hw) < square.time_s - ops.launch_s(hw) == pytest.approx(
         16384 * (ROW_BLOCK_SM_S + 16384 * ROW_ELEMENT_SM_S) / 132)
+
+
+def test_an_nvfp4_cast_takes_its_rows_through_the_sms_too():
+    """vLLM's NVFP4 input quantization on a B200 (148 SMs): 32,768 rows of 64 elements write one
+    byte per two elements plus a scale byte per 16 (2.5625 bytes an element with the BF16 read),
+    5 MiB, under 1 us of HBM, but 32,768 rows at NVFP4_ROW_SM_S and 64 x NVFP4_ELEMENT_SM_S of one
+    SM each, 23 us; one row of 1,024 costs its launch and one row's time over the SMs (146 ns of
+    one SM, 1 ns), more than its 2.6 kB over HBM."""
+    hw = kernels_alone(load_hardware("b200-sxm-180gb"))
+    short = ops.row_cast(hw, 32768, 64, "nvfp4")
+    assert short.hbm_bytes == pytest.approx(32768 * 64 * 2.5625)
+    assert short.time_s == pytest.approx(32768 * (NVFP4_ROW_SM_S + 64 * NVFP4_ELEMENT_SM_S) / 148 + ops.launch_s(hw))
+    one = ops.row_cast(hw, 1, 1024, "nvfp4")
+    assert one.time_s == pytest.approx((NVFP4_ROW_SM_S + 1024 * NVFP4_ELEMENT_SM_S) / 148 + ops.launch_s(hw))
+    assert 1024 * 2.5625 / ops.mixed_bandwidth_bps(hw) < one.time_s - ops.launch_s(hw)
 
 
 def test_missing_tables_are_one_clear_error(tmp_path):

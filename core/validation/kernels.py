@@ -79,7 +79,8 @@ def kernels_alone(hw):
 # the tensor's amax in one pass, then casts to per-tensor FP8 (ops.fp8_cast, current scaling);
 # vLLM's layer, with the static input scale AIConfigurator's collector sets, casts to FP8 with
 # one thread block per token row (ops.row_cast), and to NVFP4 (FlashInfer's quantization, the
-# global scale static, each 16-element block's scale computed in the pass) in one pass;
+# global scale static, each 16-element block's scale computed in the pass) in one pass that
+# also takes the tensor a row at a time (ops.row_cast, its NVFP4 row and element times);
 # TensorRT-LLM's block-scaled FP8 takes each 1 x 128 group's scale in its one cast pass,
 # launched with its GEMM inside one op: the table's smallest rows (m <= 16, n and k <= 256) take
 # 4.65 us on H100 against 2.70 for the BF16 GEMM alone, what a pass replayed from a CUDA graph
@@ -92,7 +93,7 @@ INPUT_QUANT = {
     ("trtllm", "fp8"): lambda hw, m, k: ops.fp8_cast(replace(hw, dtype="fp8", fp8_recipe="current"), m * k),
     ("trtllm", "fp8_block"): lambda hw, m, k: _one_pass_quant(in_graph(hw), m * k, "fp8"),
     ("vllm", "fp8"): lambda hw, m, k: ops.row_cast(hw, m, k),
-    ("vllm", "nvfp4"): lambda hw, m, k: _one_pass_quant(hw, m * k, "nvfp4")}
+    ("vllm", "nvfp4"): lambda hw, m, k: ops.row_cast(hw, m, k, "nvfp4")}
 
 
 @functools.lru_cache(maxsize=None)
@@ -125,11 +126,11 @@ TRTLLM_FP8_BLOCK_OVER_CUBLAS = 0.918
 LIBRARY_SHARE = {("vllm", "fp8"): ("fp8_efficiency", 1.0 / CUBLAS_OVER_CUTLASS_FP8),
                  ("vllm", "nvfp4"): ("nvfp4_efficiency", 1.0 / CUBLAS_OVER_CUTLASS_FP8),
                  ("trtllm", "fp8_block"): ("fp8_block_efficiency", TRTLLM_FP8_BLOCK_OVER_CUBLAS)}
-# FlashInfer's NVFP4 kernel writes its BF16 output at 0.714 of the rate cuBLAS's BF16 GEMMs do
+# FlashInfer's NVFP4 kernel writes its BF16 output at 0.782 of the rate cuBLAS's BF16 GEMMs do
 # (the presets' store_efficiency): the median over each Blackwell table's short-k GEMMs of 64 MB
-# and more of output, its input quantization taken out, 0.70-0.73 on B200, B300, GB200 and
+# and more of output, its input quantization taken out, 0.78-0.79 on B200, B300, GB200 and
 # GB300 alike (scripts/fit_gemm.py). (engine, the table's GEMM dtype) -> that factor.
-VLLM_NVFP4_STORE_OVER_CUBLAS = 0.714
+VLLM_NVFP4_STORE_OVER_CUBLAS = 0.782
 LIBRARY_STORE = {("vllm", "nvfp4"): VLLM_NVFP4_STORE_OVER_CUBLAS}
 # TensorRT-LLM's block-scaled FP8 GEMM on Hopper is DeepGEMM's kernel, whose math warpgroups
 # write each output tile themselves after its last MMA (no second warpgroup's MMAs cover it, as

@@ -1,7 +1,7 @@
 """Bandwidth-bound elementwise kernels, and Transformer Engine's quantization of GEMM inputs."""
 from functools import lru_cache
 
-from ..specs import DTYPE_BYTES, LOW_PRECISION_DTYPES, HardwareSpec, quantized_bytes
+from ..specs import LOW_PRECISION_DTYPES, HardwareSpec, quantized_bytes
 from .common import KernelTime, launch_s, mixed_bandwidth_bps
 
 # One SM's time per row of a kernel that gives every row its own thread block, as vLLM's static
@@ -14,6 +14,16 @@ ROW_BLOCK_SM_S = 0.94e-6
 # run at about 3 elements a cycle an SM, 1.6 TB/s on H100 and B200 alike (their rows of few
 # outputs and many inputs, where the GEMM is short; scripts/fit_gemm.py prints the median).
 ROW_ELEMENT_SM_S = 0.17e-9
+# vLLM's NVFP4 quantization (one pass, each 16-element block's scale computed in it) runs its
+# rows through the SMs too, some ten times cheaper a row: its Blackwell GEMM tables at n <= 64
+# and m >= 4,096, after the GEMM and the launch, leave 96-106 ns of one SM per row at k of 64
+# to 256 (B200, GB200, B300, GB300 alike; one value) and, beyond, 0.041-0.047 ns per element,
+# about what the bytes take at the HBM rate, so the two add (scripts/fit_gemm.py prints both).
+NVFP4_ROW_SM_S = 0.10e-6
+NVFP4_ELEMENT_SM_S = 0.045e-9
+# (one SM's time per row, per element) of a row-wise cast to each dtype, and the recipe whose
+# bytes it writes
+ROW_CAST = {"fp8": (ROW_BLOCK_SM_S, ROW_ELEMENT_SM_S, ""), "nvfp4": (NVFP4_ROW_SM_S, NVFP4_ELEMENT_SM_S, "block-scaled")}
 
 
 @lru_cache(maxsize=65536)
@@ -55,11 +65,13 @@ def fp8_cast(hw: HardwareSpec, elements: float, transpose: bool = False) -> Kern
 
 
 @lru_cache(maxsize=65536)
-def row_cast(hw: HardwareSpec, rows: int, columns: int) -> KernelTime:
-    """A cast of a BF16 [rows, columns] tensor to FP8 with a scale already known, by a kernel of
-    one thread block per row (vLLM's static per-tensor quantization): the slower of the bytes
-    over HBM and the rows' thread blocks through the SMs, each ROW_BLOCK_SM_S and
-    ROW_ELEMENT_SM_S per element."""
-    bytes_moved = rows * columns * (hw.act_bytes + DTYPE_BYTES["fp8"])
-    blocks_s = rows * (ROW_BLOCK_SM_S + columns * ROW_ELEMENT_SM_S) / hw.gpu.sm_count
+def row_cast(hw: HardwareSpec, rows: int, columns: int, dtype: str = "fp8") -> KernelTime:
+    """A cast of a BF16 [rows, columns] tensor to `dtype` with its tensor scale already known, by a
+    kernel that takes the tensor a row at a time (vLLM's static per-tensor FP8 quantization, a
+    thread block per row; its NVFP4 one, block scales computed in passing): the slower of the
+    bytes over HBM and the rows through the SMs, each their time per row and per element
+    (ROW_CAST)."""
+    per_row_s, per_element_s, recipe = ROW_CAST[dtype]
+    bytes_moved = rows * columns * (hw.act_bytes + quantized_bytes(dtype, recipe))
+    blocks_s = rows * (per_row_s + columns * per_element_s) / hw.gpu.sm_count
     return KernelTime(max(bytes_moved / mixed_bandwidth_bps(hw), blocks_s) + launch_s(hw), 0.0, bytes_moved)
