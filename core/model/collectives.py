@@ -4,7 +4,7 @@ across the dimensions a group spans."""
 from functools import lru_cache
 from math import ceil, log2
 
-from .specs import HardwareSpec, NetworkDim
+from .specs import EngineAllReduce, HardwareSpec, NetworkDim
 
 KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv")
 
@@ -189,3 +189,24 @@ def protocol_startup_s(hw: HardwareSpec, dims: tuple, kind: str, bytes_: float, 
     closed form's time less the bare one's, not below zero: the replay lacks NVLS's saving)."""
     full = sum(collective_time(hw, dims, kind, bytes_, span).values())
     return max(0.0, full - sum(collective_time(hw, dims, kind, bytes_, span, BARE).values()))
+
+
+def custom_all_reduce_s(spec: EngineAllReduce, gpus: int, bytes_: float) -> float:
+    """An engine's own all-reduce of `bytes_` over `gpus` GPUs of one NVLink domain: the faster
+    of its one-shot and two-shot kernels (EngineAllReduce)."""
+    start_s = spec.floor_s + spec.per_peer_s * (gpus - 1)
+    one_shot_s = start_s + (gpus - 1) * bytes_ / spec.bandwidth_bps
+    two_shot_s = 2 * start_s + 2 * (gpus - 1) / gpus * bytes_ / spec.bandwidth_bps
+    return min(one_shot_s, two_shot_s)
+
+
+def engine_all_reduce_s(hw: HardwareSpec, dims: tuple, engine: str, bytes_: float, span: tuple) -> dict:
+    """Seconds per dimension name of an inference engine's all-reduce over `span`: its own
+    kernel (hw.calibration.engine_all_reduce) where the group sits inside the first network
+    dimension (one NVLink domain) and that is faster than NCCL's, else NCCL's (collective_time)."""
+    nccl = collective_time(hw, dims, "all_reduce", bytes_, span)
+    spec = hw.calibration.engine_all_reduce(engine) if engine else None
+    if spec is None or len(span) != 1 or span[0][0] != 0 or span[0][1] < 2:
+        return nccl
+    own_s = custom_all_reduce_s(spec, span[0][1], bytes_)
+    return {dims[0].name: own_s} if own_s < sum(nccl.values()) else nccl

@@ -15,8 +15,8 @@ from .hf import HF_COSTED, HF_COSTLESS, HF_MODEL_TYPES, model_from_hf  # noqa: F
 from .layout import recipe_mismatch
 from .specs import (ACTIVATIONS, ATTENTION_KERNELS, COMPUTE_DTYPES, DTYPES, FFNS, FP8_RECIPES, MIXERS, NORMS,
                     POSITION_EMBEDDINGS, POWER_CLOCKS, RECURRENT_KINDS, SFU_EXP_PER_SM_PER_CLOCK, TOPOLOGIES,
-                    ENGINE_ATTENTION, Calibration, EngineAttention, GpuSpec, HardwareSpec, MlaDecode, MlaPrefill,
-                    LayerKind, LinkFault, MemoryLevel, ModelSpec, MoESpec, NetworkDim, PowerSpec, RecurrentSpec,
+                    ENGINE_ATTENTION, Calibration, EngineAllReduce, EngineAttention, GpuSpec, HardwareSpec, MlaDecode,
+                    MlaPrefill, LayerKind, LinkFault, MemoryLevel, ModelSpec, MoESpec, NetworkDim, PowerSpec, RecurrentSpec,
                     model_with_kinds)
 
 PRESET_DIR = Path(__file__).parent / "presets"
@@ -434,21 +434,29 @@ def _faults_from_list(items, source: str) -> tuple:
     return tuple(faults)
 
 
-def _engine_attention(raw, source: str, base: tuple) -> tuple:
-    """`calibration.engine_attention`: {engine: {its EngineAttention fields}} for engines of
-    ENGINE_ATTENTION, sorted by engine (times with a unit, shares in (0, 1], counts >= 1)."""
+def _per_engine(raw, source: str, base: tuple, block: str, build) -> tuple:
+    """`calibration.<block>`: {engine: {fields}} for engines of ENGINE_ATTENTION, as ((engine,
+    build(its fields, engine)), ...) sorted by engine; `base` where the file has no block."""
     if raw is None:
         return base
     if not isinstance(raw, dict):
-        raise SpecError(source, "calibration.engine_attention", raw, "expected a mapping {engine: {fields}}")
+        raise SpecError(source, f"calibration.{block}", raw, "expected a mapping {engine: {fields}}")
     out = []
     for engine in sorted(raw):
         if engine not in ENGINE_ATTENTION:
-            raise SpecError(source, "calibration.engine_attention", engine,
-                            f"expected one of {', '.join(ENGINE_ATTENTION)}")
-        k = _Fields(raw[engine], source, f"calibration.engine_attention.{engine}.")
+            raise SpecError(source, f"calibration.{block}", engine, f"expected one of {', '.join(ENGINE_ATTENTION)}")
+        k = _Fields(raw[engine], source, f"calibration.{block}.{engine}.")
+        out.append((engine, build(k, engine)))
+        k.done()
+    return tuple(out)
+
+
+def _engine_attention(raw, source: str, base: tuple) -> tuple:
+    """`calibration.engine_attention`: each engine's EngineAttention (times with a unit, shares
+    in (0, 1], counts >= 1)."""
+    def build(k, engine):
         pair_s = k.unit("decode_pair", units.parse_time)
-        out.append((engine, EngineAttention(
+        return EngineAttention(
             prefill_tensor_share=k.number("prefill_tensor_share", high=1.0),
             prefill_fp8_tensor_share=k.number("prefill_fp8_tensor_share", high=1.0),
             prefill_cache_share=k.number("prefill_cache_share", high=1.0),
@@ -467,9 +475,20 @@ def _engine_attention(raw, source: str, base: tuple) -> tuple:
             prefill_fp8_query_cast=k.boolean("prefill_fp8_query_cast", False),
             mla_decode=_mla_decode(k.raw("mla_decode"), source, f"calibration.engine_attention.{engine}.mla_decode."),
             mla_prefill=_mla_prefill(k.raw("mla_prefill"), source,
-                                     f"calibration.engine_attention.{engine}.mla_prefill."))))
-        k.done()
-    return tuple(out)
+                                     f"calibration.engine_attention.{engine}.mla_prefill."))
+    return _per_engine(raw, source, base, "engine_attention", build)
+
+
+def _engine_allreduce(raw, source: str, base: tuple) -> tuple:
+    """`calibration.engine_allreduce`: each engine's EngineAllReduce (times and a bandwidth above
+    0, with their units)."""
+    def build(k, engine):
+        bandwidth_bps = k.unit("bandwidth", units.parse_bandwidth)
+        if bandwidth_bps <= 0:
+            raise SpecError(source, k.name("bandwidth"), k.raw("bandwidth"), "expected a bandwidth above 0")
+        return EngineAllReduce(floor_s=k.unit("floor", units.parse_time),
+                               per_peer_s=k.unit("per_peer", units.parse_time), bandwidth_bps=bandwidth_bps)
+    return _per_engine(raw, source, base, "engine_allreduce", build)
 
 
 def _optional_block(raw, source: str, prefix: str, what: str, build):
@@ -546,6 +565,7 @@ def _calibration(raw, source: str) -> Calibration:
                                           high=1.0),
         moe_bf16_half_ffn=c.number("moe_bf16_half_ffn", base.moe_bf16_half_ffn, low=-1e-12, high=1e6),
         engine_attention=_engine_attention(c.raw("engine_attention"), source, base.engine_attention),
+        engine_allreduce=_engine_allreduce(c.raw("engine_allreduce"), source, base.engine_allreduce),
     )
     c.done(ignored=("fitted_on", "notes"))
     return calibration

@@ -605,6 +605,20 @@ class EngineAttention:
 
 
 @dataclass(frozen=True)
+class EngineAllReduce:
+    """An inference engine's own all-reduce inside one NVLink domain (TensorRT-LLM's and vLLM's
+    custom kernels, replayed from CUDA graphs), fitted on its measured table
+    (scripts/fit_engine_allreduce.py). One-shot: every GPU reads its peers' whole buffers,
+    `floor_s` plus `per_peer_s` a peer to start, then (gpus - 1) x the message at `bandwidth_bps`;
+    two-shot: a reduce-scatter and an all-gather, twice the start and 2 (gpus - 1) / gpus of the
+    message at that rate. The engine takes the faster, or NCCL's ring where that is faster still
+    (core.model.collectives.engine_all_reduce_s)."""
+    floor_s: float
+    per_peer_s: float
+    bandwidth_bps: float
+
+
+@dataclass(frozen=True)
 class Calibration:
     """The few factors fitted per GPU preset; see the preset file for what and on which rows."""
     # Share of the boost clock a GPU holds through a whole training step or serving run (power
@@ -674,10 +688,17 @@ class Calibration:
     # engine; an engine not listed runs the fused kernel above (prefill) and decode_attention's
     # bandwidth model.
     engine_attention: tuple = ()
+    # Each inference engine's own all-reduce: ((engine, EngineAllReduce), ...), sorted by engine;
+    # an engine not listed all-reduces with NCCL's ring.
+    engine_allreduce: tuple = ()
 
     def engine_kernels(self, engine: str):
         """The EngineAttention of `engine`, or None when the preset has none for it."""
         return next((k for name, k in self.engine_attention if name == engine), None)
+
+    def engine_all_reduce(self, engine: str):
+        """The EngineAllReduce of `engine`, or None when the preset has none for it."""
+        return next((k for name, k in self.engine_allreduce if name == engine), None)
 
 
 @hash_once

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from . import ops
-from .collectives import collective_time
+from .collectives import collective_time, engine_all_reduce_s
 from .graph import LayerGraph, LayerShape, attended_keys, build_layer, train_shape
 from .ops.recurrent import SCAN_CHUNK
 from .layout import group_spans, merge_spans, micro_batches, pipeline_order, stage_groups, stage_layers
@@ -36,8 +36,10 @@ def add_times(into: dict, times: dict, scale: float = 1.0) -> None:
         into[name] = into.get(name, 0.0) + seconds * scale
 
 
-def time_ops(hw: HardwareSpec, dims: tuple, spans: dict, op_list, skip_core: bool = False) -> PassTime:
-    """Sum a sequence of ops: compute in full, communication as far as it is not hidden."""
+def time_ops(hw: HardwareSpec, dims: tuple, spans: dict, op_list, skip_core: bool = False,
+             engine: str = "") -> PassTime:
+    """Sum a sequence of ops: compute in full, communication as far as it is not hidden; an
+    inference `engine`'s all-reduces run its own kernel where it has one (engine_all_reduce_s)."""
     compute = flops = 0.0
     comm = {}
     for op in op_list:
@@ -48,7 +50,10 @@ def time_ops(hw: HardwareSpec, dims: tuple, spans: dict, op_list, skip_core: boo
             flops += op.flops
             continue
         span = spans.get(op.axis, ())
-        per_dim = collective_time(hw, dims, op.collective, op.bytes_, span, outer_share=op.outer_share)
+        if engine and op.collective == "all_reduce":
+            per_dim = engine_all_reduce_s(hw, dims, engine, op.bytes_, span)
+        else:
+            per_dim = collective_time(hw, dims, op.collective, op.bytes_, span, outer_share=op.outer_share)
         total = sum(per_dim.values())
         if total <= 0:
             continue

@@ -54,6 +54,10 @@ class EngineSpec:
     # FlashInfer's TensorRT-LLM-generated kernels on Blackwell (SGLang's default backends there,
     # vLLM's per ENGINE_ATTENTION); no SGLang kernel table exists to fit its own.
     attention_kernels: str = ""
+    # whose own all-reduce kernel (calibration.engine_allreduce) its tensor-parallel all-reduces
+    # run inside an NVLink domain, where the GPU's preset has it ("": NCCL's ring). SGLang takes
+    # vLLM's: its custom all-reduce is vLLM's one-shot/two-shot kernel (no SGLang table exists).
+    allreduce_kernels: str = ""
     # the client sees a request's first token only when its first decode step ends (with the
     # second): its TTFT then includes what the engine runs between the two
     first_token_with_decode: bool = False
@@ -82,18 +86,19 @@ ENGINES = {
     # otherwise (its LLM API's CudaGraphConfig: max_batch_size 0 takes 128)
     "trtllm": EngineSpec("trtllm", mixed_batches=True, chunked_prefill=False, kv_policy="reserve",
                          kv_block_tokens=32, kv_memory_fraction=0.9, max_num_tokens=8192, max_batch=2048,
-                         cuda_graph_max_batch=128, iteration_overhead_s=0.0005, request_overhead_s=0.055,
-                         attention_kernels="trtllm"),
+                         cuda_graph_max_batch=128, iteration_overhead_s=0.0010, request_overhead_s=0.055,
+                         attention_kernels="trtllm", allreduce_kernels="trtllm"),
     "vllm": EngineSpec("vllm", mixed_batches=True, chunked_prefill=True, kv_policy="on_demand",
                        kv_block_tokens=16, kv_memory_fraction=0.9, max_num_tokens=8192, max_batch=1024,
-                       cuda_graph_max_batch=512, iteration_overhead_s=0.0015, request_overhead_s=0.040,
-                       kv_budget="utilization", grouped_moe=True, attention_kernels="vllm"),
+                       cuda_graph_max_batch=512, iteration_overhead_s=0.0020, request_overhead_s=0.040,
+                       kv_budget="utilization", grouped_moe=True, attention_kernels="vllm",
+                       allreduce_kernels="vllm"),
     # SGLang runs at most max_total_num_tokens // 2 requests and its request pool's size, 2,048 to
     # 4,096 (the scheduler's max_running_requests): 2,048, the pool's floor
     "sglang": EngineSpec("sglang", mixed_batches=False, chunked_prefill=True, kv_policy="on_demand",
                          kv_block_tokens=1, kv_memory_fraction=0.88, max_num_tokens=8192, max_batch=2048,
-                         cuda_graph_max_batch=256, iteration_overhead_s=0.0, request_overhead_s=0.130,
-                         attention_kernels="vllm"),
+                         cuda_graph_max_batch=256, iteration_overhead_s=0.0005, request_overhead_s=0.130,
+                         attention_kernels="vllm", allreduce_kernels="vllm"),
 }
 # Request overheads of engine version families (a version's major.minor; "" for the measured rows
 # that record none, one benchmark campaign's) where they differ from the engine's own: fitted by

@@ -60,6 +60,7 @@ class IterationModel:
     ep: int = 1
     grouped_moe: bool = False  # the experts run the fused-MoE kernels the MoE tables time (core/serving/moe.py)
     attention_kernels: str = ""  # the engine whose attention kernels time attention (EngineSpec.attention_kernels)
+    allreduce_kernels: str = ""  # the engine whose own all-reduce runs its all-reduces (EngineSpec.allreduce_kernels)
     memo: IterationMemo = field(default_factory=IterationMemo)
 
     def __post_init__(self):
@@ -124,7 +125,7 @@ class IterationModel:
         engine_ops = self.engine_ops and spec.mla is None  # MLA runs its own kernels (FlashMLA), not the GQA ones fitted
         if engine_ops:
             layer = tuple(op for op in layer if op.name not in ENGINE_PREPROCESSING)
-        passed = time_ops(hw, self.dims, self.spans, layer)
+        passed = time_ops(hw, self.dims, self.spans, layer, engine=self.allreduce_kernels)
         attention = [op for op in layer if op.name == "attention"]
         compute_s = passed.compute_s - sum(op.time_s for op in attention)
         kernels = [op for op in layer if op.kind == "compute" and op.name != "attention"]

@@ -16,7 +16,7 @@ import numpy as np
 
 from core.errors import SpecError
 from core.model import ops
-from core.model.collectives import collective_time
+from core.model.collectives import collective_time, engine_all_reduce_s
 from core.model.ops.mla import mla_decode, mla_prefill
 from core.model.layout import group_spans
 from core.model.loader import list_presets, load_hardware, with_dtype
@@ -272,6 +272,43 @@ def _nccl(hw, op, gpus, elements, nccl_dtype):
     return f"nccl.{kind}.{gpus}gpu", NCCL_DTYPES[nccl_dtype], message_bucket(bytes_), time_s
 
 
+# the custom all-reduce tables' dtypes: (our name, bytes per element)
+ALLREDUCE_DTYPES = {"bfloat16": ("bf16", 2), "float16": ("fp16", 2)}
+# vLLM's table times its kernel replayed from a CUDA graph, as its decode runs it, and eagerly
+VLLM_GRAPH_ALLREDUCE = "vllm_graph"
+
+
+def _custom_allreduce(hw, gpus, elements, allreduce_dtype, backend, engine=""):
+    """The engine's own all-reduce inside one node (calibration.engine_allreduce, or NCCL's ring
+    where faster: core.model.collectives.engine_all_reduce_s); vLLM's eager rows are not how its
+    decode runs it."""
+    if backend and backend != VLLM_GRAPH_ALLREDUCE:
+        return Skip(f"{engine} all-reduce {backend}: timed outside CUDA graphs")
+    if allreduce_dtype not in ALLREDUCE_DTYPES:
+        return Skip(f"{engine} all-reduce {allreduce_dtype}: not modelled")
+    dims = hw.dims_for(gpus)
+    if gpus > dims[0].size:
+        return Skip(f"{engine} all-reduce over {gpus} GPUs: more than {hw.name}'s first network dimension")
+    label, element_bytes = ALLREDUCE_DTYPES[allreduce_dtype]
+    bytes_ = float(elements * element_bytes)
+    span = group_spans(Parallelism(tp=gpus), dims)["tp"]
+    time_s = sum(engine_all_reduce_s(hw, dims, engine, bytes_, span).values())
+    return f"allreduce.{engine}.{gpus}gpu", label, message_bucket(bytes_), time_s
+
+
+def custom_allreduce_rows(gpu_dir: Path, hw) -> dict:
+    """{engine: [(GPUs, bytes, measured seconds)]}: the rows of the GPU's custom all-reduce tables
+    that _custom_allreduce times (scripts/fit_engine_allreduce.py fits on them)."""
+    out = {}
+    for path in sorted(gpu_dir.glob("comm/*/*/custom_allreduce_perf.parquet")):
+        engine = path.parent.parent.name
+        values, latency_ms = _read(path, ("num_gpus", "message_size", "allreduce_dtype", "backend"), None)
+        for (gpus, elements, dtype, backend), ms in zip(zip(*values), latency_ms):
+            if not isinstance(_custom_allreduce(hw, gpus, elements, dtype, backend, engine), Skip):
+                out.setdefault(engine, []).append((gpus, float(elements * ALLREDUCE_DTYPES[dtype][1]), ms * MS))
+    return out
+
+
 # DeepSeek-V3's MLA widths, which the MLA tables' collector runs (its module rows name the model)
 MLA_QK_HEAD_DIM, MLA_V_HEAD_DIM, MLA_KV_LORA_RANK, MLA_ROPE_DIM = 128 + 64, 128, 512, 64
 
@@ -332,6 +369,7 @@ TABLES = (
      ("batch_size", "num_heads", "num_key_value_heads", "head_dim", "step", "window_size", "attn_dtype",
       "kv_cache_dtype"), _generation),
     ("comm", "nccl_perf", ("op_name", "num_gpus", "message_size", "nccl_dtype"), _nccl),
+    ("comm", "custom_allreduce_perf", ("num_gpus", "message_size", "allreduce_dtype", "backend"), _custom_allreduce),
     ("mla", "context_mla_perf", ("batch_size", "isl", "num_heads", "mla_dtype", "kv_cache_dtype"), _mla_context),
     ("mla", "generation_mla_perf", ("batch_size", "num_heads", "step", "mla_dtype", "kv_cache_dtype"), _mla_generation),
     ("moe", "moe_perf", ("kernel_source", "moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
@@ -389,7 +427,8 @@ def kernel_groups(root: Path = KERNELS_DIR, gpus=None, max_rows: int | None = No
                 hw = kernels_alone(with_dtype(load_hardware(preset), "bf16", preset, "dtype"))
                 values, latency_ms = _read(path, columns, max_rows)
                 groups, reasons = defaultdict(lambda: ([], [])), Counter()
-                engine = {"engine": path.parent.parent.name} if op in ("attention", "gemm", "mla", "moe") else {}
+                engine = ({"engine": path.parent.parent.name} if op in ("attention", "gemm", "mla", "moe")
+                          or table == "custom_allreduce_perf" else {})
                 for row, measured_ms in zip(zip(*values), latency_ms):
                     out = predict(hw, *row, **engine)
                     if isinstance(out, Skip):

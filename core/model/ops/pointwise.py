@@ -23,7 +23,8 @@ NVFP4_ROW_SM_S = 0.10e-6
 NVFP4_ELEMENT_SM_S = 0.045e-9
 # (one SM's time per row, per element) of a row-wise cast to each dtype, and the recipe whose
 # bytes it writes
-ROW_CAST = {"fp8": (ROW_BLOCK_SM_S, ROW_ELEMENT_SM_S, ""), "nvfp4": (NVFP4_ROW_SM_S, NVFP4_ELEMENT_SM_S, "block-scaled")}
+ROW_CAST = {"fp8": (ROW_BLOCK_SM_S, ROW_ELEMENT_SM_S, ""),
+            "nvfp4": (NVFP4_ROW_SM_S, NVFP4_ELEMENT_SM_S, "block-scaled")}
 
 
 @lru_cache(maxsize=65536)
