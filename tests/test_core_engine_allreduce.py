@@ -32,7 +32,7 @@ def test_a_small_message_goes_one_shot_and_a_large_one_two_shot():
 def test_the_engine_takes_its_own_kernel_only_where_it_beats_nccls_ring():
     dims, span = _span(H200, 8)
     small = engine_all_reduce_s(H200, dims, "trtllm", 65536, span)
-    own = custom_all_reduce_s(H200.calibration.engine_all_reduce("trtllm"), 8, 65536)
+    own = custom_all_reduce_s(H200.calibration.allreduce_of("trtllm"), 8, 65536)
     assert small == {dims[0].name: pytest.approx(own)}
     assert own < sum(collective_time(H200, dims, "all_reduce", 65536, span).values()) / 3
     large = 512 * 2**20
@@ -59,7 +59,7 @@ def test_a_tensor_parallel_decode_step_saves_what_the_engines_all_reduce_saves()
     reduces = [op.bytes_ for op in layer if op.kind == "comm" and op.collective == "all_reduce"]
     assert reduces == [4 * 8192 * 2] * 2
     saved_s = sum(sum(collective_time(H200, dims, "all_reduce", b, span).values())
-                  - custom_all_reduce_s(H200.calibration.engine_all_reduce("trtllm"), 8, b) for b in reduces)
+                  - custom_all_reduce_s(H200.calibration.allreduce_of("trtllm"), 8, b) for b in reduces)
     assert plain - engine == pytest.approx(80 * saved_s)
 
 
@@ -72,3 +72,15 @@ def test_an_engine_allreduce_block_needs_a_bandwidth_above_zero_with_its_unit():
     with pytest.raises(SpecError, match="expected one of trtllm, vllm"):
         load_hardware("h100-sxm5-80gb",
                       {"calibration.engine_allreduce": {"sglang": {**fields, "bandwidth": "250 GB/s"}}})
+
+
+def test_a_group_larger_than_the_kernel_takes_all_reduces_with_nccl():
+    """GB300's NVLink domain holds 72 GPUs: TensorRT-LLM's kernel takes 16 (its max_gpus), vLLM's
+    at most 8, so a 16-GPU group of vLLM's falls back to NCCL's ring."""
+    hw = ops.at_kernel_rates(load_hardware("gb300-nvl72"))
+    dims, span = _span(hw, 16)
+    assert span == ((0, 16),)
+    assert (hw.calibration.allreduce_of("trtllm").max_gpus, hw.calibration.allreduce_of("vllm").max_gpus) == (16, 8)
+    own = custom_all_reduce_s(hw.calibration.allreduce_of("trtllm"), 16, 65536)
+    assert engine_all_reduce_s(hw, dims, "trtllm", 65536, span) == {dims[0].name: pytest.approx(own)}
+    assert engine_all_reduce_s(hw, dims, "vllm", 65536, span) == collective_time(hw, dims, "all_reduce", 65536, span)

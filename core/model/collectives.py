@@ -202,11 +202,12 @@ def custom_all_reduce_s(spec: EngineAllReduce, gpus: int, bytes_: float) -> floa
 
 def engine_all_reduce_s(hw: HardwareSpec, dims: tuple, engine: str, bytes_: float, span: tuple) -> dict:
     """Seconds per dimension name of an inference engine's all-reduce over `span`: its own
-    kernel (hw.calibration.engine_all_reduce) where the group sits inside the first network
-    dimension (one NVLink domain) and that is faster than NCCL's, else NCCL's (collective_time)."""
+    kernel (hw.calibration.allreduce_of) where the group sits inside the first network dimension
+    (one NVLink domain), has at most the kernel's max_gpus GPUs and that is faster than NCCL's,
+    else NCCL's (collective_time)."""
     nccl = collective_time(hw, dims, "all_reduce", bytes_, span)
-    spec = hw.calibration.engine_all_reduce(engine) if engine else None
-    if spec is None or len(span) != 1 or span[0][0] != 0 or span[0][1] < 2:
+    spec = hw.calibration.allreduce_of(engine) if engine else None
+    if spec is None or len(span) != 1 or span[0][0] != 0 or not 2 <= span[0][1] <= spec.max_gpus:
         return nccl
     own_s = custom_all_reduce_s(spec, span[0][1], bytes_)
     return {dims[0].name: own_s} if own_s < sum(nccl.values()) else nccl

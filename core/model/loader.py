@@ -15,7 +15,7 @@ from .hf import HF_COSTED, HF_COSTLESS, HF_MODEL_TYPES, model_from_hf  # noqa: F
 from .layout import recipe_mismatch
 from .specs import (ACTIVATIONS, ATTENTION_KERNELS, COMPUTE_DTYPES, DTYPES, FFNS, FP8_RECIPES, MIXERS, NORMS,
                     POSITION_EMBEDDINGS, POWER_CLOCKS, RECURRENT_KINDS, SFU_EXP_PER_SM_PER_CLOCK, TOPOLOGIES,
-                    ENGINE_ATTENTION, Calibration, EngineAllReduce, EngineAttention, GpuSpec, HardwareSpec, MlaDecode,
+                    KERNEL_ENGINES, Calibration, EngineAllReduce, EngineAttention, GpuSpec, HardwareSpec, MlaDecode,
                     MlaPrefill, LayerKind, LinkFault, MemoryLevel, ModelSpec, MoESpec, NetworkDim, PowerSpec, RecurrentSpec,
                     model_with_kinds)
 
@@ -435,7 +435,7 @@ def _faults_from_list(items, source: str) -> tuple:
 
 
 def _per_engine(raw, source: str, base: tuple, block: str, build) -> tuple:
-    """`calibration.<block>`: {engine: {fields}} for engines of ENGINE_ATTENTION, as ((engine,
+    """`calibration.<block>`: {engine: {fields}} for engines of KERNEL_ENGINES, as ((engine,
     build(its fields, engine)), ...) sorted by engine; `base` where the file has no block."""
     if raw is None:
         return base
@@ -443,8 +443,8 @@ def _per_engine(raw, source: str, base: tuple, block: str, build) -> tuple:
         raise SpecError(source, f"calibration.{block}", raw, "expected a mapping {engine: {fields}}")
     out = []
     for engine in sorted(raw):
-        if engine not in ENGINE_ATTENTION:
-            raise SpecError(source, f"calibration.{block}", engine, f"expected one of {', '.join(ENGINE_ATTENTION)}")
+        if engine not in KERNEL_ENGINES:
+            raise SpecError(source, f"calibration.{block}", engine, f"expected one of {', '.join(KERNEL_ENGINES)}")
         k = _Fields(raw[engine], source, f"calibration.{block}.{engine}.")
         out.append((engine, build(k, engine)))
         k.done()
@@ -481,13 +481,14 @@ def _engine_attention(raw, source: str, base: tuple) -> tuple:
 
 def _engine_allreduce(raw, source: str, base: tuple) -> tuple:
     """`calibration.engine_allreduce`: each engine's EngineAllReduce (times and a bandwidth above
-    0, with their units)."""
+    0, with their units; max_gpus at least 2, 8 unless given)."""
     def build(k, engine):
         bandwidth_bps = k.unit("bandwidth", units.parse_bandwidth)
         if bandwidth_bps <= 0:
             raise SpecError(source, k.name("bandwidth"), k.raw("bandwidth"), "expected a bandwidth above 0")
         return EngineAllReduce(floor_s=k.unit("floor", units.parse_time),
-                               per_peer_s=k.unit("per_peer", units.parse_time), bandwidth_bps=bandwidth_bps)
+                               per_peer_s=k.unit("per_peer", units.parse_time), bandwidth_bps=bandwidth_bps,
+                               max_gpus=k.integer("max_gpus", 8, minimum=2))
     return _per_engine(raw, source, base, "engine_allreduce", build)
 
 

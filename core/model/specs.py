@@ -522,11 +522,11 @@ class LinkFault:
     extra_latency_s: float = 0.0
 
 
-# The inference engines whose attention kernels a preset may describe (attention_kernels): the
-# measured kernel tables' frameworks, each with its own prefill and decode kernels per GPU family
-# (TensorRT-LLM: its FMHA and XQA; vLLM: FlashAttention-3 on Hopper, FlashInfer's TensorRT-LLM
-# kernels on Blackwell, FlashAttention-2 before).
-ENGINE_ATTENTION = ("trtllm", "vllm")
+# The inference engines whose own kernels a preset may describe (calibration.engine_attention,
+# engine_allreduce): the measured kernel tables' frameworks, each with its own prefill and decode
+# kernels per GPU family (TensorRT-LLM: its FMHA and XQA; vLLM: FlashAttention-3 on Hopper,
+# FlashInfer's TensorRT-LLM kernels on Blackwell, FlashAttention-2 before) and all-reduce.
+KERNEL_ENGINES = ("trtllm", "vllm")
 
 
 @dataclass(frozen=True)
@@ -612,10 +612,12 @@ class EngineAllReduce:
     `floor_s` plus `per_peer_s` a peer to start, then (gpus - 1) x the message at `bandwidth_bps`;
     two-shot: a reduce-scatter and an all-gather, twice the start and 2 (gpus - 1) / gpus of the
     message at that rate. The engine takes the faster, or NCCL's ring where that is faster still
-    (core.model.collectives.engine_all_reduce_s)."""
+    or the group has more than `max_gpus` GPUs (vLLM's and SGLang's kernels run on up to 8; the
+    largest group its table measures otherwise) (core.model.collectives.engine_all_reduce_s)."""
     floor_s: float
     per_peer_s: float
     bandwidth_bps: float
+    max_gpus: int = 8
 
 
 @dataclass(frozen=True)
@@ -696,7 +698,7 @@ class Calibration:
         """The EngineAttention of `engine`, or None when the preset has none for it."""
         return next((k for name, k in self.engine_attention if name == engine), None)
 
-    def engine_all_reduce(self, engine: str):
+    def allreduce_of(self, engine: str):
         """The EngineAllReduce of `engine`, or None when the preset has none for it."""
         return next((k for name, k in self.engine_allreduce if name == engine), None)
 

@@ -37,9 +37,10 @@ def add_times(into: dict, times: dict, scale: float = 1.0) -> None:
 
 
 def time_ops(hw: HardwareSpec, dims: tuple, spans: dict, op_list, skip_core: bool = False,
-             engine: str = "") -> PassTime:
-    """Sum a sequence of ops: compute in full, communication as far as it is not hidden; an
-    inference `engine`'s all-reduces run its own kernel where it has one (engine_all_reduce_s)."""
+             allreduce_engine: str = "") -> PassTime:
+    """Sum a sequence of ops: compute in full, communication as far as it is not hidden; the
+    all-reduces of an inference engine (`allreduce_engine`) run its own kernel where it has one
+    (engine_all_reduce_s)."""
     compute = flops = 0.0
     comm = {}
     for op in op_list:
@@ -50,8 +51,8 @@ def time_ops(hw: HardwareSpec, dims: tuple, spans: dict, op_list, skip_core: boo
             flops += op.flops
             continue
         span = spans.get(op.axis, ())
-        if engine and op.collective == "all_reduce":
-            per_dim = engine_all_reduce_s(hw, dims, engine, op.bytes_, span)
+        if allreduce_engine and op.collective == "all_reduce":
+            per_dim = engine_all_reduce_s(hw, dims, allreduce_engine, op.bytes_, span)
         else:
             per_dim = collective_time(hw, dims, op.collective, op.bytes_, span, outer_share=op.outer_share)
         total = sum(per_dim.values())

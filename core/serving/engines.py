@@ -52,7 +52,7 @@ class EngineSpec:
     # GPU's preset has them; "" or an engine the preset lacks: the fused training kernel and the
     # bandwidth-bound decode sweep. SGLang takes vLLM's: both run FlashAttention-3 on Hopper and
     # FlashInfer's TensorRT-LLM-generated kernels on Blackwell (SGLang's default backends there,
-    # vLLM's per ENGINE_ATTENTION); no SGLang kernel table exists to fit its own.
+    # vLLM's per KERNEL_ENGINES); no SGLang kernel table exists to fit its own.
     attention_kernels: str = ""
     # whose own all-reduce kernel (calibration.engine_allreduce) its tensor-parallel all-reduces
     # run inside an NVLink domain, where the GPU's preset has it ("": NCCL's ring). SGLang takes

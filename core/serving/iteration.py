@@ -125,7 +125,7 @@ class IterationModel:
         engine_ops = self.engine_ops and spec.mla is None  # MLA runs its own kernels (FlashMLA), not the GQA ones fitted
         if engine_ops:
             layer = tuple(op for op in layer if op.name not in ENGINE_PREPROCESSING)
-        passed = time_ops(hw, self.dims, self.spans, layer, engine=self.allreduce_kernels)
+        passed = time_ops(hw, self.dims, self.spans, layer, allreduce_engine=self.allreduce_kernels)
         attention = [op for op in layer if op.name == "attention"]
         compute_s = passed.compute_s - sum(op.time_s for op in attention)
         kernels = [op for op in layer if op.kind == "compute" and op.name != "attention"]

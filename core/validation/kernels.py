@@ -278,19 +278,27 @@ ALLREDUCE_DTYPES = {"bfloat16": ("bf16", 2), "float16": ("fp16", 2)}
 VLLM_GRAPH_ALLREDUCE = "vllm_graph"
 
 
-def _custom_allreduce(hw, gpus, elements, allreduce_dtype, backend, engine=""):
-    """The engine's own all-reduce inside one node (calibration.engine_allreduce, or NCCL's ring
-    where faster: core.model.collectives.engine_all_reduce_s); vLLM's eager rows are not how its
-    decode runs it."""
+def _allreduce_skip(hw, gpus, allreduce_dtype, backend, engine):
+    """Why a custom all-reduce row is not timed (a Skip), or None: vLLM's eager rows are not how
+    its decode runs it."""
     if backend and backend != VLLM_GRAPH_ALLREDUCE:
         return Skip(f"{engine} all-reduce {backend}: timed outside CUDA graphs")
     if allreduce_dtype not in ALLREDUCE_DTYPES:
         return Skip(f"{engine} all-reduce {allreduce_dtype}: not modelled")
-    dims = hw.dims_for(gpus)
-    if gpus > dims[0].size:
+    if gpus > hw.dims_for(gpus)[0].size:
         return Skip(f"{engine} all-reduce over {gpus} GPUs: more than {hw.name}'s first network dimension")
+    return None
+
+
+def _custom_allreduce(hw, gpus, elements, allreduce_dtype, backend, engine=""):
+    """The engine's own all-reduce inside one NVLink domain (calibration.engine_allreduce, or
+    NCCL's ring where faster or the group larger than its kernel takes:
+    core.model.collectives.engine_all_reduce_s)."""
+    if skip := _allreduce_skip(hw, gpus, allreduce_dtype, backend, engine):
+        return skip
     label, element_bytes = ALLREDUCE_DTYPES[allreduce_dtype]
     bytes_ = float(elements * element_bytes)
+    dims = hw.dims_for(gpus)
     span = group_spans(Parallelism(tp=gpus), dims)["tp"]
     time_s = sum(engine_all_reduce_s(hw, dims, engine, bytes_, span).values())
     return f"allreduce.{engine}.{gpus}gpu", label, message_bucket(bytes_), time_s
@@ -304,7 +312,7 @@ def custom_allreduce_rows(gpu_dir: Path, hw) -> dict:
         engine = path.parent.parent.name
         values, latency_ms = _read(path, ("num_gpus", "message_size", "allreduce_dtype", "backend"), None)
         for (gpus, elements, dtype, backend), ms in zip(zip(*values), latency_ms):
-            if not isinstance(_custom_allreduce(hw, gpus, elements, dtype, backend, engine), Skip):
+            if not _allreduce_skip(hw, gpus, dtype, backend, engine):
                 out.setdefault(engine, []).append((gpus, float(elements * ALLREDUCE_DTYPES[dtype][1]), ms * MS))
     return out
 
