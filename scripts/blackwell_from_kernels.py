@@ -78,10 +78,9 @@ def derive(kernels: Path = KERNELS) -> dict:
             "fp8_median_tflops": float(flops[big.gemm_dtype == "fp8"].median()) / 1e12,
             "nvfp4_median_tflops": float(flops[big.gemm_dtype == "nvfp4"].median()) / 1e12
             if (big.gemm_dtype == "nvfp4").any() else None,
-            "e_stream": gemm_efficiency(hw, stream, "bf16"),
+            "stream_efficiency": min(1.0, gemm_efficiency(hw, stream, "bf16")),
         }
         figures[part] = f
-        f["stream_efficiency"] = min(1.0, f["e_stream"])
     return figures
 
 

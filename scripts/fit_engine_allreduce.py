@@ -45,8 +45,7 @@ VLLM_MAX_GPUS = 8  # vLLM's custom all-reduce runs on 2, 4, 6 or 8 GPUs
 
 
 def with_engine(hw, engine: str, spec: EngineAllReduce):
-    others = tuple((name, k) for name, k in hw.calibration.engine_allreduce if name != engine)
-    return replace(hw, calibration=replace(hw.calibration, engine_allreduce=tuple(sorted(others + ((engine, spec),)))))
+    return replace(hw, calibration=hw.calibration.with_engine("engine_allreduce", engine, spec))
 
 
 def predicted_s(hw, engine: str, gpus: int, bytes_: float) -> float:

@@ -85,8 +85,7 @@ def engine(factors: dict, group: int, query_cast: bool = False) -> EngineAttenti
 
 
 def with_engine(hw, name: str, kernels: EngineAttention):
-    others = tuple((n, k) for n, k in hw.calibration.engine_attention if n != name)
-    return replace(hw, calibration=replace(hw.calibration, engine_attention=tuple(sorted(others + ((name, kernels),)))))
+    return replace(hw, calibration=hw.calibration.with_engine("engine_attention", name, kernels))
 
 
 def prefill_s(hw, name, rows) -> np.ndarray:

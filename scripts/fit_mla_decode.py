@@ -53,9 +53,8 @@ def kernel(x) -> MlaDecode:
 
 
 def with_kernel(hw, mla: MlaDecode):
-    engines = dict(hw.calibration.engine_attention)
-    engines[ENGINE] = replace(engines[ENGINE], mla_decode=mla)
-    return replace(hw, calibration=replace(hw.calibration, engine_attention=tuple(sorted(engines.items()))))
+    kernels = replace(hw.calibration.engine_kernels(ENGINE), mla_decode=mla)
+    return replace(hw, calibration=hw.calibration.with_engine("engine_attention", ENGINE, kernels))
 
 
 def predicted(hw, sample) -> np.ndarray:

@@ -42,9 +42,8 @@ def rows(gpu: str) -> list:
 
 
 def with_shares(hw, mla: MlaPrefill):
-    engines = dict(hw.calibration.engine_attention)
-    engines[ENGINE] = replace(engines[ENGINE], mla_prefill=mla)
-    return replace(hw, calibration=replace(hw.calibration, engine_attention=tuple(sorted(engines.items()))))
+    kernels = replace(hw.calibration.engine_kernels(ENGINE), mla_prefill=mla)
+    return replace(hw, calibration=hw.calibration.with_engine("engine_attention", ENGINE, kernels))
 
 
 def timed(hw, table) -> list:

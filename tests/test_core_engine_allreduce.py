@@ -84,3 +84,10 @@ def test_a_group_larger_than_the_kernel_takes_all_reduces_with_nccl():
     own = custom_all_reduce_s(hw.calibration.allreduce_of("trtllm"), 16, 65536)
     assert engine_all_reduce_s(hw, dims, "trtllm", 65536, span) == {dims[0].name: pytest.approx(own)}
     assert engine_all_reduce_s(hw, dims, "vllm", 65536, span) == collective_time(hw, dims, "all_reduce", 65536, span)
+
+
+def test_a_calibration_takes_one_engines_figures_and_keeps_the_others():
+    calibration = H200.calibration.with_engine("engine_allreduce", "trtllm", SPEC)
+    assert calibration.allreduce_of("trtllm") == SPEC
+    assert calibration.allreduce_of("vllm") == H200.calibration.allreduce_of("vllm")
+    assert [name for name, _ in calibration.engine_allreduce] == ["trtllm", "vllm"]

@@ -702,6 +702,13 @@ class Calibration:
         """The EngineAllReduce of `engine`, or None when the preset has none for it."""
         return next((k for name, k in self.engine_allreduce if name == engine), None)
 
+    def with_engine(self, block: str, engine: str, value) -> "Calibration":
+        """This calibration with `engine`'s entry of a per-engine block (engine_attention,
+        engine_allreduce) set to `value` (the fit scripts' trial figures)."""
+        entries = dict(getattr(self, block))
+        entries[engine] = value
+        return replace(self, **{block: tuple(sorted(entries.items()))})
+
 
 @hash_once
 @dataclass(frozen=True)
