@@ -61,7 +61,7 @@ def test_rapid_validate_json_carries_the_targets(monkeypatch, capsys):
     import sweep.cli.validate as validate
     from sweep.cli import main
     records = [group("gb200", "nccl.all_reduce.4gpu", ">=1 MiB", 4.7, 31.0)]
-    monkeypatch.setattr(validate, "grouped_suite", lambda name: (records, []))
+    monkeypatch.setattr(validate, "grouped_suite", lambda name, serving_rows=None: (records, []))
     assert main(["validate", "--suite", "kernels", "--json"]) == 0
     nccl = {t["target"]: t for t in json.loads(capsys.readouterr().out)["targets"]}["NCCL collectives >= 1 MiB"]
     assert (nccl["on_target"], nccl["groups"], nccl["missed"]) == (1, 1, [])

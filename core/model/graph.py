@@ -8,7 +8,8 @@ from functools import lru_cache
 from . import ops
 from .ops.mla import mla_decode
 from .ops.recurrent import SCAN_CHUNK, STATE_BYTES, chunked_scan, recurrent_step
-from .specs import DTYPE_BYTES, LOW_PRECISION_DTYPES, HardwareSpec, ModelSpec, hash_once, quantized_bytes
+from .specs import (DTYPE_BYTES, LOW_PRECISION_DTYPES, WEIGHT_FORMAT_BYTES, HardwareSpec, ModelSpec, hash_once,
+                    quantized_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -634,16 +635,26 @@ def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: 
     a2a = dispatched * ranks_per_token(model.moe, ep) * h * el if model.moe is not None and ep > 1 and dispatched else 0
     if a2a:
         out.append(replace(_comm("moe.dispatch", "all_to_all", "ep", a2a), outer_share=node_limited_share(model.moe)))
-    out.append(_compute("mlp_up", ops.gemm(hw, rows, ffn * width, h, experts)))
+    stored = narrower_weight_bytes(model.expert_weight_dtype or model.weight_dtype, hw.dtype) if model.moe else 0.0
+    out.append(_compute("mlp_up", ops.gemm(hw, rows, ffn * width, h, experts, weight_bytes=stored)))
     act = rows * experts * ffn * el
     out.append(_compute("activation", ops.pointwise(hw, (3 if gated else 2) * act)))
-    out.append(_compute("mlp_down", ops.gemm(hw, rows, h, ffn, experts)))
+    out.append(_compute("mlp_down", ops.gemm(hw, rows, h, ffn, experts, weight_bytes=stored)))
     if a2a:
         out.append(replace(_comm("moe.combine", "all_to_all", "ep", a2a), outer_share=node_limited_share(model.moe)))
     if tp > 1 and not (a2a and ep == tp):
         out.append(_comm("mlp.allreduce", "all_reduce", "tp", row))
     out.append(_compute("residual2", ops.pointwise(hw, 3 * own_row)))
     return tuple(out)
+
+
+def narrower_weight_bytes(weight_format: str, dtype: str) -> float:
+    """Bytes per weight a GEMM in `dtype` reads from a checkpoint stored in `weight_format`
+    (WEIGHT_FORMAT_BYTES, its block scales in), where narrower than the dtype's: the experts of
+    gpt-oss (MXFP4) and Kimi-K2.5 (INT4), which the engines widen inside their kernels; else 0
+    (the dtype's own bytes)."""
+    stored = WEIGHT_FORMAT_BYTES.get(weight_format, 0.0)
+    return stored if 0 < stored < DTYPE_BYTES[dtype] else 0.0
 
 
 def _decode_gqa(model, hw, batch, context, tp, kv_bytes):

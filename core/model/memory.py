@@ -365,7 +365,7 @@ def inference_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, batch
     for stage, (groups, (dense, expert)) in enumerate(zip(stage_groups(model, par), stage_param_parts(model, par))):
         kv_cache = batch * sum(count * layer_cache_bytes(spec, t, tokens, kv_bytes) for spec, count in groups)
         weights = dense * stored_weight_bytes(model.weight_dtype, hw) + expert * stored_weight_bytes(
-            model.expert_weight_dtype or model.weight_dtype, hw)
+            expert_weight_format(model), hw)
         estimate = MemoryEstimate(weights, 0.0, 0.0, 0.0, transient, kv_cache,
                                   hw.gpu.hbm.capacity_bytes, stage, fragmentation=0.0)
         if best is None or estimate.peak_bytes > best.peak_bytes:
@@ -374,10 +374,26 @@ def inference_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, batch
 
 
 def stored_weight_bytes(weight_format: str, hw: HardwareSpec) -> float:
-    """Bytes per weight an inference engine stores: the checkpoint's format where its
-    quantization_config sets one (ModelSpec.weight_dtype, expert_weight_dtype), else the
-    compute dtype."""
-    return WEIGHT_FORMAT_BYTES[weight_format] if weight_format else inference_weight_bytes(hw)
+    """Bytes per weight an inference engine stores: the compute format's (inference_weight_bytes),
+    or the checkpoint's where its quantization_config sets a narrower one (ModelSpec.weight_dtype,
+    expert_weight_dtype: gpt-oss's MXFP4 experts stay MXFP4 in a BF16 engine, and its kernels read
+    them so); never wider (DeepSeek-V3's FP8 blocks served in NVFP4 come from a requantized
+    checkpoint)."""
+    compute = inference_weight_bytes(hw)
+    return min(WEIGHT_FORMAT_BYTES[weight_format], compute) if weight_format else compute
+
+
+def expert_weight_format(model: ModelSpec) -> str:
+    """The checkpoint's format of the routed experts' weights (its layers' where it names none)."""
+    return model.expert_weight_dtype or model.weight_dtype
+
+
+def served_weight_bytes(model: ModelSpec, hw: HardwareSpec, par: Parallelism) -> float:
+    """The weights one rank of the most loaded stage holds in an inference engine, as it stores
+    them (stored_weight_bytes)."""
+    dense_bytes = stored_weight_bytes(model.weight_dtype, hw)
+    expert_bytes = stored_weight_bytes(expert_weight_format(model), hw)
+    return max(dense * dense_bytes + expert * expert_bytes for dense, expert in stage_param_parts(model, par))
 
 
 def layer_cache_bytes(spec: ModelSpec, tp: int, tokens: int, kv_bytes: float) -> float:

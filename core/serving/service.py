@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from core.errors import SpecError
 from core.model.collectives import collective_time
-from core.model.memory import RUNTIME_RESERVE_BYTES, kv_cache_bytes_per_token, stage_params
+from core.model.memory import RUNTIME_RESERVE_BYTES, kv_cache_bytes_per_token, served_weight_bytes
 from core.model.specs import DTYPE_BYTES, KV_DTYPES, HardwareSpec, ModelSpec, Parallelism
 
 from .engines import EngineSpec, on_gpu, with_knobs
@@ -71,10 +71,10 @@ def kv_bytes_per_element(hw: HardwareSpec, kv_dtype: str, source: str = "") -> f
 
 def kv_tokens(model: ModelSpec, hw: HardwareSpec, pool: Pool, engine: EngineSpec, kv_bytes: float) -> int:
     """Tokens the KV cache of one attention rank holds: what the engine's memory fraction leaves
-    the cache (EngineSpec.kv_budget) once the weights (in the compute dtype), and the runtime
+    the cache (EngineSpec.kv_budget) once the weights (as stored: served_weight_bytes), and the runtime
     where the fraction holds it, are in; 0 when the weights do not fit."""
     par = Parallelism(tp=pool.tp, pp=pool.pp, ep=pool.ep, etp=1 if pool.ep > 1 else 0)
-    weights = max(stage_params(model, par)) * DTYPE_BYTES[hw.dtype]
+    weights = served_weight_bytes(model, hw, par)
     capacity, share = hw.gpu.hbm.capacity_bytes, engine.kv_memory_fraction
     cache = {"free": share * (capacity - weights - RUNTIME_RESERVE_BYTES),
              "utilization": share * capacity - weights - RUNTIME_RESERVE_BYTES}[engine.kv_budget]

@@ -24,15 +24,13 @@ from core.model.specs import ModelSpec, Parallelism, quantized_bytes
 from core.serving.engines import ENGINES
 from core.serving.moe import table_row_s
 
+from .systems import PRESET_BY_GPU
+
 KERNELS_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "validation" / "kernels"
 SUITE = "kernels"
 MS = 1e-3  # the tables' latency is in milliseconds
 MiB = 2**20
 GiB = 2**30
-# The tables' GPU folders and our presets (Blackwell ones once they exist).
-PRESET_BY_GPU = {"a100_sxm": "a100-sxm4-80gb", "h100_sxm": "h100-sxm5-80gb", "h200_sxm": "h200-sxm-141gb",
-                 "b200_sxm": "b200-sxm-180gb", "b300_sxm": "b300-sxm-288gb", "gb200": "gb200-nvl72",
-                 "gb300": "gb300-nvl72"}
 # The tables' GEMM dtypes: ours and its recipe (fp8 is per-tensor scaled; fp8_block DeepSeek's
 # 1 x 128 activation and 128 x 128 weight blocks, our block-scaled FP8 recipe).
 GEMM_DTYPES = {"bfloat16": ("bf16", ""), "fp8": ("fp8", ""), "fp8_block": ("fp8", "block-scaled"),

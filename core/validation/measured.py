@@ -18,10 +18,10 @@ from core.model.ops.attention import flash_attention
 from core.model.power import Activity, clock_under, power_w
 
 from .kernels import error_summary, flop_bucket, kernels_alone
+from .systems import PRESET_BY_GPU
 
 SUITE = "measured"
 MEASURED_DIR = Path(__file__).parent / "data" / "measured"
-PRESET_BY_GPU = {"h100_sxm": "h100-sxm5-80gb", "h200_sxm": "h200-sxm-141gb"}
 GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
 # scaled_dot_product_attention's backends and the kernel each is in our model: cuDNN's fused
 # Hopper kernel (warpgroup MMA, as FlashAttention-3) and FlashAttention-2 (mma.sync).

@@ -4,27 +4,51 @@ per row, summarised by GPU, model, engine and mode."""
 import csv
 import math
 from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path
 
 from core.errors import SpecError
-from core.model.loader import load_hardware, load_model, with_dtype
+from core.model.loader import list_presets, load_hardware, load_model, with_dtype
+from core.model.memory import expert_weight_format
 from core.serving.engines import (ENGINES, FAMILY_REQUEST_OVERHEAD_S, engine_spec, release_spec, version_family,
                                   with_knobs)
 from core.serving.service import Pool, serve, serve_disagg
 from core.serving.simulate import Load
 
+from .systems import preset_for_system
+
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 ROWS = SHARED / "validation" / "serving" / "silicon_visible.csv"
-MODELS = {"meta-llama/Llama-3.1-8B-Instruct": "llama3.1-8b", "meta-llama/Llama-3.1-70B": "llama3.1-70b",
-          "Qwen/Qwen3-32B": str(SHARED / "models" / "Qwen--Qwen3-32B.json"),
-          "deepseek-ai/DeepSeek-V3": str(SHARED / "models" / "deepseek-ai--DeepSeek-V3.json")}
-SYSTEMS = {"h100_sxm": "h100-sxm5-80gb", "h200_sxm": "h200-sxm-141gb", "b200_sxm": "b200-sxm-180gb"}
-# GEMM formats of the rows; an empty one is the checkpoint's BF16. Quantized rows keep their KV
-# cache in FP8, as these engines' FP8 and NVFP4 recipes do.
-DTYPES = {"": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "nvfp4"}
+MODELS_DIR = SHARED / "models"
+# The rows' Hugging Face names whose config is a preset or a file under another name; any other
+# name resolves to its config.json in ../shared/models (org--name.json) or a preset (model_ref).
+MODELS = {"meta-llama/Llama-3.1-8B-Instruct": "llama3.1-8b", "meta-llama/Llama-3.1-70B": "llama3.1-70b"}
+# What a checkpoint's name may add to its model's: a tuning or a weight format, not a shape
+# (the rows' gemm_quant_mode and moe_quant_mode say how it was served).
+NAME_SUFFIXES = ("-instruct", "-chat", "-base", "-hf", "-fp8", "-fp4", "-nvfp4", "-bf16")
+# The rows' columns this suite reads (the silicon-sample format; the prefill_* and decode_*
+# layout columns are read where a row is disaggregated)
+COLUMNS = ("backend", "backend_version", "model_path", "system", "mode", "isl", "osl", "gemm_quant_mode",
+           "moe_quant_mode", "batch_size", "tp_size", "pp_size", "attention_dp_size", "moe_ep_size",
+           "silicon_data_source", "silicon_ttft_ms", "silicon_tpot_ms")
+# GEMM formats of the rows; an empty one (or AIConfigurator's float16) is the checkpoint's BF16.
+# Quantized rows keep their KV cache in FP8, as these engines' FP8 and NVFP4 recipes do.
+DTYPES = {"": "bf16", "float16": "bf16", "bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "nvfp4"}
 # fp8_block rows scale FP8 per block (1 x 128 activations, 128 x 128 weights): the block-scaled
 # recipe, its share of the FP8 peak and, on Hopper, its k-blocks in turn (gpu.block_scale_step).
 RECIPES = {"fp8_block": "block-scaled"}
+# The experts' formats a row may name beside its GEMM format: the same family as the GEMMs'
+# (an FP8 model's experts in FP8 blocks or per tensor), which the GEMM dtype times, or the
+# checkpoint's own narrower experts (CHECKPOINT_EXPERT_FORMATS). Others are counted as not
+# simulated, with their name.
+MOE_FORMATS = {"bf16": ("", "float16", "bfloat16"), "fp8": ("", "fp8", "fp8_block"), "nvfp4": ("", "nvfp4")}
+# AIConfigurator's names for experts served in their checkpoint's weight-only format, and that
+# format (ModelSpec.expert_weight_dtype): gpt-oss's MXFP4 experts (with BF16 activations on Hopper,
+# MXFP8 ones in TensorRT-LLM on Blackwell, whose math is timed at the row's GEMM format here),
+# Kimi-K2.5's INT4 ones. Their GEMMs read the weights as stored (graph.narrower_weight_bytes).
+CHECKPOINT_EXPERT_FORMATS = {"w4a16_mxfp4": "mxfp4", "w4a8_mxfp4_mxfp8": "mxfp4", "int4_wo": "int4_group32"}
+
+
 # How each engine's benchmark client offered its closed loop, fitted with the engine overheads
 # (scripts/fit_serving.py), since the engines were measured by different clients:
 # - ramp share: its first requests arrive spread over this share of one request's lifetime
@@ -83,9 +107,43 @@ def harness(row: dict) -> str:
     return WORKFLOW if row["silicon_data_source"].startswith("db-dump") else row["backend"]
 
 
-def rows() -> list:
-    with open(ROWS, newline="") as handle:
-        return list(csv.DictReader(handle))
+def rows(path=ROWS) -> list:
+    """The measured rows of a CSV in AIConfigurator's silicon-sample format (default: the visible
+    rows beside the repository); a file that is not there, or lacks a column this suite reads, is
+    refused naming it."""
+    try:
+        with open(path, newline="") as handle:
+            reader = csv.DictReader(handle)
+            missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
+            if missing:
+                raise SpecError(str(path), "columns", ", ".join(missing),
+                                "missing, which every CSV in AIConfigurator's silicon-sample format has")
+            return list(reader)
+    except OSError as exc:
+        raise SpecError(str(path), "serving rows", str(path), f"cannot be read ({exc.strerror})") from None
+
+
+@lru_cache(maxsize=None)
+def model_ref(model_path: str) -> str:
+    """What load_model takes for a row's Hugging Face name: MODELS, else its config.json in
+    ../shared/models (org--name.json, any case), else the preset of its name ("Llama-3.1-405B"
+    is llama3.1-405b), each tried without the suffixes of NAME_SUFFIXES; "" when none is found."""
+    if model_path in MODELS:
+        return MODELS[model_path]
+    org, _, name = model_path.strip().rpartition("/")
+    names = [name.lower()]
+    while any(names[-1].endswith(suffix) for suffix in NAME_SUFFIXES):
+        names.append(next(names[-1].removesuffix(x) for x in NAME_SUFFIXES if names[-1].endswith(x)))
+    configs = {p.name.lower(): p for p in MODELS_DIR.glob("*.json")} if MODELS_DIR.is_dir() else {}
+    presets = set(list_presets()["models"])
+    for candidate in names:
+        config = configs.get(f"{org.lower()}--{candidate}.json")
+        if config is not None:
+            return str(config)
+        preset = candidate.removeprefix("meta-").replace("llama-", "llama")
+        if preset in presets:
+            return preset
+    return ""
 
 
 def _int(value, default=1) -> int:
@@ -127,9 +185,9 @@ def predict(row: dict, engines: dict | None = None, clients: tuple | None = None
         engine = replace(engine, request_overhead_s=own[harness(row)])
     elif family in overheads:
         engine = replace(engine, request_overhead_s=overheads[family])
-    model = load_model(MODELS[row["model_path"]])
+    model = load_model(model_ref(row["model_path"]))
     dtype = DTYPES[row["gemm_quant_mode"]]
-    hw = with_dtype(load_hardware(SYSTEMS[row["system"]]), dtype, "serving row", "dtype",
+    hw = with_dtype(load_hardware(preset_for_system(row["system"])), dtype, "serving row", "dtype",
                     RECIPES.get(row["gemm_quant_mode"], ""))
     kv = "fp8" if dtype != "bf16" else ""
     users = concurrency(row)
@@ -147,14 +205,26 @@ def skip_reason(row: dict) -> str:
     """Why a row cannot be predicted yet ('' when it can)."""
     if row["backend"] not in ENGINES:
         return f"engine {row['backend']} not modelled"
+    if not preset_for_system(row["system"]):
+        return f"system {row['system']} has no GPU preset"
     if not concurrency(row):
         # a disaggregated prefill pool queues the client's whole first wave: without the
         # requests in flight its TTFT is anyone's guess
         return "requests in flight not recorded (no silicon_concurrency, no batch_size)"
+    gemm_format, moe_format = row["gemm_quant_mode"], row["moe_quant_mode"]
+    if gemm_format not in DTYPES:
+        return f"GEMM format {gemm_format} not modelled"
+    ref = model_ref(row["model_path"])
+    if not ref:
+        return "no config for the model (../shared/models/<org>--<name>.json or a preset)"
     try:
-        load_model(MODELS[row["model_path"]])
+        model = load_model(ref)
+        with_dtype(load_hardware(preset_for_system(row["system"])), DTYPES[gemm_format], "serving row", "dtype")
     except SpecError as err:
-        return f"model not loadable yet ({err.field})"
+        return f"not loadable ({err.field}: {err.allowed})"
+    own = CHECKPOINT_EXPERT_FORMATS.get(moe_format)
+    if moe_format not in MOE_FORMATS[DTYPES[gemm_format]] and not (own and expert_weight_format(model) == own):
+        return f"MoE format {moe_format} beside GEMM format {gemm_format or 'bf16'} not modelled"
     return ""
 
 
@@ -200,9 +270,10 @@ def figures(values: list) -> dict:
             "within_20_pct": 100 * sum(abs(v) <= 20 for v in values) / len(values)}
 
 
-def serving_groups(engines: dict | None = None) -> tuple:
-    """(records per group and overall, skipped rows counted by reason) for `rapid validate`."""
-    done, skipped = cases(engines)
+def serving_groups(engines: dict | None = None, path=ROWS) -> tuple:
+    """(records per group and overall, skipped rows counted by reason) for `rapid validate`, over
+    the rows of `path` (rows())."""
+    done, skipped = cases(engines, rows(path))
     groups = {}
     for item in done:
         groups.setdefault(group_key(item[0]), []).append(item)

@@ -253,13 +253,14 @@ SUITES = {"training": training_cases, "a100_training": framework_training_cases,
 GROUPED_SUITES = ("kernels", "measured", "serving")
 
 
-def grouped_suite(name: str) -> tuple:
-    """(records, skipped) of the grouped suite `name`: error figures per group, rows skipped.
-    Each suite's module loads on first use only."""
+def grouped_suite(name: str, serving_rows=None) -> tuple:
+    """(records, skipped) of the grouped suite `name`: error figures per group, rows skipped;
+    the serving suite over the CSV `serving_rows` where given. Each suite's module loads on
+    first use only."""
     if name == "serving":
         from . import serving
 
-        return serving.serving_groups()
+        return serving.serving_groups(path=serving_rows or serving.ROWS)
     if name == "measured":
         from . import measured
 

@@ -18,14 +18,19 @@ def add_arguments(parser) -> None:
     parser.add_argument("--suite", action="append", choices=(*SUITES, *GROUPED_SUITES),
                         help="run only this suite (repeatable; default: all but kernels, measured and serving)")
     parser.add_argument("--json", action="store_true", help="print cases and summary as JSON")
+    parser.add_argument("--serving-rows", metavar="CSV",
+                        help="the serving suite over these measured runs (AIConfigurator's silicon-sample "
+                             "columns) instead of ../shared/validation/serving's; implies --suite serving")
 
 
 def run(args) -> int:
-    chosen = tuple(dict.fromkeys(args.suite or SUITES))
+    chosen = tuple(dict.fromkeys(args.suite or (() if args.serving_rows else SUITES)))
+    if args.serving_rows and "serving" not in chosen:
+        chosen += ("serving",)
     suites = tuple(s for s in chosen if s in SUITES)
     groups, skipped, serving = [], [], None
     for name in (s for s in chosen if s in GROUPED_SUITES):
-        records, left_out = grouped_suite(name)
+        records, left_out = grouped_suite(name, args.serving_rows)
         if name == "serving":
             serving = (records, left_out)
             continue
@@ -55,7 +60,7 @@ def run(args) -> int:
     if "kernels" in chosen:
         _print_targets(_targets(groups))
     if serving:
-        _print_serving(*serving)
+        _print_serving(*serving, source=args.serving_rows or "../shared/validation/serving")
     if not suites:
         return 0
     rows = {suite: [(c.case, format_quantity(c.measured, c.unit), format_quantity(c.predicted, c.unit),
@@ -160,7 +165,7 @@ def _serving_targets(records: list) -> list:
     return target_summary(records)
 
 
-def _print_serving(records: list, skipped: list) -> None:
+def _print_serving(records: list, skipped: list, source: str) -> None:
     """TTFT and TPOT errors (predicted / measured - 1) per GPU, model, engine and mode, then
     the rows not simulated and why."""
     rows = []
@@ -171,7 +176,7 @@ def _print_serving(records: list, skipped: list) -> None:
             cells += [f"{f['median_error_pct']:+.1f} %", f"{f['mean_abs_error_pct']:.1f} %", f"{f['within_20_pct']:.0f} %"]
         rows.append(tuple(cells))
     console = _console([rows])
-    table = Table(title="serving: measured runs (../shared/validation/serving) against core.serving", show_edge=False)
+    table = Table(title=f"serving: measured runs ({source}) against core.serving", show_edge=False)
     for column in ("gpu", "model", "engine", "mode"):
         table.add_column(column, no_wrap=True)
     for column in ("n", "TTFT median", "TTFT mean |err|", "TTFT within 20 %", "TPOT median", "TPOT mean |err|",
@@ -187,8 +192,8 @@ def _print_serving(records: list, skipped: list) -> None:
                       f"(<= {t['mean_bound_pct']:g} %), within 20 % {t['within_20_pct']:.0f} % "
                       f"(>= {t['within_bound_pct']:g} %): {'met' if t['met'] else 'missed'}")
     console.print("Engine overheads (request overheads per version family) and each client's ramp-up, length "
-                  "spread and requests per slot are fitted on these rows (scripts/fit_serving.py prints in-sample, "
-                  "left-one-engine-out and left-one-family-out errors).")
+                  "spread and requests per slot are fitted on ../shared/validation/serving's rows "
+                  "(scripts/fit_serving.py prints in-sample, left-one-engine-out and left-one-family-out errors).")
     console.print()
 
 

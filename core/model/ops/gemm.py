@@ -20,7 +20,8 @@ SCALE_BLOCK_K = BLOCK_SCALES["fp8"][0]  # depth of block-scaled FP8's scale bloc
 
 @lru_cache(maxsize=65536)
 def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = "",
-         weights: bool = True, tiles: tuple = (), epilogue_in_series: bool = False) -> KernelTime:
+         weights: bool = True, tiles: tuple = (), epilogue_in_series: bool = False,
+         weight_bytes: float = 0.0) -> KernelTime:
     """C[m,n] = A[m,k] @ B[k,n], `batch` independent products, with operands in `dtype`
     (default: the hardware's compute dtype) at that dtype's peak. FP8 GEMMs write their
     output in BF16, as Transformer Engine's do. With `weights`, B is a weight matrix, swept
@@ -32,23 +33,27 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     MMA without block scales runs each tile's k-blocks in turn (gpu.block_scale_step) and never
     splits k. With `epilogue_in_series`, a kernel whose math warps write each tile's output
     themselves before the next tile's MMAs (DeepGEMM's), writing the output adds to the time
-    rather than bounding it."""
+    rather than bounding it. `weight_bytes` is what B takes in HBM per element where it is stored
+    narrower than `dtype` and widened in the kernel (a weight-only quantized checkpoint: gpt-oss's
+    MXFP4 experts in a BF16 engine); 0 = the dtype's."""
     gpu = hw.gpu
     dtype = dtype or hw.dtype
     in_bytes = DTYPE_BYTES[dtype]
+    b_in_bytes = weight_bytes or in_bytes
     out_bytes = DTYPE_BYTES[activation_dtype(dtype)]
     per_sm_flops = tensor_rate_flops(hw, dtype) / gpu.sm_count
     per_sm_sram = gpu.sram.bandwidth_bps / gpu.sm_count
     mixed_bw = mixed_bandwidth_bps(hw)
     b_bw = stream_bandwidth_bps(hw) if weights else mixed_bw
     l2_bw = gpu.l2.bandwidth_bps * gpu.operand_multicast
-    unique_in = (m * k + k * n) * in_bytes * batch
+    unique_in = (m * k * in_bytes + k * n * b_in_bytes) * batch
     block_step_s = gpu.block_scale_step_s if dtype == "fp8" and hw.recipe == "block-scaled" else 0.0
     best = float("inf")
     best_hbm = unique_in + m * n * out_bytes * batch
     for flops_per_sm, sram_per_sm, l2_bytes, activation_bytes, b_bytes, k_blocks_per_sm in _tilings(
             gpu.sm_count, gpu.sram.capacity_bytes, gpu.register_bytes_per_sm, gpu.l2.capacity_bytes, in_bytes,
-            out_bytes, m, n, k, batch, tiles or GEMM_TILES, SPLIT_K if not (tiles or block_step_s) else SPLIT_K[:1]):
+            out_bytes, m, n, k, batch, tiles or GEMM_TILES, SPLIT_K if not (tiles or block_step_s) else SPLIT_K[:1],
+            b_in_bytes):
         compute_s = max(flops_per_sm / per_sm_flops, sram_per_sm / per_sm_sram, l2_bytes / l2_bw,
                         k_blocks_per_sm * block_step_s)
         memory_s = activation_bytes / mixed_bw + b_bytes / b_bw
@@ -63,13 +68,14 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
 @lru_cache(maxsize=65536)
 def _tilings(sm_count: int, sram_bytes: float, register_bytes: float, l2_capacity_bytes: float, in_bytes: float,
              out_bytes: float, m: int, n: int, k: int, batch: int, tiles: tuple = GEMM_TILES,
-             splits: tuple = SPLIT_K) -> tuple:
+             splits: tuple = SPLIT_K, b_in_bytes: float = 0.0) -> tuple:
     """The (tile, split-K) choices a GEMM of this shape has on a GPU of this build, each as what
     it leaves to the rates: (FLOPs per SM, SRAM bytes per SM, L2 bytes, HBM bytes of
     activations and output, HBM bytes of B, scale blocks of k an SM runs in turn). Apart from
     the clock and bandwidths, so hardware variants apart only in rates (a bandwidth what-if, a
-    probe clock) share them."""
-    unique_in = (m * k + k * n) * in_bytes * batch
+    probe clock) share them. B takes `b_in_bytes` per element in HBM (0: `in_bytes`)."""
+    b_in_bytes = b_in_bytes or in_bytes
+    unique_in = (m * k * in_bytes + k * n * b_in_bytes) * batch
     out_total = m * n * out_bytes * batch
     choices = []
     for tm, tn, tk in tiles:
@@ -98,5 +104,5 @@ def _tilings(sm_count: int, sram_bytes: float, register_bytes: float, l2_capacit
             choices.append((per_sm_tiles * 2.0 * tm * tn * k_pad, per_sm_tiles * (tm + tn) * k_pad * in_bytes,
                             tiles * (tm + tn) * k_pad * in_bytes + out_total * split,
                             a_bytes + out_total + (2 * m * n * 4 * batch * split if split > 1 else 0),
-                            k * n * in_bytes * batch * b_reads, per_sm_tiles * ceil(k_part / SCALE_BLOCK_K)))
+                            k * n * b_in_bytes * batch * b_reads, per_sm_tiles * ceil(k_part / SCALE_BLOCK_K)))
     return tuple(choices)

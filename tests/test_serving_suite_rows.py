@@ -1,0 +1,94 @@
+"""The serving suite reads any CSV of measured runs in AIConfigurator's silicon-sample format:
+each row's system, model and formats resolved, or counted as not simulated with the reason."""
+import csv
+import json
+
+import pytest
+
+from core.errors import SpecError
+from core.validation import serving
+from core.validation.systems import preset_for_system
+
+ROW = next(r for r in serving.rows() if r["backend"] == "vllm" and r["mode"] == "agg"
+           and r["model_path"] == "meta-llama/Llama-3.1-70B" and r["system"] == "h200_sxm")
+
+
+def test_each_aiconfigurator_system_has_its_preset_with_or_without_the_form_factor():
+    assert preset_for_system("h200_sxm") == "h200-sxm-141gb"
+    assert preset_for_system("gb200") == preset_for_system("gb200_sxm") == "gb200-nvl72"
+    assert preset_for_system("B300") == "b300-sxm-288gb"
+    assert preset_for_system("l40s") == ""
+
+
+@pytest.mark.parametrize("name, ref", [
+    ("meta-llama/Llama-3.1-70B", "llama3.1-70b"),  # MODELS: its shared config is under another name
+    ("meta-llama/Llama-3.1-405B", "llama3.1-405b"),  # a preset of that name
+    ("Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b"),
+    ("moonshotai/Kimi-K2-Instruct", "kimi-k2"),  # a tuning suffix, then the preset
+    ("acme/Unknown-7B", ""),
+])
+def test_a_rows_model_resolves_to_a_preset_or_nothing(name, ref):
+    assert serving.model_ref(name) == ref
+
+
+def test_a_rows_model_resolves_to_its_shared_config_whatever_its_case_or_format_suffix():
+    assert serving.model_ref("Qwen/Qwen3-235B-A22B-FP8") == str(serving.MODELS_DIR / "Qwen--Qwen3-235B-A22B.json")
+    assert serving.model_ref("OpenAI/GPT-OSS-120B") == str(serving.MODELS_DIR / "openai--gpt-oss-120b.json")
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"system": "l40s"}, "system l40s has no GPU preset"),
+    ({"model_path": "acme/Unknown-7B"}, "no config for the model"),
+    ({"gemm_quant_mode": "int8_wo"}, "GEMM format int8_wo not modelled"),
+    ({"gemm_quant_mode": "fp8", "moe_quant_mode": "w4afp8"}, "MoE format w4afp8 beside GEMM format fp8"),
+    ({"gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4"}, "no nvfp4 peak"),  # H200: no FP4 tensor cores
+    ({"backend": "lmdeploy"}, "engine lmdeploy not modelled"),
+])
+def test_a_row_the_simulator_cannot_take_is_counted_with_its_reason(change, reason):
+    assert reason in serving.skip_reason({**ROW, **change})
+
+
+def test_gpt_oss_rows_serve_their_mxfp4_experts_beside_bf16_layers():
+    row = {**ROW, "model_path": "openai/gpt-oss-120b", "gemm_quant_mode": "", "moe_quant_mode": "w4a16_mxfp4"}
+    assert serving.skip_reason(row) == ""
+    assert serving.predict(row)["feasible"]
+    # MXFP4 named for a model whose experts are not MXFP4 is not what was served
+    assert "MoE format w4a16_mxfp4" in serving.skip_reason({**row, "model_path": "Qwen/Qwen3-30B-A3B"})
+
+
+def _write(path, rows):
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def test_rapid_validate_runs_the_serving_suite_over_a_csv_of_ones_own(tmp_path, capsys):
+    from sweep.cli import main
+    path = _write(tmp_path / "mine.csv", [ROW, {**ROW, "system": "l40s"}])
+    assert main(["validate", "--serving-rows", str(path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    overall = next(r for r in report["serving"] if r["gpu"] == "all")
+    assert overall["ttft"]["n"] == 1 and report["cases"] == []  # the serving suite alone
+    assert report["serving_skipped"] == [{"model": ROW["model_path"], "reason": "system l40s has no GPU preset",
+                                          "rows": 1}]
+
+
+def test_a_serving_csv_without_the_columns_is_refused_naming_them(tmp_path):
+    path = _write(tmp_path / "short.csv", [{"backend": "vllm", "isl": "1024"}])
+    with pytest.raises(SpecError) as err:
+        serving.rows(path)
+    assert err.value.source == str(path) and "silicon_ttft_ms" in err.value.value
+    with pytest.raises(SpecError, match="cannot be read"):
+        serving.rows(tmp_path / "absent.csv")
+
+
+def test_rapid_validate_refuses_a_serving_csv_it_cannot_read_in_one_line(tmp_path, capsys):
+    from sweep.cli import main
+    try:
+        code = main(["validate", "--serving-rows", str(tmp_path / "absent.csv")])
+    except SystemExit as exit_:
+        code = exit_.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "absent.csv" in err and "cannot be read" in err
