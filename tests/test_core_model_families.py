@@ -193,7 +193,8 @@ def test_mla_decode_fills_whole_head_tiles_and_waits_out_its_split_kv_chain():
 def test_presets_name_the_model_and_count_it():
     for preset, total_b, active_b in (("deepseek-v3", 671, 37), ("kimi-k2", 1026, 32.9), ("gpt-oss-120b", 116.8, 5.7),
                                       ("qwen3-235b-a22b", 235, 22), ("qwen3-30b-a3b", 30.5, 3.3),
-                                      ("llama4-scout", 109, 17)):
+                                      ("llama4-scout", 109, 17), ("gpt-oss-20b", 20.9, 4.2), ("qwen3-8b", 8.2, 8.2),
+                                      ("qwen3-14b", 14.8, 14.8)):
         model = core.load_model(preset)
         assert model.name == preset
         assert model.total_params() / 1e9 == pytest.approx(total_b, rel=0.02)

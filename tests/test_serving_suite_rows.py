@@ -25,6 +25,8 @@ def test_each_aiconfigurator_system_has_its_preset_with_or_without_the_form_fact
     ("meta-llama/Llama-3.1-405B", "llama3.1-405b"),  # a preset of that name
     ("Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b"),
     ("moonshotai/Kimi-K2-Instruct", "kimi-k2"),  # a tuning suffix, then the preset
+    ("Qwen/Qwen3-14B-FP8", "qwen3-14b"),
+    ("meta-llama/Llama-3.3-70B-Instruct", "llama3.1-70b"),  # the same architecture
     ("acme/Unknown-7B", ""),
 ])
 def test_a_rows_model_resolves_to_a_preset_or_nothing(name, ref):
@@ -34,6 +36,9 @@ def test_a_rows_model_resolves_to_a_preset_or_nothing(name, ref):
 def test_a_rows_model_resolves_to_its_shared_config_whatever_its_case_or_format_suffix():
     assert serving.model_ref("Qwen/Qwen3-235B-A22B-FP8") == str(serving.MODELS_DIR / "Qwen--Qwen3-235B-A22B.json")
     assert serving.model_ref("OpenAI/GPT-OSS-120B") == str(serving.MODELS_DIR / "openai--gpt-oss-120b.json")
+    deepseek = str(serving.MODELS_DIR / "deepseek-ai--DeepSeek-V3.json")
+    assert serving.model_ref("deepseek-ai/DeepSeek-V3-0324") == deepseek  # a release date
+    assert serving.model_ref("deepseek-ai/DeepSeek-R1-0528") == serving.model_ref("nvidia/DeepSeek-R1-FP4") == deepseek
 
 
 @pytest.mark.parametrize("change, reason", [

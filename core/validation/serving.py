@@ -3,6 +3,7 @@ AIConfigurator's silicon samples) against the engine simulator (core.serving), T
 per row, summarised by GPU, model, engine and mode."""
 import csv
 import math
+import re
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
@@ -23,9 +24,14 @@ MODELS_DIR = SHARED / "models"
 # The rows' Hugging Face names whose config is a preset or a file under another name; any other
 # name resolves to its config.json in ../shared/models (org--name.json) or a preset (model_ref).
 MODELS = {"meta-llama/Llama-3.1-8B-Instruct": "llama3.1-8b", "meta-llama/Llama-3.1-70B": "llama3.1-70b"}
-# What a checkpoint's name may add to its model's: a tuning or a weight format, not a shape
-# (the rows' gemm_quant_mode and moe_quant_mode say how it was served).
+# What a checkpoint's name may add to its model's: a tuning, a weight format or a release date
+# ("-2507"), not a shape (the rows' gemm_quant_mode and moe_quant_mode say how it was served).
 NAME_SUFFIXES = ("-instruct", "-chat", "-base", "-hf", "-fp8", "-fp4", "-nvfp4", "-bf16")
+RELEASE_DATE = re.compile(r"-\d{4}$")
+# Checkpoints of another model's architecture, by bare name: DeepSeek-R1 and V3.1 are
+# DeepSeek-V3's shape post-trained; Llama 3.3 70B is Llama 3.1 70B's.
+SAME_ARCHITECTURE = {"deepseek-r1": "deepseek-ai/DeepSeek-V3", "deepseek-v3.1": "deepseek-ai/DeepSeek-V3",
+                     "llama-3.3-70b": "meta-llama/Llama-3.1-70B"}
 # The rows' columns this suite reads (the silicon-sample format; the prefill_* and decode_*
 # layout columns are read where a row is disaggregated)
 COLUMNS = ("backend", "backend_version", "model_path", "system", "mode", "isl", "osl", "gemm_quant_mode",
@@ -127,13 +133,18 @@ def rows(path=ROWS) -> list:
 def model_ref(model_path: str) -> str:
     """What load_model takes for a row's Hugging Face name: MODELS, else its config.json in
     ../shared/models (org--name.json, any case), else the preset of its name ("Llama-3.1-405B"
-    is llama3.1-405b), each tried without the suffixes of NAME_SUFFIXES; "" when none is found."""
+    is llama3.1-405b), else the model whose architecture it has (SAME_ARCHITECTURE), each tried
+    without the suffixes of NAME_SUFFIXES and RELEASE_DATE; "" when none is found."""
     if model_path in MODELS:
         return MODELS[model_path]
     org, _, name = model_path.strip().rpartition("/")
     names = [name.lower()]
-    while any(names[-1].endswith(suffix) for suffix in NAME_SUFFIXES):
-        names.append(next(names[-1].removesuffix(x) for x in NAME_SUFFIXES if names[-1].endswith(x)))
+    while True:
+        shorter = RELEASE_DATE.sub("", names[-1])
+        shorter = next((shorter.removesuffix(x) for x in NAME_SUFFIXES if shorter.endswith(x)), shorter)
+        if shorter == names[-1]:
+            break
+        names.append(shorter)
     configs = {p.name.lower(): p for p in MODELS_DIR.glob("*.json")} if MODELS_DIR.is_dir() else {}
     presets = set(list_presets()["models"])
     for candidate in names:
@@ -143,6 +154,8 @@ def model_ref(model_path: str) -> str:
         preset = candidate.removeprefix("meta-").replace("llama-", "llama")
         if preset in presets:
             return preset
+        if candidate in SAME_ARCHITECTURE:
+            return model_ref(SAME_ARCHITECTURE[candidate])
     return ""
 
 
