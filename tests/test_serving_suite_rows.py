@@ -78,6 +78,12 @@ def test_rapid_validate_runs_the_serving_suite_over_a_csv_of_ones_own(tmp_path, 
     assert overall["ttft"]["n"] == 1 and report["cases"] == []  # the serving suite alone
     assert report["serving_skipped"] == [{"model": ROW["model_path"], "reason": "system l40s has no GPU preset",
                                           "rows": 1}]
+    simulated, skipped = report["serving_rows"]
+    assert (simulated["id"], simulated["gpu"], simulated["tp_size"]) == (ROW["id"], "h200_sxm", ROW["tp_size"])
+    assert simulated["ttft_s"] == pytest.approx(float(ROW["silicon_ttft_ms"]) / 1e3)
+    assert simulated["ttft_error_pct"] == pytest.approx(100 * (simulated["predicted_ttft_s"] / simulated["ttft_s"] - 1))
+    assert overall["ttft"]["median_error_pct"] == pytest.approx(simulated["ttft_error_pct"])
+    assert skipped["not_simulated"] == "system l40s has no GPU preset" and "predicted_ttft_s" not in skipped
 
 
 def test_a_serving_csv_without_the_columns_is_refused_naming_them(tmp_path):

@@ -283,10 +283,29 @@ def figures(values: list) -> dict:
             "within_20_pct": 100 * sum(abs(v) <= 20 for v in values) / len(values)}
 
 
+def row_record(row: dict, ttft_s: float = math.nan, tpot_s: float = math.nan, reason: str = "") -> dict:
+    """One measured row as `rapid validate --json` lists it: what ran, the measured and predicted
+    TTFT and TPOT (seconds) and their errors (%), or why it was not simulated."""
+    layout = {key: row.get(key, "") for key in ("tp_size", "pp_size", "attention_dp_size", "moe_ep_size")}
+    if row["mode"] == "disagg":
+        layout = {f"{side}_{key}": row.get(f"{side}_{key}", "") for side in ("prefill", "decode")
+                  for key in ("num_workers", "tp_size", "attention_dp_size", "moe_ep_size")}
+    record = {"id": row.get("id", ""), "gpu": row["system"], "model": row["model_path"], "engine": row["backend"],
+              "version": row["backend_version"], "mode": row["mode"], "isl": row["isl"], "osl": row["osl"],
+              "concurrency": concurrency(row), "gemm_format": row["gemm_quant_mode"], **layout}
+    if reason:
+        return {**record, "not_simulated": reason}
+    measured_ttft, measured_tpot = float(row["silicon_ttft_ms"]) * 1e-3, float(row["silicon_tpot_ms"]) * 1e-3
+    return {**record, "ttft_s": measured_ttft, "predicted_ttft_s": ttft_s,
+            "ttft_error_pct": 100 * (ttft_s / measured_ttft - 1), "tpot_s": measured_tpot,
+            "predicted_tpot_s": tpot_s, "tpot_error_pct": 100 * (tpot_s / measured_tpot - 1)}
+
+
 def serving_groups(engines: dict | None = None, path=ROWS) -> tuple:
-    """(records per group and overall, skipped rows counted by reason) for `rapid validate`, over
-    the rows of `path` (rows())."""
+    """(records per group and overall, skipped rows counted by reason, every row's row_record)
+    for `rapid validate`, over the rows of `path` (rows())."""
     done, skipped = cases(engines, rows(path))
+    per_row = [row_record(*item) for item in done] + [row_record(row, reason=reason) for row, reason in skipped]
     groups = {}
     for item in done:
         groups.setdefault(group_key(item[0]), []).append(item)
@@ -298,7 +317,7 @@ def serving_groups(engines: dict | None = None, path=ROWS) -> tuple:
     reasons = {}
     for row, reason in skipped:
         reasons[(row["model_path"], reason)] = reasons.get((row["model_path"], reason), 0) + 1
-    return records, [{"model": m, "reason": r, "rows": n} for (m, r), n in sorted(reasons.items())]
+    return records, [{"model": m, "reason": r, "rows": n} for (m, r), n in sorted(reasons.items())], per_row
 
 
 # Issue 24's targets over every simulated row: (metric, mean |error| bound %, share within

@@ -255,8 +255,8 @@ GROUPED_SUITES = ("kernels", "measured", "serving")
 
 def grouped_suite(name: str, serving_rows=None) -> tuple:
     """(records, skipped) of the grouped suite `name`: error figures per group, rows skipped;
-    the serving suite over the CSV `serving_rows` where given. Each suite's module loads on
-    first use only."""
+    the serving suite's with each row's record third (serving.row_record), over the CSV
+    `serving_rows` where given. Each suite's module loads on first use only."""
     if name == "serving":
         from . import serving
 

@@ -30,10 +30,11 @@ def run(args) -> int:
     suites = tuple(s for s in chosen if s in SUITES)
     groups, skipped, serving = [], [], None
     for name in (s for s in chosen if s in GROUPED_SUITES):
-        records, left_out = grouped_suite(name, args.serving_rows)
+        result = grouped_suite(name, args.serving_rows)
         if name == "serving":
-            serving = (records, left_out)
+            serving = result
             continue
+        records, left_out = result
         groups += records
         skipped += left_out
     cases, verdicts = run_all(suites)
@@ -51,7 +52,7 @@ def run(args) -> int:
             "groups": groups,
             "skipped": skipped,
             **({"targets": _targets(groups)} if "kernels" in chosen else {}),
-            **({"serving": serving[0], "serving_skipped": serving[1],
+            **({"serving": serving[0], "serving_skipped": serving[1], "serving_rows": serving[2],
                 "serving_targets": _serving_targets(serving[0])} if serving else {}),
         }, indent=1))
         return 0
@@ -60,7 +61,7 @@ def run(args) -> int:
     if "kernels" in chosen:
         _print_targets(_targets(groups))
     if serving:
-        _print_serving(*serving, source=args.serving_rows or "../shared/validation/serving")
+        _print_serving(*serving[:2], source=args.serving_rows or "../shared/validation/serving")
     if not suites:
         return 0
     rows = {suite: [(c.case, format_quantity(c.measured, c.unit), format_quantity(c.predicted, c.unit),
