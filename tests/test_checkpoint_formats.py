@@ -56,3 +56,15 @@ def test_gpt_oss_120b_is_served_from_one_80_gb_gpu():
     assert kv_tokens(GPT_OSS, H100, Pool(), engine, 2.0) > 2048
     record = serve(GPT_OSS, H100, engine, Load(1024, 128, concurrency=4, requests=20), Pool())
     assert record["feasible"] and record["tpot_s"] > 0
+
+
+def test_deepseek_v3s_fp8_blocks_in_a_bf16_engine_are_read_as_stored_by_its_layers_and_experts():
+    h200 = load_hardware("h200-sxm-141gb")
+    deepseek = load_model("deepseek-v3")
+    fp8_block = 1 + 4 / (128 * 128)
+    spec = next(spec for spec, _ in deepseek.layer_groups() if spec.moe is not None)
+    layer = {op.name: op for op in build_decode_layer(spec, h200, 1, 1024, 8, 2.0)}
+    down = spec.hidden * (spec.mla.q_lora_rank + spec.mla.latent_dim)  # whole on every rank
+    assert layer["mla_down"].hbm_bytes == pytest.approx(down * fp8_block, rel=0.01)  # the weight, not the row
+    per_expert = spec.hidden * spec.moe.expert_ffn_hidden // 8
+    assert layer["mlp_down"].hbm_bytes == pytest.approx(per_expert * spec.moe.top_k * fp8_block, rel=0.01)

@@ -28,6 +28,8 @@ def test_each_aiconfigurator_system_has_its_preset_with_or_without_the_form_fact
     ("Qwen/Qwen3-14B-FP8", "qwen3-14b"),
     ("meta-llama/Llama-3.3-70B-Instruct", "llama3.1-70b"),  # the same architecture
     ("acme/Unknown-7B", ""),
+    ("deepseek-ai/DeepSeek-V3.2", ""),  # sparse attention: not V3's architecture
+    ("deepseek-ai/DeepSeek-R1-Distill-Llama-70B", ""),
 ])
 def test_a_rows_model_resolves_to_a_preset_or_nothing(name, ref):
     assert serving.model_ref(name) == ref
@@ -61,6 +63,31 @@ def test_gpt_oss_rows_serve_their_mxfp4_experts_beside_bf16_layers():
     assert "MoE format w4a16_mxfp4" in serving.skip_reason({**row, "model_path": "Qwen/Qwen3-30B-A3B"})
 
 
+def test_a_row_serves_its_experts_in_the_format_it_names_not_the_checkpoints():
+    kimi = {**ROW, "model_path": "moonshotai/Kimi-K2-Instruct", "gemm_quant_mode": "fp8_block"}
+    assert serving.served_model({**kimi, "moe_quant_mode": "fp8_block"}).expert_weight_dtype == ""
+    assert serving.served_model({**kimi, "moe_quant_mode": "int4_wo"}).expert_weight_dtype == "int4_group32"
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"isl": "abc"}, "isl"), ({"silicon_ttft_ms": ""}, "silicon_ttft_ms"), ({"silicon_tpot_ms": "0"}, "silicon_tpot_ms"),
+    ({"tp_size": "x"}, "tp_size"), ({"mode": "static"}, "mode"),
+    ({"silicon_data_source": "silicon_concurrency=abc"}, "silicon_data_source"),
+])
+def test_a_serving_csv_with_a_value_the_suite_cannot_read_is_refused_naming_line_and_field(tmp_path, change, field):
+    path = _write(tmp_path / "bad.csv", [ROW, {**ROW, **change}])
+    with pytest.raises(SpecError) as err:
+        serving.rows(path)
+    assert (err.value.source, err.value.field) == (f"{path}: line 3", field)
+
+
+def test_a_serving_csv_saved_with_a_byte_order_mark_reads_as_any_other(tmp_path):
+    path = _write(tmp_path / "plain.csv", [ROW])
+    marked = tmp_path / "marked.csv"
+    marked.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert serving.rows(marked) == serving.rows(path)
+
+
 def _write(path, rows):
     with open(path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
@@ -78,12 +105,15 @@ def test_rapid_validate_runs_the_serving_suite_over_a_csv_of_ones_own(tmp_path, 
     assert overall["ttft"]["n"] == 1 and report["cases"] == []  # the serving suite alone
     assert report["serving_skipped"] == [{"model": ROW["model_path"], "reason": "system l40s has no GPU preset",
                                           "rows": 1}]
-    simulated, skipped = report["serving_rows"]
-    assert (simulated["id"], simulated["gpu"], simulated["tp_size"]) == (ROW["id"], "h200_sxm", ROW["tp_size"])
+    simulated, skipped = report["serving_rows"]  # in file order, the header being line 1
+    assert (simulated["line"], simulated["id"], simulated["gpu"]) == (2, ROW["id"], "h200_sxm")
+    assert (simulated["tp_size"], simulated["isl"], simulated["moe_format"]) == (
+        int(float(ROW["tp_size"])), int(ROW["isl"]), ROW["moe_quant_mode"])
     assert simulated["ttft_s"] == pytest.approx(float(ROW["silicon_ttft_ms"]) / 1e3)
-    assert simulated["ttft_error_pct"] == pytest.approx(100 * (simulated["predicted_ttft_s"] / simulated["ttft_s"] - 1))
+    assert simulated["predicted_ttft_s"] == pytest.approx(serving.predict(ROW)["ttft_s"])
     assert overall["ttft"]["median_error_pct"] == pytest.approx(simulated["ttft_error_pct"])
-    assert skipped["not_simulated"] == "system l40s has no GPU preset" and "predicted_ttft_s" not in skipped
+    assert skipped["line"] == 3 and skipped["not_simulated"] == "system l40s has no GPU preset"
+    assert "predicted_ttft_s" not in skipped
 
 
 def test_a_serving_csv_without_the_columns_is_refused_naming_them(tmp_path):

@@ -618,11 +618,13 @@ def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: 
     out.append(_compute("norm2", ops.pointwise(hw, 2 * own_row)))
     gated = model.activation == "swiglu"
     width = 2 if gated else 1
+    # weights stored narrower than the compute dtype are read so (the layers' and the experts')
+    dense = narrower_weight_bytes(model.weight_dtype, hw.dtype)
     if model.moe is not None and model.moe.shared_expert_ffn_hidden:
         shared = model.moe.shared_expert_ffn_hidden // (1 if dispatched else tp)
-        out.append(_compute("shared_up", ops.gemm(hw, own, shared * width, h)))
+        out.append(_compute("shared_up", ops.gemm(hw, own, shared * width, h, weight_bytes=dense)))
         out.append(_compute("shared_activation", ops.pointwise(hw, (3 if gated else 2) * own * shared * el)))
-        out.append(_compute("shared_down", ops.gemm(hw, own, h, shared)))
+        out.append(_compute("shared_down", ops.gemm(hw, own, h, shared, weight_bytes=dense)))
     if model.moe is None:
         ffn, rows, experts = model.ffn_hidden // tp, batch, 1
     else:
@@ -635,7 +637,7 @@ def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: 
     a2a = dispatched * ranks_per_token(model.moe, ep) * h * el if model.moe is not None and ep > 1 and dispatched else 0
     if a2a:
         out.append(replace(_comm("moe.dispatch", "all_to_all", "ep", a2a), outer_share=node_limited_share(model.moe)))
-    stored = narrower_weight_bytes(model.expert_weight_dtype or model.weight_dtype, hw.dtype) if model.moe else 0.0
+    stored = narrower_weight_bytes(model.expert_format, hw.dtype) if model.moe else dense
     out.append(_compute("mlp_up", ops.gemm(hw, rows, ffn * width, h, experts, weight_bytes=stored)))
     act = rows * experts * ffn * el
     out.append(_compute("activation", ops.pointwise(hw, (3 if gated else 2) * act)))
@@ -651,8 +653,10 @@ def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: 
 def narrower_weight_bytes(weight_format: str, dtype: str) -> float:
     """Bytes per weight a GEMM in `dtype` reads from a checkpoint stored in `weight_format`
     (WEIGHT_FORMAT_BYTES, its block scales in), where narrower than the dtype's: the experts of
-    gpt-oss (MXFP4) and Kimi-K2.5 (INT4), which the engines widen inside their kernels; else 0
-    (the dtype's own bytes)."""
+    gpt-oss (MXFP4) and Kimi-K2.5 (INT4), DeepSeek-V3's FP8 blocks in a BF16 engine, which the
+    engines widen inside their kernels; else 0 (the dtype's own bytes). Decode and serving
+    iterations read them so (build_decode_layer); the weight-absorbed MLA products keep the
+    dtype's width, as the engines widen those weights once at load."""
     stored = WEIGHT_FORMAT_BYTES.get(weight_format, 0.0)
     return stored if 0 < stored < DTYPE_BYTES[dtype] else 0.0
 
@@ -661,14 +665,15 @@ def _decode_gqa(model, hw, batch, context, tp, kv_bytes):
     el, h = hw.act_bytes, model.hidden
     w = gqa_widths(model, tp)
     heads, kv_heads, d, q_dim, kv_dim, gate, kv = w.heads, w.kv_heads, w.head_dim, w.q_dim, w.kv_dim, w.gate, w.kv
-    out = [_compute("qkv", ops.gemm(hw, batch, w.projection, h))]
+    stored = narrower_weight_bytes(model.weight_dtype, hw.dtype)
+    out = [_compute("qkv", ops.gemm(hw, batch, w.projection, h, weight_bytes=stored))]
     if model.position_embedding == "rotary":
         out.append(_compute("rotary", ops.pointwise(hw, 2 * batch * (q_dim + kv_dim) * el)))
     out.append(_compute("kv_append", ops.pointwise(hw, batch * kv * (el + kv_bytes))))
     out.append(_compute("attention", ops.decode_attention(hw, batch, heads, kv_heads, context, d, kv_bytes)))
     if gate:
         out.append(_compute("attn_gate", ops.pointwise(hw, 3 * batch * q_dim * el)))
-    out.append(_compute("attn_out", ops.gemm(hw, batch, h, q_dim)))
+    out.append(_compute("attn_out", ops.gemm(hw, batch, h, q_dim, weight_bytes=stored)))
     return out
 
 
@@ -683,8 +688,9 @@ def _decode_mla(model, hw, batch, attended, context, tp, kv_bytes, engine=""):
     mla, el, h = model.mla, hw.act_bytes, model.hidden
     heads = model.heads // tp
     q_in = mla.q_lora_rank or h
-    out = [_compute("mla_down", ops.gemm(hw, batch, mla.q_lora_rank + mla.latent_dim, h)),
-           _compute("q_up", ops.gemm(hw, batch, heads * mla.qk_head_dim, q_in)),
+    stored = narrower_weight_bytes(model.weight_dtype, hw.dtype)
+    out = [_compute("mla_down", ops.gemm(hw, batch, mla.q_lora_rank + mla.latent_dim, h, weight_bytes=stored)),
+           _compute("q_up", ops.gemm(hw, batch, heads * mla.qk_head_dim, q_in, weight_bytes=stored)),
            _compute("rotary", ops.pointwise(hw, 2 * batch * (heads + 1) * mla.qk_rope_head_dim * el)),
            _compute("kv_append", ops.pointwise(hw, batch * mla.latent_dim * (el + kv_bytes))),
            _compute("absorb_k", ops.gemm(hw, batch, mla.kv_lora_rank, mla.qk_nope_head_dim, heads))]
@@ -697,7 +703,7 @@ def _decode_mla(model, hw, batch, attended, context, tp, kv_bytes, engine=""):
     out.append(_compute("attention", mla_decode(hw, batch, heads, attended, mla.kv_lora_rank,
                                                 mla.qk_rope_head_dim, kv_bytes, engine)))
     out.append(_compute("absorb_v", ops.gemm(hw, batch, mla.v_head_dim, mla.kv_lora_rank, heads)))
-    out.append(_compute("attn_out", ops.gemm(hw, batch, h, heads * mla.v_head_dim)))
+    out.append(_compute("attn_out", ops.gemm(hw, batch, h, heads * mla.v_head_dim, weight_bytes=stored)))
     return out
 
 
@@ -709,8 +715,9 @@ def _decode_recurrent(model, hw, batch, tp):
     conv = 2 * key_heads * rec.key_dim + heads * rec.value_dim
     width = heads * rec.value_dim
     gates = 2 * heads if rec.kind == "gated_deltanet" else heads
-    return [_compute("in_proj", ops.gemm(hw, batch, conv + width + gates, h)),
+    stored = narrower_weight_bytes(model.weight_dtype, hw.dtype)
+    return [_compute("in_proj", ops.gemm(hw, batch, conv + width + gates, h, weight_bytes=stored)),
             _compute("conv1d", ops.pointwise(hw, batch * conv * (rec.conv_kernel + 1) * el)),
             _compute("state_update", recurrent_step(hw, batch, heads, rec.key_dim, rec.value_dim)),
             _compute("gated_norm", ops.pointwise(hw, 3 * batch * width * el)),
-            _compute("out_proj", ops.gemm(hw, batch, h, width))]
+            _compute("out_proj", ops.gemm(hw, batch, h, width, weight_bytes=stored))]

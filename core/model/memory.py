@@ -182,10 +182,12 @@ def fp8_weight_bytes(hw: HardwareSpec, par: Parallelism) -> float:
 
 
 def inference_weight_bytes(hw: HardwareSpec) -> float:
-    """Bytes per parameter of an inference engine's weights: stored in the compute format, FP4
-    and block-scaled FP8 with their scales (one per 16 or 32 elements along the reduction)."""
+    """Bytes per parameter of an inference engine's weights: stored in the compute format, with
+    their block scales: NVFP4's and MXFP8's per 16 or 32 elements along the reduction, and
+    block-scaled FP8's per 128 x 128 weight block (DeepSeek's recipe, whose 1 x 128 blocks are
+    the activations')."""
     if hw.dtype in LOW_PRECISION_DTYPES:
-        return quantized_bytes(hw.dtype, hw.recipe)
+        return quantized_bytes(hw.dtype, hw.recipe, weights=hw.dtype == "fp8")
     return DTYPE_BYTES[hw.dtype]
 
 
@@ -364,8 +366,7 @@ def inference_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, batch
     best = None
     for stage, (groups, (dense, expert)) in enumerate(zip(stage_groups(model, par), stage_param_parts(model, par))):
         kv_cache = batch * sum(count * layer_cache_bytes(spec, t, tokens, kv_bytes) for spec, count in groups)
-        weights = dense * stored_weight_bytes(model.weight_dtype, hw) + expert * stored_weight_bytes(
-            expert_weight_format(model), hw)
+        weights = _served_bytes(model, hw, dense, expert)
         estimate = MemoryEstimate(weights, 0.0, 0.0, 0.0, transient, kv_cache,
                                   hw.gpu.hbm.capacity_bytes, stage, fragmentation=0.0)
         if best is None or estimate.peak_bytes > best.peak_bytes:
@@ -383,17 +384,14 @@ def stored_weight_bytes(weight_format: str, hw: HardwareSpec) -> float:
     return min(WEIGHT_FORMAT_BYTES[weight_format], compute) if weight_format else compute
 
 
-def expert_weight_format(model: ModelSpec) -> str:
-    """The checkpoint's format of the routed experts' weights (its layers' where it names none)."""
-    return model.expert_weight_dtype or model.weight_dtype
-
-
 def served_weight_bytes(model: ModelSpec, hw: HardwareSpec, par: Parallelism) -> float:
     """The weights one rank of the most loaded stage holds in an inference engine, as it stores
     them (stored_weight_bytes)."""
-    dense_bytes = stored_weight_bytes(model.weight_dtype, hw)
-    expert_bytes = stored_weight_bytes(expert_weight_format(model), hw)
-    return max(dense * dense_bytes + expert * expert_bytes for dense, expert in stage_param_parts(model, par))
+    return max(_served_bytes(model, hw, dense, expert) for dense, expert in stage_param_parts(model, par))
+
+
+def _served_bytes(model: ModelSpec, hw: HardwareSpec, dense: float, expert: float) -> float:
+    return dense * stored_weight_bytes(model.weight_dtype, hw) + expert * stored_weight_bytes(model.expert_format, hw)
 
 
 def layer_cache_bytes(spec: ModelSpec, tp: int, tokens: int, kv_bytes: float) -> float:

@@ -236,11 +236,17 @@ class ModelSpec:
     attention_gate: bool = False  # a sigmoid output gate from the query projection (Qwen3.5)
     value_is_key: bool = False  # no value projection: attention's values are its keys (Gemma 4's global layers)
     mtp_layers: int = 0  # multi-token-prediction modules (DeepSeek-V3) trained beside the model
-    # The checkpoint's weight formats (WEIGHT_FORMAT_BYTES) from its quantization_config, which
-    # an inference engine serves as they are: the layers' weights (DeepSeek's FP8 blocks) and
-    # the experts' (gpt-oss's MXFP4); "" = the compute dtype.
+    # The checkpoint's weight formats (WEIGHT_FORMAT_BYTES) from its quantization_config: the
+    # layers' weights (DeepSeek's FP8 blocks) and the experts' (gpt-oss's MXFP4); "" = the
+    # compute dtype. An inference engine keeps the narrower of each and its compute dtype
+    # (memory.stored_weight_bytes).
     weight_dtype: str = ""
     expert_weight_dtype: str = ""
+
+    @property
+    def expert_format(self) -> str:
+        """The checkpoint's format of the routed experts' weights (its layers' where it names none)."""
+        return self.expert_weight_dtype or self.weight_dtype
 
     @property
     def head_dim(self) -> int:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from core.errors import SpecError
 from core.model.loader import list_presets, load_hardware, load_model, with_dtype
-from core.model.memory import expert_weight_format
 from core.serving.engines import (ENGINES, FAMILY_REQUEST_OVERHEAD_S, engine_spec, release_spec, version_family,
                                   with_knobs)
 from core.serving.service import Pool, serve, serve_disagg
@@ -26,7 +25,7 @@ MODELS_DIR = SHARED / "models"
 MODELS = {"meta-llama/Llama-3.1-8B-Instruct": "llama3.1-8b", "meta-llama/Llama-3.1-70B": "llama3.1-70b"}
 # What a checkpoint's name may add to its model's: a tuning, a weight format or a release date
 # ("-2507"), not a shape (the rows' gemm_quant_mode and moe_quant_mode say how it was served).
-NAME_SUFFIXES = ("-instruct", "-chat", "-base", "-hf", "-fp8", "-fp4", "-nvfp4", "-bf16")
+NAME_SUFFIXES = ("-instruct", "-thinking", "-chat", "-base", "-hf", "-fp8", "-fp4", "-nvfp4", "-bf16")
 RELEASE_DATE = re.compile(r"-\d{4}$")
 # Checkpoints of another model's architecture, by bare name: DeepSeek-R1 and V3.1 are
 # DeepSeek-V3's shape post-trained; Llama 3.3 70B is Llama 3.1 70B's.
@@ -113,20 +112,53 @@ def harness(row: dict) -> str:
     return WORKFLOW if row["silicon_data_source"].startswith("db-dump") else row["backend"]
 
 
+MODES = ("agg", "disagg")
+MEASURED = ("isl", "osl", "silicon_ttft_ms", "silicon_tpot_ms")  # positive numbers in every row
+# layout counts, empty where a row has none (the prefill_ and decode_ ones of disaggregated rows)
+LAYOUT = ("batch_size", "tp_size", "pp_size", "attention_dp_size", "moe_ep_size", "num_workers")
+LINE = "line"  # the key rows() adds: the row's line in its file (the header is line 1)
+
+
 def rows(path=ROWS) -> list:
     """The measured rows of a CSV in AIConfigurator's silicon-sample format (default: the visible
-    rows beside the repository); a file that is not there, or lacks a column this suite reads, is
-    refused naming it."""
+    rows beside the repository), each with its LINE; a file that is not there, lacks a column
+    this suite reads, or holds a value it cannot read, is refused naming it (and the line)."""
     try:
-        with open(path, newline="") as handle:
+        with open(path, newline="", encoding="utf-8-sig") as handle:
             reader = csv.DictReader(handle)
             missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
             if missing:
                 raise SpecError(str(path), "columns", ", ".join(missing),
                                 "missing, which every CSV in AIConfigurator's silicon-sample format has")
-            return list(reader)
+            out = [{**row, LINE: line} for line, row in enumerate(reader, start=2)]
     except OSError as exc:
         raise SpecError(str(path), "serving rows", str(path), f"cannot be read ({exc.strerror})") from None
+    for row in out:
+        _check(row, f"{path}: line {row[LINE]}")
+    return out
+
+
+def _check(row: dict, source: str) -> None:
+    if row["mode"] not in MODES:
+        raise SpecError(source, "mode", row["mode"], f"expected one of {', '.join(MODES)}")
+    for field in MEASURED:
+        if not _number(row[field]) > 0:
+            raise SpecError(source, field, row[field], "expected a positive number")
+    for field in (prefix + key for prefix in ("", "prefill_", "decode_") for key in LAYOUT):
+        if row.get(field) and not _number(row[field]) >= 0:
+            raise SpecError(source, field, row[field], "expected a count (a number >= 0) or nothing")
+    for part in row["silicon_data_source"].split(";"):
+        key, _, value = part.strip().partition("=")
+        if key == "silicon_concurrency" and not _number(value) > 0:
+            raise SpecError(source, "silicon_data_source", part.strip(), "expected silicon_concurrency=<a positive number>")
+
+
+def _number(text: str) -> float:
+    """`text` as a number; NaN (which no comparison passes) where it is none."""
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return math.nan
 
 
 @lru_cache(maxsize=None)
@@ -198,7 +230,7 @@ def predict(row: dict, engines: dict | None = None, clients: tuple | None = None
         engine = replace(engine, request_overhead_s=own[harness(row)])
     elif family in overheads:
         engine = replace(engine, request_overhead_s=overheads[family])
-    model = load_model(model_ref(row["model_path"]))
+    model = served_model(row)
     dtype = DTYPES[row["gemm_quant_mode"]]
     hw = with_dtype(load_hardware(preset_for_system(row["system"])), dtype, "serving row", "dtype",
                     RECIPES.get(row["gemm_quant_mode"], ""))
@@ -212,6 +244,17 @@ def predict(row: dict, engines: dict | None = None, clients: tuple | None = None
     if row["mode"] == "disagg":
         return serve_disagg(model, hw, engine, load, _pool(row, "prefill_"), _pool(row, "decode_"), kv)
     return serve(model, hw, engine, load, _pool(row), kv)
+
+
+def served_model(row: dict):
+    """The row's model with its experts as the row served them: the checkpoint's own weight-only
+    format where the row names it (CHECKPOINT_EXPERT_FORMATS), else the GEMMs' family (a
+    Kimi-K2 FP8 row is not served from Kimi-K2.5's INT4 experts, nor a gpt-oss row naming BF16
+    experts from MXFP4 ones)."""
+    model = load_model(model_ref(row["model_path"]))
+    if row["moe_quant_mode"] in CHECKPOINT_EXPERT_FORMATS or not model.expert_weight_dtype:
+        return model
+    return replace(model, expert_weight_dtype="")
 
 
 def skip_reason(row: dict) -> str:
@@ -236,7 +279,7 @@ def skip_reason(row: dict) -> str:
     except SpecError as err:
         return f"not loadable ({err.field}: {err.allowed})"
     own = CHECKPOINT_EXPERT_FORMATS.get(moe_format)
-    if moe_format not in MOE_FORMATS[DTYPES[gemm_format]] and not (own and expert_weight_format(model) == own):
+    if moe_format not in MOE_FORMATS[DTYPES[gemm_format]] and not (own and model.expert_format == own):
         return f"MoE format {moe_format} beside GEMM format {gemm_format or 'bf16'} not modelled"
     return ""
 
@@ -284,15 +327,18 @@ def figures(values: list) -> dict:
 
 
 def row_record(row: dict, ttft_s: float = math.nan, tpot_s: float = math.nan, reason: str = "") -> dict:
-    """One measured row as `rapid validate --json` lists it: what ran, the measured and predicted
-    TTFT and TPOT (seconds) and their errors (%), or why it was not simulated."""
-    layout = {key: row.get(key, "") for key in ("tp_size", "pp_size", "attention_dp_size", "moe_ep_size")}
+    """One measured row as `rapid validate --json` lists it: its line in the file, what ran, the
+    measured and predicted TTFT and TPOT (seconds) and their errors (%), or why it was not
+    simulated."""
+    keys = ("tp_size", "pp_size", "attention_dp_size", "moe_ep_size")
     if row["mode"] == "disagg":
-        layout = {f"{side}_{key}": row.get(f"{side}_{key}", "") for side in ("prefill", "decode")
-                  for key in ("num_workers", "tp_size", "attention_dp_size", "moe_ep_size")}
-    record = {"id": row.get("id", ""), "gpu": row["system"], "model": row["model_path"], "engine": row["backend"],
-              "version": row["backend_version"], "mode": row["mode"], "isl": row["isl"], "osl": row["osl"],
-              "concurrency": concurrency(row), "gemm_format": row["gemm_quant_mode"], **layout}
+        keys = tuple(f"{side}_{key}" for side in ("prefill", "decode")
+                     for key in ("num_workers", "tp_size", "attention_dp_size", "moe_ep_size"))
+    layout = {key: _int(row.get(key, ""), 0) for key in keys}  # 0: not given
+    record = {"line": row.get(LINE, 0), "id": row.get("id", ""), "gpu": row["system"], "model": row["model_path"],
+              "engine": row["backend"], "version": row["backend_version"], "mode": row["mode"],
+              "isl": _int(row["isl"]), "osl": _int(row["osl"]), "concurrency": concurrency(row),
+              "gemm_format": row["gemm_quant_mode"], "moe_format": row["moe_quant_mode"], **layout}
     if reason:
         return {**record, "not_simulated": reason}
     measured_ttft, measured_tpot = float(row["silicon_ttft_ms"]) * 1e-3, float(row["silicon_tpot_ms"]) * 1e-3
@@ -305,7 +351,8 @@ def serving_groups(engines: dict | None = None, path=ROWS) -> tuple:
     """(records per group and overall, skipped rows counted by reason, every row's row_record)
     for `rapid validate`, over the rows of `path` (rows())."""
     done, skipped = cases(engines, rows(path))
-    per_row = [row_record(*item) for item in done] + [row_record(row, reason=reason) for row, reason in skipped]
+    per_row = sorted([row_record(*item) for item in done] + [row_record(row, reason=reason) for row, reason in skipped],
+                     key=lambda record: record["line"])
     groups = {}
     for item in done:
         groups.setdefault(group_key(item[0]), []).append(item)
