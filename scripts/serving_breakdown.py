@@ -1,5 +1,5 @@
 """Where the serving suite's errors are systematic: the measured serving rows
-(../shared/validation/serving) against the engine simulator, grouped by any of engine, version,
+(../shared/validation/serving, or a CSV of one's own in the same columns: --rows) against the engine simulator, grouped by any of engine, version,
 model, gpu, mode, layout, io (isl x osl) and concurrency (rounded down to a power of two), with
 each group's signed median error (the direction of a miss), mean |error| and share within
 +-20 %, for TTFT and TPOT. `rapid validate --suite serving` groups by GPU, model, engine and mode
@@ -13,14 +13,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from core.errors import SpecError  # noqa: E402
 from core.validation import serving  # noqa: E402
 
 
 def _layout(row: dict) -> str:
+    count = lambda key: serving._int(row.get(key, ""))  # noqa: E731
     if row["mode"] == "disagg":
-        return "/".join(f"{p}{row[p + '_num_workers'][:-2]}x(tp{row[p + '_tp_size'][:-2]}"
-                        f" adp{row[p + '_attention_dp_size'][:-2]})" for p in ("prefill", "decode"))
-    return f"tp{row['tp_size'][:-2]} adp{row['attention_dp_size'][:-2]} ep{row['moe_ep_size'][:-2]}"
+        return "/".join(f"{p}{count(p + '_num_workers')}x(tp{count(p + '_tp_size')}"
+                        f" adp{count(p + '_attention_dp_size')})" for p in ("prefill", "decode"))
+    return f"tp{count('tp_size')} adp{count('attention_dp_size')} ep{count('moe_ep_size')}"
 
 
 KEYS = {
@@ -47,13 +49,19 @@ def main() -> int:
     parser.add_argument("--by", default="engine,mode", help=f"comma-separated, of: {', '.join(KEYS)}")
     parser.add_argument("--where", action="append", default=[],
                         help="KEY=TEXT: keep rows whose KEY contains TEXT (repeatable)")
+    parser.add_argument("--rows", default=str(serving.ROWS),
+                        help="a CSV of measured runs in AIConfigurator's silicon-sample columns (default: %(default)s)")
     args = parser.parse_args()
     keys = args.by.split(",")
     for key in keys + [w.partition("=")[0] for w in args.where]:
         if key not in KEYS:
             parser.error(f"unknown key {key!r}: expected one of {', '.join(KEYS)}")
     wanted = [(w.partition("=")[0], w.partition("=")[2]) for w in args.where]
-    rows = [r for r in serving.rows() if all(text in str(KEYS[key](r)) for key, text in wanted)]
+    try:
+        measured = serving.rows(args.rows)
+    except SpecError as err:
+        parser.error(str(err))
+    rows = [r for r in measured if all(text in str(KEYS[key](r)) for key, text in wanted)]
     done, skipped = serving.cases(selected=rows)
     groups = defaultdict(list)
     for item in done:
