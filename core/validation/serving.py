@@ -230,11 +230,8 @@ def predict(row: dict, engines: dict | None = None, clients: tuple | None = None
         engine = replace(engine, request_overhead_s=own[harness(row)])
     elif family in overheads:
         engine = replace(engine, request_overhead_s=overheads[family])
-    model = served_model(row)
-    dtype = DTYPES[row["gemm_quant_mode"]]
-    hw = with_dtype(load_hardware(preset_for_system(row["system"])), dtype, "serving row", "dtype",
-                    RECIPES.get(row["gemm_quant_mode"], ""))
-    kv = "fp8" if dtype != "bf16" else ""
+    model, hw = served_model(row), served_hardware(row)
+    kv = "fp8" if hw.dtype != "bf16" else ""
     users = concurrency(row)
     ramps, spreads, slots = clients or (RAMP_SHARE, LENGTH_SPREAD, REQUESTS_PER_SLOT)
     client = harness(row)
@@ -244,6 +241,12 @@ def predict(row: dict, engines: dict | None = None, clients: tuple | None = None
     if row["mode"] == "disagg":
         return serve_disagg(model, hw, engine, load, _pool(row, "prefill_"), _pool(row, "decode_"), kv)
     return serve(model, hw, engine, load, _pool(row), kv)
+
+
+def served_hardware(row: dict):
+    """The row's GPU preset computing in its GEMM format (and recipe)."""
+    return with_dtype(load_hardware(preset_for_system(row["system"])), DTYPES[row["gemm_quant_mode"]],
+                      "serving row", "dtype", RECIPES.get(row["gemm_quant_mode"], ""))
 
 
 def served_model(row: dict):
@@ -275,7 +278,7 @@ def skip_reason(row: dict) -> str:
         return "no config for the model (../shared/models/<org>--<name>.json or a preset)"
     try:
         model = load_model(ref)
-        with_dtype(load_hardware(preset_for_system(row["system"])), DTYPES[gemm_format], "serving row", "dtype")
+        served_hardware(row)
     except SpecError as err:
         return f"not loadable ({err.field}: {err.allowed})"
     own = CHECKPOINT_EXPERT_FORMATS.get(moe_format)
