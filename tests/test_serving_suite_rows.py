@@ -9,8 +9,11 @@ from core.errors import SpecError
 from core.validation import serving
 from core.validation.systems import preset_for_system
 
-ROW = next(r for r in serving.rows() if r["backend"] == "vllm" and r["mode"] == "agg"
-           and r["model_path"] == "meta-llama/Llama-3.1-70B" and r["system"] == "h200_sxm")
+# the visible measured rows and model configs beside the repository (../shared)
+pytestmark = pytest.mark.skipif(not serving.ROWS.is_file(), reason="no ../shared/validation/serving")
+ROW = next((r for r in serving.rows() if r["backend"] == "vllm" and r["mode"] == "agg"
+            and r["model_path"] == "meta-llama/Llama-3.1-70B" and r["system"] == "h200_sxm"),
+           {}) if serving.ROWS.is_file() else {}
 
 
 def test_each_aiconfigurator_system_has_its_preset_with_or_without_the_form_factor():
