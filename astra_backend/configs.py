@@ -12,7 +12,8 @@ _OUR_KEYS = {"name", "topology", "size", "link_bandwidth", "latency", "shape", "
 # Keys of the hardware presets that describe NCCL's algorithms rather than links: in-switch
 # reduction (NVLS), the LL protocol's bandwidth cap and the pipeline fills. core's closed forms
 # cost them; the link-level simulator moves bytes over links and has none, so it reads past them.
-_ALGORITHM_KEYS = {"switch_reduction", "ll_bandwidth", "ring_fill_chunks", "all_to_all_fill_chunks"}
+_ALGORITHM_KEYS = {"switch_reduction", "ll_bandwidth", "ring_fill_chunks", "all_to_all_fill_chunks",
+                   "byte_reduce_fill_chunks"}
 
 
 def load_network_file(path, npus=None):

@@ -11,6 +11,9 @@ family's fitted tables together:
   (all-reduce: 2(n-1)) transfers, NCCL's pipeline fill, which is why 2 ranks reach a lower bus
   bandwidth than 8 on the same links;
 - `all_to_all_fill_chunks`: the same for all-to-all, whose n-1 send/recv pairs start together;
+- `byte_reduce_fill_chunks`: the further fill of a ring summing int8 (the tables' int8
+  reduce-scatters and all-reduces; NCCL's byte-wise sums are slower than its 16-bit ones, and
+  NVLS sums no 1-byte elements, so those all-reduces run the ring);
 - `nvls_share` (families whose NVLS rate is not fitted elsewhere): the share of the link rate
   the NVLS all-reduce reaches (efficiency x switch_reduction); Hopper's is held at its presets'
   (0.8, which the collectives suite's nccl-tests rows judge, network_efficiency fitted on them
@@ -55,10 +58,11 @@ FAMILIES = {"hopper": (("h100_sxm", "h200_sxm"), (), False, ()),
             "blackwell": (("b200_sxm", "gb200"), ("b300_sxm", "gb300"), True, ()),
             "ampere": (("a100_sxm",), (), False, ("efficiency",))}
 KINDS = ("all_gather", "reduce_scatter", "all_reduce", "alltoall")
-BANDWIDTH = ("efficiency", "ring_fill_chunks", "all_to_all_fill_chunks", "nvls_share")
+BANDWIDTH = ("efficiency", "ring_fill_chunks", "all_to_all_fill_chunks", "byte_reduce_fill_chunks", "nvls_share")
 BOUNDS = {"efficiency": (0.3, 1.0), "ring_fill_chunks": (0.0, 4.0), "all_to_all_fill_chunks": (0.0, 4.0),
-          "nvls_share": (0.3, 1.0)}
-START = {"efficiency": 0.8, "ring_fill_chunks": 0.5, "all_to_all_fill_chunks": 0.5, "nvls_share": 0.7}
+          "byte_reduce_fill_chunks": (0.0, 4.0), "nvls_share": (0.3, 1.0)}
+START = {"efficiency": 0.8, "ring_fill_chunks": 0.5, "all_to_all_fill_chunks": 0.5, "byte_reduce_fill_chunks": 0.2,
+         "nvls_share": 0.7}
 
 
 def rows(gpu: str, kernels: Path) -> dict:
@@ -85,7 +89,8 @@ def with_figures(hw, figures: dict):
     efficiency = figures["efficiency"]
     dim = replace(dim, efficiency=efficiency, switch_reduction=min(1.0, nvls_share / efficiency),
                   ring_fill_chunks=figures["ring_fill_chunks"],
-                  all_to_all_fill_chunks=figures["all_to_all_fill_chunks"])
+                  all_to_all_fill_chunks=figures["all_to_all_fill_chunks"],
+                  byte_reduce_fill_chunks=figures["byte_reduce_fill_chunks"])
     return replace(hw, network=(dim, *hw.network[1:]))
 
 
@@ -119,7 +124,7 @@ def fit_family(hws: dict, data: dict, fitted_on: tuple, nvls: bool, leave_kind: 
     """The family's figures on the large rows of `fitted_on`, less one collective kind if named,
     those `held` kept at the first GPU's preset."""
     preset = hws[fitted_on[0]].network[0]
-    free = tuple(f for f in (BANDWIDTH if nvls else BANDWIDTH[:3]) if f not in held)
+    free = tuple(f for f in BANDWIDTH if (nvls or f != "nvls_share") and f not in held)
     start = {**START, "nvls_share": START["nvls_share"] if nvls else 0.0,
              **{f: getattr(preset, f) for f in held}}
     if leave_kind == "alltoall":

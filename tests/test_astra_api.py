@@ -243,4 +243,4 @@ def test_rapid_net_reads_presets_that_describe_nccl_algorithms(preset):
     from astra_backend.configs import load_network_file
     dims = load_network_file(f"core/model/presets/gpus/{preset}.yaml", npus=16)
     assert [d.size for d in dims] == [8, 2]
-    assert dims[0].bandwidth_gbps == pytest.approx(450 * 0.854)
+    assert dims[0].bandwidth_gbps == pytest.approx(450 * 0.884)

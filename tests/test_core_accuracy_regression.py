@@ -53,6 +53,11 @@ from core.validation.suites import SUITES, summary
 # TensorRT-LLM v0.5's H100 decode rows (0.9875 -> 0.957 on H100; MODEL_VERSION 47): the worst
 # row, Llama 2 70B 2048-128 on 4 H100s, is one whose prefill the model already puts 11 % slow,
 # and its decode now sweeps the weights at the measured rate (docs/accuracy.md).
+# trtllm's worst rose again (11.080 -> 11.103) when int8 reductions got their own NVLink fill
+# and Hopper's NVLink figures were refitted beside it (MODEL_VERSION 53; every NCCL group of
+# 1 MiB and more on H100/H200/B200/GB200 within 10 %): that row's 1 MiB decode all-reduces run
+# NCCL's LL protocol, capped at 141 GB/s, where a longer ring fill costs 0.4 % and the higher
+# link efficiency buys nothing (docs/accuracy.md, int8 reductions).
 # trtllm and collectives are bounded over all their rows (collectives' worst is the 32-byte
 # all-reduce, whose latency the closed form misses; above 1 MiB, see test_core_inference_accuracy).
 REACHED = {
@@ -63,7 +68,7 @@ REACHED = {
     "h100_dense": (11.7, 3.85, 0),
     "moe": (9.7, 4.15, 0),
     "memory_h100": (9.8, 9.1, 1),
-    "trtllm": (11.1, 5.8, 0),
+    "trtllm": (11.11, 5.8, 0),
     "collectives": (78.0, 9.75, 0),
 }
 

@@ -173,6 +173,38 @@ def test_ring_fill_costs_few_ranks_most():
     assert one_dim_time("all_to_all", size, filled, 2) == pytest.approx(a2a)
 
 
+def test_summing_bytes_fills_the_ring_longer():
+    """A ring summing int8 (1-byte elements) fills 0.25 chunk more: 2 ranks move (1 + 0.5 + 0.25) / 2
+    of the buffer. All-gather moves the same bytes whatever they hold; a 16-bit sum is unchanged."""
+    filled = replace(NVSWITCH, ring_fill_chunks=0.5, byte_reduce_fill_chunks=0.25)
+    base, extra, _ = PROTOCOLS["simple"]
+    bus_bps = 300e9 * 0.8
+    size = 1e9
+    expected = base + (1e-6 + extra) + (1 + 0.75) / 2 * size / bus_bps
+    assert one_dim_time("reduce_scatter", size, filled, 2, element_bytes=1) == pytest.approx(expected)
+    assert one_dim_time("all_gather", size, filled, 2, element_bytes=1) == one_dim_time("all_gather", size, filled, 2)
+    ring = base + 2 * 3 * (1e-6 + extra) + (2 * 3 + 0.75) / 4 * size / bus_bps
+    assert all_reduce_times(size, filled, 4, log_tree=False, element_bytes=1)["ring/simple"] == pytest.approx(ring)
+    assert one_dim_time("reduce_scatter", size, filled, 2, element_bytes=2) == pytest.approx(
+        base + (1e-6 + extra) + 1.5 / 2 * size / bus_bps)
+
+
+def test_nvls_sums_no_1_byte_elements():
+    """NCCL's NVLS reduces 16-bit and wider elements only: an int8 all-reduce on an NVLS switch
+    runs the ring, and across two nodes only its all-gather halves skip the byte fill."""
+    dim = replace(NVSWITCH, link_bandwidth_bps=450e9, switch_reduction=0.85, byte_reduce_fill_chunks=0.25)
+    assert "nvls/simple" in all_reduce_times(2048 * MIB, dim, 8, log_tree=False)
+    assert "nvls/simple" not in all_reduce_times(2048 * MIB, dim, 8, log_tree=False, element_bytes=1)
+    h100 = load_hardware("h100-sxm5-80gb")
+    dims = h100.dims_for(16)
+    eff, step = h100.calibration.network_efficiency, h100.calibration.collective_step_s
+    inner = (one_dim_time("reduce_scatter", 1e9, dims[0], 8, eff, step, element_bytes=1)
+             + one_dim_time("all_gather", 1e9, dims[0], 8, eff, step))
+    times = collective_time(h100, dims, "all_reduce", 1e9, ((0, 8), (1, 2)), element_bytes=1)
+    assert times["nvlink"] == pytest.approx(inner)
+    assert inner > 2 * one_dim_time("all_gather", 1e9, dims[0], 8, eff, step)
+
+
 def test_bare_algorithms_have_no_fill():
     """The compiled simulator's bare ring (BARE) moves (n-1)/n of the buffer whatever the fill."""
     filled = replace(NVSWITCH, ring_fill_chunks=0.5)

@@ -7,6 +7,7 @@ from math import ceil, log2
 from .specs import EngineAllReduce, HardwareSpec, NetworkDim
 
 KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv")
+REDUCING_KINDS = ("all_reduce", "reduce_scatter")
 
 # Parallel links one NPU can drive at once in a dimension, for ring-style algorithms.
 _RING_LINKS = {"switch": 1, "ring": 1, "ring-uni": 1, "mesh": 2, "mesh2d": 2, "torus2d": 4,
@@ -44,13 +45,17 @@ NVLS_CHUNK_BYTES = 128 * 1024  # NCCL_NVLS_CHUNKSIZE default, src/transport/nvls
 # larger than `chunk`, tested in this order (calcCollChunking in src/enqueue.cc).
 NVLS_SMALLER_CHUNKS = ((64, 64 * 1024), (8, 32 * 1024), (2, 16 * 1024))
 NVLS_STAGES = 3
+# NVLS reduces 16-, 32- and 64-bit elements only (ncclNvlsSupported, src/include/device.h): a sum of
+# 1-byte elements (int8, uint8, FP8) runs on the ring or tree.
+NVLS_MIN_ELEMENT_BYTES = 2
 # What the compiled simulator runs: ring or double binary tree (in any dimension) steps at the
 # link's latency, whole chunks, no protocol start-up and no in-switch reduction.
 BARE = {"simple": (0.0, 0.0, 1.0)}
 
 
 def one_dim_time(kind: str, bytes_: float, dim: NetworkDim, ranks: float, efficiency: float = 1.0,
-                 step_s: float = 0.0, log_tree: bool = True, protocols: dict = PROTOCOLS) -> float:
+                 step_s: float = 0.0, log_tree: bool = True, protocols: dict = PROTOCOLS,
+                 element_bytes: int = 2) -> float:
     """Seconds for one collective over `ranks` NPUs of one dimension.
 
     `bytes_` is the full buffer: the reduced vector for all-reduce, the gathered or
@@ -62,32 +67,38 @@ def one_dim_time(kind: str, bytes_: float, dim: NetworkDim, ranks: float, effici
     if kind == "send_recv":
         return dim.latency_s + step_s + bytes_ / (dim.link_bandwidth_bps * dim.efficiency * efficiency)
     if kind == "all_reduce":
-        return min(all_reduce_times(bytes_, dim, ranks, efficiency, step_s, log_tree, protocols).values())
+        return min(all_reduce_times(bytes_, dim, ranks, efficiency, step_s, log_tree, protocols,
+                                    element_bytes).values())
     bw = _bandwidth_bps(dim, ranks, efficiency)
     steps = ranks - 1
-    chunks = steps + _fill_chunks(dim, kind, protocols)
+    chunks = steps + _fill_chunks(dim, kind, protocols, element_bytes)
     return min(base + steps * (dim.latency_s + extra + step_s)
                + chunks / ranks * bytes_ / _bus_bps(dim, bw, name, share)
                for name, (base, extra, share) in protocols.items())
 
 
-def _fill_chunks(dim: NetworkDim, kind: str, protocols: dict) -> float:
+def _fill_chunks(dim: NetworkDim, kind: str, protocols: dict, element_bytes: int = 2) -> float:
     """NCCL's pipeline fill in per-rank chunks (NetworkDim.ring_fill_chunks and
-    all_to_all_fill_chunks); the compiled simulator's bare algorithms (BARE) have none."""
+    all_to_all_fill_chunks, and a reduction of 1-byte elements its byte_reduce_fill_chunks on
+    top); the compiled simulator's bare algorithms (BARE) have none."""
     if protocols is BARE:
         return 0.0
-    return dim.all_to_all_fill_chunks if kind == "all_to_all" else dim.ring_fill_chunks
+    if kind == "all_to_all":
+        return dim.all_to_all_fill_chunks
+    byte_sums = kind in REDUCING_KINDS and element_bytes == 1
+    return dim.ring_fill_chunks + (dim.byte_reduce_fill_chunks if byte_sums else 0.0)
 
 
 def all_reduce_times(bytes_: float, dim: NetworkDim, ranks: float, efficiency: float = 1.0,
-                     step_s: float = 0.0, log_tree: bool = True, protocols: dict = PROTOCOLS) -> dict:
+                     step_s: float = 0.0, log_tree: bool = True, protocols: dict = PROTOCOLS,
+                     element_bytes: int = 2) -> dict:
     """Seconds of an all-reduce by each algorithm and protocol NCCL could pick, keyed
     "algorithm/protocol"; NCCL runs the fastest. Ring: 2(n-1) steps, each rank sending and
     receiving 2(n-1)/n of the buffer. Tree: log-depth reduce then broadcast, the whole buffer
-    up and down. NVLS where the switch reduces (see nvls_all_reduce_s)."""
+    up and down. NVLS where the switch reduces elements of its width (see nvls_all_reduce_s)."""
     bw = _bandwidth_bps(dim, ranks, efficiency)
     steps = ranks - 1
-    fill = _fill_chunks(dim, "all_reduce", protocols)
+    fill = _fill_chunks(dim, "all_reduce", protocols, element_bytes)
     times = {}
     for name, (base, extra, share) in protocols.items():
         hop = dim.latency_s + extra + step_s
@@ -95,7 +106,8 @@ def all_reduce_times(bytes_: float, dim: NetworkDim, ranks: float, efficiency: f
         times[f"ring/{name}"] = base + 2 * steps * hop + (2 * steps + fill) / ranks * bytes_ / bus
         if log_tree:
             times[f"tree/{name}"] = base + 2 * ceil(log2(ranks)) * hop + 2 * bytes_ / bus
-    if dim.switch_reduction > 0 and dim.topology == "switch" and protocols is PROTOCOLS:
+    if (dim.switch_reduction > 0 and dim.topology == "switch" and protocols is PROTOCOLS
+            and element_bytes >= NVLS_MIN_ELEMENT_BYTES):
         times["nvls/simple"] = nvls_all_reduce_s(bytes_, dim, ranks, efficiency, step_s)
     return times
 
@@ -137,22 +149,23 @@ def nvls_all_reduce_s(bytes_: float, dim: NetworkDim, ranks: float, efficiency: 
 
 
 def collective_time(hw: HardwareSpec, dims: tuple, kind: str, bytes_: float, span: tuple,
-                    protocols: dict = PROTOCOLS, outer_share: float = 1.0) -> dict:
+                    protocols: dict = PROTOCOLS, outer_share: float = 1.0, element_bytes: int = 2) -> dict:
     """Seconds per dimension name for a collective over a group spanning `span`
     ((dim_index, ranks), ...), composed hierarchically: reduce-scatter inward-out,
     the outermost step on the shrunken buffer, all-gather back. An all-to-all sends to
     every peer at once, so its dimensions move their bytes concurrently and the slowest
     sets its time (charged to that dimension); beyond the first dimension it moves
     `outer_share` of the buffer (group-limited routing). `protocols`: NCCL's (PROTOCOLS)
-    or the compiled simulator's bare ring/tree (BARE)."""
+    or the compiled simulator's bare ring/tree (BARE). `element_bytes`: the width of the
+    elements a reduction sums (NCCL's datatype); the 16-bit default stands for every wider one."""
     if not span:
         return {}
-    return dict(_collective_items(hw, dims, kind, bytes_, span, protocols is BARE, outer_share))
+    return dict(_collective_items(hw, dims, kind, bytes_, span, protocols is BARE, outer_share, element_bytes))
 
 
 @lru_cache(maxsize=65536)
 def _collective_items(hw: HardwareSpec, dims: tuple, kind: str, bytes_: float, span: tuple, bare: bool,
-                      outer_share: float) -> tuple:
+                      outer_share: float, element_bytes: int) -> tuple:
     protocols = BARE if bare else PROTOCOLS
     times = {}
 
@@ -164,15 +177,19 @@ def _collective_items(hw: HardwareSpec, dims: tuple, kind: str, bytes_: float, s
     if kind == "all_reduce":
         size = bytes_
         for index, ranks in span[:-1]:
-            add(index, 2 * one_dim_time("reduce_scatter", size, dims[index], ranks, eff, step, protocols=protocols))
+            add(index, one_dim_time("reduce_scatter", size, dims[index], ranks, eff, step, protocols=protocols,
+                                    element_bytes=element_bytes)
+                + one_dim_time("all_gather", size, dims[index], ranks, eff, step, protocols=protocols))
             size /= ranks
         index, ranks = span[-1]
         log_tree = index > 0 or protocols is BARE  # the simulator offers its tree in every dimension
-        add(index, one_dim_time("all_reduce", size, dims[index], ranks, eff, step, log_tree, protocols))
+        add(index, one_dim_time("all_reduce", size, dims[index], ranks, eff, step, log_tree, protocols,
+                                element_bytes))
     elif kind in ("reduce_scatter", "all_gather"):
         size = bytes_
         for index, ranks in span:
-            add(index, one_dim_time(kind, size, dims[index], ranks, eff, step, protocols=protocols))
+            add(index, one_dim_time(kind, size, dims[index], ranks, eff, step, protocols=protocols,
+                                    element_bytes=element_bytes))
             size /= ranks
     elif kind == "all_to_all":
         per_dim = [(index, one_dim_time(kind, bytes_ * (outer_share if n else 1.0), dims[index], ranks, eff, step,

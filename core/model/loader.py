@@ -394,6 +394,7 @@ def _network_from_list(items, source: str) -> tuple:
             ll_bandwidth_bps=_optional_bandwidth(f, "ll_bandwidth"),
             ring_fill_chunks=f.number("ring_fill_chunks", 0.0, low=-1e-12, high=8.0),
             all_to_all_fill_chunks=f.number("all_to_all_fill_chunks", 0.0, low=-1e-12, high=8.0),
+            byte_reduce_fill_chunks=f.number("byte_reduce_fill_chunks", 0.0, low=-1e-12, high=8.0),
         ))
         f.done()
     if any(d.size == 0 for d in dims[:-1]):

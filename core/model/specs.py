@@ -516,6 +516,10 @@ class NetworkDim:
     # scripts/fit_nccl.py; 0 = none.
     ring_fill_chunks: float = 0.0
     all_to_all_fill_chunks: float = 0.0
+    # The further fill of a ring that sums 1-byte elements (int8): NCCL's byte-wise sums run
+    # slower than its 16-bit ones, so its first chunks' reductions stay exposed longer. Fitted on
+    # NCCL's int8 tables by scripts/fit_nccl.py; 0 = none.
+    byte_reduce_fill_chunks: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -773,7 +777,7 @@ def memory_view(hw: HardwareSpec) -> HardwareSpec:
                   mma_sync_share=1.0, exp_per_sm_per_clock=1.0)
     network = tuple(replace(dim, link_bandwidth_bps=1.0, latency_s=0.0, efficiency=1.0, oversubscription=1.0,
                             switch_reduction=0.0, ll_bandwidth_bps=0.0, ring_fill_chunks=0.0,
-                            all_to_all_fill_chunks=0.0) for dim in hw.network)
+                            all_to_all_fill_chunks=0.0, byte_reduce_fill_chunks=0.0) for dim in hw.network)
     return _one_object(replace(hw, gpu=gpu, network=network, calibration=Calibration()))
 
 

@@ -266,7 +266,7 @@ def _nccl(hw, op, gpus, elements, nccl_dtype):
         return Skip(f"nccl over {gpus} GPUs: more than {hw.name}'s first network dimension")
     bytes_ = float(elements * NCCL_BYTES[nccl_dtype])
     span = group_spans(Parallelism(tp=gpus), dims)["tp"]
-    time_s = sum(collective_time(hw, dims, kind, bytes_, span).values())
+    time_s = sum(collective_time(hw, dims, kind, bytes_, span, element_bytes=NCCL_BYTES[nccl_dtype]).values())
     return f"nccl.{kind}.{gpus}gpu", NCCL_DTYPES[nccl_dtype], message_bucket(bytes_), time_s
 
 
