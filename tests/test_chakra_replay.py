@@ -6,7 +6,7 @@ import json
 import pytest
 
 import core
-from chakra_bundles import SMALL_DEEPSEEK, SMALL_NEMOTRON, layout_model, ring_network, write_generator_set
+from chakra_bundles import NEEDS_MODELS, SMALL_DEEPSEEK, SMALL_NEMOTRON, layout_model, ring_network, write_generator_set
 from sweep.cli import main
 
 
@@ -77,8 +77,10 @@ def test_unknown_communicator_names_the_field(tmp_path, capsys):
     ("qwen2.5-3b", core.Parallelism(tp=2), core.InferWorkload(batch=1, prompt=64, decode=3), 2),
     # layers that differ: dense and MoE layers and the MTP module; Mamba-2, attention and MoE blocks
     (SMALL_DEEPSEEK, core.Parallelism(pp=2, ep=2, dp=2, virtual_stages=1), core.TrainWorkload(global_batch=4, seq=256), 4),
-    (SMALL_NEMOTRON, core.Parallelism(tp=2, pp=2, sp=True), core.TrainWorkload(global_batch=4, seq=256), 4),
-    (SMALL_NEMOTRON, core.Parallelism(tp=2, pp=2), core.InferWorkload(batch=1, prompt=64, decode=3), 4),
+    pytest.param(SMALL_NEMOTRON, core.Parallelism(tp=2, pp=2, sp=True), core.TrainWorkload(global_batch=4, seq=256), 4,
+                 marks=NEEDS_MODELS),
+    pytest.param(SMALL_NEMOTRON, core.Parallelism(tp=2, pp=2), core.InferWorkload(batch=1, prompt=64, decode=3), 4,
+                 marks=NEEDS_MODELS),
 ])
 def test_our_bundle_replays_to_the_emitted_step_time(tmp_path, capsys, ref, par, work, gpus):
     model, hw = layout_model(ref), core.load_hardware("a100-sxm4-80gb")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import core
-from chakra_bundles import SMALL_DEEPSEEK, SMALL_NEMOTRON, layout_model
+from chakra_bundles import NEEDS_MODELS, SMALL_DEEPSEEK, SMALL_NEMOTRON, layout_model
 from core.model.layout import chunk_layers, chunk_runs
 from core.model.specs import LayerKind, Parallelism
 from core.replay.faults import FaultReplay
@@ -34,6 +34,7 @@ def test_interleaved_chunks_hold_the_layers_megatron_gives_them_and_mtp_closes_t
     assert _kinds(serving[1][2]) == [("moe", "attention", 1)]
 
 
+@NEEDS_MODELS
 def test_a_hybrid_stage_runs_its_blocks_in_order():
     model = layout_model(SMALL_NEMOTRON)  # pattern MEM*EM: Mamba, MoE, Mamba | attention, MoE, Mamba
     runs = chunk_runs(model, Parallelism(pp=2), ((3,), (3,)))
@@ -57,6 +58,7 @@ def test_layers_declared_one_by_one_replay_as_the_uniform_model(backend, par, wo
     assert b["breakdown"] == pytest.approx(a["breakdown"], rel=1e-9)
 
 
+@NEEDS_MODELS
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_fault_samples_of_a_hybrid_model_start_from_its_replay(backend):
     model = layout_model(SMALL_NEMOTRON)

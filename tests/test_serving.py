@@ -19,6 +19,9 @@ from core.serving.service import Pool, kv_tokens, serve, serve_disagg
 from core.serving.simulate import Load, simulate
 from core.validation import serving as serving_rows
 
+# the visible measured rows beside the repository (../shared), which a clone alone lacks
+needs_measured_rows = pytest.mark.skipif(not serving_rows.ROWS.is_file(), reason="no ../shared/validation/serving")
+
 MODEL = load_model("llama3.1-8b")
 HW = load_hardware("h200-sxm-141gb")
 
@@ -336,6 +339,7 @@ def test_sglang_releases_before_the_overlap_fix_show_a_first_token_with_the_firs
     assert late == [True, True, False, False, False, False]
 
 
+@needs_measured_rows
 def test_a_measured_row_takes_its_version_familys_request_overhead(monkeypatch):
     """Two rows alike but for their engine version: the family with a request overhead of its
     own waits that much longer for its first token than the one on the engine's own."""
@@ -346,6 +350,7 @@ def test_a_measured_row_takes_its_version_familys_request_overhead(monkeypatch):
     assert slow["ttft_s"] - plain["ttft_s"] == pytest.approx(1.015 - engine_spec("vllm").request_overhead_s)
 
 
+@needs_measured_rows
 def test_a_workflow_row_takes_its_harness_client_and_request_overhead_whatever_its_version(monkeypatch):
     """The database's workflow runs ("db-dump" sources) were measured by one client for every
     engine: its request overhead replaces the version family's, and a row from another source
@@ -380,6 +385,7 @@ def test_the_70b_sweeps_tensorrt_llm_engines_run_as_its_launch_scripts_start_the
     assert serving_rows.launched(other, trtllm) == trtllm
 
 
+@needs_measured_rows
 def test_a_held_prompt_waits_about_the_batch_wait_in_decode_steps_at_low_concurrency(monkeypatch):
     """A 70B sweep row at 1k/1k, 4 requests on one B200 (tp 1): batch waiting holds each prompt
     that arrives while others decode for 20 decode steps (about its time per output token each);
