@@ -20,9 +20,9 @@ family's fitted tables together:
   by scripts/calibrate.py).
 
 Ampere (`--families ampere`) holds its preset's `efficiency`, the bus bandwidth nccl-tests
-measures on a DGX A100, and fits the two fills: on its one table the efficiency and the fills
-trade off along a ridge (mean |log| 0.143 with all three free, 0.146 held), and the held
-efficiency leaves every group within 10 %.
+measures on a DGX A100, and fits the three fills: on its one table the efficiency and the
+ring and all-to-all fills trade off along a ridge (mean |log| 0.143 with those three free, 0.146
+held, before the byte fill), and the held efficiency leaves every group within 10 %.
 
 They minimise the mean |log(predicted / measured)| over the rows of 1 MiB and more. Prints per
 GPU the median signed error of each group (kind x GPU count x dtype) over those rows: with the

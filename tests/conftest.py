@@ -62,7 +62,8 @@ def a100_links():
     core's closed forms cost and the simulator's bare rings do not, so that the analytical and
     replay backends can be held to the same communication time."""
     hw = core.load_hardware("a100-sxm4-80gb")
-    nvlink = dataclasses.replace(hw.network[0], ring_fill_chunks=0.0, all_to_all_fill_chunks=0.0)
+    nvlink = dataclasses.replace(hw.network[0], ring_fill_chunks=0.0, all_to_all_fill_chunks=0.0,
+                                 byte_reduce_fill_chunks=0.0)
     return dataclasses.replace(hw, network=(nvlink, *hw.network[1:]))
 
 

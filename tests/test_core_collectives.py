@@ -205,6 +205,23 @@ def test_nvls_sums_no_1_byte_elements():
     assert inner > 2 * one_dim_time("all_gather", 1e9, dims[0], 8, eff, step)
 
 
+def test_the_width_reaches_every_dimension_a_reduction_crosses():
+    """One node: an int8 all-reduce of 2 GiB takes the ring (no NVLS) with the byte fill, slower
+    than fp16's NVLS; two nodes: an int8 reduce-scatter pays the byte fill in both dimensions."""
+    h100 = load_hardware("h100-sxm5-80gb")
+    eff, step = h100.calibration.network_efficiency, h100.calibration.collective_step_s
+    one_node = h100.dims_for(8)
+    ring = min(t for name, t in all_reduce_times(2048 * MIB, one_node[0], 8, eff, step, log_tree=False,
+                                                 element_bytes=1).items() if name.startswith("ring/"))
+    int8 = collective_time(h100, one_node, "all_reduce", 2048 * MIB, ((0, 8),), element_bytes=1)
+    assert int8 == pytest.approx({"nvlink": ring})
+    assert sum(int8.values()) > sum(collective_time(h100, one_node, "all_reduce", 2048 * MIB, ((0, 8),)).values())
+    dims = h100.dims_for(16)
+    wide = collective_time(h100, dims, "reduce_scatter", 1e9, ((0, 8), (1, 2)), element_bytes=1)
+    narrow = collective_time(h100, dims, "reduce_scatter", 1e9, ((0, 8), (1, 2)))
+    assert wide["nvlink"] > narrow["nvlink"] and wide["ib"] == pytest.approx(narrow["ib"])
+
+
 def test_bare_algorithms_have_no_fill():
     """The compiled simulator's bare ring (BARE) moves (n-1)/n of the buffer whatever the fill."""
     filled = replace(NVSWITCH, ring_fill_chunks=0.5)

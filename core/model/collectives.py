@@ -85,7 +85,7 @@ def _fill_chunks(dim: NetworkDim, kind: str, protocols: dict, element_bytes: int
         return 0.0
     if kind == "all_to_all":
         return dim.all_to_all_fill_chunks
-    byte_sums = kind in REDUCING_KINDS and element_bytes == 1
+    byte_sums = kind in REDUCING_KINDS and element_bytes < NVLS_MIN_ELEMENT_BYTES
     return dim.ring_fill_chunks + (dim.byte_reduce_fill_chunks if byte_sums else 0.0)
 
 
