@@ -596,16 +596,18 @@ def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: 
     el = hw.act_bytes
     h = model.hidden
     row = batch * h * el
+    # weights stored narrower than the compute dtype are read so (the layers' and the experts')
+    dense = narrower_weight_bytes(model.weight_dtype, hw.dtype)
     out = []
     if model.mixer != "none":
         out.append(_compute("norm1", ops.pointwise(hw, 2 * row)))
         if model.mixer != "attention":
-            out.extend(_decode_recurrent(model, hw, batch, tp))
+            out.extend(_decode_recurrent(model, hw, batch, tp, dense))
         elif model.mla is not None:
-            out.extend(_decode_mla(model, hw, batch, decode_context(model, context), context, tp, kv_bytes,
+            out.extend(_decode_mla(model, hw, batch, decode_context(model, context), context, tp, kv_bytes, dense,
                                    mla_engine))
         else:
-            out.extend(_decode_gqa(model, hw, batch, decode_context(model, context), tp, kv_bytes))
+            out.extend(_decode_gqa(model, hw, batch, decode_context(model, context), tp, kv_bytes, dense))
         if tp > 1:
             out.append(_comm("attn.allreduce", "all_reduce", "tp", row))
         out.append(_compute("residual1", ops.pointwise(hw, 3 * row)))
@@ -618,8 +620,6 @@ def build_decode_layer(model: ModelSpec, hw: HardwareSpec, batch: int, context: 
     out.append(_compute("norm2", ops.pointwise(hw, 2 * own_row)))
     gated = model.activation == "swiglu"
     width = 2 if gated else 1
-    # weights stored narrower than the compute dtype are read so (the layers' and the experts')
-    dense = narrower_weight_bytes(model.weight_dtype, hw.dtype)
     if model.moe is not None and model.moe.shared_expert_ffn_hidden:
         shared = model.moe.shared_expert_ffn_hidden // (1 if dispatched else tp)
         out.append(_compute("shared_up", ops.gemm(hw, own, shared * width, h, weight_bytes=dense)))
@@ -661,11 +661,10 @@ def narrower_weight_bytes(weight_format: str, dtype: str) -> float:
     return stored if 0 < stored < DTYPE_BYTES[dtype] else 0.0
 
 
-def _decode_gqa(model, hw, batch, context, tp, kv_bytes):
+def _decode_gqa(model, hw, batch, context, tp, kv_bytes, stored):
     el, h = hw.act_bytes, model.hidden
     w = gqa_widths(model, tp)
     heads, kv_heads, d, q_dim, kv_dim, gate, kv = w.heads, w.kv_heads, w.head_dim, w.q_dim, w.kv_dim, w.gate, w.kv
-    stored = narrower_weight_bytes(model.weight_dtype, hw.dtype)
     out = [_compute("qkv", ops.gemm(hw, batch, w.projection, h, weight_bytes=stored))]
     if model.position_embedding == "rotary":
         out.append(_compute("rotary", ops.pointwise(hw, 2 * batch * (q_dim + kv_dim) * el)))
@@ -677,7 +676,7 @@ def _decode_gqa(model, hw, batch, context, tp, kv_bytes):
     return out
 
 
-def _decode_mla(model, hw, batch, attended, context, tp, kv_bytes, engine=""):
+def _decode_mla(model, hw, batch, attended, context, tp, kv_bytes, stored, engine=""):
     """Weight-absorbed MLA decode (DeepSeek's inference, FlashMLA): the down-projections
     (every TP rank keeps the whole latent cache), the query's up-projection, the query's
     non-RoPE part absorbed into the latent space through each head's key up-projection, MQA
@@ -688,7 +687,6 @@ def _decode_mla(model, hw, batch, attended, context, tp, kv_bytes, engine=""):
     mla, el, h = model.mla, hw.act_bytes, model.hidden
     heads = model.heads // tp
     q_in = mla.q_lora_rank or h
-    stored = narrower_weight_bytes(model.weight_dtype, hw.dtype)
     out = [_compute("mla_down", ops.gemm(hw, batch, mla.q_lora_rank + mla.latent_dim, h, weight_bytes=stored)),
            _compute("q_up", ops.gemm(hw, batch, heads * mla.qk_head_dim, q_in, weight_bytes=stored)),
            _compute("rotary", ops.pointwise(hw, 2 * batch * (heads + 1) * mla.qk_rope_head_dim * el)),
@@ -707,7 +705,7 @@ def _decode_mla(model, hw, batch, attended, context, tp, kv_bytes, engine=""):
     return out
 
 
-def _decode_recurrent(model, hw, batch, tp):
+def _decode_recurrent(model, hw, batch, tp, stored):
     """One token through Gated DeltaNet or Mamba-2: projections, the convolution's step
     over its cached taps, the state update and readout, the gated norm."""
     rec, el, h = model.recurrent, hw.act_bytes, model.hidden
@@ -715,7 +713,6 @@ def _decode_recurrent(model, hw, batch, tp):
     conv = 2 * key_heads * rec.key_dim + heads * rec.value_dim
     width = heads * rec.value_dim
     gates = 2 * heads if rec.kind == "gated_deltanet" else heads
-    stored = narrower_weight_bytes(model.weight_dtype, hw.dtype)
     return [_compute("in_proj", ops.gemm(hw, batch, conv + width + gates, h, weight_bytes=stored)),
             _compute("conv1d", ops.pointwise(hw, batch * conv * (rec.conv_kernel + 1) * el)),
             _compute("state_update", recurrent_step(hw, batch, heads, rec.key_dim, rec.value_dim)),
