@@ -117,6 +117,22 @@ def test_a_tile_grid_that_just_overflows_the_sms_loses_efficiency(a100):
     assert spill.time_s / spill.flops > 1.015 * full.time_s / full.flops
 
 
+def test_a_cluster_launches_whole_so_a_ragged_tile_row_runs_beside_an_empty_one(h100):
+    """257 rows are three rows of 128-row tiles, which clusters of two tiles over m round up to
+    four: over 44 tile columns (132 tiles, one wave of H100's 132 SMs) the fourth row takes a
+    second wave, as 512 rows do, and an even number of rows is not rounded."""
+    hw = no_overheads(kernels_alone(h100))
+    n = 128 * hw.gpu.sm_count // 3
+
+    def gemm_s(m, tile):
+        return ops.gemm(hw, m, n, 16384, dtype="fp8", tiles=(tile,)).time_s
+
+    alone, clustered = (128, 128, 128), (128, 128, 128, 2)
+    assert gemm_s(512, clustered) == gemm_s(512, alone)
+    assert gemm_s(257, clustered) == pytest.approx(gemm_s(512, alone), rel=0.01)
+    assert gemm_s(257, clustered) > 1.8 * gemm_s(257, alone)
+
+
 def test_pointwise_is_bytes_over_bandwidth_plus_launch(a100):
     kernel = ops.pointwise(a100, 1e9)
     launch = a100.gpu.launch_overhead_s + a100.calibration.kernel_overhead_s

@@ -131,18 +131,20 @@ def test_block_scaled_fp8_rows_are_timed_for_tensorrt_llm_and_skipped_for_vllm(t
 
 
 def test_vllm_dispatches_its_fp8_tile_by_rows_and_gpu():
-    """vLLM's CUTLASS FP8 configurations, tile over m first (swap-AB ones written that way)."""
+    """vLLM's CUTLASS FP8 configurations, tile over m first (swap-AB ones written that way), with
+    their clusters' extent over m where it is more than one tile."""
     hopper, blackwell = load_hardware("h100-sxm5-80gb"), load_hardware("b200-sxm-180gb")
+    assert vllm_fp8_tiles(hopper, 8, 1024, 4096) == ((16, 64, 256, 2),)
     assert vllm_fp8_tiles(hopper, 8, 4096, 4096) == ((16, 64, 256),)
-    assert vllm_fp8_tiles(hopper, 32, 1024, 4096) == ((16, 64, 256),)
+    assert vllm_fp8_tiles(hopper, 32, 1024, 4096) == ((16, 64, 256, 4),)
     assert vllm_fp8_tiles(hopper, 32, 4096, 4096) == ((64, 64, 256),)
-    assert vllm_fp8_tiles(hopper, 100, 4096, 4096) == ((64, 128, 128),)
-    assert vllm_fp8_tiles(hopper, 4096, 4096, 4096) == ((128, 128, 128),)
+    assert vllm_fp8_tiles(hopper, 100, 4096, 4096) == ((64, 128, 128, 2),)
+    assert vllm_fp8_tiles(hopper, 4096, 4096, 4096) == ((128, 128, 128, 2),)
     assert vllm_fp8_tiles(blackwell, 8, 4096, 4096) == ((32, 128, 128),)
     assert vllm_fp8_tiles(blackwell, 64, 4096, 2048) == ((64, 64, 128),)
     assert vllm_fp8_tiles(blackwell, 64, 4096, 8192) == ((64, 128, 256),)
-    assert vllm_fp8_tiles(blackwell, 200, 4096, 4096) == ((64, 128, 128),)  # a 2-SM 128-row tile
-    assert vllm_fp8_tiles(blackwell, 4096, 4096, 4096) == ((128, 128, 128),)
+    assert vllm_fp8_tiles(blackwell, 200, 4096, 4096) == ((64, 128, 128, 2),)  # a 2-SM 128-row tile
+    assert vllm_fp8_tiles(blackwell, 4096, 4096, 4096) == ((128, 128, 128, 2),)
 
 
 def test_a_gemm_of_fixed_tiles_never_splits_k():

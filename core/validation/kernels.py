@@ -106,11 +106,12 @@ def _one_pass_quant(hw, elements: int, dtype: str):
     return ops.pointwise(hw, elements * (hw.act_bytes + quantized_bytes(dtype, "block-scaled")))
 # The presets' FP8 share (fp8_efficiency) is cuBLAS's scaled GEMM, which TensorRT-LLM and
 # Transformer Engine call; vLLM's per-tensor FP8 layer runs CUTLASS's, with the tiles it
-# dispatches (vllm_fp8_tiles), which on the GPUs whose tables hold both (H100 1.117, H200 0.981)
-# reaches 1 / 1.049 of cuBLAS's share on GEMMs of 100 GFLOP and more (scripts/fit_gemm.py), its
-# input cast timed per element (ops.row_cast; without that term the lead came out 1.174). One
+# dispatches (vllm_fp8_tiles, their tile rows in whole clusters), which on the GPUs whose tables
+# hold both (H100 1.095, H200 0.962) reaches 1 / 1.028 of cuBLAS's share on GEMMs of 100 GFLOP
+# and more (scripts/fit_gemm.py), its input cast timed per element (ops.row_cast; without that
+# term the lead came out 1.174, with the tiles' rows not rounded to whole clusters 1.049). One
 # ratio for every GPU: a property of the two libraries' kernels.
-CUBLAS_OVER_CUTLASS_FP8 = 1.049
+CUBLAS_OVER_CUTLASS_FP8 = 1.028
 # The presets' block-scaled FP8 share (fp8_block_efficiency) is cuBLAS's, measured on our own
 # H100 (scripts/measure_gpu_kernels.py --block-fp8), as Transformer Engine calls it;
 # TensorRT-LLM's own block-scaled GEMM reaches 0.918 of it (scripts/fit_gemm.py on its table, H100
@@ -139,28 +140,32 @@ LIBRARY_EPILOGUE_IN_SERIES = {("trtllm", "fp8_block")}
 
 
 def vllm_fp8_tiles(hw, m: int, n: int, k: int) -> tuple:
-    """The one (tile over m, tile over n, tile over k) vLLM's CUTLASS FP8 GEMM dispatches for a
-    GEMM of m x n x k (csrc/quantization/w8a8/cutlass/c3x/scaled_mm_sm{90,100}_fp8_dispatch.cuh),
+    """The one (tile over m, tile over n, tile over k, cluster over m) vLLM's CUTLASS FP8 GEMM
+    dispatches for a GEMM of m x n x k (csrc/quantization/w8a8/cutlass/c3x/scaled_mm_sm{90,100}_fp8_dispatch.cuh),
     swap-AB configurations written with the tile over m first, as `ops.gemm(tiles=...)` takes it.
-    Persistent kernels: no split-K. On Blackwell (the GPU with an NVFP4 peak) CUTLASS's automatic
-    schedule pairs two SMs on one MMA when the cluster is even over the MMA's rows and the tile's
-    rows are a multiple of 128, each SM taking half the rows: the 256-row tile of m > 256 is 128
-    rows an SM, the 128-row tile of 64 < m <= 256 is 64 (timed as whole 128-row tiles, those rows
-    came out 22-33 % slow, median, on B200's table; halved, -4 to +2 %). The swap-AB tiles of
-    m <= 64 are paired too, over n, but their rows read as whole tiles on the tables (B200's
-    medians at m <= 16 and 16 < m <= 64 are -14 and -1 % whole, -16 and -12 % halved, the p90 at
-    m <= 16 33 % whole, 53 % halved), so they stay whole."""
+    Persistent kernels: no split-K. The cluster is the configuration's thread-block cluster
+    extent over m, in tiles (over CUTLASS's n where the configuration swaps A and B): the
+    scheduler rounds the tile rows up to whole clusters, so on Hopper's 2 x 1 clusters a GEMM one
+    row past a whole number of 256 rows runs a second row of empty tiles. On Blackwell (the GPU
+    with an NVFP4 peak) CUTLASS's automatic schedule pairs two SMs on one MMA when the cluster is
+    even over the MMA's rows and the tile's rows are a multiple of 128, each SM taking half the
+    rows: the 256-row tile of m > 256 is 128 rows an SM, the 128-row tile of 64 < m <= 256 is 64,
+    each pair a cluster of two (timed as whole 128-row tiles, those rows came out 22-33 % slow,
+    median, on B200's table; halved, -4 to +2 %). The swap-AB tiles of m <= 64 are paired too,
+    over n, but their rows read as whole tiles on the tables (B200's medians at m <= 16 and
+    16 < m <= 64 are -14 and -1 % whole, -16 and -12 % halved, the p90 at m <= 16 33 % whole,
+    53 % halved), so they stay whole."""
     if "nvfp4" in dict(hw.gpu.peak_flops):
         if m <= 16:
             return ((32, 128, 128),)
         if m <= 64:
             return ((64, 64, 128),) if m == 64 and k < 4096 else ((64, 128, 256),)
-        return ((64, 128, 128),) if m <= 256 else ((128, 128, 128),)
-    if m <= 16 or (m <= 64 and n <= 1280):
-        return ((16, 64, 256),)
+        return ((64, 128, 128, 2),) if m <= 256 else ((128, 128, 128, 2),)
+    if m <= 16:
+        return ((16, 64, 256, 2),) if n <= 1280 else ((16, 64, 256),)
     if m <= 64:
-        return ((64, 64, 256),)
-    return ((64, 128, 128),) if m <= 128 else ((128, 128, 128),)
+        return ((16, 64, 256, 4),) if n <= 1280 else ((64, 64, 256),)
+    return ((64, 128, 128, 2),) if m <= 128 else ((128, 128, 128, 2),)
 
 
 # vLLM's NVFP4 layer runs FlashInfer's CuTe DSL persistent block-scaled GEMM: its autotuner

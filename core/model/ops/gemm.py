@@ -29,7 +29,9 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     elementwise kernels' rate (memory_efficiency); writing the output is a bound of its own
     (store_efficiency), which short-k GEMMs of many tiles reach. The library picks the best of
     GEMM_TILES and SPLIT_K; given `tiles`, a library that dispatches fixed (tile_m, tile_n,
-    tile_k) choices by shape and never splits k takes the best of those. Block-scaled FP8 on an
+    tile_k) choices by shape and never splits k takes the best of those; a fourth entry is the
+    thread-block cluster's extent over m in tiles, to whose multiple the tile rows round up (a
+    cluster launches whole: its tiles past m run their MMAs on zeros). Block-scaled FP8 on an
     MMA without block scales runs each tile's k-blocks in turn (gpu.block_scale_step) and never
     splits k. With `epilogue_in_series`, a kernel whose math warps write each tile's output
     themselves before the next tile's MMAs (DeepGEMM's), writing the output adds to the time
@@ -78,13 +80,14 @@ def _tilings(sm_count: int, sram_bytes: float, register_bytes: float, l2_capacit
     unique_in = (m * k * in_bytes + k * n * b_in_bytes) * batch
     out_total = m * n * out_bytes * batch
     choices = []
-    for tm, tn, tk in tiles:
+    for tm, tn, tk, *cluster in tiles:
         smem = (tm + tn) * tk * in_bytes * PIPELINE_STAGES
         accum = tm * tn * 4
         if smem > sram_bytes or accum > register_bytes / 2:
             continue
         ctas_per_sm = max(1, min(int(sram_bytes // smem), int(register_bytes / 2 // accum)))
-        tiles_m, tiles_n = ceil(m / tm), ceil(n / tn)
+        cluster_m = cluster[0] if cluster else 1
+        tiles_m, tiles_n = ceil(m / (tm * cluster_m)) * cluster_m, ceil(n / tn)
         for split in splits:
             k_part = ceil(k / split)
             if split > 1 and (k_part < 4 * tk or tiles_m * tiles_n * batch >= sm_count):
