@@ -249,7 +249,8 @@ def print_calibration(name: str, hw) -> None:
 
 
 def cross_validate(families: dict) -> None:
-    """In-sample and leave-one-source-out mean / max |error| per suite."""
+    """In-sample and leave-one-source-out mean / max |error| per suite, and the row left out
+    that misses most."""
     print(f"{'suite':14s} {'in-sample mean/max %':>22s} {'leave-one-source-out mean/max %':>34s}")
     for name, family in families.items():
         fitted = fit_family(family)
@@ -273,6 +274,9 @@ def cross_validate(families: dict) -> None:
             label = f"{suite}/{name}" if suite in SHARED_SUITES else suite
             print(f"{label:14s} {mean:10.1f} / {worst:5.1f}   {cv_mean:20.1f} / {cv_worst:5.1f}"
                   f"   ({len({c.source for c in cases})} sources{note})")
+            if held:
+                case = max(held, key=lambda c: abs(c.error_pct))
+                print(f"{'':14s} worst left out: {case.case} ({case.source}) {case.error_pct:+.1f} %")
 
 
 def main() -> None:
