@@ -120,7 +120,7 @@ def test_a_tile_grid_that_just_overflows_the_sms_loses_efficiency(a100):
 def test_a_cluster_launches_whole_so_a_ragged_tile_row_runs_beside_an_empty_one(h100):
     """257 rows are three rows of 128-row tiles, which clusters of two tiles over m round up to
     four: over 44 tile columns (132 tiles, one wave of H100's 132 SMs) the fourth row takes a
-    second wave, as 512 rows do, and an even number of rows is not rounded."""
+    second wave, as 512 rows do, and an even number of tile rows is not rounded."""
     hw = no_overheads(kernels_alone(h100))
     n = 128 * hw.gpu.sm_count // 3
 

@@ -48,7 +48,7 @@ def test_a_hand_made_gemm_row_is_compared_with_our_gemm_time(tmp_path):
 def test_an_fp8_row_quantizes_its_input_as_the_tables_engine_does(tmp_path):
     """TensorRT-LLM's per-tensor FP8 GEMM (cuBLAS) takes the input's amax in a pass of its own
     before the cast (ops.fp8_cast under current scaling); vLLM's casts with one thread block per
-    row (ops.row_cast) and runs CUTLASS's GEMM, 128 x 128 x 128 tiles at 512 rows on Hopper, at
+    row (ops.row_cast) and runs CUTLASS's GEMM, 128 x 128 x 128 tiles in clusters of two at 512 rows on Hopper, at
     cuBLAS's share over CUBLAS_OVER_CUTLASS_FP8."""
     m, n, k = 512, 4096, 4096
     hw = kernels_alone(load_hardware("h100-sxm5-80gb"))
@@ -57,7 +57,7 @@ def test_an_fp8_row_quantizes_its_input_as_the_tables_engine_does(tmp_path):
     expected_s = {
         "trtllm": ops.gemm(hw, m, n, k, dtype="fp8").time_s
         + ops.fp8_cast(with_dtype(hw, "fp8", "test", "dtype", "current"), m * k).time_s,
-        "vllm": ops.gemm(cutlass, m, n, k, dtype="fp8", tiles=((128, 128, 128),)).time_s
+        "vllm": ops.gemm(cutlass, m, n, k, dtype="fp8", tiles=((128, 128, 128, 2),)).time_s
         + ops.row_cast(hw, m, k).time_s}
     for engine, predicted_s in expected_s.items():
         folder = tmp_path / engine / "h100_sxm" / "gemm" / engine / "0.1"
@@ -134,11 +134,13 @@ def test_vllm_dispatches_its_fp8_tile_by_rows_and_gpu():
     """vLLM's CUTLASS FP8 configurations, tile over m first (swap-AB ones written that way), with
     their clusters' extent over m where it is more than one tile."""
     hopper, blackwell = load_hardware("h100-sxm5-80gb"), load_hardware("b200-sxm-180gb")
-    assert vllm_fp8_tiles(hopper, 8, 1024, 4096) == ((16, 64, 256, 2),)
-    assert vllm_fp8_tiles(hopper, 8, 4096, 4096) == ((16, 64, 256),)
-    assert vllm_fp8_tiles(hopper, 32, 1024, 4096) == ((16, 64, 256, 4),)
-    assert vllm_fp8_tiles(hopper, 32, 4096, 4096) == ((64, 64, 256),)
-    assert vllm_fp8_tiles(hopper, 100, 4096, 4096) == ((64, 128, 128, 2),)
+    assert vllm_fp8_tiles(hopper, 16, 1280, 4096) == ((16, 64, 256, 2),)
+    assert vllm_fp8_tiles(hopper, 16, 1281, 4096) == ((16, 64, 256),)
+    assert vllm_fp8_tiles(hopper, 17, 1280, 4096) == ((16, 64, 256, 4),)
+    assert vllm_fp8_tiles(hopper, 64, 1281, 4096) == ((64, 64, 256),)
+    assert vllm_fp8_tiles(hopper, 65, 4096, 4096) == ((64, 128, 128, 2),)
+    assert vllm_fp8_tiles(hopper, 128, 4096, 4096) == ((64, 128, 128, 2),)
+    assert vllm_fp8_tiles(hopper, 129, 4096, 4096) == ((128, 128, 128, 2),)
     assert vllm_fp8_tiles(hopper, 4096, 4096, 4096) == ((128, 128, 128, 2),)
     assert vllm_fp8_tiles(blackwell, 8, 4096, 4096) == ((32, 128, 128),)
     assert vllm_fp8_tiles(blackwell, 64, 4096, 2048) == ((64, 64, 128),)

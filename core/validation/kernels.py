@@ -146,7 +146,9 @@ def vllm_fp8_tiles(hw, m: int, n: int, k: int) -> tuple:
     Persistent kernels: no split-K. The cluster is the configuration's thread-block cluster
     extent over m, in tiles (over CUTLASS's n where the configuration swaps A and B): the
     scheduler rounds the tile rows up to whole clusters, so on Hopper's 2 x 1 clusters a GEMM one
-    row past a whole number of 256 rows runs a second row of empty tiles. On Blackwell (the GPU
+    row past a whole number of 256 rows runs its last cluster's second tile row empty (the
+    rounding of tile columns by a cluster's extent over n, Blackwell's 2 x 2 and swapped 4 x 1
+    clusters, is not modelled). On Blackwell (the GPU
     with an NVFP4 peak) CUTLASS's automatic schedule pairs two SMs on one MMA when the cluster is
     even over the MMA's rows and the tile's rows are a multiple of 128, each SM taking half the
     rows: the 256-row tile of m > 256 is 128 rows an SM, the 128-row tile of 64 < m <= 256 is 64,
