@@ -48,8 +48,8 @@ def test_a_hand_made_gemm_row_is_compared_with_our_gemm_time(tmp_path):
 def test_an_fp8_row_quantizes_its_input_as_the_tables_engine_does(tmp_path):
     """TensorRT-LLM's per-tensor FP8 GEMM (cuBLAS) takes the input's amax in a pass of its own
     before the cast (ops.fp8_cast under current scaling); vLLM's casts with one thread block per
-    row (ops.row_cast) and runs CUTLASS's GEMM, 128 x 128 x 128 tiles in clusters of two at 512 rows on Hopper, at
-    cuBLAS's share over CUBLAS_OVER_CUTLASS_FP8."""
+    row (ops.row_cast) and runs CUTLASS's GEMM, 128 x 128 x 128 tiles in clusters of two at 512
+    rows on Hopper, at cuBLAS's share over CUBLAS_OVER_CUTLASS_FP8."""
     m, n, k = 512, 4096, 4096
     hw = kernels_alone(load_hardware("h100-sxm5-80gb"))
     cutlass = replace(hw, calibration=replace(hw.calibration,
