@@ -58,12 +58,18 @@ from core.validation.suites import SUITES, summary
 # 1 MiB and more on H100/H200/B200/GB200 within 10 %): that row's 1 MiB decode all-reduces run
 # NCCL's LL protocol, capped at 141 GB/s, where a longer ring fill costs 0.4 % and the higher
 # link efficiency buys nothing (docs/accuracy.md, int8 reductions).
+# inference's worst rose (3.009 -> 3.12 %, its mean fell 1.999 -> 1.971) when a GEMM split in k
+# became the two kernels it is, the second (the partials' sum) starting behind the first after
+# gpu.graph_launch_overhead (MODEL_VERSION 55): Llama 2 7B on 8 A100s at batch 1, whose decode
+# GEMMs split, +2.5 -> +3.1 %; the kernel tables' GEMMs under 1 GFLOP on Hopper came within p90
+# 21-22 % from 32-36 %, serving's TPOT 11.43 -> 11.37 %. The A100 refit beside it
+# (scripts/calibrate.py --family a100) puts that suite's worst at 3.5 %, so the preset stays.
 # trtllm and collectives are bounded over all their rows (collectives' worst is the 32-byte
 # all-reduce, whose latency the closed form misses; above 1 MiB, see test_core_inference_accuracy).
 REACHED = {
     "training": (4.9, 2.25, 0),
     "a100_training": (10.2, 5.45, 0),
-    "inference": (3.1, 2.05, 0),
+    "inference": (3.13, 2.05, 0),
     "memory": (9.0, 2.7, 0),
     "h100_dense": (11.7, 3.85, 0),
     "moe": (9.7, 4.15, 0),

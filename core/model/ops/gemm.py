@@ -31,7 +31,9 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     GEMM_TILES and SPLIT_K; given `tiles`, a library that dispatches fixed (tile_m, tile_n,
     tile_k) choices by shape and never splits k takes the best of those; a fourth entry is the
     thread-block cluster's extent over m in tiles, to whose multiple the tile rows round up (a
-    cluster launches whole: its tiles past m run their MMAs on zeros). Block-scaled FP8 on an
+    cluster launches whole: its tiles past m run their MMAs on zeros). A GEMM split in k is two
+    kernels, the split GEMM and the kernel summing its partials, which starts behind it after
+    the GPU's gap between queued kernels (gpu.graph_launch_overhead). Block-scaled FP8 on an
     MMA without block scales runs each tile's k-blocks in turn (gpu.block_scale_step) and never
     splits k. With `epilogue_in_series`, a kernel whose math warps write each tile's output
     themselves before the next tile's MMAs (DeepGEMM's), writing the output adds to the time
@@ -52,14 +54,15 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     block_step_s = gpu.block_scale_step_s if dtype == "fp8" and hw.recipe == "block-scaled" else 0.0
     best = float("inf")
     best_hbm = unique_in + m * n * out_bytes * batch
-    for flops_per_sm, sram_per_sm, l2_bytes, activation_bytes, b_bytes, k_blocks_per_sm in _tilings(
+    for flops_per_sm, sram_per_sm, l2_bytes, activation_bytes, b_bytes, k_blocks_per_sm, reduces in _tilings(
             gpu.sm_count, gpu.sram.capacity_bytes, gpu.register_bytes_per_sm, gpu.l2.capacity_bytes, in_bytes,
             out_bytes, m, n, k, batch, tiles or GEMM_TILES, SPLIT_K if not (tiles or block_step_s) else SPLIT_K[:1],
             b_in_bytes):
         compute_s = max(flops_per_sm / per_sm_flops, sram_per_sm / per_sm_sram, l2_bytes / l2_bw,
                         k_blocks_per_sm * block_step_s)
         memory_s = activation_bytes / mixed_bw + b_bytes / b_bw
-        time_s = max(compute_s, memory_s) + EXPOSED_OVERLAP * min(compute_s, memory_s)
+        time_s = (max(compute_s, memory_s) + EXPOSED_OVERLAP * min(compute_s, memory_s)
+                  + reduces * gpu.graph_launch_overhead_s)
         if time_s < best:
             best, best_hbm = time_s, activation_bytes + b_bytes
     store_s = m * n * out_bytes * batch / store_bandwidth_bps(hw)
@@ -73,9 +76,9 @@ def _tilings(sm_count: int, sram_bytes: float, register_bytes: float, l2_capacit
              splits: tuple = SPLIT_K, b_in_bytes: float = 0.0) -> tuple:
     """The (tile, split-K) choices a GEMM of this shape has on a GPU of this build, each as what
     it leaves to the rates: (FLOPs per SM, SRAM bytes per SM, L2 bytes, HBM bytes of
-    activations and output, HBM bytes of B, scale blocks of k an SM runs in turn). Apart from
-    the clock and bandwidths, so hardware variants apart only in rates (a bandwidth what-if, a
-    probe clock) share them. B takes `b_in_bytes` per element in HBM (0: `in_bytes`)."""
+    activations and output, HBM bytes of B, scale blocks of k an SM runs in turn, kernels after
+    it that sum split partials). Apart from the clock and bandwidths, so hardware variants apart
+    only in rates (a bandwidth what-if, a probe clock) share them. B takes `b_in_bytes` per element in HBM (0: `in_bytes`)."""
     b_in_bytes = b_in_bytes or in_bytes
     unique_in = (m * k * in_bytes + k * n * b_in_bytes) * batch
     out_total = m * n * out_bytes * batch
@@ -107,5 +110,6 @@ def _tilings(sm_count: int, sram_bytes: float, register_bytes: float, l2_capacit
             choices.append((per_sm_tiles * 2.0 * tm * tn * k_pad, per_sm_tiles * (tm + tn) * k_pad * in_bytes,
                             tiles * (tm + tn) * k_pad * in_bytes + out_total * split,
                             a_bytes + out_total + (2 * m * n * 4 * batch * split if split > 1 else 0),
-                            k * n * b_in_bytes * batch * b_reads, per_sm_tiles * ceil(k_part / SCALE_BLOCK_K)))
+                            k * n * b_in_bytes * batch * b_reads, per_sm_tiles * ceil(k_part / SCALE_BLOCK_K),
+                            int(split > 1)))
     return tuple(choices)
