@@ -134,14 +134,18 @@ def test_a_cluster_launches_whole_so_a_ragged_tile_row_runs_beside_an_empty_one(
 
 
 def test_a_gemm_split_in_k_pays_the_start_of_the_kernel_that_sums_its_partials(h100):
-    """128 x 128 x 65,536 is one output tile, which the library splits over k (16 ways) and sums
-    in a second kernel, queued behind the first: gpu.graph_launch_overhead more, and nothing more
-    for a GEMM of 1,024 tiles, which never splits."""
+    """128 x 128 x 65,536 has fewer output tiles than SMs at every tile size, so the library
+    splits it over k (16 ways) and sums the partials in a second kernel, queued behind the first:
+    gpu.graph_launch_overhead more. Nothing more for a GEMM of 1,024 tiles, which never splits,
+    nor for a library's fixed tiles, which never split."""
     hw = no_overheads(kernels_alone(h100))
     no_gap = dataclasses.replace(hw, gpu=dataclasses.replace(hw.gpu, graph_launch_overhead_s=0.0))
     split = ops.gemm(hw, 128, 128, 65536).time_s - ops.gemm(no_gap, 128, 128, 65536).time_s
-    assert split == pytest.approx(hw.gpu.graph_launch_overhead_s) == pytest.approx(1e-6)
+    assert hw.gpu.graph_launch_overhead_s == 1e-6
+    assert split == pytest.approx(1e-6)
     assert ops.gemm(hw, 4096, 4096, 4096).time_s == ops.gemm(no_gap, 4096, 4096, 4096).time_s
+    fixed = ((128, 128, 64),)
+    assert ops.gemm(hw, 128, 128, 65536, tiles=fixed).time_s == ops.gemm(no_gap, 128, 128, 65536, tiles=fixed).time_s
 
 
 def test_pointwise_is_bytes_over_bandwidth_plus_launch(a100):
