@@ -78,7 +78,8 @@ def _tilings(sm_count: int, sram_bytes: float, register_bytes: float, l2_capacit
     it leaves to the rates: (FLOPs per SM, SRAM bytes per SM, L2 bytes, HBM bytes of
     activations and output, HBM bytes of B, scale blocks of k an SM runs in turn, kernels after
     it that sum split partials). Apart from the clock and bandwidths, so hardware variants apart
-    only in rates (a bandwidth what-if, a probe clock) share them. B takes `b_in_bytes` per element in HBM (0: `in_bytes`)."""
+    only in rates (a bandwidth what-if, a probe clock) share them. B takes `b_in_bytes` per
+    element in HBM (0: `in_bytes`)."""
     b_in_bytes = b_in_bytes or in_bytes
     unique_in = (m * k * in_bytes + k * n * b_in_bytes) * batch
     out_total = m * n * out_bytes * batch
