@@ -4,7 +4,7 @@ import dataclasses
 import pytest
 
 from core.model import ops
-from core.model.ops.gemm import EXPOSED_OVERLAP
+from core.model.ops.gemm import EXPOSED_OVERLAP, STREAM_K_SYNC_S
 from core.validation.kernels import kernels_alone
 
 
@@ -146,6 +146,27 @@ def test_a_gemm_split_in_k_pays_the_start_of_the_kernel_that_sums_its_partials(h
     assert ops.gemm(hw, 4096, 4096, 4096).time_s == ops.gemm(no_gap, 4096, 4096, 4096).time_s
     fixed = ((128, 128, 64),)
     assert ops.gemm(hw, 128, 128, 65536, tiles=fixed).time_s == ops.gemm(no_gap, 128, 128, 65536, tiles=fixed).time_s
+
+
+def test_stream_k_deals_a_last_partial_wave_out_over_every_sm(h100):
+    """gpu.stream_k on H100: 1,536 x 2,816 outputs are 132 tiles of 128 x 256, one wave of its
+    132 SMs, which either schedule runs alike. 128 rows more make 143 tiles: as whole tiles they take a second,
+    mostly idle wave (or smaller tiles and more traffic), while stream-K deals the 143 tiles'
+    k-iterations out evenly, 143 / 132 of a tile per SM, and sums each shared tile's partials
+    through L2 after the owner's share (a tile's FP32 sums from each of 2 SMs at 1 / 132 of
+    the L2 rate, plus the wait for its sharers, ops.gemm.STREAM_K_SYNC_S)."""
+    off = no_overheads(kernels_alone(h100))
+    on = dataclasses.replace(off, gpu=dataclasses.replace(off.gpu, stream_k=True))
+    assert not off.gpu.stream_k  # the presets' default: see docs/hardware.md
+    one_wave = ops.gemm(on, 1536, 2816, 16384).time_s
+    assert one_wave == ops.gemm(off, 1536, 2816, 16384).time_s
+    fixup_s = 2 * 128 * 256 * 4 / (on.gpu.l2.bandwidth_bps / 132) + STREAM_K_SYNC_S
+    spread = ops.gemm(on, 1664, 2816, 16384).time_s
+    assert 143 / 132 * one_wave < spread <= 143 / 132 * one_wave + fixup_s * 1.5
+    assert ops.gemm(off, 1664, 2816, 16384).time_s > 1.25 * one_wave
+    # a library's fixed tiles never stream-K
+    fixed = ((128, 256, 64),)
+    assert ops.gemm(on, 1664, 2816, 16384, tiles=fixed).time_s == ops.gemm(off, 1664, 2816, 16384, tiles=fixed).time_s
 
 
 def test_pointwise_is_bytes_over_bandwidth_plus_launch(a100):

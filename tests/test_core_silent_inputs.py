@@ -79,6 +79,15 @@ def test_a_bandwidth_without_a_unit_is_refused(tmp_path, value):
     assert "'gpu.hbm.bandwidth'" in message and "a unit is needed" in message and "GB/s" in message
 
 
+def test_the_gemm_librarys_stream_k_switch_is_true_or_false(tmp_path):
+    data = hardware()
+    data["gpu"]["stream_k"] = True
+    assert load_hardware(write(tmp_path, data)).gpu.stream_k
+    data["gpu"]["stream_k"] = "yes"
+    message = refusal(load_hardware, write(tmp_path, data))
+    assert "'gpu.stream_k' = yes" in message and "expected true or false" in message
+
+
 def test_every_quantity_needs_its_unit_but_zero(tmp_path):
     data = hardware()
     data["network"][0]["latency"] = 5

@@ -307,6 +307,7 @@ def _gpu_from_mapping(data, source: str) -> GpuSpec:
         graph_launch_overhead_s=f.unit("graph_launch_overhead", units.parse_time, "1 us"),
         mma_sync_share=f.number("mma_sync_share", 1.0, high=1.0),
         operand_multicast=f.integer("operand_multicast", 1),
+        stream_k=f.boolean("stream_k", False),
         block_scale_step_s=f.unit("block_scale_step", units.parse_time, "0 s"),
         exp_per_sm_per_clock=f.number("exp_per_sm_per_clock", SFU_EXP_PER_SM_PER_CLOCK),
         power=_power(f, dict(peak)),

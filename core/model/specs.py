@@ -478,6 +478,10 @@ class GpuSpec:
     # CTAs of a thread-block cluster that share each operand tile loaded from L2 (TMA multicast,
     # Hopper on): a GEMM's L2 traffic over this; 1 before Hopper.
     operand_multicast: int = 1
+    # Its GEMM library deals the k-iterations of a grid that leaves a last wave partly empty out
+    # evenly over the SMs (stream-K), summing a tile shared by several SMs through L2, rather
+    # than running the last wave on the SMs it fills (data-parallel tiles alone).
+    stream_k: bool = False
     # Block-scaled FP8 on an MMA without block scales (Hopper): each 128-deep k-block's partial
     # sums are waited for and rescaled in registers before the next, so an output tile's k-loop
     # takes at least this per k-block, however small the tile, and the kernels do not split k.

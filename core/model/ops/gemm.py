@@ -16,6 +16,11 @@ L2_USABLE_FRACTION = 0.5  # of L2 a GEMM's operands can keep resident while stre
 # operand loads that fill the pipeline before the first MMA and the output stores after the
 # last (fitted with the shares on H100's measured tables, scripts/fit_gemm.py).
 EXPOSED_OVERLAP = 0.3
+# The wait of a stream-K tile's owner for its sharers' partial sums beyond moving them (the
+# flag each sharer sets once its partial is written, polled through L2): chosen on H100's BF16
+# and TensorRT-LLM FP8 GEMM tables with gpu.stream_k on and the shares refitted (0, 1, 2 and
+# 4 us tried; 2 us leaves the GEMMs under 1 GFLOP as they were without stream-K), H200's held out.
+STREAM_K_SYNC_S = 2e-6
 SCALE_BLOCK_K = BLOCK_SCALES["fp8"][0]  # depth of block-scaled FP8's scale blocks along k
 
 @lru_cache(maxsize=65536)
@@ -54,12 +59,18 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     block_step_s = gpu.block_scale_step_s if dtype == "fp8" and hw.recipe == "block-scaled" else 0.0
     best = float("inf")
     best_hbm = unique_in + m * n * out_bytes * batch
-    for flops_per_sm, sram_per_sm, l2_bytes, activation_bytes, b_bytes, k_blocks_per_sm, reduces in _tilings(
-            gpu.sm_count, gpu.sram.capacity_bytes, gpu.register_bytes_per_sm, gpu.l2.capacity_bytes, in_bytes,
-            out_bytes, m, n, k, batch, tiles or GEMM_TILES, SPLIT_K if not (tiles or block_step_s) else SPLIT_K[:1],
-            b_in_bytes):
+    free = not (tiles or block_step_s)  # the library picks its tiles, splits and schedule
+    per_sm_l2_bw = gpu.l2.bandwidth_bps / gpu.sm_count
+    # batched and grouped products run their tiles data-parallel
+    stream_k = free and gpu.stream_k and batch == 1
+    for (flops_per_sm, sram_per_sm, l2_bytes, activation_bytes, b_bytes, k_blocks_per_sm, reduces,
+         fixup_per_sm) in _tilings(gpu.sm_count, gpu.sram.capacity_bytes, gpu.register_bytes_per_sm,
+                                   gpu.l2.capacity_bytes, in_bytes, out_bytes, m, n, k, batch, tiles or GEMM_TILES,
+                                   SPLIT_K if free else SPLIT_K[:1], b_in_bytes, stream_k):
         compute_s = max(flops_per_sm / per_sm_flops, sram_per_sm / per_sm_sram, l2_bytes / l2_bw,
                         k_blocks_per_sm * block_step_s)
+        if fixup_per_sm:  # a stream-K tile's owner sums its sharers' partials after its own share
+            compute_s += fixup_per_sm / per_sm_l2_bw + STREAM_K_SYNC_S
         memory_s = activation_bytes / mixed_bw + b_bytes / b_bw
         time_s = (max(compute_s, memory_s) + EXPOSED_OVERLAP * min(compute_s, memory_s)
                   + reduces * gpu.graph_launch_overhead_s)
@@ -73,7 +84,7 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
 @lru_cache(maxsize=65536)
 def _tilings(sm_count: int, sram_bytes: float, register_bytes: float, l2_capacity_bytes: float, in_bytes: float,
              out_bytes: float, m: int, n: int, k: int, batch: int, tiles: tuple = GEMM_TILES,
-             splits: tuple = SPLIT_K, b_in_bytes: float = 0.0) -> tuple:
+             splits: tuple = SPLIT_K, b_in_bytes: float = 0.0, stream_k: bool = False) -> tuple:
     """The (tile, split-K) choices a GEMM of this shape has on a GPU of this build, each as what
     it leaves to the rates: (FLOPs per SM, SRAM bytes per SM, L2 bytes, HBM bytes of
     activations and output, HBM bytes of B, scale blocks of k an SM runs in turn, kernels after
@@ -112,5 +123,19 @@ def _tilings(sm_count: int, sram_bytes: float, register_bytes: float, l2_capacit
                             tiles * (tm + tn) * k_pad * in_bytes + out_total * split,
                             a_bytes + out_total + (2 * m * n * 4 * batch * split if split > 1 else 0),
                             k * n * b_in_bytes * batch * b_reads, per_sm_tiles * ceil(k_part / SCALE_BLOCK_K),
-                            int(split > 1)))
+                            int(split > 1), 0))
+        output_tiles = tiles_m * tiles_n * batch
+        if stream_k and output_tiles % sm_count:
+            # Stream-K: the tiles' k-iterations dealt out evenly over the SMs, so a last partial
+            # wave leaves no SM idle. A tile whose k-loop spans several SMs is summed through L2:
+            # each SM writes its FP32 partial tile, and the tile's owner reads the others' back
+            # after its own share, in turn with its MMAs.
+            k_iters = ceil(k / tk)
+            per_sm_iters = ceil(output_tiles * k_iters / sm_count)
+            sharers = ceil(k_iters / per_sm_iters) + 1 if per_sm_iters % k_iters else 0
+            fixup_bytes = sharers * tm * tn * 4
+            choices.append((per_sm_iters * 2.0 * tm * tn * tk, per_sm_iters * (tm + tn) * tk * in_bytes,
+                            output_tiles * (tm + tn) * k_iters * tk * in_bytes + out_total + sm_count * fixup_bytes,
+                            a_bytes + out_total, k * n * b_in_bytes * batch * b_reads,
+                            ceil(per_sm_iters * tk / SCALE_BLOCK_K), 0, fixup_bytes))
     return tuple(choices)
