@@ -18,7 +18,7 @@ from core.validation import serving  # noqa: E402
 
 
 def _layout(row: dict) -> str:
-    count = lambda key: serving._int(row.get(key, ""))  # noqa: E731
+    count = lambda key: serving.row_count(row.get(key, ""))  # noqa: E731
     if row["mode"] == "disagg":
         return "/".join(f"{p}{count(p + '_num_workers')}x(tp{count(p + '_tp_size')}"
                         f" adp{count(p + '_attention_dp_size')})" for p in ("prefill", "decode"))

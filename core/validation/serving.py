@@ -102,7 +102,7 @@ def launched(row: dict, engine):
     if row["backend"] != "trtllm" or not row["silicon_data_source"].startswith(SWEEP_SOURCE):
         return engine
     engine = with_knobs(engine, max_num_tokens=SWEEP_TRTLLM_MAX_NUM_TOKENS)
-    if (row["isl"], row["osl"]) == ("1024", "1024") and _int(row["tp_size"]) < 8:
+    if (row["isl"], row["osl"]) == ("1024", "1024") and row_count(row["tp_size"]) < 8:
         engine = replace(engine, **SWEEP_BATCH_WAIT)
     return engine
 
@@ -191,21 +191,22 @@ def model_ref(model_path: str) -> str:
     return ""
 
 
-def _int(value, default=1) -> int:
+def row_count(value, default=1) -> int:
+    """A count field of a measured row as an integer ("8.0" -> 8), `default` where it is empty."""
     return int(float(value)) if value not in ("", None) else default
 
 
 def _pool(row: dict, prefix: str = "") -> Pool:
     get = lambda key: row.get(prefix + key, "")  # noqa: E731
-    adp = _int(get("attention_dp_size"))
+    adp = row_count(get("attention_dp_size"))
     # the rows' tp_size is each attention rank's tensor parallelism: an engine spans tp x adp GPUs.
     # A decode pool's batch_size caps each rank's requests (the rows' concurrency is that cap
     # times the ranks); a prefill pool's is 1 in every row, the configurator's estimation unit,
     # not a cap we can tell the engines ran with, so a prefill engine batches prompts as its
     # own defaults allow (its token budget)
-    batch = _int(get("batch_size"), 0) if prefix == "decode_" else 0
-    return Pool(workers=_int(get("num_workers")) if prefix else 1, tp=_int(get("tp_size")) * adp,
-                pp=_int(get("pp_size")), ep=max(1, _int(get("moe_ep_size"))), attention_dp=adp, batch=batch)
+    batch = row_count(get("batch_size"), 0) if prefix == "decode_" else 0
+    return Pool(workers=row_count(get("num_workers")) if prefix else 1, tp=row_count(get("tp_size")) * adp,
+                pp=row_count(get("pp_size")), ep=max(1, row_count(get("moe_ep_size"))), attention_dp=adp, batch=batch)
 
 
 def concurrency(row: dict) -> int:
@@ -213,7 +214,7 @@ def concurrency(row: dict) -> int:
         key, _, value = part.strip().partition("=")
         if key == "silicon_concurrency":
             return int(float(value))
-    return _int(row["batch_size"], 0)  # 0: not recorded (disaggregated rows without silicon_concurrency)
+    return row_count(row["batch_size"], 0)  # 0: not recorded (disaggregated rows without silicon_concurrency)
 
 
 def predict(row: dict, engines: dict | None = None, clients: tuple | None = None,
@@ -337,10 +338,10 @@ def row_record(row: dict, ttft_s: float = math.nan, tpot_s: float = math.nan, re
     if row["mode"] == "disagg":
         keys = tuple(f"{side}_{key}" for side in ("prefill", "decode")
                      for key in ("num_workers", "tp_size", "attention_dp_size", "moe_ep_size"))
-    layout = {key: _int(row.get(key, ""), 0) for key in keys}  # 0: not given
+    layout = {key: row_count(row.get(key, ""), 0) for key in keys}  # 0: not given
     record = {"line": row.get(LINE, 0), "id": row.get("id", ""), "gpu": row["system"], "model": row["model_path"],
               "engine": row["backend"], "version": row["backend_version"], "mode": row["mode"],
-              "isl": _int(row["isl"]), "osl": _int(row["osl"]), "concurrency": concurrency(row),
+              "isl": row_count(row["isl"]), "osl": row_count(row["osl"]), "concurrency": concurrency(row),
               "gemm_format": row["gemm_quant_mode"], "moe_format": row["moe_quant_mode"], **layout}
     if reason:
         return {**record, "not_simulated": reason}
