@@ -4,7 +4,7 @@ import dataclasses
 import pytest
 
 from core.model import ops
-from core.model.ops.gemm import EXPOSED_OVERLAP, STREAM_K_SYNC_S
+from core.model.ops.gemm import EXPOSED_OVERLAP, _tilings
 from core.validation.kernels import kernels_alone
 
 
@@ -149,24 +149,40 @@ def test_a_gemm_split_in_k_pays_the_start_of_the_kernel_that_sums_its_partials(h
 
 
 def test_stream_k_deals_a_last_partial_wave_out_over_every_sm(h100):
-    """gpu.stream_k on H100: 1,536 x 2,816 outputs are 132 tiles of 128 x 256, one wave of its
-    132 SMs, which either schedule runs alike. 128 rows more make 143 tiles: as whole tiles they take a second,
-    mostly idle wave (or smaller tiles and more traffic), while stream-K deals the 143 tiles'
-    k-iterations out evenly, 143 / 132 of a tile per SM, and sums each shared tile's partials
-    through L2 after the owner's share (a tile's FP32 sums from each of 2 SMs at 1 / 132 of
-    the L2 rate, plus the wait for its sharers, ops.gemm.STREAM_K_SYNC_S)."""
+    """1,664 x 2,816 outputs in 128 x 256 tiles are 13 x 11 = 143 tiles, one more than H100's
+    132 SMs hold at once. As whole tiles they take two waves, 2 tiles' k-loops per SM; stream-K
+    deals the 143 x 512 k-iterations (32 deep) out in runs of ceil(143 x 512 / 132) = 555 per
+    SM, so a tile's 512 iterations span at most 2 runs: each SM moves at most 2 FP32 partial
+    tiles (128 x 256 x 4 bytes) through L2 in turn, and the 132 split tiles' partials cross L2
+    twice (written, read) beside the operand and output traffic."""
+    gpu = h100.gpu
+    one_tile = ((128, 256, 32),)
+    whole, spread = _tilings(gpu.sm_count, gpu.sram.capacity_bytes, gpu.register_bytes_per_sm,
+                             gpu.l2.capacity_bytes, 2, 2, 1664, 2816, 16384, 1, one_tile, (1,), 2, True)
+    tile_flops = 2 * 128 * 256 * 32
+    assert whole[0] == 2 * 512 * tile_flops and whole[-1] == 0
+    assert spread[0] == 555 * tile_flops
+    assert spread[-1] == 2 * 128 * 256 * 4
+    operand_and_output = 143 * (128 + 256) * 512 * 32 * 2 + 1664 * 2816 * 2
+    assert spread[2] == operand_and_output + 2 * 132 * 128 * 256 * 4
+    # a grid of whole waves, or without stream-K, is offered the whole tiles alone
+    for m, stream_k in ((1536, True), (1664, False)):
+        assert len(_tilings(gpu.sm_count, gpu.sram.capacity_bytes, gpu.register_bytes_per_sm,
+                            gpu.l2.capacity_bytes, 2, 2, m, 2816, 16384, 1, one_tile, (1,), 2, stream_k)) == 1
+
+
+def test_stream_k_is_a_gpu_switch_for_single_products_of_free_tiles(h100):
+    """gpu.stream_k (off in the presets) lets the library pick stream-K: the 143-tile grid
+    above comes out faster than in whole tiles, a grid of one wave does not move, nor do a
+    library's fixed tiles or a batched product."""
     off = no_overheads(kernels_alone(h100))
     on = dataclasses.replace(off, gpu=dataclasses.replace(off.gpu, stream_k=True))
-    assert not off.gpu.stream_k  # the presets' default: see docs/hardware.md
-    one_wave = ops.gemm(on, 1536, 2816, 16384).time_s
-    assert one_wave == ops.gemm(off, 1536, 2816, 16384).time_s
-    fixup_s = 2 * 128 * 256 * 4 / (on.gpu.l2.bandwidth_bps / 132) + STREAM_K_SYNC_S
-    spread = ops.gemm(on, 1664, 2816, 16384).time_s
-    assert 143 / 132 * one_wave < spread <= 143 / 132 * one_wave + fixup_s * 1.5
-    assert ops.gemm(off, 1664, 2816, 16384).time_s > 1.25 * one_wave
-    # a library's fixed tiles never stream-K
+    assert not off.gpu.stream_k
+    assert ops.gemm(on, 1664, 2816, 16384).time_s < ops.gemm(off, 1664, 2816, 16384).time_s
+    assert ops.gemm(on, 1536, 2816, 16384).time_s == ops.gemm(off, 1536, 2816, 16384).time_s
     fixed = ((128, 256, 64),)
     assert ops.gemm(on, 1664, 2816, 16384, tiles=fixed).time_s == ops.gemm(off, 1664, 2816, 16384, tiles=fixed).time_s
+    assert ops.gemm(on, 1664, 2816, 1024, 4).time_s == ops.gemm(off, 1664, 2816, 1024, 4).time_s
 
 
 def test_pointwise_is_bytes_over_bandwidth_plus_launch(a100):

@@ -40,9 +40,11 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     kernels, the split GEMM and the kernel summing its partials, which starts behind it after
     the GPU's gap between queued kernels (gpu.graph_launch_overhead). Block-scaled FP8 on an
     MMA without block scales runs each tile's k-blocks in turn (gpu.block_scale_step) and never
-    splits k. With `epilogue_in_series`, a kernel whose math warps write each tile's output
-    themselves before the next tile's MMAs (DeepGEMM's), writing the output adds to the time
-    rather than bounding it. `weight_bytes` is what B takes in HBM per element where it is stored
+    splits k. On a GPU whose library runs stream-K (gpu.stream_k), a single product whose tiles
+    it picks may also deal the tiles' k-iterations out evenly over the SMs. With
+    `epilogue_in_series`, a kernel whose math warps write each tile's output themselves before
+    the next tile's MMAs (DeepGEMM's), writing the output adds to the time rather than bounding
+    it. `weight_bytes` is what B takes in HBM per element where it is stored
     narrower than `dtype` and widened in the kernel (a weight-only quantized checkpoint: gpt-oss's
     MXFP4 experts in a BF16 engine); 0 = the dtype's."""
     gpu = hw.gpu
@@ -60,17 +62,16 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     best = float("inf")
     best_hbm = unique_in + m * n * out_bytes * batch
     free = not (tiles or block_step_s)  # the library picks its tiles, splits and schedule
-    per_sm_l2_bw = gpu.l2.bandwidth_bps / gpu.sm_count
-    # batched and grouped products run their tiles data-parallel
-    stream_k = free and gpu.stream_k and batch == 1
+    per_sm_l2_bps = gpu.l2.bandwidth_bps / gpu.sm_count
+    stream_k = free and gpu.stream_k and batch == 1  # batched products run their tiles data-parallel
     for (flops_per_sm, sram_per_sm, l2_bytes, activation_bytes, b_bytes, k_blocks_per_sm, reduces,
-         fixup_per_sm) in _tilings(gpu.sm_count, gpu.sram.capacity_bytes, gpu.register_bytes_per_sm,
+         fixup_bytes_per_sm) in _tilings(gpu.sm_count, gpu.sram.capacity_bytes, gpu.register_bytes_per_sm,
                                    gpu.l2.capacity_bytes, in_bytes, out_bytes, m, n, k, batch, tiles or GEMM_TILES,
                                    SPLIT_K if free else SPLIT_K[:1], b_in_bytes, stream_k):
         compute_s = max(flops_per_sm / per_sm_flops, sram_per_sm / per_sm_sram, l2_bytes / l2_bw,
                         k_blocks_per_sm * block_step_s)
-        if fixup_per_sm:  # a stream-K tile's owner sums its sharers' partials after its own share
-            compute_s += fixup_per_sm / per_sm_l2_bw + STREAM_K_SYNC_S
+        if fixup_bytes_per_sm:  # a stream-K tile's owner sums its sharers' partials after its own share
+            compute_s += fixup_bytes_per_sm / per_sm_l2_bps + STREAM_K_SYNC_S
         memory_s = activation_bytes / mixed_bw + b_bytes / b_bw
         time_s = (max(compute_s, memory_s) + EXPOSED_OVERLAP * min(compute_s, memory_s)
                   + reduces * gpu.graph_launch_overhead_s)
@@ -88,9 +89,11 @@ def _tilings(sm_count: int, sram_bytes: float, register_bytes: float, l2_capacit
     """The (tile, split-K) choices a GEMM of this shape has on a GPU of this build, each as what
     it leaves to the rates: (FLOPs per SM, SRAM bytes per SM, L2 bytes, HBM bytes of
     activations and output, HBM bytes of B, scale blocks of k an SM runs in turn, kernels after
-    it that sum split partials). Apart from the clock and bandwidths, so hardware variants apart
-    only in rates (a bandwidth what-if, a probe clock) share them. B takes `b_in_bytes` per
-    element in HBM (0: `in_bytes`)."""
+    it that sum split partials, bytes of partial sums an SM moves through L2 in turn with its
+    MMAs). Apart from the clock and bandwidths, so hardware variants apart only in rates (a
+    bandwidth what-if, a probe clock) share them. B takes `b_in_bytes` per element in HBM (0:
+    `in_bytes`). With `stream_k`, each tile shape whose grid leaves a last wave partly empty
+    (or is smaller than one wave) also offers the stream-K schedule."""
     b_in_bytes = b_in_bytes or in_bytes
     unique_in = (m * k * in_bytes + k * n * b_in_bytes) * batch
     out_total = m * n * out_bytes * batch
@@ -103,6 +106,16 @@ def _tilings(sm_count: int, sram_bytes: float, register_bytes: float, l2_capacit
         ctas_per_sm = max(1, min(int(sram_bytes // smem), int(register_bytes / 2 // accum)))
         cluster_m = cluster[0] if cluster else 1
         tiles_m, tiles_n = ceil(m / (tm * cluster_m)) * cluster_m, ceil(n / tn)
+        a_reads = b_reads = 1
+        if unique_in > l2_capacity_bytes * L2_USABLE_FRACTION:
+            # Operands no longer stay resident: A is re-read once per group of tile
+            # columns running together, B once per group of tile rows.
+            slots = sm_count * ctas_per_sm
+            rows = min(tiles_m, max(1, int(sqrt(slots))))
+            cols = min(tiles_n, max(1, slots // rows))
+            a_reads, b_reads = ceil(tiles_n / cols), ceil(tiles_m / rows)
+        a_bytes = m * k * in_bytes * batch * a_reads
+        b_bytes = k * n * b_in_bytes * batch * b_reads
         for split in splits:
             k_part = ceil(k / split)
             if split > 1 and (k_part < 4 * tk or tiles_m * tiles_n * batch >= sm_count):
@@ -110,32 +123,25 @@ def _tilings(sm_count: int, sram_bytes: float, register_bytes: float, l2_capacit
             k_pad = ceil(k_part / tk) * tk
             tiles = tiles_m * tiles_n * batch * split
             per_sm_tiles = ceil(tiles / sm_count)
-            a_reads = b_reads = 1
-            if unique_in > l2_capacity_bytes * L2_USABLE_FRACTION:
-                # Operands no longer stay resident: A is re-read once per group of tile
-                # columns running together, B once per group of tile rows.
-                slots = sm_count * ctas_per_sm
-                rows = min(tiles_m, max(1, int(sqrt(slots))))
-                cols = min(tiles_n, max(1, slots // rows))
-                a_reads, b_reads = ceil(tiles_n / cols), ceil(tiles_m / rows)
-            a_bytes = m * k * in_bytes * batch * a_reads
             choices.append((per_sm_tiles * 2.0 * tm * tn * k_pad, per_sm_tiles * (tm + tn) * k_pad * in_bytes,
                             tiles * (tm + tn) * k_pad * in_bytes + out_total * split,
                             a_bytes + out_total + (2 * m * n * 4 * batch * split if split > 1 else 0),
-                            k * n * b_in_bytes * batch * b_reads, per_sm_tiles * ceil(k_part / SCALE_BLOCK_K),
-                            int(split > 1), 0))
+                            b_bytes, per_sm_tiles * ceil(k_part / SCALE_BLOCK_K), int(split > 1), 0))
         output_tiles = tiles_m * tiles_n * batch
-        if stream_k and output_tiles % sm_count:
-            # Stream-K: the tiles' k-iterations dealt out evenly over the SMs, so a last partial
-            # wave leaves no SM idle. A tile whose k-loop spans several SMs is summed through L2:
-            # each SM writes its FP32 partial tile, and the tile's owner reads the others' back
-            # after its own share, in turn with its MMAs.
-            k_iters = ceil(k / tk)
-            per_sm_iters = ceil(output_tiles * k_iters / sm_count)
-            sharers = ceil(k_iters / per_sm_iters) + 1 if per_sm_iters % k_iters else 0
-            fixup_bytes = sharers * tm * tn * 4
+        k_iters = ceil(k / tk)
+        per_sm_iters = ceil(output_tiles * k_iters / sm_count)
+        if stream_k and k_iters and per_sm_iters % k_iters:
+            # Stream-K: the tiles' k-iterations dealt out evenly over the SMs, each SM's share a
+            # run of per_sm_iters, so a last partial wave (or a grid under one wave) leaves no SM
+            # idle. A tile whose k-loop spans the runs of several SMs (at most `sharers`) is
+            # summed through L2: each SM writes its FP32 partial tile and the tile's owner reads
+            # the others' back after its own share, at most sharers tiles an SM moves in turn
+            # with its MMAs; in all, each shared tile's partials written and read once.
+            sharers = ceil((k_iters - 1) / per_sm_iters) + 1
+            partial_bytes = tm * tn * 4
+            shared_tiles = min(sm_count, output_tiles)
             choices.append((per_sm_iters * 2.0 * tm * tn * tk, per_sm_iters * (tm + tn) * tk * in_bytes,
-                            output_tiles * (tm + tn) * k_iters * tk * in_bytes + out_total + sm_count * fixup_bytes,
-                            a_bytes + out_total, k * n * b_in_bytes * batch * b_reads,
-                            ceil(per_sm_iters * tk / SCALE_BLOCK_K), 0, fixup_bytes))
+                            output_tiles * (tm + tn) * k_iters * tk * in_bytes + out_total
+                            + 2 * shared_tiles * (sharers - 1) * partial_bytes,
+                            a_bytes + out_total, b_bytes, 0, 0, sharers * partial_bytes))
     return tuple(choices)
