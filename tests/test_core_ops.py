@@ -152,23 +152,30 @@ def test_stream_k_deals_a_last_partial_wave_out_over_every_sm(h100):
     """1,664 x 2,816 outputs in 128 x 256 tiles are 13 x 11 = 143 tiles, one more than H100's
     132 SMs hold at once. As whole tiles they take two waves, 2 tiles' k-loops per SM; stream-K
     deals the 143 x 512 k-iterations (32 deep) out in runs of ceil(143 x 512 / 132) = 555 per
-    SM, so a tile's 512 iterations span at most 2 runs: each SM moves at most 2 FP32 partial
-    tiles (128 x 256 x 4 bytes) through L2 in turn, and the 132 split tiles' partials cross L2
-    twice (written, read) beside the operand and output traffic."""
-    gpu = h100.gpu
-    one_tile = ((128, 256, 32),)
-    whole, spread = _tilings(gpu.sm_count, gpu.sram.capacity_bytes, gpu.register_bytes_per_sm,
-                             gpu.l2.capacity_bytes, 2, 2, 1664, 2816, 16384, 1, one_tile, (1,), 2, True)
-    tile_flops = 2 * 128 * 256 * 32
+    SM, so a tile's 512 iterations span at most 2 runs: an SM moves at most 2 FP32 partial tiles
+    (128 x 256 x 4 bytes) through L2 in turn. The 131 ends of runs before the last all fall inside
+    a tile (555 and 512 share no factor below 143 x 512), each a partial written and read."""
+    tile_flops, partial = 2 * 128 * 256 * 32, 128 * 256 * 4
+
+    def choices(m, n, k, stream_k=True):
+        gpu = h100.gpu
+        return _tilings(gpu.sm_count, gpu.sram.capacity_bytes, gpu.register_bytes_per_sm, gpu.l2.capacity_bytes,
+                        2, 2, m, n, k, 1, ((128, 256, 32),), (1,), 2, stream_k)
+
+    whole, spread = choices(1664, 2816, 16384)
     assert whole[0] == 2 * 512 * tile_flops and whole[-1] == 0
-    assert spread[0] == 555 * tile_flops
-    assert spread[-1] == 2 * 128 * 256 * 4
-    operand_and_output = 143 * (128 + 256) * 512 * 32 * 2 + 1664 * 2816 * 2
-    assert spread[2] == operand_and_output + 2 * 132 * 128 * 256 * 4
+    assert spread[0] == 555 * tile_flops and spread[-1] == 2 * partial
+    assert spread[2] == 143 * (128 + 256) * 512 * 32 * 2 + 1664 * 2816 * 2 + 2 * 131 * partial
+    # One tile of 512 iterations under one wave: runs of ceil(512 / 132) = 4, 127 ends inside it,
+    # at most ceil(511 / 4) + 1 = 129 runs on it wherever it starts.
+    lone = choices(128, 256, 16384)[1]
+    assert lone[0] == 4 * tile_flops and lone[-1] == 129 * partial
+    assert lone[2] == (128 + 256) * 512 * 32 * 2 + 128 * 256 * 2 + 2 * 127 * partial
+    # 12 tiles of 13 iterations: runs of ceil(12 x 13 / 132) = 2, and 13 = 6 x 2 + 1 iterations
+    # touch at most 7 runs.
+    assert choices(384, 1024, 416)[1][-1] == 7 * partial
     # a grid of whole waves, or without stream-K, is offered the whole tiles alone
-    for m, stream_k in ((1536, True), (1664, False)):
-        assert len(_tilings(gpu.sm_count, gpu.sram.capacity_bytes, gpu.register_bytes_per_sm,
-                            gpu.l2.capacity_bytes, 2, 2, m, 2816, 16384, 1, one_tile, (1,), 2, stream_k)) == 1
+    assert len(choices(1536, 2816, 16384)) == len(choices(1664, 2816, 16384, stream_k=False)) == 1
 
 
 def test_stream_k_is_a_gpu_switch_for_single_products_of_free_tiles(h100):
@@ -182,7 +189,7 @@ def test_stream_k_is_a_gpu_switch_for_single_products_of_free_tiles(h100):
     assert ops.gemm(on, 1536, 2816, 16384).time_s == ops.gemm(off, 1536, 2816, 16384).time_s
     fixed = ((128, 256, 64),)
     assert ops.gemm(on, 1664, 2816, 16384, tiles=fixed).time_s == ops.gemm(off, 1664, 2816, 16384, tiles=fixed).time_s
-    assert ops.gemm(on, 1664, 2816, 1024, 4).time_s == ops.gemm(off, 1664, 2816, 1024, 4).time_s
+    assert ops.gemm(on, 832, 2816, 16384, 2).time_s == ops.gemm(off, 832, 2816, 16384, 2).time_s
 
 
 def test_pointwise_is_bytes_over_bandwidth_plus_launch(a100):

@@ -1,6 +1,6 @@
 """Tiled GEMMs over the SRAM / L2 / HBM hierarchy, memoized by shape."""
 from functools import lru_cache
-from math import ceil, sqrt
+from math import ceil, gcd, sqrt
 
 from ..specs import BLOCK_SCALES, DTYPE_BYTES, HardwareSpec, activation_dtype
 from .common import (KernelTime, launch_s, mixed_bandwidth_bps, store_bandwidth_bps, stream_bandwidth_bps,
@@ -92,8 +92,9 @@ def _tilings(sm_count: int, sram_bytes: float, register_bytes: float, l2_capacit
     it that sum split partials, bytes of partial sums an SM moves through L2 in turn with its
     MMAs). Apart from the clock and bandwidths, so hardware variants apart only in rates (a
     bandwidth what-if, a probe clock) share them. B takes `b_in_bytes` per element in HBM (0:
-    `in_bytes`). With `stream_k`, each tile shape whose grid leaves a last wave partly empty
-    (or is smaller than one wave) also offers the stream-K schedule."""
+    `in_bytes`). With `stream_k`, a tile shape whose grid leaves a last wave partly empty (or
+    is smaller than one wave) may offer the stream-K schedule too, unless an even share of its
+    k-iterations comes to whole tiles."""
     b_in_bytes = b_in_bytes or in_bytes
     unique_in = (m * k * in_bytes + k * n * b_in_bytes) * batch
     out_total = m * n * out_bytes * batch
@@ -136,12 +137,12 @@ def _tilings(sm_count: int, sram_bytes: float, register_bytes: float, l2_capacit
             # idle. A tile whose k-loop spans the runs of several SMs (at most `sharers`) is
             # summed through L2: each SM writes its FP32 partial tile and the tile's owner reads
             # the others' back after its own share, at most sharers tiles an SM moves in turn
-            # with its MMAs; in all, each shared tile's partials written and read once.
+            # with its MMAs; in all, a partial written and read for each run's end inside a tile.
             sharers = ceil((k_iters - 1) / per_sm_iters) + 1
             partial_bytes = tm * tn * 4
-            shared_tiles = min(sm_count, output_tiles)
+            run_ends = ceil(output_tiles * k_iters / per_sm_iters) - 1
+            cuts = run_ends - run_ends // (k_iters // gcd(per_sm_iters, k_iters))
             choices.append((per_sm_iters * 2.0 * tm * tn * tk, per_sm_iters * (tm + tn) * tk * in_bytes,
-                            output_tiles * (tm + tn) * k_iters * tk * in_bytes + out_total
-                            + 2 * shared_tiles * (sharers - 1) * partial_bytes,
+                            output_tiles * (tm + tn) * k_iters * tk * in_bytes + out_total + 2 * cuts * partial_bytes,
                             a_bytes + out_total, b_bytes, 0, 0, sharers * partial_bytes))
     return tuple(choices)
