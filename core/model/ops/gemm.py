@@ -44,9 +44,9 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     it picks may also deal the tiles' k-iterations out evenly over the SMs. With
     `epilogue_in_series`, a kernel whose math warps write each tile's output themselves before
     the next tile's MMAs (DeepGEMM's), writing the output adds to the time rather than bounding
-    it. `weight_bytes` is what B takes in HBM per element where it is stored
-    narrower than `dtype` and widened in the kernel (a weight-only quantized checkpoint: gpt-oss's
-    MXFP4 experts in a BF16 engine); 0 = the dtype's."""
+    it. `weight_bytes` is what B takes in HBM per element where it is stored narrower than
+    `dtype` and widened in the kernel (a weight-only quantized checkpoint: gpt-oss's MXFP4
+    experts in a BF16 engine); 0 = the dtype's."""
     gpu = hw.gpu
     dtype = dtype or hw.dtype
     in_bytes = DTYPE_BYTES[dtype]
@@ -64,10 +64,11 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     free = not (tiles or block_step_s)  # the library picks its tiles, splits and schedule
     per_sm_l2_bps = gpu.l2.bandwidth_bps / gpu.sm_count
     stream_k = free and gpu.stream_k and batch == 1  # batched products run their tiles data-parallel
+    choices = _tilings(gpu.sm_count, gpu.sram.capacity_bytes, gpu.register_bytes_per_sm, gpu.l2.capacity_bytes,
+                       in_bytes, out_bytes, m, n, k, batch, tiles or GEMM_TILES, SPLIT_K if free else SPLIT_K[:1],
+                       b_in_bytes, stream_k)
     for (flops_per_sm, sram_per_sm, l2_bytes, activation_bytes, b_bytes, k_blocks_per_sm, reduces,
-         fixup_bytes_per_sm) in _tilings(gpu.sm_count, gpu.sram.capacity_bytes, gpu.register_bytes_per_sm,
-                                   gpu.l2.capacity_bytes, in_bytes, out_bytes, m, n, k, batch, tiles or GEMM_TILES,
-                                   SPLIT_K if free else SPLIT_K[:1], b_in_bytes, stream_k):
+         fixup_bytes_per_sm) in choices:
         compute_s = max(flops_per_sm / per_sm_flops, sram_per_sm / per_sm_sram, l2_bytes / l2_bw,
                         k_blocks_per_sm * block_step_s)
         if fixup_bytes_per_sm:  # a stream-K tile's owner sums its sharers' partials after its own share
