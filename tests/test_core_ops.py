@@ -149,12 +149,13 @@ def test_a_gemm_split_in_k_pays_the_start_of_the_kernel_that_sums_its_partials(h
 
 
 def test_stream_k_deals_a_last_partial_wave_out_over_every_sm(h100):
-    """1,664 x 2,816 outputs in 128 x 256 tiles are 13 x 11 = 143 tiles, one more than H100's
+    """1,664 x 2,816 outputs in 128 x 256 tiles are 13 x 11 = 143 tiles, 11 more than H100's
     132 SMs hold at once. As whole tiles they take two waves, 2 tiles' k-loops per SM; stream-K
     deals the 143 x 512 k-iterations (32 deep) out in runs of ceil(143 x 512 / 132) = 555 per
     SM, so a tile's 512 iterations span at most 2 runs: an SM moves at most 2 FP32 partial tiles
     (128 x 256 x 4 bytes) through L2 in turn. The 131 ends of runs before the last all fall inside
-    a tile (555 and 512 share no factor below 143 x 512), each a partial written and read."""
+    a tile (555 and 512 share no factor, so a run ends on a tile's edge only every 512 runs), each
+    a partial written and read."""
     tile_flops, partial = 2 * 128 * 256 * 32, 128 * 256 * 4
 
     def choices(m, n, k, stream_k=True):
