@@ -150,9 +150,10 @@ def vllm_fp8_tiles(hw, m: int, n: int, k: int) -> tuple:
     rounding of tile columns by a cluster's extent over n, Blackwell's 2 x 2 and swapped 4 x 1
     clusters, is not modelled). On Blackwell (the GPU with an NVFP4 peak) CUTLASS's automatic
     schedule pairs two SMs on one MMA when the cluster is even over the MMA's rows and the tile's
-    rows are a multiple of 128, each SM taking half the rows: the 256-row tile of m > 256 is 128 rows an SM, the 128-row tile of 64 < m <= 256 is 64,
-    each pair a cluster of two (timed as whole 128-row tiles, those rows came out 22-33 % slow,
-    median, on B200's table; halved, -4 to +2 %). The swap-AB tiles of m <= 64 are paired too,
+    rows are a multiple of 128, each SM taking half the rows: the 256-row tile of m > 256 is 128
+    rows an SM, the 128-row tile of 64 < m <= 256 is 64, each pair a cluster of two (timed as
+    whole 128-row tiles, those rows came out 22-33 % slow, median, on B200's table; halved, -4
+    to +2 %). The swap-AB tiles of m <= 64 are paired too,
     over n, but their rows read as whole tiles on the tables (B200's medians at m <= 16 and
     16 < m <= 64 are -14 and -1 % whole, -16 and -12 % halved, the p90 at m <= 16 33 % whole,
     53 % halved), so they stay whole."""

@@ -129,10 +129,12 @@ def _tilings(sm_count: int, sram_bytes: float, register_bytes: float, l2_capacit
                             tiles * (tm + tn) * k_pad * in_bytes + out_total * split,
                             a_bytes + out_total + (2 * m * n * 4 * batch * split if split > 1 else 0),
                             b_bytes, per_sm_tiles * ceil(k_part / SCALE_BLOCK_K), int(split > 1), 0))
+        if not stream_k:
+            continue
         output_tiles = tiles_m * tiles_n * batch
         k_iters = ceil(k / tk)
         per_sm_iters = ceil(output_tiles * k_iters / sm_count)
-        if stream_k and k_iters and per_sm_iters % k_iters:
+        if k_iters and per_sm_iters % k_iters:
             # Stream-K: the tiles' k-iterations dealt out evenly over the SMs, each SM's share a
             # run of per_sm_iters, so a last partial wave (or a grid under one wave) leaves no SM
             # idle. A tile whose k-loop spans the runs of several SMs (at most `sharers`) is
