@@ -88,6 +88,16 @@ def test_the_gemm_librarys_stream_k_switch_is_true_or_false(tmp_path):
     assert "'gpu.stream_k' = yes" in message and "expected true or false" in message
 
 
+def test_the_token_tile_step_is_a_whole_number_of_rows(tmp_path):
+    data = hardware()
+    data["gpu"]["token_tile_step"] = 8
+    assert load_hardware(write(tmp_path, data)).gpu.token_tile_step == 8
+    for bad in (-8, 8.5, "8"):
+        data["gpu"]["token_tile_step"] = bad
+        message = refusal(load_hardware, write(tmp_path, data))
+        assert f"'gpu.token_tile_step' = {bad}" in message and "expected an integer >= 0" in message
+
+
 def test_every_quantity_needs_its_unit_but_zero(tmp_path):
     data = hardware()
     data["network"][0]["latency"] = 5

@@ -308,6 +308,7 @@ def _gpu_from_mapping(data, source: str) -> GpuSpec:
         mma_sync_share=f.number("mma_sync_share", 1.0, high=1.0),
         operand_multicast=f.integer("operand_multicast", 1),
         stream_k=f.boolean("stream_k", False),
+        token_tile_step=f.integer("token_tile_step", 0, minimum=0),
         block_scale_step_s=f.unit("block_scale_step", units.parse_time, "0 s"),
         exp_per_sm_per_clock=f.number("exp_per_sm_per_clock", SFU_EXP_PER_SM_PER_CLOCK),
         power=_power(f, dict(peak)),

@@ -482,6 +482,10 @@ class GpuSpec:
     # evenly over the SMs (stream-K), summing a tile shared by several SMs through L2, rather
     # than running the last wave on the SMs it fills (data-parallel tiles alone).
     stream_k: bool = False
+    # Its GEMM library sizes the token side of a tile (over m) to the batch in steps of this
+    # many rows, splitting m into a few tiles of little padding (Hopper's cuBLAS nvjet kernels:
+    # the warpgroup MMA's N, 8 to 256 in steps of 8); 0: the fixed tiles of ops.gemm.GEMM_TILES.
+    token_tile_step: int = 0
     # Block-scaled FP8 on an MMA without block scales (Hopper): each 128-deep k-block's partial
     # sums are waited for and rescaled in registers before the next, so an output tile's k-loop
     # takes at least this per k-block, however small the tile, and the kernels do not split k.

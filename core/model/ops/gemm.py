@@ -10,6 +10,19 @@ from .common import (KernelTime, launch_s, mixed_bandwidth_bps, store_bandwidth_
 GEMM_TILES = ((256, 128, 32), (128, 256, 32), (128, 128, 32), (128, 64, 64), (64, 128, 64),
               (64, 64, 64), (64, 32, 64), (32, 64, 64))
 SPLIT_K = (1, 2, 4, 8, 16)
+# A library that sizes the token side of its tiles to the batch (gpu.token_tile_step) also
+# offers m split into 1 to TOKEN_TILE_COUNTS tiles of at most TOKEN_TILE_MAX rows (Hopper's
+# warpgroup MMA: N up to 256), each padded to the step, TOKEN_TILE_WEIGHTS wide over n and
+# TOKEN_TILE_K deep. Our profiles of the H100 and H200 tables' grids (scripts/gemm_grid_report.py)
+# show cuBLAS padding m by a median 3-6 % at 64 to 384 rows this way, where the fixed tiles pad
+# m to a multiple of their 32 to 256 rows (257 rows: 288 in 32-row tiles, 384 in 128-row). Past 1,024 rows the fixed tiles stay: sized tiles offered there too (four
+# counts from the fewest 256-row tiles allow) fit the tables' GEMMs of 100 GFLOP and more better
+# still but lower the fitted BF16 share (0.911 -> 0.902), and the whole-step suites refitted on
+# it come out 0.1-0.2 points worse at their worst rows (docs/accuracy.md).
+TOKEN_TILE_MAX = 256
+TOKEN_TILE_COUNTS = 4
+TOKEN_TILE_WEIGHTS = 128
+TOKEN_TILE_K = 64
 PIPELINE_STAGES = 3  # shared-memory buffers per operand (cp.async multi-stage pipeline)
 L2_USABLE_FRACTION = 0.5  # of L2 a GEMM's operands can keep resident while streaming
 # Share of the shorter of a GEMM's compute and memory times its pipeline leaves exposed: the
@@ -33,7 +46,8 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     from HBM as one long read stream (stream_efficiency); activations in and out move at the
     elementwise kernels' rate (memory_efficiency); writing the output is a bound of its own
     (store_efficiency), which short-k GEMMs of many tiles reach. The library picks the best of
-    GEMM_TILES and SPLIT_K; given `tiles`, a library that dispatches fixed (tile_m, tile_n,
+    GEMM_TILES (with those sized to m where it sizes tiles to the batch, gpu.token_tile_step)
+    and SPLIT_K; given `tiles`, a library that dispatches fixed (tile_m, tile_n,
     tile_k) choices by shape and never splits k takes the best of those; a fourth entry is the
     thread-block cluster's extent over m in tiles, to whose multiple the tile rows round up (a
     cluster launches whole: its tiles past m run their MMAs on zeros). A GEMM split in k is two
@@ -64,8 +78,9 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     free = not (tiles or block_step_s)  # the library picks its tiles, splits and schedule
     per_sm_l2_bps = gpu.l2.bandwidth_bps / gpu.sm_count
     stream_k = free and gpu.stream_k and batch == 1  # batched products run their tiles data-parallel
+    offered = tiles or GEMM_TILES + (token_sized_tiles(m, gpu.token_tile_step) if free else ())
     choices = _tilings(gpu.sm_count, gpu.sram.capacity_bytes, gpu.register_bytes_per_sm, gpu.l2.capacity_bytes,
-                       in_bytes, out_bytes, m, n, k, batch, tiles or GEMM_TILES, SPLIT_K if free else SPLIT_K[:1],
+                       in_bytes, out_bytes, m, n, k, batch, offered, SPLIT_K if free else SPLIT_K[:1],
                        b_in_bytes, stream_k)
     for (flops_per_sm, sram_per_sm, l2_bytes, activation_bytes, b_bytes, k_blocks_per_sm, reduces,
          fixup_bytes_per_sm) in choices:
@@ -81,6 +96,17 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     store_s = m * n * out_bytes * batch / store_bandwidth_bps(hw)
     best = best + store_s if epilogue_in_series else max(best, store_s)
     return KernelTime(best + launch_s(hw), 2.0 * m * n * k * batch, best_hbm)
+
+
+@lru_cache(maxsize=4096)
+def token_sized_tiles(m: int, step: int) -> tuple:
+    """The tiles a library sizing their token side to `m` in steps of `step` rows adds (the
+    TOKEN_TILE_* constants); () for step 0, a library of fixed tiles."""
+    if not step:
+        return ()
+    rows = dict.fromkeys(size for count in range(1, TOKEN_TILE_COUNTS + 1)
+                         if (size := ceil(m / count / step) * step) <= TOKEN_TILE_MAX)
+    return tuple((tile_m, TOKEN_TILE_WEIGHTS, TOKEN_TILE_K) for tile_m in rows)
 
 
 @lru_cache(maxsize=65536)
