@@ -3,11 +3,11 @@
 
 A GEMM of the same m x n and a deeper k does at least as much work, so within one table and one
 (m, n) its time should not fall as k grows. Per GPU, engine, dtype and the suite's size
-buckets this prints the share of rows that break that by at least INVERSION: the next
-shallower GEMM of their (m, n) took that much longer, or the next deeper one that much less.
-Such a row is a glitch of the run or a library switching kernels at that depth; either way
-no model whose time grows with k follows it, so a bucket where many rows are inverted holds
-a floor under the p90 |error| any such model reaches there.
+buckets this prints the share of rows that break that by INVERSION or more: beside the next
+shallower or deeper GEMM of their (m, n), the shallower of the two took INVERSION times as
+long or longer. Such a row is a glitch of the run or a library switching kernels at that depth;
+either way no model whose time grows with k follows it, so a bucket where many rows are
+inverted holds a floor under the p90 |error| any such model reaches there.
 
     .venv/bin/python scripts/kernel_table_noise.py [--gpus b200_sxm gb200 ...]
 """
@@ -21,13 +21,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from core.validation.kernels import BUCKETS, KERNELS_DIR, _read, flop_bucket  # noqa: E402
 from core.validation.systems import PRESET_BY_GPU  # noqa: E402
 
-INVERSION = 1.2  # a shallower GEMM taking 20 % longer than a deeper one of the same m x n
+INVERSION = 1.2  # a shallower GEMM taking 1.2 times as long as a deeper one of the same m x n
 
 
 def inverted(times_by_k: dict) -> set:
     """The depths k of one (m, n) series ({k: seconds}) whose time is out of order with a
-    neighbouring depth by INVERSION or more: the next shallower took that much longer, or the
-    next deeper that much less."""
+    neighbouring depth by INVERSION or more: of the two, the shallower took at least INVERSION
+    times as long as the deeper."""
     depths = sorted(times_by_k)
     out = set()
     for shallow, deep in zip(depths, depths[1:]):
@@ -61,7 +61,8 @@ def main() -> None:
             (m, n, k, dtypes), latency_ms = _read(path, ("m", "n", "k", "gemm_dtype"), None)
             shares = inverted_shares([(*row, ms * 1e-3) for *row, ms in zip(m, n, k, dtypes, latency_ms)])
             table = f"{path.parent.parent.name} {path.parent.name}"
-            for (dtype, bucket), (total, bad) in sorted(shares.items(), key=lambda item: (item[0][0], BUCKETS.index(item[0][1]))):
+            for (dtype, bucket), (total, bad) in sorted(shares.items(),
+                                                        key=lambda item: (item[0][0], BUCKETS.index(item[0][1]))):
                 print(f"{gpu:10s} {table:18s} {dtype:10s} {bucket:12s} {total:7d} {100 * bad / total:8.1f}%")
 
 

@@ -193,27 +193,27 @@ def test_stream_k_is_a_gpu_switch_for_single_products_of_free_tiles(h100):
     assert ops.gemm(on, 832, 2816, 16384, 2).time_s == ops.gemm(off, 832, 2816, 16384, 2).time_s
 
 
-def test_token_sized_tiles_split_m_into_one_to_four_tiles_in_steps_of_eight():
+def test_token_sized_tiles_split_m_into_one_to_four_tiles_in_steps_of_eight(h100):
     """257 rows: 264 in one tile is past the MMA's 256; in 2, 3, 4 tiles 128.5, 85.7, 64.25 rows,
-    rounded up to 136, 88 and 72. 1,024 rows fit 4 tiles of 256; 1,100 need 5 (fixed tiles only)."""
+    rounded up to 136, 88 and 72. 1,024 rows fit 4 tiles of 256; 1,100 need 5 (fixed tiles only);
+    64 rows' own tile is one of GEMM_TILES already. Two 136-row tiles by 32 of 128 columns run
+    257 x 4,096 x 4,096 as 64 tiles, one per SM, each 2 x 136 x 128 x 4,096 FLOPs and
+    (136 + 128) x 4,096 x 2 bytes through shared memory."""
     assert token_sized_tiles(257, 8) == ((136, 128, 64), (88, 128, 64), (72, 128, 64))
     assert token_sized_tiles(1, 8) == ((8, 128, 64),)
     assert token_sized_tiles(1024, 8) == ((256, 128, 64),)
-    assert token_sized_tiles(1100, 8) == token_sized_tiles(257, 0) == ()
-
-
-def test_a_tile_sized_to_the_batch_runs_m_with_little_padding(h100):
-    """257 x 4,096 x 4,096 in two 136-row tiles by 32 of 128 columns: 64 tiles, one per SM, each
-    2 x 136 x 128 x 4,096 FLOPs and (136 + 128) x 4,096 x 2 bytes through shared memory."""
+    assert token_sized_tiles(64, 8) == ((32, 128, 64), (24, 128, 64), (16, 128, 64))
+    assert token_sized_tiles(1100, 8) == token_sized_tiles(257, 0) == token_sized_tiles(0, 8) == ()
     gpu = h100.gpu
     unsplit = _tilings(gpu.sm_count, gpu.sram.capacity_bytes, gpu.register_bytes_per_sm, gpu.l2.capacity_bytes,
-                       2, 2, 257, 4096, 4096, 1, ((136, 128, 64),), (1,))[0]
+                       2, 2, 257, 4096, 4096, 1, token_sized_tiles(257, 8)[:1], (1,))[0]
     assert unsplit[:2] == (2 * 136 * 128 * 4096, (136 + 128) * 4096 * 2)
 
 
 def test_token_tile_step_is_a_gpu_property_of_free_tiles(h100):
     """gpu.token_tile_step (8 on Hopper's presets) speeds a GEMM of 257 rows, whose fixed tiles
-    pad it to 288 or 384; past 1,024 rows, or with a library's fixed tiles, nothing moves."""
+    pad it to 288 or 384; past 1,024 rows, with a library's fixed tiles, or in block-scaled FP8
+    (Hopper's DeepGEMM-style kernels), nothing moves."""
     sized = no_overheads(kernels_alone(h100))
     fixed = dataclasses.replace(sized, gpu=dataclasses.replace(sized.gpu, token_tile_step=0))
     assert sized.gpu.token_tile_step == 8
@@ -221,6 +221,9 @@ def test_token_tile_step_is_a_gpu_property_of_free_tiles(h100):
     assert ops.gemm(sized, 1025, 8192, 8192).time_s == ops.gemm(fixed, 1025, 8192, 8192).time_s
     tiles = ((128, 128, 64),)
     assert ops.gemm(sized, 257, 4096, 4096, tiles=tiles).time_s == ops.gemm(fixed, 257, 4096, 4096, tiles=tiles).time_s
+    block = {"fp8_recipe": "block-scaled"}
+    assert ops.gemm(dataclasses.replace(sized, **block), 257, 4096, 4096, dtype="fp8").time_s == \
+        ops.gemm(dataclasses.replace(fixed, **block), 257, 4096, 4096, dtype="fp8").time_s
 
 
 def test_pointwise_is_bytes_over_bandwidth_plus_launch(a100):

@@ -8,7 +8,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import kernel_table_noise as noise  # noqa: E402
 
 
-def test_a_deeper_gemm_taking_a_fifth_less_marks_both_rows():
+def test_a_shallower_gemm_taking_a_fifth_longer_marks_both_rows():
     # 10 us at k = 32 against 5 us at k = 64: out of order by 2x; 5 -> 12 us is in order
     assert noise.inverted({32: 10e-6, 64: 5e-6, 128: 12e-6}) == {32, 64}
     # exactly 20 % longer at the shallower depth is out of order; 10 % is not

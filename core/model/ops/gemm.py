@@ -12,16 +12,14 @@ GEMM_TILES = ((256, 128, 32), (128, 256, 32), (128, 128, 32), (128, 64, 64), (64
 SPLIT_K = (1, 2, 4, 8, 16)
 # A library that sizes the token side of its tiles to the batch (gpu.token_tile_step) also
 # offers m split into 1 to TOKEN_TILE_COUNTS tiles of at most TOKEN_TILE_MAX rows (Hopper's
-# warpgroup MMA: N up to 256), each padded to the step, TOKEN_TILE_WEIGHTS wide over n and
-# TOKEN_TILE_K deep. Our profiles of the H100 and H200 tables' grids (scripts/gemm_grid_report.py)
-# show cuBLAS padding m by a median 3-6 % at 64 to 384 rows this way, where the fixed tiles pad
-# m to a multiple of their 32 to 256 rows (257 rows: 288 in 32-row tiles, 384 in 128-row). Past 1,024 rows the fixed tiles stay: sized tiles offered there too (four
-# counts from the fewest 256-row tiles allow) fit the tables' GEMMs of 100 GFLOP and more better
-# still but lower the fitted BF16 share (0.911 -> 0.902), and the whole-step suites refitted on
-# it come out 0.1-0.2 points worse at their worst rows (docs/accuracy.md).
+# warpgroup MMA: N up to 256), each padded to the step, TOKEN_TILE_N wide and TOKEN_TILE_K deep:
+# our profiles of the H100 and H200 tables' grids (scripts/gemm_grid_report.py) show cuBLAS
+# padding m by a median 3-6 % at 64 to 384 rows so, where the fixed tiles pad m to a multiple of
+# their 32 to 256 rows (257 rows: 288 in 32-row tiles, 384 in 128-row ones). Larger m keeps the
+# fixed tiles alone (docs/accuracy.md, "Tiles sized to the batch", says what sizing it does).
 TOKEN_TILE_MAX = 256
 TOKEN_TILE_COUNTS = 4
-TOKEN_TILE_WEIGHTS = 128
+TOKEN_TILE_N = 128
 TOKEN_TILE_K = 64
 PIPELINE_STAGES = 3  # shared-memory buffers per operand (cp.async multi-stage pipeline)
 L2_USABLE_FRACTION = 0.5  # of L2 a GEMM's operands can keep resident while streaming
@@ -98,15 +96,15 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     return KernelTime(best + launch_s(hw), 2.0 * m * n * k * batch, best_hbm)
 
 
-@lru_cache(maxsize=4096)
 def token_sized_tiles(m: int, step: int) -> tuple:
-    """The tiles a library sizing their token side to `m` in steps of `step` rows adds (the
-    TOKEN_TILE_* constants); () for step 0, a library of fixed tiles."""
+    """The tiles a library sizing their token side to `m` in steps of `step` rows adds to
+    GEMM_TILES (the TOKEN_TILE_* constants); () for step 0, a library of fixed tiles."""
     if not step:
         return ()
     rows = dict.fromkeys(size for count in range(1, TOKEN_TILE_COUNTS + 1)
-                         if (size := ceil(m / count / step) * step) <= TOKEN_TILE_MAX)
-    return tuple((tile_m, TOKEN_TILE_WEIGHTS, TOKEN_TILE_K) for tile_m in rows)
+                         if 0 < (size := ceil(m / count / step) * step) <= TOKEN_TILE_MAX)
+    tiles = ((tile_m, TOKEN_TILE_N, TOKEN_TILE_K) for tile_m in rows)
+    return tuple(tile for tile in tiles if tile not in GEMM_TILES)
 
 
 @lru_cache(maxsize=65536)
