@@ -44,11 +44,11 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     from HBM as one long read stream (stream_efficiency); activations in and out move at the
     elementwise kernels' rate (memory_efficiency); writing the output is a bound of its own
     (store_efficiency), which short-k GEMMs of many tiles reach. The library picks the best of
-    GEMM_TILES (with those sized to m where it sizes tiles to the batch, gpu.token_tile_step)
-    and SPLIT_K; given `tiles`, a library that dispatches fixed (tile_m, tile_n,
-    tile_k) choices by shape and never splits k takes the best of those; a fourth entry is the
-    thread-block cluster's extent over m in tiles, to whose multiple the tile rows round up (a
-    cluster launches whole: its tiles past m run their MMAs on zeros). A GEMM split in k is two
+    GEMM_TILES (and tiles sized to m where it sizes them to the batch, gpu.token_tile_step) and
+    SPLIT_K; given `tiles`, a library that dispatches fixed (tile_m, tile_n, tile_k) choices by
+    shape and never splits k takes the best of those; a fourth entry is the thread-block
+    cluster's extent over m in tiles, to whose multiple the tile rows round up (a cluster
+    launches whole: its tiles past m run their MMAs on zeros). A GEMM split in k is two
     kernels, the split GEMM and the kernel summing its partials, which starts behind it after
     the GPU's gap between queued kernels (gpu.graph_launch_overhead). Block-scaled FP8 on an
     MMA without block scales runs each tile's k-blocks in turn (gpu.block_scale_step) and never
