@@ -153,10 +153,9 @@ def vllm_fp8_tiles(hw, m: int, n: int, k: int) -> tuple:
     rows are a multiple of 128, each SM taking half the rows: the 256-row tile of m > 256 is 128
     rows an SM, the 128-row tile of 64 < m <= 256 is 64, each pair a cluster of two (timed as
     whole 128-row tiles, those rows came out 22-33 % slow, median, on B200's table; halved, -4
-    to +2 %). The swap-AB tiles of m <= 64 are paired too,
-    over n, but their rows read as whole tiles on the tables (B200's medians at m <= 16 and
-    16 < m <= 64 are -14 and -1 % whole, -16 and -12 % halved, the p90 at m <= 16 33 % whole,
-    53 % halved), so they stay whole."""
+    to +2 %). The swap-AB tiles of m <= 64 are paired too, over n, but their rows read as whole
+    tiles on the tables (B200's medians at m <= 16 and 16 < m <= 64 are -14 and -1 % whole, -16
+    and -12 % halved, the p90 at m <= 16 33 % whole, 53 % halved), so they stay whole."""
     if "nvfp4" in dict(hw.gpu.peak_flops):
         if m <= 16:
             return ((32, 128, 128),)
