@@ -25,7 +25,9 @@ def test_a_quantized_element_carries_its_share_of_the_block_scales():
     assert quantized_bytes("fp8", "block-scaled") == 1 + 4 / 128  # an FP32 scale per 1x128 tile
     assert quantized_bytes("mxfp8", "block-scaled") == 1 + 1 / 32  # an E8M0 byte per 32
     assert quantized_bytes("nvfp4", "block-scaled") == 0.5 + 1 / 16  # an E4M3 byte per 16
-    assert quantized_bytes("nvfp4", "block-scaled", weights=True) == 0.5 + 1 / 256  # 16x16 blocks
+    # weights scaled over 16x16 blocks (TE's 2D recipe) still store a scale per 16 along k
+    assert quantized_bytes("nvfp4", "block-scaled", weights=True) == 0.5 + 1 / 16
+    assert quantized_bytes("fp8", "block-scaled", weights=True) == 1 + 4 / (128 * 128)  # per 128x128
     assert kv_element_bytes("nvfp4") == 0.5625 and kv_element_bytes("fp8") == 1
 
 
@@ -56,7 +58,19 @@ def test_hopper_runs_a_block_scaled_k_loop_one_scale_block_at_a_time():
     assert H100.gpu.block_scale_step_s == pytest.approx(143e-9) and B200.gpu.block_scale_step_s == 0
     assert ops.gemm(blocks, 64, 1024, 65536).time_s >= 512 * H100.gpu.block_scale_step_s
     assert ops.gemm(on(H100, "fp8"), 64, 1024, 65536).time_s < 512 * H100.gpu.block_scale_step_s / 2
-    assert ops.gemm(on(B200, "fp8", "block-scaled"), 64, 1024, 65536) == ops.gemm(on(B200, "fp8"), 64, 1024, 65536)
+    per_tensor = ops.gemm(on(B200, "fp8"), 64, 1024, 65536).time_s
+    assert per_tensor < ops.gemm(on(B200, "fp8", "block-scaled"), 64, 1024, 65536).time_s <= per_tensor * (1 + 4 / 128)
+
+
+def test_a_block_scaled_gemm_reads_its_operands_scales_beside_them():
+    """A decode GEMM (one token) reads its input and streams its weight with the scales the
+    GEMM takes beside each: NVFP4 an E4M3 byte per 16 elements, MXFP8 an E8M0 byte per 32,
+    per-tensor FP8 none; its BF16 output is written as is."""
+    for dtype, element_bytes in (("nvfp4", 0.5 + 1 / 16), ("mxfp8", 1 + 1 / 32), ("fp8", 1)):
+        gemm = ops.gemm(on(B200, dtype), 1, 8192, 8192)
+        assert gemm.hbm_bytes == (8192 + 8192 * 8192) * element_bytes + 8192 * 2
+    bf16_run = on(B200, "bf16")  # an NVFP4 GEMM in a BF16 run is block-scaled all the same
+    assert ops.gemm(bf16_run, 1, 8192, 8192, dtype="nvfp4") == ops.gemm(on(B200, "nvfp4"), 1, 8192, 8192)
 
 
 def test_each_dtype_takes_its_default_recipe_and_only_the_recipes_that_fit():
@@ -103,7 +117,7 @@ def test_saved_gemm_inputs_and_weight_copies_follow_the_format():
     assert fp8_weight_bytes(on(H100, "fp8"), par) == 2  # FP8 copy + transpose, as before
     assert fp8_weight_bytes(mx, par) == 2 * (1 + 1 / 32)  # rowwise + columnwise copies
     assert fp8_weight_bytes(mx, fp8_weights) == 1 + 1 / 32 == weight_bytes(mx, fp8_weights)
-    assert fp8_weight_bytes(fp4, par) == 2 * (0.5 + 1 / 256)
+    assert fp8_weight_bytes(fp4, par) == 2 * (0.5 + 1 / 16)  # a scale per 16 along k in each copy
     assert weight_bytes(fp4, par) == 2  # the BF16 working copy
     assert fp8_weight_bytes(B200, par) == 0
 

@@ -39,9 +39,11 @@ RECIPES_BY_DTYPE = {"fp8": FP8_RECIPES, "mxfp8": ("block-scaled",), "nvfp4": ("b
 DEFAULT_RECIPE = {"fp8": "delayed", "mxfp8": "block-scaled", "nvfp4": "block-scaled"}  # Megatron-Core's --fp8-recipe
 # (elements per scale, bytes per scale) of a block-scaled tensor: MXFP8's E8M0 byte per 32,
 # NVFP4's E4M3 byte per 16 (plus one FP32 scale per tensor, negligible), TE's FP8 blocks an FP32
-# scale per 128 (weights: per 128x128, 2D; NVFP4 weights: per 16x16, 2D).
+# scale per 128 (weights: per 128x128, 2D). NVFP4 weights scaled over 16x16 blocks (TE's 2D
+# recipe) still store a scale per 16 along k: TE keeps them in its 1D scaling mode, the layout
+# the block-scaled GEMMs read (cuBLAS's VEC16 scales), each 2D block's scale in its 16 rows.
 BLOCK_SCALES = {"fp8": (128, 4), "mxfp8": (32, 1), "nvfp4": (16, 1)}
-WEIGHT_BLOCK_SCALES = {"fp8": (128 * 128, 4), "mxfp8": (32, 1), "nvfp4": (16 * 16, 1)}
+WEIGHT_BLOCK_SCALES = {"fp8": (128 * 128, 4), "mxfp8": (32, 1), "nvfp4": (16, 1)}
 # Storage formats an inference KV cache can take (tf32 is a tensor-core input mode, not one);
 # nvfp4 (TensorRT-LLM's FP4 KV cache, with its per-16 E4M3 scales) needs a GPU with an FP4 peak.
 KV_DTYPES = ("fp32", "bf16", "fp16", "fp8", "nvfp4")
@@ -87,6 +89,13 @@ def quantized_bytes(dtype: str, recipe: str, weights: bool = False) -> float:
         return DTYPE_BYTES[dtype]
     elements, scale_bytes = (WEIGHT_BLOCK_SCALES if weights else BLOCK_SCALES)[dtype]
     return DTYPE_BYTES[dtype] + scale_bytes / elements
+
+
+def gemm_recipe(dtype: str, recipe: str) -> str:
+    """How a GEMM in `dtype` scales its inputs under the run's `recipe`: that recipe where the
+    dtype offers it (FP8's three), else the dtype's own (MXFP8's and NVFP4's blocks, which a
+    BF16 run's GEMMs in those dtypes keep too); "" for 16 bits and more."""
+    return recipe if recipe in RECIPES_BY_DTYPE.get(dtype, ()) else DEFAULT_RECIPE.get(dtype, "")
 
 
 def kv_element_bytes(kv_dtype: str) -> float:

@@ -114,9 +114,9 @@ def _one_pass_quant(hw, elements: int, dtype: str):
 CUBLAS_OVER_CUTLASS_FP8 = 1.028
 # The presets' block-scaled FP8 share (fp8_block_efficiency) is cuBLAS's, measured on our own
 # H100 (scripts/measure_gpu_kernels.py --block-fp8), as Transformer Engine calls it;
-# TensorRT-LLM's own block-scaled GEMM reaches 0.918 of it (scripts/fit_gemm.py on its table, H100
+# TensorRT-LLM's own block-scaled GEMM reaches 0.933 of it (scripts/fit_gemm.py on its table, H100
 # and H200 alike, its epilogue in series: LIBRARY_EPILOGUE_IN_SERIES).
-TRTLLM_FP8_BLOCK_OVER_CUBLAS = 0.918
+TRTLLM_FP8_BLOCK_OVER_CUBLAS = 0.933
 # (engine, the table's GEMM dtype) -> (the calibration share its library changes, by how much)
 # vLLM's NVFP4 GEMM (FlashInfer's CuTe DSL kernel) is the only NVFP4 GEMM measured; the presets'
 # NVFP4 share is cuBLAS's as Transformer Engine calls it, taken as that kernel's times the same

@@ -2,7 +2,7 @@
 from functools import lru_cache
 from math import ceil, gcd, sqrt
 
-from ..specs import BLOCK_SCALES, DTYPE_BYTES, HardwareSpec, activation_dtype
+from ..specs import BLOCK_SCALES, DTYPE_BYTES, HardwareSpec, activation_dtype, gemm_recipe, quantized_bytes
 from .common import (KernelTime, launch_s, mixed_bandwidth_bps, store_bandwidth_bps, stream_bandwidth_bps,
                      tensor_rate_flops)
 
@@ -39,8 +39,9 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
          weights: bool = True, tiles: tuple = (), epilogue_in_series: bool = False,
          weight_bytes: float = 0.0) -> KernelTime:
     """C[m,n] = A[m,k] @ B[k,n], `batch` independent products, with operands in `dtype`
-    (default: the hardware's compute dtype) at that dtype's peak. FP8 GEMMs write their
-    output in BF16, as Transformer Engine's do. With `weights`, B is a weight matrix, swept
+    (default: the hardware's compute dtype) at that dtype's peak. A block-scaled dtype's
+    operands carry their scales (quantized_bytes: NVFP4 reads 0.5625 bytes an element, not 0.5).
+    FP8 GEMMs write their output in BF16, as Transformer Engine's do. With `weights`, B is a weight matrix, swept
     from HBM as one long read stream (stream_efficiency); activations in and out move at the
     elementwise kernels' rate (memory_efficiency); writing the output is a bound of its own
     (store_efficiency), which short-k GEMMs of many tiles reach. The library picks the best of
@@ -61,8 +62,9 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     experts in a BF16 engine); 0 = the dtype's."""
     gpu = hw.gpu
     dtype = dtype or hw.dtype
-    in_bytes = DTYPE_BYTES[dtype]
-    b_in_bytes = weight_bytes or in_bytes
+    recipe = gemm_recipe(dtype, hw.recipe)
+    in_bytes = quantized_bytes(dtype, recipe)
+    b_in_bytes = weight_bytes or quantized_bytes(dtype, recipe, weights=weights)
     out_bytes = DTYPE_BYTES[activation_dtype(dtype)]
     per_sm_flops = tensor_rate_flops(hw, dtype) / gpu.sm_count
     per_sm_sram = gpu.sram.bandwidth_bps / gpu.sm_count
@@ -70,7 +72,7 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     b_bw = stream_bandwidth_bps(hw) if weights else mixed_bw
     l2_bw = gpu.l2.bandwidth_bps * gpu.operand_multicast
     unique_in = (m * k * in_bytes + k * n * b_in_bytes) * batch
-    block_step_s = gpu.block_scale_step_s if dtype == "fp8" and hw.recipe == "block-scaled" else 0.0
+    block_step_s = gpu.block_scale_step_s if dtype == "fp8" and recipe == "block-scaled" else 0.0
     best = float("inf")
     best_hbm = unique_in + m * n * out_bytes * batch
     free = not (tiles or block_step_s)  # the library picks its tiles, splits and schedule
