@@ -28,13 +28,14 @@ show cuBLAS's kernels for those rows tiling the output in four waves and more).
 """
 import argparse
 from dataclasses import replace
+from math import ceil
 
 import numpy as np
 from scipy.optimize import minimize_scalar
 
 from core.model import ops
 from core.model.loader import load_hardware, with_dtype
-from core.model.ops.pointwise import NVFP4_ELEMENT_SM_S, NVFP4_ROW_SM_S, ROW_BLOCK_SM_S, ROW_ELEMENT_SM_S
+from core.model.ops.pointwise import NVFP4_ELEMENT_SM_S, NVFP4_ROW_SM_S, ROW_BLOCK_SM_S, ROW_PASS_ELEMENTS, ROW_PASS_SM_S
 from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, INPUT_QUANT, KERNELS_DIR, PRESET_BY_GPU, \
     TRTLLM_FP8_BLOCK_OVER_CUBLAS, VLLM_NVFP4_STORE_OVER_CUBLAS, Skip, _gemm, _read, error_summary, flop_bucket, \
     kernels_alone, library_gemm_s
@@ -123,17 +124,22 @@ def block_scale_step_s(gpu: str) -> float | None:
     return float(np.median(slopes)) if slopes else None
 
 
-def row_element_sm_s(hw, gpu: str) -> float | None:
-    """One SM's time per element of vLLM's static FP8 cast (ops.row_cast), read off its table's
-    rows of few outputs and a large input (n <= 128, m x k >= 16 M), where the cast dominates:
-    the median over them of what the row leaves after the GEMM and the cast's launch and row
-    blocks, per element and SM. None without the table."""
-    table = [(m, n, k, s) for _, m, n, k, s in rows(gpu, "fp8", 1, "vllm") if n <= 128 and m * k >= 16e6]
+def row_pass_sm_s(hw, gpu: str) -> tuple | None:
+    """One SM's time per row and per pass of 2,048 elements of vLLM's static FP8 cast
+    (ops.row_cast), read off its table's rows of few outputs and many rows (n <= 128, m >=
+    1,024), where the cast dominates: what each leaves after the GEMM and the launch, per row and
+    SM, its median at each pass count, then a line through those medians. None without the
+    table."""
+    table = [(m, k, s - library_gemm_s(hw, m, n, k, "fp8", "vllm") - ops.launch_s(hw))
+             for _, m, n, k, s in rows(gpu, "fp8", 1, "vllm") if n <= 128 and m >= 1024]
     if not table:
         return None
-    left = [(s - library_gemm_s(hw, m, n, k, "fp8", "vllm") - ops.launch_s(hw) - m * ROW_BLOCK_SM_S / hw.gpu.sm_count)
-            * hw.gpu.sm_count / (m * k) for m, n, k, s in table]
-    return float(np.median(left))
+    by_passes = {}
+    for m, k, left in table:
+        by_passes.setdefault(ceil(k / ROW_PASS_ELEMENTS), []).append(left * hw.gpu.sm_count / m)
+    passes = sorted(by_passes)
+    per_pass, per_row = np.polyfit(passes, [np.median(by_passes[p]) for p in passes], 1)
+    return float(per_row), float(per_pass)
 
 
 NVFP4_CAST_ROWS = 4096  # from here on the table's NVFP4 rows grow with m at any k
@@ -171,9 +177,10 @@ def main() -> None:
         hw = with_share(hw, "bfloat16", fit(hw, rows(gpu, "bfloat16", STRIDE), "bfloat16"))
         if "fp8" in dict(hw.gpu.peak_flops):
             by_engine[gpu] = fp8_shares(hw, gpu)
-        if (element_s := row_element_sm_s(hw, gpu)) is not None:
-            print(f"{gpu}: vLLM's FP8 cast takes {element_s * 1e9:.3f} ns of one SM per element"
-                  f" (ROW_ELEMENT_SM_S: {ROW_ELEMENT_SM_S * 1e9:.3f} ns)")
+        if (cast := row_pass_sm_s(hw, gpu)) is not None:
+            print(f"{gpu}: vLLM's FP8 cast takes {cast[0] * 1e6:.3f} us of one SM per row and {cast[1] * 1e6:.3f} us per"
+                  f" pass of {ROW_PASS_ELEMENTS} elements (ROW_BLOCK_SM_S: {ROW_BLOCK_SM_S * 1e6:.3f}, ROW_PASS_SM_S:"
+                  f" {ROW_PASS_SM_S * 1e6:.3f} us)")
         if (cast := nvfp4_cast_sm_s(hw, gpu)) is not None:
             print(f"{gpu}: vLLM's NVFP4 cast takes {cast[0] * 1e9:.1f} ns of one SM per row and {cast[1] * 1e9:.4f} ns"
                   f" per element (NVFP4_ROW_SM_S: {NVFP4_ROW_SM_S * 1e9:.1f}, NVFP4_ELEMENT_SM_S:"

@@ -11,7 +11,7 @@ from core.errors import SpecError
 from core.model import ops
 from core.model.loader import load_hardware, with_dtype
 from core.model.ops.mla import mla_decode
-from core.model.ops.pointwise import NVFP4_ELEMENT_SM_S, NVFP4_ROW_SM_S, ROW_BLOCK_SM_S, ROW_ELEMENT_SM_S
+from core.model.ops.pointwise import NVFP4_ELEMENT_SM_S, NVFP4_ROW_SM_S, ROW_BLOCK_SM_S, ROW_PASS_SM_S
 from core.serving.moe import MOE_CHAIN, table_row_s
 from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, KERNELS_DIR, TRTLLM_FP8_BLOCK_OVER_CUBLAS, error_summary, \
     VLLM_NVFP4_STORE_OVER_CUBLAS, VLLM_NVFP4_TILES, in_graph, kernel_groups, kernels_alone, vllm_fp8_tiles
@@ -159,16 +159,21 @@ def test_a_gemm_of_fixed_tiles_never_splits_k():
 
 
 def test_a_row_cast_is_bound_by_its_rows_thread_blocks():
-    """32,768 rows of 64 elements: 6 MiB, about 2 us of HBM, but 32,768 thread blocks of one SM
-    each (ROW_BLOCK_SM_S and 64 x ROW_ELEMENT_SM_S) over 132 SMs, 238 us. 16,384 rows of 16,384:
-    0.8 GB, 0.3 ms of HBM, but 268 M elements at ROW_ELEMENT_SM_S of one SM each, 0.46 ms."""
+    """vLLM's FP8 cast on an H100 (132 SMs) takes each row 2,048 elements a pass: 32,768 rows of
+    64 elements are 6 MiB, about 2 us of HBM, but 32,768 thread blocks of one pass each
+    (ROW_BLOCK_SM_S + ROW_PASS_SM_S of one SM), 204 us. 16,384 rows of 16,384: 0.8 GB, 0.3 ms of
+    HBM, but eight passes a row, 0.54 ms. A row of 2,048 costs what a row of one does; one more
+    element adds a pass."""
     hw = kernels_alone(load_hardware("h100-sxm5-80gb"))
     short = ops.row_cast(hw, 32768, 64)
-    assert short.time_s == pytest.approx(32768 * (ROW_BLOCK_SM_S + 64 * ROW_ELEMENT_SM_S) / 132 + ops.launch_s(hw))
+    assert short.time_s == pytest.approx(32768 * (ROW_BLOCK_SM_S + ROW_PASS_SM_S) / 132 + ops.launch_s(hw))
     assert short.hbm_bytes == 32768 * 64 * 3
     square = ops.row_cast(hw, 16384, 16384)
     assert 16384 * 16384 * 3 / ops.mixed_bandwidth_bps(hw) < square.time_s - ops.launch_s(hw) == pytest.approx(
-        16384 * (ROW_BLOCK_SM_S + 16384 * ROW_ELEMENT_SM_S) / 132)
+        16384 * (ROW_BLOCK_SM_S + 8 * ROW_PASS_SM_S) / 132)
+    assert ops.row_cast(hw, 1024, 1).time_s == ops.row_cast(hw, 1024, 2048).time_s
+    assert ops.row_cast(hw, 1024, 2049).time_s - ops.row_cast(hw, 1024, 2048).time_s == pytest.approx(
+        1024 * ROW_PASS_SM_S / 132)
 
 
 def test_an_nvfp4_cast_takes_its_rows_through_the_sms_too():

@@ -1,30 +1,32 @@
 """Bandwidth-bound elementwise kernels, and Transformer Engine's quantization of GEMM inputs."""
 from functools import lru_cache
+from math import ceil
 
 from ..specs import LOW_PRECISION_DTYPES, HardwareSpec, quantized_bytes
 from .common import KernelTime, launch_s, mixed_bandwidth_bps
 
-# One SM's time per row of a kernel that gives every row its own thread block, as vLLM's static
-# FP8 quantization does: its FP8 GEMM tables (../shared/validation/kernels) at n and k <= 512,
-# where the GEMM itself is negligible, grow by 7.2 ns per row on 132-SM Hopper and 5.9-6.2 ns
-# on 148-160-SM Blackwell, 0.89-0.99 us of one SM per row on every GPU (one value, not fitted
-# per GPU).
-ROW_BLOCK_SM_S = 0.94e-6
-# And one SM's time per element such a kernel converts: at large rows x columns the same tables
-# run at about 3 elements a cycle an SM, 1.6 TB/s on H100 and B200 alike (their rows of few
-# outputs and many inputs, where the GEMM is short; scripts/fit_gemm.py prints the median).
-ROW_ELEMENT_SM_S = 0.17e-9
+# vLLM's static FP8 quantization gives every row (token) its own thread block, which converts
+# the row 2,048 elements a pass (as 256 threads taking one 16-byte vector of 8 BF16 elements
+# each would). Its FP8 GEMM tables (../shared/validation/kernels) at n <= 128 and m >= 1,024,
+# the GEMM and the launch taken out, climb in steps at k = 2,560, 5,120, 7,168, ... (one per
+# 2,048) and stay flat between: 0.48-0.52 us of one SM per pass and row, on 0.20-0.40 us per
+# row, on every GPU from H100 to GB300 (scripts/fit_gemm.py prints both per GPU; one value
+# each). A cost per element instead (0.94 us a row and 0.17 ns an element, read at k <= 512 and
+# at k >= 8,192) had put rows of 1,024-2,048 elements 0.35-0.48 us of one SM too slow.
+ROW_BLOCK_SM_S = 0.32e-6
+ROW_PASS_SM_S = 0.50e-6
+ROW_PASS_ELEMENTS = 2048
 # vLLM's NVFP4 quantization (one pass, each 16-element block's scale computed in it) runs its
 # rows through the SMs too, some ten times cheaper a row: its Blackwell GEMM tables at n <= 64
-# and m >= 4,096, after the GEMM and the launch, leave 96-106 ns of one SM per row at k of 64
-# to 256 (B200, GB200, B300, GB300 alike; one value) and, beyond, 0.041-0.047 ns per element,
+# and m >= 4,096, after the GEMM and the launch, leave 95-106 ns of one SM per row at k of 64
+# to 256 (B200, GB200, B300, GB300 alike; one value) and, beyond, 0.041-0.046 ns per element,
 # about what the bytes take at the HBM rate, so the two add (scripts/fit_gemm.py prints both).
 NVFP4_ROW_SM_S = 0.10e-6
 NVFP4_ELEMENT_SM_S = 0.045e-9
-# (one SM's time per row, per element) of a row-wise cast to each dtype, and the recipe whose
-# bytes it writes
-ROW_CAST = {"fp8": (ROW_BLOCK_SM_S, ROW_ELEMENT_SM_S, ""),
-            "nvfp4": (NVFP4_ROW_SM_S, NVFP4_ELEMENT_SM_S, "block-scaled")}
+# (one SM's time per row, per pass, elements a pass) of a row-wise cast to each dtype, and the
+# recipe whose bytes it writes: NVFP4's quantization costs its elements one by one
+ROW_CAST = {"fp8": (ROW_BLOCK_SM_S, ROW_PASS_SM_S, ROW_PASS_ELEMENTS, ""),
+            "nvfp4": (NVFP4_ROW_SM_S, NVFP4_ELEMENT_SM_S, 1, "block-scaled")}
 
 
 @lru_cache(maxsize=65536)
@@ -70,9 +72,9 @@ def row_cast(hw: HardwareSpec, rows: int, columns: int, dtype: str = "fp8") -> K
     """A cast of a BF16 [rows, columns] tensor to `dtype` with its tensor scale already known, by a
     kernel that takes the tensor a row at a time (vLLM's static per-tensor FP8 quantization, a
     thread block per row; its NVFP4 one, block scales computed in passing): the slower of the
-    bytes over HBM and the rows through the SMs, each their time per row and per element
-    (ROW_CAST)."""
-    per_row_s, per_element_s, recipe = ROW_CAST[dtype]
+    bytes over HBM and the rows through the SMs, each their time per row and per pass over
+    the row's elements (ROW_CAST)."""
+    per_row_s, per_pass_s, pass_elements, recipe = ROW_CAST[dtype]
     bytes_moved = rows * columns * (hw.act_bytes + quantized_bytes(dtype, recipe))
-    blocks_s = rows * (per_row_s + columns * per_element_s) / hw.gpu.sm_count
+    blocks_s = rows * (per_row_s + ceil(columns / pass_elements) * per_pass_s) / hw.gpu.sm_count
     return KernelTime(max(bytes_moved / mixed_bandwidth_bps(hw), blocks_s) + launch_s(hw), 0.0, bytes_moved)
