@@ -14,7 +14,8 @@ from core.model.ops.mla import mla_decode
 from core.model.ops.pointwise import NVFP4_ELEMENT_SM_S, NVFP4_ROW_SM_S, ROW_BLOCK_SM_S, ROW_PASS_SM_S
 from core.serving.moe import MOE_CHAIN, table_row_s
 from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, KERNELS_DIR, TRTLLM_FP8_BLOCK_OVER_CUBLAS, error_summary, \
-    VLLM_NVFP4_STORE_OVER_CUBLAS, VLLM_NVFP4_TILES, in_graph, kernel_groups, kernels_alone, vllm_fp8_tiles
+    VLLM_FP8_STORE_OVER_CUBLAS, VLLM_NVFP4_STORE_OVER_CUBLAS, VLLM_NVFP4_TILES, cutlass_arch, in_graph, kernel_groups, \
+    kernels_alone, vllm_fp8_tiles
 from sweep.cli import main
 
 FIELDS = {"suite", "gpu", "kernel", "dtype", "bucket", "n", "median_error_pct", "mean_abs_error_pct",
@@ -49,11 +50,13 @@ def test_an_fp8_row_quantizes_its_input_as_the_tables_engine_does(tmp_path):
     """TensorRT-LLM's per-tensor FP8 GEMM (cuBLAS) takes the input's amax in a pass of its own
     before the cast (ops.fp8_cast under current scaling); vLLM's casts with one thread block per
     row (ops.row_cast) and runs CUTLASS's GEMM, 128 x 128 x 128 tiles in clusters of two at 512
-    rows on Hopper, at cuBLAS's share over CUBLAS_OVER_CUTLASS_FP8."""
+    rows on Hopper, at cuBLAS's share over CUBLAS_OVER_CUTLASS_FP8, writing its output at SM90
+    CUTLASS's VLLM_FP8_STORE_OVER_CUBLAS of cuBLAS's rate."""
     m, n, k = 512, 4096, 4096
     hw = kernels_alone(load_hardware("h100-sxm5-80gb"))
-    cutlass = replace(hw, calibration=replace(hw.calibration,
-                                              fp8_efficiency=hw.calibration.fp8_efficiency / CUBLAS_OVER_CUTLASS_FP8))
+    cutlass = replace(hw, calibration=replace(
+        hw.calibration, fp8_efficiency=hw.calibration.fp8_efficiency / CUBLAS_OVER_CUTLASS_FP8,
+        store_efficiency=hw.calibration.store_efficiency * VLLM_FP8_STORE_OVER_CUBLAS["sm90"]))
     expected_s = {
         "trtllm": ops.gemm(hw, m, n, k, dtype="fp8").time_s
         + ops.fp8_cast(with_dtype(hw, "fp8", "test", "dtype", "current"), m * k).time_s,
@@ -105,6 +108,24 @@ def test_a_short_k_nvfp4_row_is_its_output_written_at_its_kernels_rate(tmp_path)
     predicted_s = written_s + ops.launch_s(hw) + cast_s + ops.launch_s(hw)
     assert (hw.calibration.store_efficiency, VLLM_NVFP4_STORE_OVER_CUBLAS) == (0.634, 0.782)
     assert record["median_error_pct"] == pytest.approx(100 * (predicted_s / 0.3e-3 - 1))
+
+
+def test_a_short_k_fp8_row_on_blackwell_writes_its_output_at_sm100_cutlasss_rate(tmp_path):
+    """vLLM's FP8 GEMM on a B200 is CUTLASS's SM100 kernel (cutlass_arch), whose epilogue writes
+    at 0.510 of cuBLAS's BF16 rate: 16384 x 16384 BF16 outputs over k = 64, 512 MiB at 0.634 x
+    0.510 of B200's 7.7 TB/s, after the input's cast, 16,384 rows of one pass through 148 SMs."""
+    m, n, k = 16384, 16384, 64
+    hw = kernels_alone(load_hardware("b200-sxm-180gb"))
+    assert (cutlass_arch(hw), cutlass_arch(load_hardware("h100-sxm5-80gb"))) == ("sm100", "sm90")
+    folder = tmp_path / "b200_sxm" / "gemm" / "vllm" / "0.1"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.table({"m": [m], "n": [n], "k": [k], "gemm_dtype": ["fp8"], "latency": [0.3]}),
+                   folder / "gemm_perf.parquet")
+    [record], _ = kernel_groups(tmp_path)
+    written_s = m * n * 2 / (hw.gpu.hbm.bandwidth_bps * 0.634 * VLLM_FP8_STORE_OVER_CUBLAS["sm100"])
+    cast_s = m * (ROW_BLOCK_SM_S + ROW_PASS_SM_S) / 148
+    assert VLLM_FP8_STORE_OVER_CUBLAS["sm100"] == 0.510
+    assert record["median_error_pct"] == pytest.approx(100 * ((written_s + cast_s + 2 * ops.launch_s(hw)) / 0.3e-3 - 1))
 
 
 def test_block_scaled_fp8_rows_are_timed_for_tensorrt_llm_and_skipped_for_vllm(tmp_path):

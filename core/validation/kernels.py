@@ -129,15 +129,25 @@ LIBRARY_SHARE = {("vllm", "fp8"): ("fp8_efficiency", 1.0 / CUBLAS_OVER_CUTLASS_F
 # FlashInfer's NVFP4 kernel writes its BF16 output at 0.782 of the rate cuBLAS's BF16 GEMMs do
 # (the presets' store_efficiency): the median over each Blackwell table's short-k GEMMs of 64 MB
 # and more of output, its input quantization taken out, 0.78-0.79 on B200, B300, GB200 and
-# GB300 alike (scripts/fit_gemm.py). (engine, the table's GEMM dtype) -> that factor.
+# GB300 alike (scripts/fit_gemm.py). vLLM's FP8 GEMM, CUTLASS's, read the same way: 0.510 on
+# Blackwell (SM100's kernel; 0.49-0.53 on the four), 0.898 on Hopper (SM90's; H100 0.99, H200
+# 0.81). (engine, the table's GEMM dtype, CUTLASS's architecture) -> that factor.
 VLLM_NVFP4_STORE_OVER_CUBLAS = 0.782
-LIBRARY_STORE = {("vllm", "nvfp4"): VLLM_NVFP4_STORE_OVER_CUBLAS}
+VLLM_FP8_STORE_OVER_CUBLAS = {"sm90": 0.898, "sm100": 0.510}
+LIBRARY_STORE = {("vllm", "nvfp4", "sm100"): VLLM_NVFP4_STORE_OVER_CUBLAS,
+                 **{("vllm", "fp8", arch): factor for arch, factor in VLLM_FP8_STORE_OVER_CUBLAS.items()}}
 # TensorRT-LLM's block-scaled FP8 GEMM on Hopper is DeepGEMM's kernel, whose math warpgroups
 # write each output tile themselves after its last MMA (no second warpgroup's MMAs cover it, as
 # cuBLAS's ping-pong tiles do): its table's short-k rows take the BF16 GEMM's time plus a second
 # write of the output (m = 4,096, n = 16,384, k = 128: 93 us against 60), its mid-k rows about
 # compute plus output written. (engine, the table's GEMM dtype) of such kernels.
 LIBRARY_EPILOGUE_IN_SERIES = {("trtllm", "fp8_block")}
+
+
+def cutlass_arch(hw) -> str:
+    """Whose kernels a GPU's GEMM libraries run: SM100's on the GPUs with an NVFP4 peak
+    (Blackwell), SM90's on the others (Hopper: A100's tables run no FP8 or NVFP4 GEMM)."""
+    return "sm100" if "nvfp4" in dict(hw.gpu.peak_flops) else "sm90"
 
 
 def vllm_fp8_tiles(hw, m: int, n: int, k: int) -> tuple:
@@ -157,7 +167,7 @@ def vllm_fp8_tiles(hw, m: int, n: int, k: int) -> tuple:
     to +2 %). The swap-AB tiles of m <= 64 are paired too, over n, but their rows read as whole
     tiles on the tables (B200's medians at m <= 16 and 16 < m <= 64 are -14 and -1 % whole, -16
     and -12 % halved, the p90 at m <= 16 33 % whole, 53 % halved), so they stay whole."""
-    if "nvfp4" in dict(hw.gpu.peak_flops):
+    if cutlass_arch(hw) == "sm100":
         if m <= 16:
             return ((32, 128, 128),)
         if m <= 64:
@@ -198,7 +208,7 @@ def engine_hardware(hw, gemm_dtype: str, engine: str):
     if (engine, gemm_dtype) not in LIBRARY_SHARE:
         return hw
     share, factor = LIBRARY_SHARE[engine, gemm_dtype]
-    store = hw.calibration.store_efficiency * LIBRARY_STORE.get((engine, gemm_dtype), 1.0)
+    store = hw.calibration.store_efficiency * LIBRARY_STORE.get((engine, gemm_dtype, cutlass_arch(hw)), 1.0)
     return replace(hw, calibration=replace(hw.calibration, store_efficiency=store,
                                            **{share: getattr(hw.calibration, share) * factor}))
 
@@ -460,6 +470,7 @@ def kernel_groups(root: Path = KERNELS_DIR, gpus=None, max_rows: int | None = No
     return records, skipped
 
 
-__all__ = ["CUBLAS_OVER_CUTLASS_FP8", "KERNELS_DIR", "TRTLLM_FP8_BLOCK_OVER_CUBLAS", "VLLM_NVFP4_STORE_OVER_CUBLAS",
+__all__ = ["CUBLAS_OVER_CUTLASS_FP8", "KERNELS_DIR", "TRTLLM_FP8_BLOCK_OVER_CUBLAS", "VLLM_FP8_STORE_OVER_CUBLAS",
+           "VLLM_NVFP4_STORE_OVER_CUBLAS", "cutlass_arch",
            "error_summary", "in_graph", "kernel_groups", "kernels_alone", "library_gemm_s", "VLLM_NVFP4_TILES",
            "vllm_fp8_tiles"]
