@@ -130,15 +130,15 @@ def row_pass_sm_s(hw, gpu: str) -> tuple | None:
     """One SM's time per row and per pass of 2,048 elements of vLLM's static FP8 cast
     (ops.row_cast), read off its table's rows of few outputs and many rows (n <= 128, m >=
     1,024), where the cast dominates: what each leaves after the GEMM and the launch, per row and
-    SM, its median at each pass count, then a line through those medians. None without the
-    table."""
+    SM (over the rows the busiest SM is dealt), its median at each pass count, then a line
+    through those medians. None without the table."""
     table = [(m, k, s - library_gemm_s(hw, m, n, k, "fp8", "vllm") - ops.launch_s(hw))
              for _, m, n, k, s in rows(gpu, "fp8", 1, "vllm") if n <= 128 and m >= 1024]
     if not table:
         return None
     by_passes = {}
     for m, k, left in table:
-        by_passes.setdefault(ceil(k / ROW_PASS_ELEMENTS), []).append(left * hw.gpu.sm_count / m)
+        by_passes.setdefault(ceil(k / ROW_PASS_ELEMENTS), []).append(left / ceil(m / hw.gpu.sm_count))
     passes = sorted(by_passes)
     per_pass, per_row = np.polyfit(passes, [np.median(by_passes[p]) for p in passes], 1)
     return float(per_row), float(per_pass)
@@ -158,8 +158,8 @@ def nvfp4_cast_sm_s(hw, gpu: str) -> tuple | None:
     if not table:
         return None
     sms = hw.gpu.sm_count
-    per_row = float(np.median([left * sms / m for m, k, left in table if 64 <= k <= 256]))
-    per_element = float(np.median([(left - m * per_row / sms) * sms / (m * k) for m, k, left in table if k >= 1024]))
+    per_row = float(np.median([left / ceil(m / sms) for m, k, left in table if 64 <= k <= 256]))
+    per_element = float(np.median([(left / ceil(m / sms) - per_row) / k for m, k, left in table if k >= 1024]))
     return per_row, per_element
 
 

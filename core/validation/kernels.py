@@ -107,12 +107,12 @@ def _one_pass_quant(hw, elements: int, dtype: str):
 # The presets' FP8 share (fp8_efficiency) is cuBLAS's scaled GEMM, which TensorRT-LLM and
 # Transformer Engine call; vLLM's per-tensor FP8 layer runs CUTLASS's, with the tiles it
 # dispatches (vllm_fp8_tiles, their tile rows in whole clusters), which on the GPUs whose tables
-# hold both (H100 1.078, H200 0.943) reaches 1 / 1.011 of cuBLAS's share on GEMMs of 100 GFLOP
-# and more (scripts/fit_gemm.py), its input cast timed a pass of 2,048 elements at a time
-# (ops.row_cast; with the cast timed per element 1.028, without it 1.174, with the tiles' rows
-# not rounded to whole clusters 1.049). One ratio for every GPU: a property of the two
-# libraries' kernels.
-CUBLAS_OVER_CUTLASS_FP8 = 1.011
+# hold both (H100 1.070, H200 0.934) reaches 1 / 1.002 of cuBLAS's share on GEMMs of 100 GFLOP
+# and more (scripts/fit_gemm.py), its input cast timed a pass of 2,048 elements at a time, the
+# busiest SM's rows in turn (ops.row_cast; with the cast timed per element 1.028, without it
+# 1.174, with the tiles' rows not rounded to whole clusters 1.049). One ratio for every GPU: a
+# property of the two libraries' kernels.
+CUBLAS_OVER_CUTLASS_FP8 = 1.002
 # The presets' block-scaled FP8 share (fp8_block_efficiency) is cuBLAS's, measured on our own
 # H100 (scripts/measure_gpu_kernels.py --block-fp8), as Transformer Engine calls it;
 # TensorRT-LLM's own block-scaled GEMM reaches 0.933 of it (scripts/fit_gemm.py on its table, H100
@@ -126,14 +126,14 @@ TRTLLM_FP8_BLOCK_OVER_CUBLAS = 0.933
 LIBRARY_SHARE = {("vllm", "fp8"): ("fp8_efficiency", 1.0 / CUBLAS_OVER_CUTLASS_FP8),
                  ("vllm", "nvfp4"): ("nvfp4_efficiency", 1.0 / CUBLAS_OVER_CUTLASS_FP8),
                  ("trtllm", "fp8_block"): ("fp8_block_efficiency", TRTLLM_FP8_BLOCK_OVER_CUBLAS)}
-# FlashInfer's NVFP4 kernel writes its BF16 output at 0.782 of the rate cuBLAS's BF16 GEMMs do
+# FlashInfer's NVFP4 kernel writes its BF16 output at 0.783 of the rate cuBLAS's BF16 GEMMs do
 # (the presets' store_efficiency): the median over each Blackwell table's short-k GEMMs of 64 MB
 # and more of output, its input quantization taken out, 0.78-0.79 on B200, B300, GB200 and
-# GB300 alike (scripts/fit_gemm.py). vLLM's FP8 GEMM, CUTLASS's, read the same way: 0.510 on
-# Blackwell (SM100's kernel; 0.49-0.53 on the four), 0.898 on Hopper (SM90's; H100 0.99, H200
-# 0.81). (engine, the table's GEMM dtype, CUTLASS's architecture) -> that factor.
-VLLM_NVFP4_STORE_OVER_CUBLAS = 0.782
-VLLM_FP8_STORE_OVER_CUBLAS = {"sm90": 0.898, "sm100": 0.510}
+# GB300 alike (scripts/fit_gemm.py). vLLM's FP8 GEMM, CUTLASS's, read the same way: 0.515 on
+# Blackwell (SM100's kernel; 0.50-0.53 on the four), 0.907 on Hopper (SM90's; H100 0.99, H200
+# 0.82). (engine, the table's GEMM dtype, CUTLASS's architecture) -> that factor.
+VLLM_NVFP4_STORE_OVER_CUBLAS = 0.783
+VLLM_FP8_STORE_OVER_CUBLAS = {"sm90": 0.907, "sm100": 0.515}
 LIBRARY_STORE = {("vllm", "nvfp4", "sm100"): VLLM_NVFP4_STORE_OVER_CUBLAS,
                  **{("vllm", "fp8", arch): factor for arch, factor in VLLM_FP8_STORE_OVER_CUBLAS.items()}}
 # TensorRT-LLM's block-scaled FP8 GEMM on Hopper is DeepGEMM's kernel, whose math warpgroups

@@ -9,16 +9,17 @@ from .common import KernelTime, launch_s, mixed_bandwidth_bps
 # the row 2,048 elements a pass (as 256 threads taking one 16-byte vector of 8 BF16 elements
 # each would). Its FP8 GEMM tables (../shared/validation/kernels) at n <= 128 and m >= 1,024,
 # the GEMM and the launch taken out, climb in steps at k = 2,560, 5,120, 7,168, ... (one per
-# 2,048) and stay flat between: 0.48-0.52 us of one SM per pass and row, on 0.20-0.40 us per
-# row, on every GPU from H100 to GB300 (scripts/fit_gemm.py prints both per GPU; one value
-# each). A cost per element instead (0.94 us a row and 0.17 ns an element, read at k <= 512 and
-# at k >= 8,192) had put rows of 1,024-2,048 elements 0.35-0.48 us of one SM too slow.
+# 2,048) and stay flat between: 0.46-0.50 us of one SM per pass and row, on 0.18-0.39 us per
+# row, over the rows the busiest SM is dealt, on every GPU from H100 to GB300
+# (scripts/fit_gemm.py prints both per GPU; one value each). A cost per element instead (0.94 us
+# a row and 0.17 ns an element, read at k <= 512 and at k >= 8,192) had put rows of 1,024-2,048
+# elements 0.35-0.48 us of one SM too slow.
 ROW_BLOCK_SM_S = 0.32e-6
 ROW_PASS_SM_S = 0.50e-6
 ROW_PASS_ELEMENTS = 2048
 # vLLM's NVFP4 quantization (one pass, each 16-element block's scale computed in it) runs its
 # rows through the SMs too, some ten times cheaper a row: its Blackwell GEMM tables at n <= 64
-# and m >= 4,096, after the GEMM and the launch, leave 95-106 ns of one SM per row at k of 64
+# and m >= 4,096, after the GEMM and the launch, leave 95-104 ns of one SM per row at k of 64
 # to 256 (B200, GB200, B300, GB300 alike; one value) and, beyond, 0.041-0.046 ns per element,
 # about what the bytes take at the HBM rate, so the two add (scripts/fit_gemm.py prints both).
 NVFP4_ROW_SM_S = 0.10e-6
@@ -73,8 +74,9 @@ def row_cast(hw: HardwareSpec, rows: int, columns: int, dtype: str = "fp8") -> K
     kernel that takes the tensor a row at a time (vLLM's static per-tensor FP8 quantization, a
     thread block per row; its NVFP4 one, block scales computed in passing): the slower of the
     bytes over HBM and the rows through the SMs, each their time per row and per pass over
-    the row's elements (ROW_CAST)."""
+    the row's elements (ROW_CAST), the SM dealt the most rows setting it: a few rows take one
+    row's whole time, however many SMs idle."""
     per_row_s, per_pass_s, pass_elements, recipe = ROW_CAST[dtype]
     bytes_moved = rows * columns * (hw.act_bytes + quantized_bytes(dtype, recipe))
-    blocks_s = rows * (per_row_s + ceil(columns / pass_elements) * per_pass_s) / hw.gpu.sm_count
+    blocks_s = ceil(rows / hw.gpu.sm_count) * (per_row_s + ceil(columns / pass_elements) * per_pass_s)
     return KernelTime(max(bytes_moved / mixed_bandwidth_bps(hw), blocks_s) + launch_s(hw), 0.0, bytes_moved)
