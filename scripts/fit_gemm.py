@@ -37,7 +37,8 @@ from scipy.optimize import minimize_scalar
 
 from core.model import ops
 from core.model.loader import load_hardware, with_dtype
-from core.model.ops.pointwise import NVFP4_ELEMENT_SM_S, NVFP4_ROW_SM_S, ROW_BLOCK_SM_S, ROW_PASS_ELEMENTS, ROW_PASS_SM_S
+from core.model.ops.pointwise import (NVFP4_ELEMENT_SM_S, NVFP4_ROW_SM_S, ROW_BLOCK_SM_S, ROW_PASS_ELEMENTS,
+                                      ROW_PASS_SM_S)
 from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, INPUT_QUANT, KERNELS_DIR, PRESET_BY_GPU, \
     TRTLLM_FP8_BLOCK_OVER_CUBLAS, VLLM_FP8_STORE_OVER_CUBLAS, VLLM_NVFP4_STORE_OVER_CUBLAS, Skip, _gemm, _read, \
     cutlass_arch, error_summary, flop_bucket, kernels_alone, library_gemm_s
@@ -180,7 +181,8 @@ def main() -> None:
         if "fp8" in dict(hw.gpu.peak_flops):
             by_engine[gpu] = fp8_shares(hw, gpu)
         if (cast := row_pass_sm_s(hw, gpu)) is not None:
-            print(f"{gpu}: vLLM's FP8 cast takes {cast[0] * 1e6:.3f} us of one SM per row and {cast[1] * 1e6:.3f} us per"
+            print(f"{gpu}: vLLM's FP8 cast takes {cast[0] * 1e6:.3f} us of one SM per row and"
+                  f" {cast[1] * 1e6:.3f} us per"
                   f" pass of {ROW_PASS_ELEMENTS} elements (ROW_BLOCK_SM_S: {ROW_BLOCK_SM_S * 1e6:.3f}, ROW_PASS_SM_S:"
                   f" {ROW_PASS_SM_S * 1e6:.3f} us)")
         if (cast := nvfp4_cast_sm_s(hw, gpu)) is not None:

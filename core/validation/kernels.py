@@ -128,10 +128,10 @@ LIBRARY_SHARE = {("vllm", "fp8"): ("fp8_efficiency", 1.0 / CUBLAS_OVER_CUTLASS_F
                  ("trtllm", "fp8_block"): ("fp8_block_efficiency", TRTLLM_FP8_BLOCK_OVER_CUBLAS)}
 # FlashInfer's NVFP4 kernel writes its BF16 output at 0.783 of the rate cuBLAS's BF16 GEMMs do
 # (the presets' store_efficiency): the median over each Blackwell table's short-k GEMMs of 64 MB
-# and more of output, its input quantization taken out, 0.78-0.79 on B200, B300, GB200 and
+# and more of output, its input quantization taken out, 0.78-0.80 on B200, B300, GB200 and
 # GB300 alike (scripts/fit_gemm.py). vLLM's FP8 GEMM, CUTLASS's, read the same way: 0.515 on
-# Blackwell (SM100's kernel; 0.50-0.53 on the four), 0.907 on Hopper (SM90's; H100 0.99, H200
-# 0.82). (engine, the table's GEMM dtype, CUTLASS's architecture) -> that factor.
+# Blackwell (SM100's kernel; 0.49-0.53 on the four), 0.907 on Hopper (SM90's; H100 1.00, H200
+# 0.81). (engine, the table's GEMM dtype, CUTLASS's architecture) -> that factor.
 VLLM_NVFP4_STORE_OVER_CUBLAS = 0.783
 VLLM_FP8_STORE_OVER_CUBLAS = {"sm90": 0.907, "sm100": 0.515}
 LIBRARY_STORE = {("vllm", "nvfp4", "sm100"): VLLM_NVFP4_STORE_OVER_CUBLAS,

@@ -40,9 +40,9 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
          weight_bytes: float = 0.0) -> KernelTime:
     """C[m,n] = A[m,k] @ B[k,n], `batch` independent products, with operands in `dtype`
     (default: the hardware's compute dtype) at that dtype's peak. A block-scaled dtype's
-    operands carry their scales (quantized_bytes: NVFP4 reads 0.5625 bytes an element, not 0.5).
-    FP8 GEMMs write their output in BF16, as Transformer Engine's do. With `weights`, B is a weight matrix, swept
-    from HBM as one long read stream (stream_efficiency); activations in and out move at the
+    operands carry their scales (quantized_bytes: NVFP4 reads 0.5625 bytes an element, not
+    0.5). FP8 GEMMs write their output in BF16, as Transformer Engine's do. With `weights`, B
+    is a weight matrix, swept from HBM as one long read stream (stream_efficiency); activations in and out move at the
     elementwise kernels' rate (memory_efficiency); writing the output is a bound of its own
     (store_efficiency), which short-k GEMMs of many tiles reach. The library picks the best of
     GEMM_TILES (and tiles sized to m where it sizes them to the batch, gpu.token_tile_step) and

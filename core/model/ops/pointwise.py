@@ -12,7 +12,7 @@ from .common import KernelTime, launch_s, mixed_bandwidth_bps
 # 2,048) and stay flat between: 0.46-0.50 us of one SM per pass and row, on 0.18-0.39 us per
 # row, over the rows the busiest SM is dealt, on every GPU from H100 to GB300
 # (scripts/fit_gemm.py prints both per GPU; one value each). A cost per element instead (0.94 us
-# a row and 0.17 ns an element, read at k <= 512 and at k >= 8,192) had put rows of 1,024-2,048
+# a row and 0.17 ns an element, read at k <= 512 and at m x k >= 16 M) had put rows of 1,024-2,048
 # elements 0.35-0.48 us of one SM too slow.
 ROW_BLOCK_SM_S = 0.32e-6
 ROW_PASS_SM_S = 0.50e-6
