@@ -24,7 +24,7 @@ fitted, off the GPU's BF16 rows of k <= STORE_K whose output is at least STORE_O
 median rate at which they write it, over the HBM peak (our own runs of the H100 and H200 grids
 show cuBLAS's kernels for those rows tiling the output in four waves and more); vLLM's FP8 and
 NVFP4 kernels' rates over it are read off their tables' rows alike (core.validation.kernels's
-VLLM_*_STORE_OVER_CUBLAS, FP8 per CUTLASS architecture).
+LIBRARY_STORE, per CUTLASS architecture).
 
     .venv/bin/python scripts/fit_gemm.py [--gpus h100_sxm ...]
 """
@@ -39,9 +39,9 @@ from core.model import ops
 from core.model.loader import load_hardware, with_dtype
 from core.model.ops.pointwise import (NVFP4_ELEMENT_SM_S, NVFP4_ROW_SM_S, ROW_BLOCK_SM_S, ROW_PASS_ELEMENTS,
                                       ROW_PASS_SM_S)
-from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, INPUT_QUANT, KERNELS_DIR, PRESET_BY_GPU, \
-    TRTLLM_FP8_BLOCK_OVER_CUBLAS, VLLM_FP8_STORE_OVER_CUBLAS, VLLM_NVFP4_STORE_OVER_CUBLAS, Skip, _gemm, _read, \
-    cutlass_arch, error_summary, flop_bucket, kernels_alone, library_gemm_s
+from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, INPUT_QUANT, KERNELS_DIR, LIBRARY_STORE, PRESET_BY_GPU, \
+    TRTLLM_FP8_BLOCK_OVER_CUBLAS, Skip, _gemm, _read, cutlass_arch, error_summary, flop_bucket, kernels_alone, \
+    library_gemm_s
 
 STRIDE = 2
 FIT_FLOPS = 100e9
@@ -168,7 +168,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", nargs="*", default=[g for g in PRESET_BY_GPU if (KERNELS_DIR / g).is_dir()])
     args = ap.parse_args()
-    fitted, by_engine, nvfp4_store, fp8_store = {}, {}, {}, {}
+    fitted, by_engine, stores = {}, {}, {}
     for gpu in args.gpus:
         preset = PRESET_BY_GPU[gpu]
         hw = kernels_alone(with_dtype(load_hardware(preset), "bf16", preset, "dtype"))
@@ -181,20 +181,18 @@ def main() -> None:
         if "fp8" in dict(hw.gpu.peak_flops):
             by_engine[gpu] = fp8_shares(hw, gpu)
         if (cast := row_pass_sm_s(hw, gpu)) is not None:
-            print(f"{gpu}: vLLM's FP8 cast takes {cast[0] * 1e6:.3f} us of one SM per row and"
-                  f" {cast[1] * 1e6:.3f} us per"
-                  f" pass of {ROW_PASS_ELEMENTS} elements (ROW_BLOCK_SM_S: {ROW_BLOCK_SM_S * 1e6:.3f}, ROW_PASS_SM_S:"
-                  f" {ROW_PASS_SM_S * 1e6:.3f} us)")
+            print(f"{gpu}: vLLM's FP8 cast takes {cast[0] * 1e6:.3f} us of one SM per row and {cast[1] * 1e6:.3f} us"
+                  f" per pass of {ROW_PASS_ELEMENTS} elements (ROW_BLOCK_SM_S: {ROW_BLOCK_SM_S * 1e6:.3f},"
+                  f" ROW_PASS_SM_S: {ROW_PASS_SM_S * 1e6:.3f} us)")
         if (cast := nvfp4_cast_sm_s(hw, gpu)) is not None:
             print(f"{gpu}: vLLM's NVFP4 cast takes {cast[0] * 1e9:.1f} ns of one SM per row and {cast[1] * 1e9:.4f} ns"
                   f" per element (NVFP4_ROW_SM_S: {NVFP4_ROW_SM_S * 1e9:.1f}, NVFP4_ELEMENT_SM_S:"
                   f" {NVFP4_ELEMENT_SM_S * 1e9:.4f} ns)")
-        if bf16_store_bps and "nvfp4" in dict(hw.gpu.peak_flops) and (rate := store_rate_bps(hw, gpu, "nvfp4", "vllm")):
-            nvfp4_store[gpu] = rate / bf16_store_bps
-            print(f"{gpu}: vLLM's NVFP4 GEMMs write their output at {nvfp4_store[gpu]:.3f} of the BF16 GEMMs' rate")
-        if bf16_store_bps and (rate := store_rate_bps(hw, gpu, "fp8", "vllm")):
-            fp8_store.setdefault(cutlass_arch(hw), {})[gpu] = rate / bf16_store_bps
-            print(f"{gpu}: vLLM's FP8 GEMMs write their output at {rate / bf16_store_bps:.3f} of the BF16 GEMMs' rate")
+        for dtype in ("fp8", "nvfp4"):  # vLLM's kernels' epilogues over cuBLAS's BF16 one (LIBRARY_STORE)
+            if bf16_store_bps and dtype in dict(hw.gpu.peak_flops) and (rate := store_rate_bps(hw, gpu, dtype, "vllm")):
+                stores.setdefault((dtype, cutlass_arch(hw)), []).append(rate / bf16_store_bps)
+                print(f"{gpu}: vLLM's {dtype} GEMMs write their output at {rate / bf16_store_bps:.3f} of the BF16"
+                      " GEMMs' rate")
         if "nvfp4" in dict(hw.gpu.peak_flops) and (table := rows(gpu, "nvfp4", STRIDE)):
             hw = with_share(hw, "nvfp4", fit(hw, table, "nvfp4"))
         fitted[gpu] = hw
@@ -222,12 +220,9 @@ def main() -> None:
               + f"  (FP8 share per engine table: {', '.join(f'{e} {v:.3f}' for e, v in shares.items()) or 'none'})")
         for dtype in SHARE:
             report("in-sample", hw, rows(gpu, dtype, 1), dtype)
-    for arch, by_gpu in fp8_store.items():
-        print(f"vLLM's FP8 output over cuBLAS's BF16 on {arch} (mean over GPUs): {np.mean(list(by_gpu.values())):.3f}"
-              f" (core.validation.kernels.VLLM_FP8_STORE_OVER_CUBLAS: {VLLM_FP8_STORE_OVER_CUBLAS[arch]})")
-    if nvfp4_store:
-        print(f"vLLM's NVFP4 output over cuBLAS's BF16 (mean over GPUs): {np.mean(list(nvfp4_store.values())):.3f}"
-              f" (core.validation.kernels.VLLM_NVFP4_STORE_OVER_CUBLAS: {VLLM_NVFP4_STORE_OVER_CUBLAS})")
+    for (dtype, arch), ratios in stores.items():
+        print(f"vLLM's {dtype} output over cuBLAS's BF16 on {arch} (mean over GPUs): {np.mean(ratios):.3f}"
+              f" (core.validation.kernels.LIBRARY_STORE: {LIBRARY_STORE['vllm', dtype, arch]})")
     print(f"cuBLAS FP8 over vLLM's CUTLASS FP8 (GPUs with both tables): {cublas_over_cutlass:.3f}"
           f" (core.validation.kernels.CUBLAS_OVER_CUTLASS_FP8: {CUBLAS_OVER_CUTLASS_FP8})")
     for gpu, own in fitted.items():

@@ -42,9 +42,9 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     (default: the hardware's compute dtype) at that dtype's peak. A block-scaled dtype's
     operands carry their scales (quantized_bytes: NVFP4 reads 0.5625 bytes an element, not
     0.5). FP8 GEMMs write their output in BF16, as Transformer Engine's do. With `weights`, B
-    is a weight matrix, swept from HBM as one long read stream (stream_efficiency); activations in and out move at the
-    elementwise kernels' rate (memory_efficiency); writing the output is a bound of its own
-    (store_efficiency), which short-k GEMMs of many tiles reach. The library picks the best of
+    is a weight matrix, swept from HBM as one long read stream (stream_efficiency); activations
+    in and out move at the elementwise kernels' rate (memory_efficiency); writing the output is
+    a bound of its own (store_efficiency), which short-k GEMMs of many tiles reach. The library picks the best of
     GEMM_TILES (and tiles sized to m where it sizes them to the batch, gpu.token_tile_step) and
     SPLIT_K; given `tiles`, a library that dispatches fixed (tile_m, tile_n, tile_k) choices by
     shape and never splits k takes the best of those; a fourth entry is the thread-block
