@@ -15,9 +15,13 @@ fits on them alone (core/validation/serving.py, key WORKFLOW). Left-one-engine-o
 left-out engine's. Then, with its engine's grid point, each version family with enough rows
 gets its own request overhead (core/serving/engines.FAMILY_REQUEST_OVERHEAD_S), reported beside
 the engine's own for it (left-one-family-out: the request overhead the engine's other families
-fit)."""
+fit). `--sequence` then scans each engine's host time per sequence sampled in an iteration
+(EngineSpec.sequence_overhead_s: the scheduler's and sampler's work for each running request,
+Python in vLLM and SGLang) with every other figure as the code has it, the same score on the same
+rows, left-one-engine-out beside (the value the other engines' rows fit)."""
 import argparse
 import sys
+from dataclasses import replace
 from itertools import product
 from pathlib import Path
 
@@ -30,6 +34,7 @@ REQUEST_GRID_S = tuple(i * 0.005 for i in range(41))
 SPREAD_GRID = (0.02, 0.05, 0.1, 0.2)
 RAMP_GRID = (0.0, 1.0)
 SLOTS_GRID = (1.5, 3.0, 10.0)
+SEQUENCE_GRID_S = tuple(i * 5e-6 for i in range(9))  # 0 to 40 us per sampled sequence
 FAMILY_ROWS = 20  # fewest fitted rows a version family needs for a request overhead of its own
 
 
@@ -81,11 +86,15 @@ def main() -> int:
     parser.add_argument("--all-models", action="store_true", help="fit on DeepSeek-V3's rows too")
     parser.add_argument("--workflow", action="store_true",
                         help="fit only the workflow harness's client (the db-dump rows), engine overheads as they are")
+    parser.add_argument("--sequence", action="store_true",
+                        help="scan only each engine's host time per sampled sequence, the other figures as they are")
     args = parser.parse_args()
     if args.workflow:
         return _fit_workflow()
     rows = [r for r in serving.rows() if not serving.skip_reason(r)
             and (args.all_models or "DeepSeek" not in r["model_path"])][::args.every]
+    if args.sequence:
+        return _fit_sequence(rows)
     engines = sorted({r["backend"] for r in rows})
     runs = _runs(rows)
     fits = {e: _best(runs, lambda r, e=e: r["backend"] == e) for e in engines}
@@ -133,6 +142,28 @@ def _fit_workflow() -> int:
         _, key, req = best(lambda r, e=engine: r["backend"] != e)
         _report(f"{engine} in-sample", shifted(chosen, chosen_req, engine))
         _report(f"{engine} left out ({key[0]}, {key[1]}, {req:.3f} s)", shifted(key, req, engine))
+    return 0
+
+
+def _fit_sequence(rows) -> int:
+    """Each engine's sequence_overhead_s on its rows, every other figure (overheads, clients,
+    families' request overheads) as the code has them; left out: the value the other engines'
+    rows fit, on this engine's rows."""
+    runs = {}
+    for sequence_s in SEQUENCE_GRID_S:
+        engines = {name: replace(spec, sequence_overhead_s=sequence_s) for name, spec in serving.ENGINES.items()}
+        runs[sequence_s] = serving.cases(engines, rows)[0]
+        print(f"  simulated {sequence_s * 1e6:.0f} us per sampled sequence", flush=True)
+
+    def best(keep):
+        return min(SEQUENCE_GRID_S, key=lambda s: _score([c for c in runs[s] if keep(c[0])], 0.0))
+
+    for engine in sorted({r["backend"] for r in rows}):
+        mine = lambda r, e=engine: r["backend"] == e  # noqa: E731
+        own, rest = best(mine), best(lambda r, e=engine: r["backend"] != e)
+        print(f"{engine}: sequence_overhead_s {own * 1e6:.0f} us (other engines' {rest * 1e6:.0f} us)")
+        for label, sequence_s in (("none", 0.0), ("own", own), ("left out", rest)):
+            _report(f"{engine} {label}", [c for c in runs[sequence_s] if mine(c[0])])
     return 0
 
 

@@ -27,7 +27,7 @@ HW = load_hardware("h200-sxm-141gb")
 
 
 def _engine(name="vllm"):
-    return replace(engine_spec(name), iteration_overhead_s=0.0, request_overhead_s=0.0)
+    return replace(engine_spec(name), iteration_overhead_s=0.0, request_overhead_s=0.0, sequence_overhead_s=0.0)
 
 
 def test_bucket_keeps_small_counts_and_rounds_large_ones_up_within_a_32nd():
@@ -49,6 +49,14 @@ def test_one_request_at_a_time_is_one_prefill_then_one_decode_step_per_further_t
 def test_cuda_graph_iterations_pay_no_kernel_launches():
     it = IterationModel(MODEL, HW, 1, 1, 2)
     assert it.time_s(0, 0, 1, 1000, True) < it.time_s(0, 0, 1, 1000, False)
+
+
+def test_an_iteration_pays_host_time_for_each_sequence_it_samples():
+    plain = IterationModel(MODEL, HW, 1, 1, 2)
+    host = IterationModel(MODEL, HW, 1, 1, 2, sequence_overhead_s=20e-6)
+    assert host.time_s(0, 0, 8, 1000, True) - plain.time_s(0, 0, 8, 1000, True) == pytest.approx(8 * 20e-6)
+    # a prefill chunk alone samples one sequence: its prompt's first token
+    assert host.time_s(512, 0, 0, 0, False) - plain.time_s(512, 0, 0, 0, False) == pytest.approx(20e-6)
 
 
 def test_a_cache_for_one_request_serves_a_closed_loop_of_two_one_at_a_time():

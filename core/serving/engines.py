@@ -28,8 +28,9 @@ class EngineSpec:
     cuda_graph_max_batch: int  # decode-only iterations up to this batch replay as a CUDA graph
     iteration_overhead_s: float  # host time per iteration (scheduling, sampling, bookkeeping)
     request_overhead_s: float  # per request before its first token leaves (API server, tokenizer)
-    # host time per iteration that grows with the work the host does: per running sequence
-    # (scheduling, block tables, sampling, detokenizing: Python per sequence in vLLM 0.5) and per
+    # host time per iteration that grows with the work the host does: per sequence sampled in it
+    # (scheduling, block tables, sampling, detokenizing and streaming each request's token: Python
+    # per sequence in vLLM and SGLang, none measurable in TensorRT-LLM's C++ runtime) and per
     # tensor-parallel rank beyond the first (the step's inputs sent to each worker process)
     sequence_overhead_s: float = 0.0
     rank_overhead_s: float = 0.0
@@ -80,7 +81,9 @@ class EngineSpec:
 # on a GPU of 80 to 160 GB in an engine of fewer than 4 tensor-parallel ranks.
 # Overheads: fitted by scripts/fit_serving.py --every 2 on ../shared/validation/serving (dense rows,
 # with each engine's client ramp and length spread, core/validation/serving); rerun it when kernel
-# times move.
+# times move. sequence_overhead_s: scanned after them by its --sequence, the rest held (dense rows,
+# every second: vLLM 25 us, SGLang 15 us, TensorRT-LLM 0; TPOT mean |err| 7.3 -> 6.4, 11.3 -> 8.6
+# and 9.7 %; left-one-engine-out 7.0, 10.1 and 10.2 %; no engine's TTFT moves by 0.1 point).
 ENGINES = {
     # TensorRT-LLM's PyTorch flow captures decode CUDA graphs up to 128 requests unless told
     # otherwise (its LLM API's CudaGraphConfig: max_batch_size 0 takes 128)
@@ -91,14 +94,14 @@ ENGINES = {
     "vllm": EngineSpec("vllm", mixed_batches=True, chunked_prefill=True, kv_policy="on_demand",
                        kv_block_tokens=16, kv_memory_fraction=0.9, max_num_tokens=8192, max_batch=1024,
                        cuda_graph_max_batch=512, iteration_overhead_s=0.0020, request_overhead_s=0.040,
-                       kv_budget="utilization", grouped_moe=True, attention_kernels="vllm",
-                       allreduce_kernels="vllm"),
+                       sequence_overhead_s=25e-6, kv_budget="utilization", grouped_moe=True,
+                       attention_kernels="vllm", allreduce_kernels="vllm"),
     # SGLang runs at most max_total_num_tokens // 2 requests and its request pool's size, 2,048 to
     # 4,096 (the scheduler's max_running_requests): 2,048, the pool's floor
     "sglang": EngineSpec("sglang", mixed_batches=False, chunked_prefill=True, kv_policy="on_demand",
                          kv_block_tokens=1, kv_memory_fraction=0.88, max_num_tokens=8192, max_batch=2048,
                          cuda_graph_max_batch=256, iteration_overhead_s=0.0005, request_overhead_s=0.130,
-                         attention_kernels="vllm", allreduce_kernels="vllm"),
+                         sequence_overhead_s=15e-6, attention_kernels="vllm", allreduce_kernels="vllm"),
 }
 # Request overheads of engine version families (a version's major.minor; "" for the measured rows
 # that record none, one benchmark campaign's) where they differ from the engine's own: fitted by

@@ -61,6 +61,7 @@ class IterationModel:
     grouped_moe: bool = False  # the experts run the fused-MoE kernels the MoE tables time (core/serving/moe.py)
     attention_kernels: str = ""  # the engine whose attention kernels time attention (EngineSpec.attention_kernels)
     allreduce_kernels: str = ""  # the engine whose own all-reduce runs its all-reduces (EngineSpec.allreduce_kernels)
+    sequence_overhead_s: float = 0.0  # host time per sequence sampled in an iteration (EngineSpec.sequence_overhead_s)
     memo: IterationMemo = field(default_factory=IterationMemo)
 
     def __post_init__(self):
@@ -105,7 +106,7 @@ class IterationModel:
             seconds += (self.pp - 1) * sum(hop.values())
         if graph:
             seconds -= host_s + graph_host_s(hw, gemms=1, elementwise=2)  # the head: norm, GEMM, sampling
-        return seconds + self.iteration_overhead_s
+        return seconds + self.iteration_overhead_s + self.sequence_overhead_s * rows
 
     def _layer_s(self, spec, tokens, prefill_tokens, prefill_past, decodes, decode_context) -> tuple:
         """(seconds, what of them a CUDA graph's replay saves: graph_host_s) of one layer of a

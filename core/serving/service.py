@@ -87,16 +87,18 @@ _MEMOS = {}
 
 
 def iteration_model(model, hw, pool: Pool, kv_bytes: float, overhead_s: float, grouped_moe: bool = False,
-                    attention_kernels: str = "", allreduce_kernels: str = "") -> IterationModel:
+                    attention_kernels: str = "", allreduce_kernels: str = "",
+                    sequence_overhead_s: float = 0.0) -> IterationModel:
     """One engine's iteration model, its memo kept across configurations that share it."""
     key = (model, hw, pool.tp, pool.pp, kv_bytes, pool.attention_dp, overhead_s, pool.ep, grouped_moe,
-           attention_kernels, allreduce_kernels)
+           attention_kernels, allreduce_kernels, sequence_overhead_s)
     it = _MEMOS.get(key)
     if it is None:
         if len(_MEMOS) > 256:
             _MEMOS.clear()
         it = _MEMOS[key] = IterationModel(model, hw, pool.tp, pool.pp, kv_bytes, pool.attention_dp, overhead_s,
-                                          pool.ep, grouped_moe, attention_kernels, allreduce_kernels)
+                                          pool.ep, grouped_moe, attention_kernels, allreduce_kernels,
+                                          sequence_overhead_s)
     return it
 
 
@@ -106,7 +108,7 @@ def _engine_run(model, hw, pool: Pool, engine: EngineSpec, load: Load, kv_bytes:
         engine = with_knobs(engine, max_batch=pool.batch)
     engine = on_gpu(engine, hw.gpu, pool.tp)
     it = iteration_model(model, hw, pool, kv_bytes, engine.iteration_overhead_s, engine.grouped_moe,
-                         engine.attention_kernels, engine.allreduce_kernels)
+                         engine.attention_kernels, engine.allreduce_kernels, engine.sequence_overhead_s)
     capacity = kv_tokens(model, hw, pool, engine, kv_bytes)
     per_request = -(-(load.isl + load.osl) // engine.kv_block_tokens) * engine.kv_block_tokens
     if capacity < per_request:
