@@ -59,6 +59,15 @@ def test_an_iteration_pays_host_time_for_each_sequence_it_samples():
     assert host.time_s(512, 0, 0, 0, False) - plain.time_s(512, 0, 0, 0, False) == pytest.approx(20e-6)
 
 
+def test_a_served_request_alone_pays_the_engines_time_per_sequence_on_each_token():
+    # one request at a time: its prefill samples one sequence, as does each decode step
+    load = Load(100, 3, concurrency=1, requests=2)
+    plain = serve(MODEL, HW, _engine(), load, Pool())
+    host = serve(MODEL, HW, replace(_engine(), sequence_overhead_s=1e-3), load, Pool())
+    assert host["tpot_s"] - plain["tpot_s"] == pytest.approx(1e-3)
+    assert host["ttft_s"] - plain["ttft_s"] == pytest.approx(1e-3)
+
+
 def test_a_cache_for_one_request_serves_a_closed_loop_of_two_one_at_a_time():
     it = IterationModel(MODEL, HW, 1, 1, 2)
     engine = replace(_engine("trtllm"), kv_block_tokens=1)
