@@ -36,11 +36,11 @@ def test_every_dtype_fits_and_runs_below_its_gemm_rate(preset, model):
         steps.append(record["step_time_s"])
     bf16, fp8, mxfp8, nvfp4 = steps
     assert nvfp4 < fp8 < bf16 and nvfp4 < mxfp8 < bf16
-    assert mxfp8 == pytest.approx(fp8, rel=0.02)  # the same FP8 peak; only the scales differ
+    assert mxfp8 == pytest.approx(fp8, rel=0.005)  # the same FP8 peak; only the scales differ
 
 
 def test_rapid_run_prints_a_blackwell_nvfp4_step(capsys):
     assert main(["run", "--model", "llama3.1-70b", "--hardware", "gb200-nvl72", "--dtype", "nvfp4",
-                     "--gpus", "64", "--tp", "4", "--pp", "2", "--global-batch", "256", "--seq", "8192",
-                     "--micro-batch", "1", "--json"]) == 0
+                 "--gpus", "64", "--tp", "4", "--pp", "2", "--global-batch", "256", "--seq", "8192",
+                 "--micro-batch", "1", "--json"]) == 0
     assert '"feasible": true' in capsys.readouterr().out

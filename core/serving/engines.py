@@ -29,9 +29,10 @@ class EngineSpec:
     iteration_overhead_s: float  # host time per iteration (scheduling, sampling, bookkeeping)
     request_overhead_s: float  # per request before its first token leaves (API server, tokenizer)
     # host time per iteration that grows with the work the host does: per sequence sampled in it
-    # (scheduling, block tables, sampling, detokenizing and streaming each request's token: Python
+    # (scheduling, block tables, sampling and sending on each request's token: Python
     # per sequence in vLLM and SGLang, none measurable in TensorRT-LLM's C++ runtime) and per
-    # tensor-parallel rank beyond the first (the step's inputs sent to each worker process)
+    # tensor-parallel rank beyond the first (the step's inputs sent to each worker process; read by
+    # host_s, the energy suite's legacy engines, not yet by the serving simulator's iterations)
     sequence_overhead_s: float = 0.0
     rank_overhead_s: float = 0.0
     # what kv_memory_fraction is a share of: "free", the memory the weights and the runtime
