@@ -3,10 +3,12 @@ suite's group records, issue 24's over the serving suite's overall row."""
 from core.validation.kernel_targets import TARGET_GPUS, target_summary
 
 
-def group(gpu, kernel, bucket, median, p90, suite="kernels"):
+def group(gpu, kernel, bucket, median, p90, suite="kernels", median_abs=None):
+    """A group record; its median |error| is its signed median's size unless given."""
     return {"suite": suite, "gpu": gpu, "framework": "trtllm 1.0", "kernel": kernel, "dtype": "bf16",
-            "bucket": bucket, "n": 10, "median_error_pct": median, "mean_abs_error_pct": abs(median),
-            "p90_abs_error_pct": p90}
+            "bucket": bucket, "n": 10, "median_error_pct": median,
+            "median_abs_error_pct": abs(median) if median_abs is None else median_abs,
+            "mean_abs_error_pct": abs(median), "p90_abs_error_pct": p90}
 
 
 def by_name(records):
@@ -23,6 +25,14 @@ def test_large_gemms_need_both_the_median_and_the_p90():
     assert (large["on_target"], large["groups"]) == (1, 3)
     assert [r["gpu"] for r in large["missed"]] == ["h200_sxm", "b200_sxm"]
     assert (small["on_target"], small["groups"], small["missed"]) == (1, 1, [])
+
+
+def test_the_median_bound_is_on_the_rows_absolute_errors_not_the_signed_median():
+    """Rows straddling zero: a signed median of +1 % with a median |error| of 9 % misses the
+    7 % bound, and is counted on target only under the looser reading."""
+    straddling = group("h100_sxm", "gemm", "1-100 GFLOP", 1.0, 15.0, median_abs=9.0)
+    large = by_name([straddling])["GEMMs >= 1 GFLOP"]
+    assert (large["on_target"], large["on_target_signed_median"], large["groups"]) == (0, 1, 1)
 
 
 def test_only_the_named_gpus_and_the_kernel_suite_count():
@@ -43,16 +53,16 @@ def test_collectives_count_from_one_mebibyte():
                group("b200_sxm", "moe.experts", ">=100 GFLOP", -60.0, 80.0)]
     nccl = by_name(records)["NCCL collectives >= 1 MiB"]
     assert (nccl["on_target"], nccl["groups"]) == (1, 2)
-    assert nccl["bound"] == "|median| <= 10 %"
+    assert nccl["bound"] == "median |error| <= 10 %"
     assert sum(t["groups"] for t in target_summary(records)) == 2  # MoE has no target
 
 
 def test_rapid_validate_prints_the_targets(capsys):
     from sweep.cli.validate import _print_targets
-    _print_targets(target_summary([group("h100_sxm", "gemm", "1-100 GFLOP", -8.0, 21.0)]))
+    _print_targets(target_summary([group("h100_sxm", "gemm", "1-100 GFLOP", -8.0, 21.0, median_abs=9.5)]))
     out = capsys.readouterr().out
-    assert "GEMMs >= 1 GFLOP (|median| <= 7 %, p90 |error| <= 20 %): 0 of 1 groups" in out
-    assert "missed: h100_sxm trtllm 1.0 gemm bf16 1-100 GFLOP: median -8.0 %, p90 21.0 %" in out
+    assert "GEMMs >= 1 GFLOP (median |error| <= 7 %, p90 |error| <= 20 %): 0 of 1 groups (0)" in out
+    assert "missed: h100_sxm trtllm 1.0 gemm bf16 1-100 GFLOP: median |error| 9.5 % (signed -8.0 %), p90 21.0 %" in out
 
 
 def test_rapid_validate_json_carries_the_targets(monkeypatch, capsys):

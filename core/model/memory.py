@@ -12,6 +12,7 @@ from .ops.recurrent import STATE_BYTES
 from .specs import DTYPE_BYTES, LOW_PRECISION_DTYPES, WEIGHT_FORMAT_BYTES, HardwareSpec, ModelSpec, Parallelism, quantized_bytes
 
 GiB = 2**30
+MiB = 2**20
 # Bytes per parameter of the optimizer's master weights (specs.MASTER_WEIGHTS): apex's
 # store_param_remainders keeps the 16 low bits of each FP32 weight (an int16 shard).
 MASTER_WEIGHT_BYTES = {"fp32": DTYPE_BYTES["fp32"], "bf16": DTYPE_BYTES["bf16"], "remainders": 2, "none": 0}

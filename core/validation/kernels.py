@@ -20,6 +20,7 @@ from core.model.collectives import collective_time, engine_all_reduce_s
 from core.model.ops.mla import mla_decode, mla_prefill
 from core.model.layout import group_spans
 from core.model.loader import list_presets, load_hardware, with_dtype
+from core.model.memory import GiB, MiB
 from core.model.specs import ModelSpec, Parallelism, quantized_bytes
 from core.serving.engines import ENGINES
 from core.serving.moe import table_row_s
@@ -29,8 +30,6 @@ from .systems import PRESET_BY_GPU
 KERNELS_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "validation" / "kernels"
 SUITE = "kernels"
 MS = 1e-3  # the tables' latency is in milliseconds
-MiB = 2**20
-GiB = 2**30
 # The tables' GEMM dtypes: ours and its recipe (fp8 is per-tensor scaled; fp8_block DeepSeek's
 # 1 x 128 activation and 128 x 128 weight blocks, our block-scaled FP8 recipe).
 GEMM_DTYPES = {"bfloat16": ("bf16", ""), "fp8": ("fp8", ""), "fp8_block": ("fp8", "block-scaled"),
@@ -401,10 +400,11 @@ TABLES = (
 
 
 def error_summary(predicted_s, measured_s) -> dict:
-    """n, median signed error, mean and 90th-percentile |error|, in percent, of
+    """n, median signed error, median, mean and 90th-percentile |error|, in percent, of
     error = predicted / measured - 1."""
     error = np.asarray(predicted_s, dtype=float) / np.asarray(measured_s, dtype=float) - 1.0
     return {"n": int(error.size), "median_error_pct": 100.0 * float(np.median(error)),
+            "median_abs_error_pct": 100.0 * float(np.median(np.abs(error))),
             "mean_abs_error_pct": 100.0 * float(np.mean(np.abs(error))),
             "p90_abs_error_pct": 100.0 * float(np.percentile(np.abs(error), 90))}
 
