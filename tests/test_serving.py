@@ -296,13 +296,13 @@ def test_expert_parallelism_changes_an_attention_dp_engines_iteration():
 
 def test_each_engine_takes_its_kv_cache_from_its_own_memory_knob():
     """Llama 3.1 8B (BF16) on one H200: TensorRT-LLM caches 0.9 of what the weights and the
-    runtime leave, SGLang 0.88 of it, vLLM fills 0.9 of the whole memory with weights, runtime
-    and cache."""
+    runtime leave, vLLM fills 0.9 of the whole memory with weights, runtime and cache, SGLang
+    0.88 of it with weights and cache alone (its runtime kept outside the fraction)."""
     capacity = HW.gpu.hbm.capacity_bytes
     weights = max(stage_params(MODEL, Parallelism())) * 2
     per_token = 32 * 8 * 128 * 2 * 2  # layers x kv heads x head dim x (K, V) x bytes
     expected = {"trtllm": 0.9 * (capacity - weights - RUNTIME_RESERVE_BYTES),
-                "sglang": 0.88 * (capacity - weights - RUNTIME_RESERVE_BYTES),
+                "sglang": 0.88 * capacity - weights,
                 "vllm": 0.9 * capacity - weights - RUNTIME_RESERVE_BYTES}
     for name, cache_bytes in expected.items():
         assert kv_tokens(MODEL, HW, Pool(), _engine(name), 2.0) == int(cache_bytes / per_token)
@@ -318,6 +318,33 @@ def test_sglang_sizes_its_prefill_chunk_and_cuda_graphs_by_the_gpus_memory():
     assert (sized(b200, 1).max_num_tokens, sized(b200, 1).cuda_graph_max_batch) == (16384, 512)
     by_hand = engine_spec("sglang", max_num_tokens=4096)
     assert engines_module.on_gpu(by_hand, b200, 1).max_num_tokens == 4096
+
+
+def test_sglang_keeps_room_for_its_runtime_as_its_release_reserves_it():
+    """SGLang's default memory fraction: from 0.5.3, 512 MiB + 1.5 MiB per chunk token + 2 MiB
+    per CUDA-graph request + 1 GiB per 8 ranks (attention DP: 4.5 MiB per graph request and
+    rank past 300 requests), 10 GiB at least on GPUs beyond 60 GiB; before, 9.5 GiB + 0.5 GiB a
+    rank on an H100 (+4 GiB with attention DP)."""
+    fraction = engines_module.sglang_memory_fraction
+    h100 = load_hardware("h100-sxm5-80gb").gpu.hbm.capacity_bytes  # 81,559 MiB
+    b200 = load_hardware("b200-sxm-180gb").gpu.hbm.capacity_bytes  # 184,320 MiB
+    assert fraction(h100, 8192, 256, 1) == 0.835  # 13,440 MiB held: 68,119 / 81,559
+    assert fraction(h100, 2048, 8, 1) == 0.874  # 3,728 MiB, raised to the 10,240 floor
+    assert fraction(h100, 8192, 256, 2, version=(0, 5, 1)) == 0.868  # 10.5 GiB: 70,807 / 81,559
+    assert fraction(h100, 8192, 512, 8, attention_dp=8, version=(0, 5, 1)) == 0.78  # 17.5 GiB
+    assert fraction(b200, 16384, 512, 8, attention_dp=8) == 0.753  # 45,568 MiB: 512 + 24,576 + 1,024 + 1,024 + 18,432
+
+
+def test_sglang_sizes_its_memory_fraction_with_its_chunk_graphs_layout_and_release():
+    h100 = load_hardware("h100-sxm5-80gb").gpu
+    sized = engines_module.on_gpu(engine_spec("sglang"), h100, 1)
+    assert (sized.max_num_tokens, sized.cuda_graph_max_batch, sized.kv_memory_fraction) == (8192, 256, 0.835)
+    old = engines_module.release_spec(engine_spec("sglang"), "0.5.1.post1")
+    assert engines_module.on_gpu(old, h100, 2).kv_memory_fraction == 0.868
+    small_chunk = engines_module.with_knobs(engine_spec("sglang"), max_num_tokens=2048, cuda_graph_max_batch=8)
+    assert engines_module.on_gpu(small_chunk, h100, 1).kv_memory_fraction == 0.874
+    by_hand = engines_module.with_knobs(engine_spec("sglang"), kv_memory_fraction=0.9)
+    assert engines_module.on_gpu(by_hand, h100, 1).kv_memory_fraction == 0.9
 
 
 def test_vllm_takes_the_smaller_budget_on_an_a100():

@@ -6,6 +6,9 @@ import json
 import pytest
 
 from core.errors import SpecError
+from core.model.loader import load_hardware, load_model, with_dtype
+from core.serving.engines import engine_spec, release_spec
+from core.serving.service import Pool
 from core.validation import serving
 from core.validation.systems import preset_for_system
 
@@ -136,3 +139,14 @@ def test_rapid_validate_refuses_a_serving_csv_it_cannot_read_in_one_line(tmp_pat
         code = exit_.code
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "absent.csv" in err and "cannot be read" in err
+
+
+def test_a_layout_sglangs_default_memory_cannot_hold_ran_with_the_fraction_raised_by_hand():
+    """DeepSeek-V3 in FP8 on four B200s: SGLang's default (0.856 of 180 GiB) holds less than its
+    weights, so the campaign raised it; the suite takes the fraction leaving the 10 GiB floor.
+    Llama 3.1 8B fits under the default, which stays."""
+    hw = with_dtype(load_hardware("b200-sxm-180gb"), "fp8", "test", "dtype")
+    sglang = release_spec(engine_spec("sglang"), "0.5.9")
+    raised = serving.memory_raised(sglang, load_model("deepseek-v3"), hw, (Pool(tp=4),), "fp8", 9216)
+    assert raised.kv_memory_fraction == round((180 - 10) / 180, 3)
+    assert serving.memory_raised(sglang, load_model("llama3.1-8b"), hw, (Pool(),), "fp8", 9216) is sglang

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from core.errors import SpecError
-from core.model.memory import GiB
+from core.model.memory import GiB, MiB
 
 
 @dataclass(frozen=True)
@@ -36,11 +36,11 @@ class EngineSpec:
     sequence_overhead_s: float = 0.0
     rank_overhead_s: float = 0.0
     # what kv_memory_fraction is a share of: "free", the memory the weights and the runtime
-    # leave, all of it for the KV cache (TensorRT-LLM's free_gpu_memory_fraction; SGLang's
-    # mem_fraction_static, a share of the whole memory, is sized by SGLang from the GPU's memory
-    # to leave its runtime a few GiB, which this approximates: the measured campaigns raise it
-    # for models that fill the memory, DeepSeek-V3 on four B200s among them); "utilization",
-    # the whole memory, for the weights, the runtime and the KV cache (vLLM's gpu_memory_utilization)
+    # leave, all of it for the KV cache (TensorRT-LLM's free_gpu_memory_fraction); "utilization",
+    # the whole memory, for the weights, the runtime and the KV cache (vLLM's
+    # gpu_memory_utilization); "static", the whole memory, for the weights and the KV cache, the
+    # runtime's activations and CUDA graphs kept outside it (SGLang's mem_fraction_static, which
+    # SGLang sizes from the GPU's memory and its own settings: sglang_memory_fraction)
     kv_budget: str = "free"
     # its MoE experts run the fused-MoE kernels AIConfigurator's MoE tables time (vLLM's own:
     # Triton, FlashInfer CUTLASS and trtllm-gen as vLLM calls them), so the hardware's fitted
@@ -72,6 +72,8 @@ class EngineSpec:
     # the knobs set by hand (engine_spec, with_knobs), which the engine's own sizing for the GPU
     # (on_gpu) leaves as set
     knobs_set: frozenset = frozenset()
+    # the engine release whose defaults it takes (release(); (): the current), set by release_spec
+    release: tuple = ()
 
     def host_s(self, sequences: int, tp: int) -> float:
         """Host seconds of one decode iteration of `sequences` running sequences on `tp` ranks."""
@@ -99,10 +101,12 @@ ENGINES = {
                        attention_kernels="vllm", allreduce_kernels="vllm"),
     # SGLang runs at most max_total_num_tokens // 2 requests and its request pool's size, 2,048 to
     # 4,096 (the scheduler's max_running_requests): 2,048, the pool's floor
+    # (its kv_memory_fraction, 0.88, is SGLang's where it cannot read the GPU's memory; on_gpu sizes it)
     "sglang": EngineSpec("sglang", mixed_batches=False, chunked_prefill=True, kv_policy="on_demand",
                          kv_block_tokens=1, kv_memory_fraction=0.88, max_num_tokens=8192, max_batch=2048,
                          cuda_graph_max_batch=256, iteration_overhead_s=0.0005, request_overhead_s=0.130,
-                         sequence_overhead_s=15e-6, attention_kernels="vllm", allreduce_kernels="vllm"),
+                         sequence_overhead_s=15e-6, kv_budget="static", attention_kernels="vllm",
+                         allreduce_kernels="vllm"),
 }
 # Request overheads of engine version families (a version's major.minor; "" for the measured rows
 # that record none, one benchmark campaign's) where they differ from the engine's own: fitted by
@@ -132,8 +136,10 @@ SGLANG_FIRST_TOKEN_FIX = (0, 5, 4)
 
 
 def release_spec(spec: EngineSpec, version: str) -> EngineSpec:
-    """`spec` as the engine release `version` (major.minor.patch...; "" for the current) schedules."""
-    if spec.name == "sglang" and version and release(version) < SGLANG_FIRST_TOKEN_FIX:
+    """`spec` as the engine release `version` (major.minor.patch...; "" for the current) schedules
+    and sizes itself."""
+    spec = replace(spec, release=release(version))
+    if spec.name == "sglang" and version and spec.release < SGLANG_FIRST_TOKEN_FIX:
         return replace(spec, first_token_with_decode=True)
     return spec
 
@@ -189,26 +195,75 @@ SGLANG_MEMORY_TIERS = ((20 * GiB, 2048, 8, 8), (35 * GiB, 2048, 24, 80), (60 * G
                        (160 * GiB, 8192, 256, 512), (float("inf"), 16384, 512, 512))
 
 
-def _sglang_knobs(memory_bytes: float, gpu_name: str, tp: int) -> dict:
-    _, chunk, graph_small, graph_large = next(tier for tier in SGLANG_MEMORY_TIERS if memory_bytes < tier[0])
-    return {"max_num_tokens": chunk, "cuda_graph_max_batch": graph_small if tp < 4 else graph_large}
+# SGLang's default mem_fraction_static is what the GPU's memory leaves once SGLang reserves room for
+# its runtime (ServerArgs._handle_gpu_memory_settings). From pull request 10975 (merged 2025-09-27,
+# first released in 0.5.3) the reserve is 512 MiB, 1.5 MiB per token of the prefill chunk (2,048
+# at least), 2 MiB per request of the largest CUDA graph and 1 GiB per 8 ranks (tensor x pipeline),
+# plus 4.5 MiB per graph request and attention-DP rank where graphs pass 300 requests (3 MiB
+# below), and at least 10 GiB on a GPU of more than 60 GiB; before it, a reserve per memory tier:
+# (memory below this many bytes, GiB reserved, GiB more per rank), plus 4 GiB with attention DP.
+# Qwen3-32B on one H100 thus holds 13,440 MiB back (a fraction of 0.835; sgl-project/sglang issue
+# 29092 reads 0.828 for it) and caches some 22,000 tokens, where a share of the memory the weights
+# leave (0.88 of it, this engine's budget before) cached 60,000.
+SGLANG_BUFFER_RESERVE_RELEASE = (0, 5, 3)
+SGLANG_RESERVE_BASE_MIB = 512
+SGLANG_RESERVE_PER_CHUNK_TOKEN_MIB = 1.5
+SGLANG_RESERVE_MIN_CHUNK_TOKENS = 2048
+SGLANG_RESERVE_PER_GRAPH_REQUEST_MIB = 2
+SGLANG_RESERVE_PER_8_RANKS_MIB = 1024
+SGLANG_RESERVE_DP_PER_GRAPH_REQUEST_MIB = (3, 4.5)  # per attention-DP rank: up to / past 300 requests
+SGLANG_RESERVE_DP_LARGE_GRAPH = 300
+SGLANG_RESERVE_FLOOR = (60 * GiB, 10 * GiB)  # (on GPUs of more memory than this, at least this)
+SGLANG_TIER_RESERVES = ((35 * GiB, 2.8, 0.1), (90 * GiB, 9.5, 0.5), (160 * GiB, 12.0, 0.5), (float("inf"), 32.0, 0.0))
+SGLANG_TIER_DP_RESERVE = 4 * GiB
 
 
-def _vllm_knobs(memory_bytes: float, gpu_name: str, tp: int) -> dict:
-    large = memory_bytes >= VLLM_LARGE_GPU_BYTES and "a100" not in gpu_name.lower()
+def sglang_memory_fraction(memory_bytes: float, chunk_tokens: int, graph_requests: int, tp: int, pp: int = 1,
+                           attention_dp: int = 1, version: tuple = ()) -> float:
+    """SGLang's default mem_fraction_static for a GPU of `memory_bytes` in an engine of tp x pp
+    ranks (tp counting every attention-DP rank's), from release `version` on (() the current)."""
+    ranks = tp * pp
+    if version and version < SGLANG_BUFFER_RESERVE_RELEASE:
+        _, base_gib, per_rank_gib = next(tier for tier in SGLANG_TIER_RESERVES if memory_bytes < tier[0])
+        reserve = (base_gib + per_rank_gib * ranks) * GiB + (SGLANG_TIER_DP_RESERVE if attention_dp > 1 else 0)
+    else:
+        reserve_mib = (SGLANG_RESERVE_BASE_MIB
+                       + SGLANG_RESERVE_PER_CHUNK_TOKEN_MIB * max(chunk_tokens, SGLANG_RESERVE_MIN_CHUNK_TOKENS)
+                       + SGLANG_RESERVE_PER_GRAPH_REQUEST_MIB * graph_requests
+                       + SGLANG_RESERVE_PER_8_RANKS_MIB * ranks / 8)
+        if attention_dp > 1:
+            per_request = SGLANG_RESERVE_DP_PER_GRAPH_REQUEST_MIB[graph_requests > SGLANG_RESERVE_DP_LARGE_GRAPH]
+            reserve_mib += per_request * graph_requests * attention_dp
+        reserve = reserve_mib * MiB
+        if memory_bytes > SGLANG_RESERVE_FLOOR[0]:
+            reserve = max(reserve, SGLANG_RESERVE_FLOOR[1])
+    return round((memory_bytes - reserve) / memory_bytes, 3)
+
+
+def _sglang_knobs(spec: EngineSpec, gpu, tp: int, pp: int, attention_dp: int) -> dict:
+    memory = gpu.hbm.capacity_bytes
+    _, chunk, graph_small, graph_large = next(tier for tier in SGLANG_MEMORY_TIERS if memory < tier[0])
+    knobs = {"max_num_tokens": chunk, "cuda_graph_max_batch": graph_small if tp < 4 else graph_large}
+    chunk, graphs = (spec.__dict__[name] if name in spec.knobs_set else knobs[name] for name in knobs)
+    knobs["kv_memory_fraction"] = sglang_memory_fraction(memory, chunk, graphs, tp, pp, attention_dp, spec.release)
+    return knobs
+
+
+def _vllm_knobs(spec: EngineSpec, gpu, tp: int, pp: int, attention_dp: int) -> dict:
+    large = gpu.hbm.capacity_bytes >= VLLM_LARGE_GPU_BYTES and "a100" not in gpu.name.lower()
     return {} if large else VLLM_SMALL_GPU_KNOBS
 
 
-# engine name -> its knobs on a GPU of (memory bytes, name) in an engine of tp tensor-parallel ranks
+# engine name -> its knobs as it sizes them for (spec, gpu, tp, pp, attention_dp)
 GPU_SIZED_KNOBS = {"sglang": _sglang_knobs, "vllm": _vllm_knobs}
 
 
 @lru_cache(maxsize=4096)
-def on_gpu(spec: EngineSpec, gpu, tp: int = 1) -> EngineSpec:
-    """`spec` as its engine sizes itself on `gpu` in an engine of `tp` tensor-parallel ranks,
-    the knobs set by hand (knobs_set) kept."""
+def on_gpu(spec: EngineSpec, gpu, tp: int = 1, pp: int = 1, attention_dp: int = 1) -> EngineSpec:
+    """`spec` as its engine sizes itself on `gpu` in an engine of `tp` tensor-parallel ranks (every
+    attention-DP rank's) and `pp` stages, the knobs set by hand (knobs_set) kept."""
     rule = GPU_SIZED_KNOBS.get(spec.name)
     if rule is None:
         return spec
-    knobs = rule(gpu.hbm.capacity_bytes, gpu.name, tp)
+    knobs = rule(spec, gpu, tp, pp, attention_dp)
     return replace(spec, **{name: value for name, value in knobs.items() if name not in spec.knobs_set})

@@ -77,7 +77,8 @@ def kv_tokens(model: ModelSpec, hw: HardwareSpec, pool: Pool, engine: EngineSpec
     weights = served_weight_bytes(model, hw, par)
     capacity, share = hw.gpu.hbm.capacity_bytes, engine.kv_memory_fraction
     cache = {"free": share * (capacity - weights - RUNTIME_RESERVE_BYTES),
-             "utilization": share * capacity - weights - RUNTIME_RESERVE_BYTES}[engine.kv_budget]
+             "utilization": share * capacity - weights - RUNTIME_RESERVE_BYTES,
+             "static": share * capacity - weights}[engine.kv_budget]
     # every kind of layer's cache (MLA's latent, sliding windows before they fill), one stage's share
     per_token = kv_cache_bytes_per_token(model, kv_bytes, pool.tp // pool.attention_dp) / pool.pp
     return max(0, int(cache / per_token))
@@ -106,7 +107,7 @@ def _engine_run(model, hw, pool: Pool, engine: EngineSpec, load: Load, kv_bytes:
     """(simulation of one attention rank, its KV capacity in requests)."""
     if pool.batch:
         engine = with_knobs(engine, max_batch=pool.batch)
-    engine = on_gpu(engine, hw.gpu, pool.tp)
+    engine = on_gpu(engine, hw.gpu, pool.tp, pool.pp, pool.attention_dp)
     it = iteration_model(model, hw, pool, kv_bytes, engine.iteration_overhead_s, engine.grouped_moe,
                          engine.attention_kernels, engine.allreduce_kernels, engine.sequence_overhead_s)
     capacity = kv_tokens(model, hw, pool, engine, kv_bytes)

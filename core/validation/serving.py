@@ -10,9 +10,9 @@ from pathlib import Path
 
 from core.errors import SpecError
 from core.model.loader import list_presets, load_hardware, load_model, with_dtype
-from core.serving.engines import (ENGINES, FAMILY_REQUEST_OVERHEAD_S, engine_spec, release_spec, version_family,
-                                  with_knobs)
-from core.serving.service import Pool, serve, serve_disagg
+from core.serving.engines import (ENGINES, FAMILY_REQUEST_OVERHEAD_S, SGLANG_RESERVE_FLOOR, engine_spec, on_gpu,
+                                  release_spec, version_family, with_knobs)
+from core.serving.service import Pool, kv_bytes_per_element, kv_tokens, serve, serve_disagg
 from core.serving.simulate import Load
 
 from .systems import preset_for_system
@@ -105,6 +105,24 @@ def launched(row: dict, engine):
     if (row["isl"], row["osl"]) == ("1024", "1024") and row_count(row["tp_size"]) < 8:
         engine = replace(engine, **SWEEP_BATCH_WAIT)
     return engine
+
+
+# SGLang's default mem_fraction_static (core.serving.engines.sglang_memory_fraction) can leave the KV
+# cache no room: DeepSeek-V3 in FP8 on four B200s (0.856 of the memory for 156 GiB of weights, 153
+# GiB). A campaign that ran such a layout set the fraction by hand, to a value its rows do not
+# record; those rows take the fraction that leaves SGLang's runtime only its floor reserve (10 GiB):
+# any fraction that holds their requests times them alike.
+def memory_raised(engine, model, hw, pools: tuple, kv_dtype: str, tokens: int):
+    """`engine` with its memory fraction raised by hand where its own leaves a pool's KV cache
+    fewer than `tokens` (one request's), as a launch that ran must have; else `engine`."""
+    if engine.kv_budget != "static" or "kv_memory_fraction" in engine.knobs_set:
+        return engine
+    kv_bytes = kv_bytes_per_element(hw, kv_dtype)
+    if all(kv_tokens(model, hw, pool, on_gpu(engine, hw.gpu, pool.tp, pool.pp, pool.attention_dp), kv_bytes) >= tokens
+           for pool in pools):
+        return engine
+    memory = hw.gpu.hbm.capacity_bytes
+    return with_knobs(engine, kv_memory_fraction=round((memory - SGLANG_RESERVE_FLOOR[1]) / memory, 3))
 
 
 def harness(row: dict) -> str:
@@ -239,9 +257,11 @@ def predict(row: dict, engines: dict | None = None, clients: tuple | None = None
     load = Load(int(row["isl"]), int(row["osl"]), concurrency=users,
                 requests=max(users, round(slots[client] * users)),
                 ramp_share=ramps[client], length_spread=spreads[client])
+    pools = (_pool(row, "prefill_"), _pool(row, "decode_")) if row["mode"] == "disagg" else (_pool(row),)
+    engine = memory_raised(engine, model, hw, pools, kv, load.isl + load.osl)
     if row["mode"] == "disagg":
-        return serve_disagg(model, hw, engine, load, _pool(row, "prefill_"), _pool(row, "decode_"), kv)
-    return serve(model, hw, engine, load, _pool(row), kv)
+        return serve_disagg(model, hw, engine, load, *pools, kv)
+    return serve(model, hw, engine, load, *pools, kv)
 
 
 def served_hardware(row: dict):
