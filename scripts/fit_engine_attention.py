@@ -3,8 +3,10 @@ core.model.specs.EngineAttention) per GPU on the measured kernel tables of
 ../shared/validation/kernels/<gpu>/attention/<engine>, and print the errors in-sample and held
 out, then the preset block. It edits nothing.
 
-Prefill: prefill_tensor_share, prefill_tile and prefill_floor on the engine's BF16 context rows
-(every STRIDE-th; BF16 and FP8 caches, no sliding window). Decode: the nine decode_* factors on
+Prefill: prefill_tensor_share, prefill_fp8_tensor_share, prefill_cache_share, prefill_tile,
+prefill_floor and, on GPUs whose kernels overlap softmax with the matmuls (mma_sync_share < 1),
+prefill_softmax_exposed, on the engine's BF16 context rows (every STRIDE-th; BF16 and FP8 caches,
+no sliding window). Decode: the nine decode_* factors on
 its BF16 generation rows, both cache dtypes, from a few starts. Both minimise the mean
 |log(predicted / measured)| with each (cache dtype, size bucket) group of the kernel suite
 weighing the same. decode_max_group and prefill_fp8_query_cast are the engine's facts, not fitted: TensorRT-LLM's XQA
@@ -40,13 +42,13 @@ CONTEXT_COLUMNS = ("batch_size", "isl", "num_heads", "num_key_value_heads", "hea
 GENERATION_COLUMNS = ("batch_size", "num_heads", "num_key_value_heads", "head_dim", "step", "window_size",
                       "attn_dtype", "kv_cache_dtype")
 PREFILL = ("prefill_tensor_share", "prefill_fp8_tensor_share", "prefill_cache_share", "prefill_tile_s",
-           "prefill_floor_s")
+           "prefill_floor_s", "prefill_softmax_exposed")
 DECODE = ("decode_floor_s", "decode_pair_s", "decode_bandwidth_share", "decode_fp8_bandwidth_share",
           "decode_split_tokens", "decode_max_splits", "decode_saturation", "decode_score_s", "decode_group_pair_s")
 # fitted in these units (microseconds, nanoseconds), within these bounds
 SCALE = {"prefill_tile_s": 1e-6, "prefill_floor_s": 1e-6, "decode_floor_s": 1e-6, "decode_pair_s": 1e-6,
          "decode_score_s": 1e-9, "decode_group_pair_s": 1e-6}
-BOUNDS = {"prefill_tensor_share": (0.2, 1.0), "prefill_fp8_tensor_share": (0.1, 1.0),
+BOUNDS = {"prefill_tensor_share": (0.2, 1.0), "prefill_fp8_tensor_share": (0.1, 1.0), "prefill_softmax_exposed": (0.0, 1.0),
           "prefill_cache_share": (0.02, 1.0), "prefill_tile_s": (0.0, 50.0), "prefill_floor_s": (0.0, 50.0),
           "decode_floor_s": (0.0, 50.0), "decode_pair_s": (0.0, 50.0), "decode_bandwidth_share": (0.2, 1.0),
           "decode_fp8_bandwidth_share": (0.2, 1.0), "decode_split_tokens": (16.0, 4096.0),
@@ -54,7 +56,7 @@ BOUNDS = {"prefill_tensor_share": (0.2, 1.0), "prefill_fp8_tensor_share": (0.1, 
           "decode_group_pair_s": (0.0, 50.0)}
 DECODE_STARTS = ((3.0, 1.3, 0.85, 0.85, 256.0, 64.0, 1.0, 0.3, 1.3), (3.0, 3.0, 0.9, 0.7, 32.0, 16.0, 2.0, 0.1, 3.0),
                  (1.0, 1.0, 1.0, 1.0, 128.0, 128.0, 0.5, 0.05, 5.0))
-PREFILL_START = (0.5, 0.4, 0.5, 3.0, 3.0)
+PREFILL_START = (0.5, 0.4, 0.5, 3.0, 3.0, 0.5)
 
 
 def _table(gpu: str, engine: str, table: str, columns: tuple):
@@ -129,13 +131,16 @@ def fit_prefill(hw, name, rows, decode_part: dict, group: int) -> dict:
     measured = np.array([r[-1] for r in sample])
     weights = group_weights((kv, flop_bucket(2.0 * bh * s * s * d)) for bh, s, d, _, kv, _ in sample)
     cast = query_cast(hw, name)
+    # where the kernels run softmax and matmuls in turn (no warpgroup MMA) the exposed share is moot
+    names = PREFILL if hw.gpu.mma_sync_share < 1 else PREFILL[:-1]
 
     def loss(x):
-        model = with_engine(hw, name, engine({**_factors(PREFILL, x), **decode_part}, group, cast))
+        model = with_engine(hw, name, engine({**_factors(names, x), **decode_part}, group, cast))
         return float(np.sum(weights * np.abs(np.log(prefill_s(model, name, sample) / measured))))
-    best = min((minimize(loss, start, method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-5})
-                for start in (PREFILL_START, *preset_start(hw, name, PREFILL))), key=lambda r: r.fun)
-    return _factors(PREFILL, best.x)
+    starts = (PREFILL_START[:len(names)], *preset_start(hw, name, names))
+    best = min((minimize(loss, start, method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-5, "maxiter": 3000})
+                for start in starts), key=lambda r: r.fun)
+    return _factors(names, best.x)
 
 
 def fit_decode(hw, name, rows, prefill_part: dict, group: int) -> dict:
@@ -187,7 +192,8 @@ def preset_block(name: str, kernels: EngineAttention) -> str:
             f"decode_saturation: {k.decode_saturation:.3f}, decode_score: {k.decode_score_s * 1e9:.3f} ns, "
             f"decode_max_group: {k.decode_max_group},\n"
             f"      decode_group_pair: {k.decode_group_pair_s * 1e6:.3f} us"
-            + (", prefill_fp8_query_cast: true" if k.prefill_fp8_query_cast else "") + "}")
+            + (", prefill_fp8_query_cast: true" if k.prefill_fp8_query_cast else "")
+            + (f", prefill_softmax_exposed: {k.prefill_softmax_exposed:.3f}" if k.prefill_softmax_exposed else "") + "}")
 
 
 def main() -> None:
@@ -204,7 +210,7 @@ def main() -> None:
             pre, dec = prefill_rows(gpu, name), decode_rows(gpu, name)
             if not pre or not dec["seconds"].size:
                 continue
-            decode_part = fit_decode(hw, name, dec, dict(zip(PREFILL, (0.5, 0.5, 0.5, 0.0, 0.0))), group)
+            decode_part = fit_decode(hw, name, dec, dict(zip(PREFILL, (0.5, 0.5, 0.5, 0.0, 0.0, 0.0))), group)
             prefill_part = fit_prefill(hw, name, pre, decode_part, group)
             fitted[(name, gpu)] = engine({**prefill_part, **decode_part}, group, query_cast(hw, name))
             print(f"== {gpu} {name}\n{preset_block(name, fitted[(name, gpu)])}")

@@ -119,6 +119,21 @@ def test_an_fp8_cache_runs_the_engines_fp8_prefill_kernel():
     assert bf16.time_s - fp8.time_s == pytest.approx(tensor * (1 - 0.5 * 989.5 / (0.4 * 1979)), rel=1e-3)
 
 
+def test_an_engines_prefill_pays_the_share_of_its_softmax_the_matmuls_do_not_hide():
+    """64 heads x 8K tokens of 128 on an H100: the matmuls outlast the softmax (5 FP32 operations
+    and one exponential per visible score), and exposing half of it adds half its time."""
+    kernels = dataclasses.replace(KERNELS, prefill_tile_s=0.0)
+    hidden = bare(load_hardware("h100-sxm5-80gb"), trtllm=kernels)
+    half = bare(load_hardware("h100-sxm5-80gb"), trtllm=dataclasses.replace(kernels, prefill_softmax_exposed=0.5))
+    args = (64, 8192, 8192, 128, 1, True)
+    gpu, clock = hidden.gpu, hidden.calibration.sustained_clock
+    scores = 64 * 8192 * 8192 * 0.5 * (1 + 1 / 128)  # the causal half and its diagonal tiles
+    waves = ceil(64 * 64 / 132) / (64 * 64 / 132)
+    softmax = scores * (5 / gpu.flops("fp32") + 1 / (gpu.exp_per_sm_per_clock * gpu.sm_count * gpu.clock_hz)) / clock
+    exposed = ops.flash_attention(half, *args, kernel="trtllm").time_s - ops.flash_attention(hidden, *args, kernel="trtllm").time_s
+    assert exposed == pytest.approx(0.5 * softmax * waves, rel=1e-9)
+
+
 def test_an_engine_that_casts_its_queries_pays_one_more_kernel_over_an_fp8_cache():
     """4 sequences x 32 heads x 1024 tokens of 128 BF16 query elements (32 MiB), read and
     written again in FP8 (16 MiB more), at the elementwise rate, plus the gap between two
@@ -202,6 +217,14 @@ def test_an_mla_prefill_block_takes_shares_up_to_one():
     with pytest.raises(SpecError, match="mla_prefill.tensor_share"):
         load_hardware("h100-sxm5-80gb", {"calibration.engine_attention": {"trtllm": {
             **_preset_fields("h100-sxm5-80gb"), "mla_prefill": {"tensor_share": 1.5, "fp8_tensor_share": 0.4}}}})
+
+
+def test_an_engine_block_exposes_a_share_of_its_softmax_from_none_to_all():
+    hidden = load_hardware("h100-sxm5-80gb", {"calibration.engine_attention": {"trtllm": _preset_fields("h100-sxm5-80gb")}})
+    assert hidden.calibration.engine_kernels("trtllm").prefill_softmax_exposed == 0.0
+    with pytest.raises(SpecError, match="prefill_softmax_exposed"):
+        load_hardware("h100-sxm5-80gb", {"calibration.engine_attention": {"trtllm": {
+            **_preset_fields("h100-sxm5-80gb"), "prefill_softmax_exposed": 1.5}}})
 
 
 MLA = MlaDecode(floor_s=10e-6, sequence_s=4e-6, bandwidth_share=0.6, tensor_share=0.5, fp8_tensor_share=0.25,

@@ -476,6 +476,7 @@ def _engine_attention(raw, source: str, base: tuple) -> tuple:
             decode_max_group=k.integer("decode_max_group", 0, minimum=0),
             decode_group_pair_s=k.unit("decode_group_pair", units.parse_time, BaseUnits(pair_s)),
             prefill_fp8_query_cast=k.boolean("prefill_fp8_query_cast", False),
+            prefill_softmax_exposed=k.number("prefill_softmax_exposed", 0.0, low=-1e-12, high=1.0),
             mla_decode=_mla_decode(k.raw("mla_decode"), source, f"calibration.engine_attention.{engine}.mla_decode."),
             mla_prefill=_mla_prefill(k.raw("mla_prefill"), source,
                                      f"calibration.engine_attention.{engine}.mla_prefill."))

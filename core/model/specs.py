@@ -610,7 +610,9 @@ class EngineAttention:
     kernel's shares where fitted (None: the GQA prefill kernel's). `prefill_fp8_query_cast`: with
     an FP8 cache the engine casts the new queries to FP8 in a kernel of its own before its FP8
     prefill kernel (vLLM's FlashAttention-3 and FlashInfer paths; TensorRT-LLM's preprocessing
-    kernel writes them in FP8 itself)."""
+    kernel writes them in FP8 itself). `prefill_softmax_exposed`: the share of the shorter of
+    its prefill's tensor-core and softmax times (the exponential and the FP32 score work) that
+    the other does not hide, on GPUs whose kernels overlap the two (0: fully hidden)."""
     prefill_tensor_share: float
     prefill_fp8_tensor_share: float
     prefill_cache_share: float
@@ -629,6 +631,7 @@ class EngineAttention:
     mla_decode: MlaDecode | None = None
     mla_prefill: MlaPrefill | None = None
     prefill_fp8_query_cast: bool = False
+    prefill_softmax_exposed: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,8 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     overlapped = gpu.mma_sync_share < 1 if engine is not None else \
         cal.attention_softmax_overlap and (kernel == "flash" or kernel == "flash2" and not backward)
     compute_s = max(tensor_s, softmax_s) if overlapped else tensor_s + softmax_s
+    if overlapped and engine is not None and not engine_shares:  # the GQA kernel's; MLA's context kernel hides it
+        compute_s += engine.prefill_softmax_exposed * min(tensor_s, softmax_s)
     tile_cost_s = (cal.attention_backward_tile_s if backward else cal.attention_tile_s) if engine is None \
         else engine.prefill_tile_s
     compute_s += tiles * tile_cost_s / gpu.sm_count * per_sm / clock  # cycles: longer at a lower clock
