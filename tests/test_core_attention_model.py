@@ -73,6 +73,16 @@ def test_each_query_tile_costs_its_own_time_spread_over_the_sms():
             assert extra == pytest.approx(waves * 50e-6)
 
 
+def test_a_causal_kernel_of_few_tiles_waits_for_its_last_query_tile():
+    """One head of 8K causal tokens is 64 query tiles on 132 SMs: the last tile sees all 8,192
+    keys, as every tile does without the mask, so the causal head takes as long as an unmasked
+    one, and as two causal heads (128 tiles, one per SM, the longest the same)."""
+    h100 = bare(load_hardware("h100-sxm5-80gb"))
+    time = lambda heads, causal: ops.flash_attention(h100, heads, 8192, 8192, 128, 1, causal).time_s  # noqa: E731
+    assert time(1, True) == pytest.approx(time(1, False), rel=1e-9)
+    assert time(1, True) == pytest.approx(time(2, True), rel=1e-9)
+
+
 def test_the_backward_tensor_rate_and_its_passes():
     """Halving attention_backward_share doubles the backward's matmul time and leaves the
     forward alone; the passes add their bytes at the elementwise rate."""

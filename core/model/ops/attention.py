@@ -66,6 +66,10 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     tile_dim = next((d for d in FLASH1_HEAD_DIMS if d >= head_dim), head_dim) if kernel == "flash1" else head_dim
     tiles = batch_heads * ceil(q_len / FLASH_TILE_Q)
     per_sm = ceil(tiles / gpu.sm_count) / (tiles / gpu.sm_count)  # tail-wave under-fill
+    # a causal kernel's last query tile sees every key, 1 / visible times the mean tile's work: with
+    # fewer tiles than that many waves' worth of SMs, that tile, not the mean, sets the time
+    longest = gpu.sm_count / tiles / visible if causal else 0.0
+    work_per_sm = max(per_sm, longest)
     clock = cal.sustained_clock
     if engine is None:
         rate = tensor_rate_flops(hw, hw.act_dtype) * cal.attention_efficiency
@@ -77,10 +81,10 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
         rate *= cal.attention_backward_share
     if kernel in ("flash2", "flash1"):
         rate *= gpu.mma_sync_share
-    tensor_s = flops * tile_dim / head_dim / rate * per_sm
+    tensor_s = flops * tile_dim / head_dim / rate * work_per_sm
     exp_rate = gpu.exp_per_sm_per_clock * gpu.sm_count * gpu.clock_hz * clock
-    softmax_s = (2 if backward else 1) * scores * SOFTMAX_FP32_OPS / (gpu.flops("fp32") * clock) * per_sm
-    softmax_s += scores / exp_rate * per_sm  # one exp per score, forward and recomputed in backward
+    softmax_s = (2 if backward else 1) * scores * SOFTMAX_FP32_OPS / (gpu.flops("fp32") * clock) * work_per_sm
+    softmax_s += scores / exp_rate * work_per_sm  # one exp per score, forward and recomputed in backward
     # On GPUs with asynchronous warpgroup MMA (attention_softmax_overlap) the fused kernels
     # (FlashAttention-3, cuDNN's, the engines') hide one warpgroup's softmax under another's
     # matmuls; FlashAttention-2's forward hides it as well (it takes 1 / mma_sync_share of the
