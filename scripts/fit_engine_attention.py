@@ -184,7 +184,9 @@ def preset_block(name: str, kernels: EngineAttention) -> str:
     return (f"    {name}: {{prefill_tensor_share: {k.prefill_tensor_share:.3f}, "
             f"prefill_fp8_tensor_share: {k.prefill_fp8_tensor_share:.3f},\n"
             f"      prefill_cache_share: {k.prefill_cache_share:.3f}, prefill_tile: {k.prefill_tile_s * 1e6:.2f} us, "
-            f"prefill_floor: {k.prefill_floor_s * 1e6:.2f} us,\n"
+            f"prefill_floor: {k.prefill_floor_s * 1e6:.2f} us,"
+            + (f" prefill_softmax_exposed: {k.prefill_softmax_exposed:.3f}," if k.prefill_softmax_exposed else "")
+            + "\n"
             f"      decode_floor: {k.decode_floor_s * 1e6:.2f} us, decode_pair: {k.decode_pair_s * 1e6:.3f} us, "
             f"decode_bandwidth_share: {k.decode_bandwidth_share:.3f}, "
             f"decode_fp8_bandwidth_share: {k.decode_fp8_bandwidth_share:.3f},\n"
@@ -192,8 +194,7 @@ def preset_block(name: str, kernels: EngineAttention) -> str:
             f"decode_saturation: {k.decode_saturation:.3f}, decode_score: {k.decode_score_s * 1e9:.3f} ns, "
             f"decode_max_group: {k.decode_max_group},\n"
             f"      decode_group_pair: {k.decode_group_pair_s * 1e6:.3f} us"
-            + (", prefill_fp8_query_cast: true" if k.prefill_fp8_query_cast else "")
-            + (f", prefill_softmax_exposed: {k.prefill_softmax_exposed:.3f}" if k.prefill_softmax_exposed else "") + "}")
+            + (", prefill_fp8_query_cast: true" if k.prefill_fp8_query_cast else "") + "}")
 
 
 def main() -> None:

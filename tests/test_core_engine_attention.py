@@ -153,6 +153,19 @@ def test_an_engine_that_casts_its_queries_pays_one_more_kernel_over_an_fp8_cache
         ops.flash_attention(a100, *args, kernel="trtllm", kv_bytes_per_element=1)
 
 
+def test_an_engines_mla_prefill_keeps_its_softmax_hidden_with_or_without_its_own_shares():
+    """The exposed share belongs to the engine's GQA prefill kernel: MLA's context kernel, at
+    its own shares or (no mla_prefill block) at the GQA kernel's, does not pay it."""
+    exposed = dataclasses.replace(KERNELS, prefill_softmax_exposed=1.0)
+    args = (1, 16, 8192, 8192, 192, 128, 512, 64, True, "trtllm", 2)
+    for own in (None, MlaPrefill(tensor_share=0.6, fp8_tensor_share=0.5)):
+        hidden = bare(load_hardware("h100-sxm5-80gb"), trtllm=dataclasses.replace(KERNELS, mla_prefill=own))
+        shown = bare(load_hardware("h100-sxm5-80gb"), trtllm=dataclasses.replace(exposed, mla_prefill=own))
+        assert mla_prefill(shown, *args).time_s == mla_prefill(hidden, *args).time_s
+    gqa = (16, 8192, 8192, 128, 1, True)
+    assert ops.flash_attention(shown, *gqa, kernel="trtllm").time_s > ops.flash_attention(hidden, *gqa, kernel="trtllm").time_s
+
+
 def test_an_engines_mla_prefill_is_its_kernel_plus_a_rope_and_latent_pass():
     """DeepSeek-V3's MLA on one rank of 16 heads, 2,048 new tokens, a BF16 cache: the engine's
     kernel over the heads at the mean of the 192-wide keys and 128-wide values, then one pass

@@ -333,6 +333,8 @@ def test_sglang_keeps_room_for_its_runtime_as_its_release_reserves_it():
     assert fraction(h100, 8192, 256, 2, version=(0, 5, 1)) == 0.868  # 10.5 GiB: 70,807 / 81,559
     assert fraction(h100, 8192, 512, 8, attention_dp=8, version=(0, 5, 1)) == 0.78  # 17.5 GiB
     assert fraction(b200, 16384, 512, 8, attention_dp=8) == 0.753  # 45,568 MiB: 512 + 24,576 + 1,024 + 1,024 + 18,432
+    assert fraction(b200, 16384, 256, 8, attention_dp=8) == 0.822  # 3 MiB per graph request and rank: 32,768 MiB
+    assert fraction(40 * 2**30, 4096, 32, 1) == 0.833  # 6,848 of 40,960 MiB: no floor at 60 GiB or less
 
 
 def test_sglang_sizes_its_memory_fraction_with_its_chunk_graphs_layout_and_release():
@@ -345,6 +347,18 @@ def test_sglang_sizes_its_memory_fraction_with_its_chunk_graphs_layout_and_relea
     assert engines_module.on_gpu(small_chunk, h100, 1).kv_memory_fraction == 0.874
     by_hand = engines_module.with_knobs(engine_spec("sglang"), kv_memory_fraction=0.9)
     assert engines_module.on_gpu(by_hand, h100, 1).kv_memory_fraction == 0.9
+
+
+def test_an_sglang_pool_sizes_its_memory_with_its_pipeline_and_attention_dp_ranks():
+    """Two tensor-parallel ranks in two stages on H100s hold 1 GiB per 8 ranks back for all four
+    (13,824 MiB: 0.831, not two ranks' 0.834); the served record's KV capacity is that fraction's."""
+    h100 = load_hardware("h100-sxm5-80gb")
+    sglang = engine_spec("sglang")
+    assert engines_module.on_gpu(sglang, h100.gpu, 2, 2).kv_memory_fraction == 0.831
+    assert engines_module.on_gpu(sglang, h100.gpu, 2).kv_memory_fraction == 0.834
+    load, pool = Load(1024, 128, concurrency=1, requests=1), Pool(tp=2, pp=2)
+    tokens = kv_tokens(MODEL, h100, pool, engines_module.on_gpu(sglang, h100.gpu, 2, 2), 2.0)
+    assert serve(MODEL, h100, sglang, load, pool)["max_concurrency_kv"] == tokens // (1024 + 128)
 
 
 def test_vllm_takes_the_smaller_budget_on_an_a100():

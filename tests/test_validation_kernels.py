@@ -18,7 +18,7 @@ from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, KERNELS_DIR, TRTLLM
     kernels_alone, vllm_fp8_tiles
 from sweep.cli import main
 
-FIELDS = {"suite", "gpu", "kernel", "dtype", "bucket", "n", "median_error_pct", "mean_abs_error_pct",
+FIELDS = {"suite", "gpu", "kernel", "dtype", "bucket", "n", "median_error_pct", "median_abs_error_pct", "mean_abs_error_pct",
           "p90_abs_error_pct"}
 needs_tables = pytest.mark.skipif(not KERNELS_DIR.is_dir(), reason="no ../shared/validation/kernels")
 
@@ -27,6 +27,7 @@ def test_error_summary_is_predicted_over_measured_less_one():
     figures = error_summary([1.0, 3.0, 2.0, 0.5], [1.0, 2.0, 2.0, 1.0])  # errors 0, +0.5, 0, -0.5
     assert figures["n"] == 4
     assert figures["median_error_pct"] == pytest.approx(0.0)
+    assert figures["median_abs_error_pct"] == pytest.approx(25.0)  # of 0, 0, 0.5, 0.5
     assert figures["mean_abs_error_pct"] == pytest.approx(25.0)
     assert figures["p90_abs_error_pct"] == pytest.approx(50.0)
 

@@ -201,7 +201,7 @@ SGLANG_MEMORY_TIERS = ((20 * GiB, 2048, 8, 8), (35 * GiB, 2048, 24, 80), (60 * G
 # at least), 2 MiB per request of the largest CUDA graph and 1 GiB per 8 ranks (tensor x pipeline),
 # plus 4.5 MiB per graph request and attention-DP rank where graphs pass 300 requests (3 MiB
 # below), and at least 10 GiB on a GPU of more than 60 GiB; before it, a reserve per memory tier:
-# (memory below this many bytes, GiB reserved, GiB more per rank), plus 4 GiB with attention DP.
+# see SGLANG_TIER_RESERVES, plus 4 GiB with attention DP.
 # Qwen3-32B on one H100 thus holds 13,440 MiB back (a fraction of 0.835; sgl-project/sglang issue
 # 29092 reads 0.828 for it) and caches some 22,000 tokens, where a share of the memory the weights
 # leave (0.88 of it, this engine's budget before) cached 60,000.
@@ -213,9 +213,11 @@ SGLANG_RESERVE_PER_GRAPH_REQUEST_MIB = 2
 SGLANG_RESERVE_PER_8_RANKS_MIB = 1024
 SGLANG_RESERVE_DP_PER_GRAPH_REQUEST_MIB = (3, 4.5)  # per attention-DP rank: up to / past 300 requests
 SGLANG_RESERVE_DP_LARGE_GRAPH = 300
-SGLANG_RESERVE_FLOOR = (60 * GiB, 10 * GiB)  # (on GPUs of more memory than this, at least this)
+SGLANG_FLOOR_ABOVE_BYTES = 60 * GiB  # on GPUs of more memory than this,
+SGLANG_FLOOR_RESERVE_BYTES = 10 * GiB  # at least this is held back
+# (memory below this many bytes, GiB reserved, GiB more per rank)
 SGLANG_TIER_RESERVES = ((35 * GiB, 2.8, 0.1), (90 * GiB, 9.5, 0.5), (160 * GiB, 12.0, 0.5), (float("inf"), 32.0, 0.0))
-SGLANG_TIER_DP_RESERVE = 4 * GiB
+SGLANG_TIER_DP_RESERVE_BYTES = 4 * GiB
 
 
 def sglang_memory_fraction(memory_bytes: float, chunk_tokens: int, graph_requests: int, tp: int, pp: int = 1,
@@ -225,7 +227,7 @@ def sglang_memory_fraction(memory_bytes: float, chunk_tokens: int, graph_request
     ranks = tp * pp
     if version and version < SGLANG_BUFFER_RESERVE_RELEASE:
         _, base_gib, per_rank_gib = next(tier for tier in SGLANG_TIER_RESERVES if memory_bytes < tier[0])
-        reserve = (base_gib + per_rank_gib * ranks) * GiB + (SGLANG_TIER_DP_RESERVE if attention_dp > 1 else 0)
+        reserve = (base_gib + per_rank_gib * ranks) * GiB + (SGLANG_TIER_DP_RESERVE_BYTES if attention_dp > 1 else 0)
     else:
         reserve_mib = (SGLANG_RESERVE_BASE_MIB
                        + SGLANG_RESERVE_PER_CHUNK_TOKEN_MIB * max(chunk_tokens, SGLANG_RESERVE_MIN_CHUNK_TOKENS)
@@ -235,8 +237,8 @@ def sglang_memory_fraction(memory_bytes: float, chunk_tokens: int, graph_request
             per_request = SGLANG_RESERVE_DP_PER_GRAPH_REQUEST_MIB[graph_requests > SGLANG_RESERVE_DP_LARGE_GRAPH]
             reserve_mib += per_request * graph_requests * attention_dp
         reserve = reserve_mib * MiB
-        if memory_bytes > SGLANG_RESERVE_FLOOR[0]:
-            reserve = max(reserve, SGLANG_RESERVE_FLOOR[1])
+        if memory_bytes > SGLANG_FLOOR_ABOVE_BYTES:
+            reserve = max(reserve, SGLANG_FLOOR_RESERVE_BYTES)
     return round((memory_bytes - reserve) / memory_bytes, 3)
 
 
@@ -244,7 +246,7 @@ def _sglang_knobs(spec: EngineSpec, gpu, tp: int, pp: int, attention_dp: int) ->
     memory = gpu.hbm.capacity_bytes
     _, chunk, graph_small, graph_large = next(tier for tier in SGLANG_MEMORY_TIERS if memory < tier[0])
     knobs = {"max_num_tokens": chunk, "cuda_graph_max_batch": graph_small if tp < 4 else graph_large}
-    chunk, graphs = (spec.__dict__[name] if name in spec.knobs_set else knobs[name] for name in knobs)
+    chunk, graphs = (getattr(spec, name) if name in spec.knobs_set else knobs[name] for name in knobs)
     knobs["kv_memory_fraction"] = sglang_memory_fraction(memory, chunk, graphs, tp, pp, attention_dp, spec.release)
     return knobs
 

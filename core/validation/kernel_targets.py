@@ -6,7 +6,9 @@ straddle zero can have a small median signed error and still miss (target_summar
 those too, as the looser reading's)."""
 from dataclasses import dataclass
 
-from .kernels import SUITE, MiB, flop_bucket, message_bucket
+from core.model.memory import MiB
+
+from .kernels import SUITE, flop_bucket, message_bucket
 
 TARGET_GPUS = ("h100_sxm", "h200_sxm", "b200_sxm", "gb200")
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from core.errors import SpecError
 from core.model.loader import list_presets, load_hardware, load_model, with_dtype
-from core.serving.engines import (ENGINES, FAMILY_REQUEST_OVERHEAD_S, SGLANG_RESERVE_FLOOR, engine_spec, on_gpu,
-                                  release_spec, version_family, with_knobs)
+from core.serving.engines import (ENGINES, FAMILY_REQUEST_OVERHEAD_S, SGLANG_FLOOR_RESERVE_BYTES, engine_spec,
+                                  on_gpu, release_spec, version_family, with_knobs)
 from core.serving.service import Pool, kv_bytes_per_element, kv_tokens, serve, serve_disagg
 from core.serving.simulate import Load
 
@@ -108,10 +108,10 @@ def launched(row: dict, engine):
 
 
 # SGLang's default mem_fraction_static (core.serving.engines.sglang_memory_fraction) can leave the KV
-# cache no room: DeepSeek-V3 in FP8 on four B200s (0.856 of the memory for 156 GiB of weights, 153
-# GiB). A campaign that ran such a layout set the fraction by hand, to a value its rows do not
-# record; those rows take the fraction that leaves SGLang's runtime only its floor reserve (10 GiB):
-# any fraction that holds their requests times them alike.
+# cache no room for a request: DeepSeek-V3 in FP8 on four B200s (0.856 of 180 GiB, 154 GiB, for
+# about 160 GiB of weights). A campaign that ran such a layout set the fraction by hand, to a value
+# its rows do not record; those rows take the fraction that leaves SGLang's runtime only its floor
+# reserve (10 GiB): any fraction that holds their requests times them alike.
 def memory_raised(engine, model, hw, pools: tuple, kv_dtype: str, tokens: int):
     """`engine` with its memory fraction raised by hand where its own leaves a pool's KV cache
     fewer than `tokens` (one request's), as a launch that ran must have; else `engine`."""
@@ -122,7 +122,7 @@ def memory_raised(engine, model, hw, pools: tuple, kv_dtype: str, tokens: int):
            for pool in pools):
         return engine
     memory = hw.gpu.hbm.capacity_bytes
-    return with_knobs(engine, kv_memory_fraction=round((memory - SGLANG_RESERVE_FLOOR[1]) / memory, 3))
+    return with_knobs(engine, kv_memory_fraction=round((memory - SGLANG_FLOOR_RESERVE_BYTES) / memory, 3))
 
 
 def harness(row: dict) -> str:

@@ -39,7 +39,7 @@ def causal_fraction(kv_len: int) -> float:
 def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int, head_dim: int,
                     kv_groups: int, causal: bool, backward: bool = False, kernel: str = "flash",
                     kv_bytes_per_element: float = 0.0, preprocess: bool = True,
-                    engine_shares: tuple = ()) -> KernelTime:
+                    engine_shares: tuple = (), softmax_exposed: bool = True) -> KernelTime:
     """One fused attention kernel (FlashAttention-2 style): scores stay in SRAM.
 
     `batch_heads` counts query heads; `kv_groups` is query heads per KV head (GQA).
@@ -55,7 +55,8 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     floor, and its preprocessing pass over the new queries, keys and values (without
     `preprocess`, the attention kernel alone: MLA's engines prepare a latent cache instead);
     `engine_shares` (BF16 share, FP8 share) stand for the engine's prefill shares where the op
-    runs another of its kernels (MLA's context kernel)."""
+    runs another of its kernels (MLA's context kernel); without `softmax_exposed` the op hides its
+    softmax whole (MLA's context kernel), else the engine's prefill_softmax_exposed share shows."""
     gpu, cal = hw.gpu, hw.calibration
     el = hw.act_bytes
     visible = causal_fraction(kv_len) if causal else 1.0
@@ -94,7 +95,7 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     overlapped = gpu.mma_sync_share < 1 if engine is not None else \
         cal.attention_softmax_overlap and (kernel == "flash" or kernel == "flash2" and not backward)
     compute_s = max(tensor_s, softmax_s) if overlapped else tensor_s + softmax_s
-    if overlapped and engine is not None and not engine_shares:  # the GQA kernel's; MLA's context kernel hides it
+    if overlapped and engine is not None and softmax_exposed:
         compute_s += engine.prefill_softmax_exposed * min(tensor_s, softmax_s)
     tile_cost_s = (cal.attention_backward_tile_s if backward else cal.attention_tile_s) if engine is None \
         else engine.prefill_tile_s
