@@ -239,7 +239,12 @@ def sglang_memory_fraction(memory_bytes: float, chunk_tokens: int, graph_request
         reserve = reserve_mib * MiB
         if memory_bytes > SGLANG_FLOOR_ABOVE_BYTES:
             reserve = max(reserve, SGLANG_FLOOR_RESERVE_BYTES)
-    return round((memory_bytes - reserve) / memory_bytes, 3)
+    return sglang_fraction_leaving(memory_bytes, reserve)
+
+
+def sglang_fraction_leaving(memory_bytes: float, reserve_bytes: float) -> float:
+    """The mem_fraction_static that holds `reserve_bytes` of a GPU's memory back, as SGLang rounds it."""
+    return round((memory_bytes - reserve_bytes) / memory_bytes, 3)
 
 
 def _sglang_knobs(spec: EngineSpec, gpu, tp: int, pp: int, attention_dp: int) -> dict:

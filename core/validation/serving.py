@@ -11,7 +11,7 @@ from pathlib import Path
 from core.errors import SpecError
 from core.model.loader import list_presets, load_hardware, load_model, with_dtype
 from core.serving.engines import (ENGINES, FAMILY_REQUEST_OVERHEAD_S, SGLANG_FLOOR_RESERVE_BYTES, engine_spec,
-                                  on_gpu, release_spec, version_family, with_knobs)
+                                  on_gpu, release_spec, sglang_fraction_leaving, version_family, with_knobs)
 from core.serving.service import Pool, kv_bytes_per_element, kv_tokens, serve, serve_disagg
 from core.serving.simulate import Load
 
@@ -121,8 +121,8 @@ def memory_raised(engine, model, hw, pools: tuple, kv_dtype: str, tokens: int):
     if all(kv_tokens(model, hw, pool, on_gpu(engine, hw.gpu, pool.tp, pool.pp, pool.attention_dp), kv_bytes) >= tokens
            for pool in pools):
         return engine
-    memory = hw.gpu.hbm.capacity_bytes
-    return with_knobs(engine, kv_memory_fraction=round((memory - SGLANG_FLOOR_RESERVE_BYTES) / memory, 3))
+    fraction = sglang_fraction_leaving(hw.gpu.hbm.capacity_bytes, SGLANG_FLOOR_RESERVE_BYTES)
+    return with_knobs(engine, kv_memory_fraction=fraction)
 
 
 def harness(row: dict) -> str:
