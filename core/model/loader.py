@@ -552,6 +552,7 @@ def _calibration(raw, source: str) -> Calibration:
         memory_efficiency=c.number("memory_efficiency", base.memory_efficiency, high=1.0),
         stream_efficiency=c.number("stream_efficiency", base.stream_efficiency, high=1.0),
         store_efficiency=c.number("store_efficiency", base.store_efficiency, high=1.0),
+        l2_resident_efficiency=c.number("l2_resident_efficiency", base.l2_resident_efficiency, low=-1e-12, high=1.0),
         network_efficiency=c.number("network_efficiency", base.network_efficiency, high=1.0),
         kernel_overhead_s=c.unit("kernel_overhead", units.parse_time, BaseUnits(base.kernel_overhead_s)),
         collective_step_s=c.unit("collective_step", units.parse_time, BaseUnits(base.collective_step_s)),

@@ -63,13 +63,23 @@ def message_bucket(bytes_: float) -> str:
     return "<1 MiB" if bytes_ < MiB else ">=1 MiB"
 
 
-def kernels_alone(hw):
+# Copies of a layer the tables' collector replays in one CUDA graph per timed run: one input,
+# each copy's own weights and output. Their GEMMs show it: a shape whose input and six weights
+# and outputs fit in the L2 runs at L2's rate, one that fits only as a single copy at HBM's.
+TABLE_LAYER_COPIES = 6
+
+
+def kernels_alone(hw, l2_flushed: bool = False):
     """The hardware as the tables measured it: each kernel timed on its own at full clock, back
     to back on the device, with none of what a whole step adds: its clock throttling
     (sustained_clock), what the step keeps of the kernels' rate (step_efficiency,
-    fp8_step_efficiency) and host time per kernel (kernel_overhead)."""
+    fp8_step_efficiency) and host time per kernel (kernel_overhead). The collector replays
+    TABLE_LAYER_COPIES copies of a layer over one input from a CUDA graph and leaves the L2 as
+    they leave it, so a kernel finds there what fits (calibration.l2_warm_copies); with
+    `l2_flushed` (our own measurements, which flush it between runs) it finds nothing."""
     alone = ops.at_kernel_rates(hw)
-    return replace(alone, calibration=replace(alone.calibration, sustained_clock=1.0, kernel_overhead_s=0.0))
+    return replace(alone, calibration=replace(alone.calibration, sustained_clock=1.0, kernel_overhead_s=0.0,
+                                              l2_warm_copies=0 if l2_flushed else TABLE_LAYER_COPIES))
 
 
 # How each engine quantizes a low-precision GEMM's BF16 input: TensorRT-LLM's torch flow takes
