@@ -109,6 +109,16 @@ def test_a_working_set_past_the_l2_is_read_from_hbm_even_when_replayed(h100):
         assert ops.gemm(warm, m, n, k).time_s == ops.gemm(flushed, m, n, k).time_s
 
 
+def test_a_quantized_gemm_shares_the_l2_with_the_activations_it_was_cast_from(h100):
+    """An FP8 GEMM of 16384 x 32 over k = 1024: its 16 MiB FP8 input and six copies' weights and
+    outputs (22.2 MiB) fit in H100's L2, but not beside the 32 MiB of BF16 activations the
+    layer's input cast read (54.2 MiB)."""
+    warm, flushed = no_overheads(kernels_alone(h100)), no_overheads(kernels_alone(h100, l2_flushed=True))
+    alone = ops.gemm(warm, 16384, 32, 1024, dtype="fp8").time_s
+    cast = ops.gemm(warm, 16384, 32, 1024, dtype="fp8", cast_from_bytes=2).time_s
+    assert alone < cast == ops.gemm(flushed, 16384, 32, 1024, dtype="fp8").time_s
+
+
 def test_a_kernel_that_writes_its_own_output_adds_the_writing_to_its_time(h100):
     """The same GEMM on a kernel whose math warps write each output tile before the next tile's
     MMAs (DeepGEMM's): its tiles' time plus the 512 MiB written, not the larger of the two."""

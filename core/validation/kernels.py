@@ -21,7 +21,7 @@ from core.model.ops.mla import mla_decode, mla_prefill
 from core.model.layout import group_spans
 from core.model.loader import list_presets, load_hardware, with_dtype
 from core.model.memory import GiB, MiB
-from core.model.specs import ModelSpec, Parallelism, quantized_bytes
+from core.model.specs import DTYPE_BYTES, ModelSpec, Parallelism, quantized_bytes
 from core.serving.engines import ENGINES
 from core.serving.moe import table_row_s
 
@@ -223,11 +223,14 @@ def engine_hardware(hw, gemm_dtype: str, engine: str):
 
 
 def library_gemm_s(hw, m: int, n: int, k: int, gemm_dtype: str, engine: str) -> float:
-    """The GEMM alone, as the table's engine's library runs it: its share and its tiles."""
+    """The GEMM alone, as the table's engine's library runs it: its share and its tiles; a
+    low-precision GEMM's input cast from the layer's BF16 activations (INPUT_QUANT), which share
+    the L2 with its operands."""
     dtype, recipe = GEMM_DTYPES[gemm_dtype]
     library = engine_hardware(_variant(hw, fp8_recipe=recipe) if recipe else hw, gemm_dtype, engine)
     return ops.gemm(library, m, n, k, dtype=dtype, tiles=_library_tiles(hw, m, n, k, gemm_dtype, engine),
-                    epilogue_in_series=(engine, gemm_dtype) in LIBRARY_EPILOGUE_IN_SERIES).time_s
+                    epilogue_in_series=(engine, gemm_dtype) in LIBRARY_EPILOGUE_IN_SERIES,
+                    cast_from_bytes=DTYPE_BYTES["bf16"] if dtype != "bf16" else 0.0).time_s
 
 
 @functools.lru_cache(maxsize=None)

@@ -37,7 +37,7 @@ SCALE_BLOCK_K = BLOCK_SCALES["fp8"][0]  # depth of block-scaled FP8's scale bloc
 @lru_cache(maxsize=65536)
 def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = "",
          weights: bool = True, tiles: tuple = (), epilogue_in_series: bool = False,
-         weight_bytes: float = 0.0) -> KernelTime:
+         weight_bytes: float = 0.0, cast_from_bytes: float = 0.0) -> KernelTime:
     """C[m,n] = A[m,k] @ B[k,n], `batch` independent products, with operands in `dtype`
     (default: the hardware's compute dtype) at that dtype's peak. A block-scaled dtype's
     operands carry their scales (quantized_bytes: NVFP4 reads 0.5625 bytes an element, not
@@ -61,7 +61,9 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     the next tile's MMAs (DeepGEMM's), writing the output adds to the time rather than bounding
     it. `weight_bytes` is what B takes in HBM per element where it is stored narrower than
     `dtype` and widened in the kernel (a weight-only quantized checkpoint: gpt-oss's MXFP4
-    experts in a BF16 engine); 0 = the dtype's."""
+    experts in a BF16 engine); 0 = the dtype's. `cast_from_bytes` is what each element of the
+    tensor A was cast from takes (a quantized GEMM's BF16 activations, read by its input cast in
+    the same layer), which a replay keeps in L2 beside A, B and C; 0: A is the layer's input."""
     gpu = hw.gpu
     dtype = dtype or hw.dtype
     recipe = gemm_recipe(dtype, hw.recipe)
@@ -72,7 +74,8 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     per_sm_sram = gpu.sram.bandwidth_bps / gpu.sm_count
     unique_in = (m * k * in_bytes + k * n * b_in_bytes) * batch
     out_total = m * n * out_bytes * batch
-    resident_bw = resident_bandwidth_bps(hw, m * k * in_bytes * batch, k * n * b_in_bytes * batch + out_total)
+    resident_bw = resident_bandwidth_bps(hw, m * k * (in_bytes + cast_from_bytes) * batch,
+                                         k * n * b_in_bytes * batch + out_total)
     mixed_bw = resident_bw or mixed_bandwidth_bps(hw)
     b_bw = resident_bw or (stream_bandwidth_bps(hw) if weights else mixed_bw)
     l2_bw = gpu.l2.bandwidth_bps * gpu.operand_multicast
