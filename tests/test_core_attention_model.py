@@ -7,7 +7,7 @@ import pytest
 from core.errors import SpecError
 from core.model import ops
 from core.model.loader import _calibration, load_hardware
-from core.model.ops.attention import backward_pass_bytes
+from core.model.ops.attention import backward_pass_bytes, cta_rows
 
 
 def bare(hw, **calibration):
@@ -81,6 +81,27 @@ def test_a_causal_kernel_of_few_tiles_waits_for_its_last_query_tile():
     time = lambda heads, causal: ops.flash_attention(h100, heads, 8192, 8192, 128, 1, causal).time_s  # noqa: E731
     assert time(1, True) == pytest.approx(time(1, False), rel=1e-9)
     assert time(1, True) == pytest.approx(time(2, True), rel=1e-9)
+
+
+def test_blackwells_two_tile_ctas_wait_for_the_last_two_query_tiles():
+    """B200's tensor memory (512 columns) holds two query tiles' 128-column scores and outputs
+    of head dimension 128, so its fused attention runs two 128-row tiles per CTA: one causal
+    head of 16K tokens is 64 CTAs on 148 SMs, the last of them 256 rows over all 16,384 keys,
+    and computes twice as long as with one tile per CTA; four heads (256 CTAs, two waves of the
+    mean CTA's work) take as long either way. At head dimension 256 one tile fits."""
+    b200 = bare(load_hardware("b200-sxm-180gb"))
+    no_tmem = dataclasses.replace(b200, gpu=dataclasses.replace(b200.gpu, tensor_memory_columns=0))
+    assert (cta_rows(b200.gpu, 128), cta_rows(b200.gpu, 64), cta_rows(b200.gpu, 256), cta_rows(no_tmem.gpu, 128)) \
+        == (256, 256, 128, 128)
+    time = lambda hw, heads, dim=128: ops.flash_attention(hw, heads, 16384, 16384, dim, 1, True).time_s  # noqa: E731
+    assert time(b200, 1) == pytest.approx(2 * time(no_tmem, 1), rel=1e-9)
+    assert time(b200, 4) == pytest.approx(time(no_tmem, 4), rel=1e-9)
+    assert time(b200, 1, 256) == time(no_tmem, 1, 256)
+
+
+def test_tensor_memory_is_a_count_of_columns():
+    with pytest.raises(SpecError, match="tensor_memory_columns"):
+        load_hardware("b200-sxm-180gb", {"gpu.tensor_memory_columns": -1})
 
 
 def test_the_backward_tensor_rate_and_its_passes():

@@ -311,6 +311,7 @@ def _gpu_from_mapping(data, source: str) -> GpuSpec:
         token_tile_step=f.integer("token_tile_step", 0, minimum=0),
         block_scale_step_s=f.unit("block_scale_step", units.parse_time, "0 s"),
         exp_per_sm_per_clock=f.number("exp_per_sm_per_clock", SFU_EXP_PER_SM_PER_CLOCK),
+        tensor_memory_columns=f.integer("tensor_memory_columns", 0, minimum=0),
         power=_power(f, dict(peak)),
     )
     f.done()

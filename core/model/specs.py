@@ -503,6 +503,11 @@ class GpuSpec:
     # Exponentials the special-function units return per SM per clock (attention's softmax):
     # 16 on every architecture since Volta, doubled on Blackwell Ultra (B300, GB300).
     exp_per_sm_per_clock: float = SFU_EXP_PER_SM_PER_CLOCK
+    # 32-bit columns of each SM's tensor memory (Blackwell: 512 x 128 lanes, 256 KiB), which
+    # holds the MMA accumulators: its fused attention kernels keep each 128-row query tile's
+    # FP32 scores and output there, and run two tiles per CTA, their softmaxes taking turns on
+    # the tensor-core pipe, where both fit (ops.attention.cta_rows); 0: none (registers).
+    tensor_memory_columns: int = 0
     power: PowerSpec | None = None  # None: the hardware file gives no power figures
 
     def flops(self, dtype: str) -> float:

@@ -17,6 +17,8 @@ SOFTMAX_FP32_OPS = 5  # scale, max, subtract, sum, rescale per attention score (
 # matmuls, which Blackwell Ultra's doubled rate relieves.
 FLASH_TILE_Q = 128
 FLASH_TILE_KV = 64
+SCORE_TILE_COLUMNS = 128  # tensor-memory columns of a query tile's 128 x 128 FP32 scores
+SOFTMAX_TILES_PER_CTA = 2  # query tiles a Blackwell attention CTA holds: its two softmax warpgroups'
 # FlashAttention 1.x took twice FlashAttention-2's time for the same attention: the
 # flash-attention README's changelog entry "2.0: Complete rewrite, 2x faster" (fewer non-matmul
 # FLOPs, work split over the sequence as well as batch x heads, and between warps).
@@ -27,6 +29,13 @@ FLASH1_SLOWDOWN = 2.0
 FLASH1_HEAD_DIMS = (32, 64, 128)
 DQ_ACCUMULATOR_BYTES = 4  # the backward accumulates dQ in FP32 across KV tiles
 
+
+def cta_rows(gpu, head_dim: float) -> int:
+    """Query rows one CTA of the fused attention kernels holds: two 128-row tiles where the
+    GPU's tensor memory holds both tiles' scores and outputs (Blackwell's 512 columns, head
+    dimensions up to 128), else one."""
+    fit = int(gpu.tensor_memory_columns // (SCORE_TILE_COLUMNS + head_dim))
+    return FLASH_TILE_Q * max(1, min(SOFTMAX_TILES_PER_CTA, fit))
 
 
 def causal_fraction(kv_len: int) -> float:
@@ -66,10 +75,12 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     engine = cal.engine_kernels(kernel)
     tile_dim = next((d for d in FLASH1_HEAD_DIMS if d >= head_dim), head_dim) if kernel == "flash1" else head_dim
     tiles = batch_heads * ceil(q_len / FLASH_TILE_Q)
-    per_sm = ceil(tiles / gpu.sm_count) / (tiles / gpu.sm_count)  # tail-wave under-fill
-    # a causal kernel's last query tile sees every key, 1 / visible times the mean tile's work: with
-    # fewer tiles than that many waves' worth of SMs, that tile, not the mean, sets the time
-    longest = gpu.sm_count / tiles / visible if causal else 0.0
+    # FlashAttention 1 and 2 issue mma.sync from registers, a tile per CTA on any GPU
+    ctas = batch_heads * ceil(q_len / (FLASH_TILE_Q if kernel in ("flash2", "flash1") else cta_rows(gpu, head_dim)))
+    per_sm = ceil(ctas / gpu.sm_count) / (ctas / gpu.sm_count)  # tail-wave under-fill
+    # a causal kernel's last CTA sees every key, 1 / visible times the mean CTA's work: with fewer
+    # CTAs than that many waves' worth of SMs, that CTA, not the mean, sets the time
+    longest = gpu.sm_count / ctas / visible if causal else 0.0
     work_per_sm = max(per_sm, longest)
     clock = cal.sustained_clock
     if engine is None:
