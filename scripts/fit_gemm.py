@@ -39,9 +39,8 @@ from core.model import ops
 from core.model.loader import load_hardware, with_dtype
 from core.model.ops.pointwise import (NVFP4_ELEMENT_SM_S, NVFP4_ROW_SM_S, ROW_BLOCK_SM_S, ROW_PASS_ELEMENTS,
                                       ROW_PASS_SM_S)
-from core.model.ops.common import L2_RESIDENT_FRACTION
 from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, INPUT_QUANT, KERNELS_DIR, LIBRARY_STORE, PRESET_BY_GPU, \
-    TABLE_LAYER_COPIES, TRTLLM_FP8_BLOCK_OVER_CUBLAS, Skip, _gemm, _read, cutlass_arch, error_summary, flop_bucket, kernels_alone, \
+    TRTLLM_FP8_BLOCK_OVER_CUBLAS, Skip, _gemm, _read, cutlass_arch, error_summary, flop_bucket, kernels_alone, \
     library_gemm_s
 
 STRIDE = 2
@@ -113,29 +112,6 @@ def store_rate_bps(hw, gpu: str, dtype: str = "bfloat16", engine: str = "") -> f
     return float(np.median(rates)) if rates else None
 
 
-RESIDENT_FIT_SHARE = 0.25  # working sets smaller than this share of the L2 are set by launch floors
-
-
-def l2_resident_share(hw, gpu: str) -> float | None:
-    """The share of the L2 bandwidth the GPU's BF16 GEMMs reach reading a working set the
-    tables' replays leave in L2 (calibration.l2_resident_efficiency): minimising the mean
-    |log error| over the rows whose working set (one input, TABLE_LAYER_COPIES weights and
-    outputs) fits in the resident share of the L2 and fills at least RESIDENT_FIT_SHARE of it.
-    None without such rows."""
-    window = hw.gpu.l2.capacity_bytes * np.array([RESIDENT_FIT_SHARE, L2_RESIDENT_FRACTION])
-    table = [r for r in rows(gpu, "bfloat16", STRIDE)
-             if window[0] <= 2 * (r[1] * r[3] + TABLE_LAYER_COPIES * (r[3] * r[2] + r[1] * r[2])) <= window[1]]
-    if not table:
-        return None
-    measured = np.array([r[-1] for r in table])
-
-    def loss(value):
-        p = predicted(replace(hw, calibration=replace(hw.calibration, l2_resident_efficiency=value)), table, "bfloat16")
-        return float(np.mean(np.abs(np.log(p / measured))))
-
-    return float(minimize_scalar(loss, bounds=(0.05, 1.0), method="bounded", options={"xatol": 2e-3}).x)
-
-
 def fp8_shares(hw, gpu: str) -> dict:
     """The FP8 share fitted on each engine's table the GPU has."""
     return {engine: fit(hw, table, "fp8") for engine in FP8_ENGINES if (table := rows(gpu, "fp8", STRIDE, engine))}
@@ -201,10 +177,6 @@ def main() -> None:
             print(f"{gpu}: short-k GEMMs write their output at {store:.3f} of HBM"
                   f" (calibration.store_efficiency: {hw.calibration.store_efficiency:.3f})")
             hw = replace(hw, calibration=replace(hw.calibration, store_efficiency=min(1.0, store)))
-        if (resident := l2_resident_share(hw, gpu)) is not None:
-            print(f"{gpu}: GEMMs read a working set left in L2 at {resident:.3f} of its bandwidth"
-                  f" (calibration.l2_resident_efficiency: {hw.calibration.l2_resident_efficiency:.3f})")
-            hw = replace(hw, calibration=replace(hw.calibration, l2_resident_efficiency=resident))
         hw = with_share(hw, "bfloat16", fit(hw, rows(gpu, "bfloat16", STRIDE), "bfloat16"))
         if "fp8" in dict(hw.gpu.peak_flops):
             by_engine[gpu] = fp8_shares(hw, gpu)
@@ -257,8 +229,7 @@ def main() -> None:
         for sibling, hw in fitted.items():
             if sibling != gpu and FAMILY[sibling] == FAMILY[gpu]:
                 c = hw.calibration
-                held = replace(own, calibration=replace(own.calibration, store_efficiency=c.store_efficiency,
-                                                        l2_resident_efficiency=c.l2_resident_efficiency, **{
+                held = replace(own, calibration=replace(own.calibration, store_efficiency=c.store_efficiency, **{
                     share: getattr(c, share) for share in SHARE.values()}))
                 print(f"{gpu} with {sibling}'s shares (held out):")
                 for dtype in SHARE:

@@ -99,9 +99,22 @@ def test_blackwells_two_tile_ctas_wait_for_the_last_two_query_tiles():
     assert time(b200, 1, 256) == time(no_tmem, 1, 256)
 
 
+def test_the_backward_and_flashattention_2_keep_one_tile_per_cta():
+    """The backward fills the tensor memory with one tile's scores, their gradients and dK, dV;
+    FlashAttention 2 issues mma.sync from registers: neither holds a second tile on B200."""
+    b200 = bare(load_hardware("b200-sxm-180gb"))
+    no_tmem = dataclasses.replace(b200, gpu=dataclasses.replace(b200.gpu, tensor_memory_columns=0))
+    for kernel, backward in (("flash", True), ("flash2", False), ("flash2", True)):
+        args = (1, 16384, 16384, 128, 1, True, backward, kernel)
+        assert ops.flash_attention(b200, *args).time_s == ops.flash_attention(no_tmem, *args).time_s
+
+
 def test_tensor_memory_is_a_count_of_columns():
-    with pytest.raises(SpecError, match="tensor_memory_columns"):
-        load_hardware("b200-sxm-180gb", {"gpu.tensor_memory_columns": -1})
+    """Negative counts, or a count past 4,096 columns (bytes or lanes mistaken for columns), are
+    refused naming the field."""
+    for columns in (-1, 262144):
+        with pytest.raises(SpecError, match="tensor_memory_columns"):
+            load_hardware("b200-sxm-180gb", {"gpu.tensor_memory_columns": columns})
 
 
 def test_the_backward_tensor_rate_and_its_passes():

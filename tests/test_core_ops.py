@@ -84,41 +84,6 @@ def test_a_short_k_gemm_over_many_tiles_is_bound_by_writing_its_output(h100):
     assert ops.gemm(unbound, 16384, 16384, 32).time_s < 0.75 * store_s
 
 
-def test_a_gemm_replayed_alone_reads_a_working_set_left_in_l2_at_l2s_rate(h100):
-    """16384 x 32 outputs over k = 512 on H100 (47.7 MiB of L2), as the kernel tables' collector
-    replays it: one 16 MiB input and six copies' 32 KiB weights and 1 MiB outputs, 22.2 MiB in
-    all, stay in L2 between replays, so a run's 17.03 MiB move at the L2's resident rate (0.400
-    of 11 TB/s) rather than HBM's; with the L2 flushed between runs, or in a whole step, at HBM's."""
-    warm, flushed = no_overheads(kernels_alone(h100)), no_overheads(kernels_alone(h100, l2_flushed=True))
-    assert (warm.calibration.l2_warm_copies, flushed.calibration.l2_warm_copies, h100.calibration.l2_warm_copies) \
-        == (6, 0, 0)
-    moved_s = (16384 * 512 + 512 * 32 + 16384 * 32) * 2 / (11e12 * 0.400)
-    assert moved_s <= ops.gemm(warm, 16384, 32, 512).time_s < moved_s * (1 + EXPOSED_OVERLAP)
-    cal, hbm_bps = h100.calibration, h100.gpu.hbm.bandwidth_bps
-    hbm_s = (16384 * 512 + 16384 * 32) * 2 / (hbm_bps * cal.memory_efficiency) + 512 * 32 * 2 / (
-        hbm_bps * cal.stream_efficiency)
-    assert hbm_s > 1.3 * moved_s
-    assert hbm_s <= ops.gemm(flushed, 16384, 32, 512).time_s < hbm_s * (1 + EXPOSED_OVERLAP)
-
-
-def test_a_working_set_past_the_l2_is_read_from_hbm_even_when_replayed(h100):
-    """2048^3: one copy's 24 MiB would fit in H100's L2, but the input and six copies' weights
-    and outputs (104 MiB) do not; 16384 x 32 over k = 4096 (a 128 MiB input) does not either."""
-    warm, flushed = no_overheads(kernels_alone(h100)), no_overheads(kernels_alone(h100, l2_flushed=True))
-    for m, n, k in ((2048, 2048, 2048), (16384, 32, 4096)):
-        assert ops.gemm(warm, m, n, k).time_s == ops.gemm(flushed, m, n, k).time_s
-
-
-def test_a_quantized_gemm_shares_the_l2_with_the_activations_it_was_cast_from(h100):
-    """An FP8 GEMM of 16384 x 32 over k = 1024: its 16 MiB FP8 input and six copies' weights and
-    outputs (22.2 MiB) fit in H100's L2, but not beside the 32 MiB of BF16 activations the
-    layer's input cast read (54.2 MiB)."""
-    warm, flushed = no_overheads(kernels_alone(h100)), no_overheads(kernels_alone(h100, l2_flushed=True))
-    alone = ops.gemm(warm, 16384, 32, 1024, dtype="fp8").time_s
-    cast = ops.gemm(warm, 16384, 32, 1024, dtype="fp8", cast_from_bytes=2).time_s
-    assert alone < cast == ops.gemm(flushed, 16384, 32, 1024, dtype="fp8").time_s
-
-
 def test_a_kernel_that_writes_its_own_output_adds_the_writing_to_its_time(h100):
     """The same GEMM on a kernel whose math warps write each output tile before the next tile's
     MMAs (DeepGEMM's): its tiles' time plus the 512 MiB written, not the larger of the two."""

@@ -311,11 +311,22 @@ def _gpu_from_mapping(data, source: str) -> GpuSpec:
         token_tile_step=f.integer("token_tile_step", 0, minimum=0),
         block_scale_step_s=f.unit("block_scale_step", units.parse_time, "0 s"),
         exp_per_sm_per_clock=f.number("exp_per_sm_per_clock", SFU_EXP_PER_SM_PER_CLOCK),
-        tensor_memory_columns=f.integer("tensor_memory_columns", 0, minimum=0),
+        tensor_memory_columns=_tensor_memory_columns(f),
         power=_power(f, dict(peak)),
     )
     f.done()
     return gpu
+
+
+MAX_TENSOR_MEMORY_COLUMNS = 4096  # 8 x Blackwell's 512: a larger count is bytes or lanes mistaken for columns
+
+
+def _tensor_memory_columns(f) -> int:
+    columns = f.integer("tensor_memory_columns", 0, minimum=0)
+    if columns > MAX_TENSOR_MEMORY_COLUMNS:
+        raise SpecError(f.source, f.name("tensor_memory_columns"), columns,
+                        f"expected 32-bit columns per SM, 0 to {MAX_TENSOR_MEMORY_COLUMNS} (Blackwell: 512)")
+    return columns
 
 
 POWER_FIELDS = ("tdp", "power_limit", "idle_power", "active_power", "flop_energy", "hbm_energy", "link_energy",
@@ -553,7 +564,6 @@ def _calibration(raw, source: str) -> Calibration:
         memory_efficiency=c.number("memory_efficiency", base.memory_efficiency, high=1.0),
         stream_efficiency=c.number("stream_efficiency", base.stream_efficiency, high=1.0),
         store_efficiency=c.number("store_efficiency", base.store_efficiency, high=1.0),
-        l2_resident_efficiency=c.number("l2_resident_efficiency", base.l2_resident_efficiency, low=-1e-12, high=1.0),
         network_efficiency=c.number("network_efficiency", base.network_efficiency, high=1.0),
         kernel_overhead_s=c.unit("kernel_overhead", units.parse_time, BaseUnits(base.kernel_overhead_s)),
         collective_step_s=c.unit("collective_step", units.parse_time, BaseUnits(base.collective_step_s)),

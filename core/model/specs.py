@@ -690,15 +690,6 @@ class Calibration:
     # registers through shared memory to HBM after the tile's last MMA, and GEMMs whose time is
     # that writing (short k over many tiles) reach less of the peak than any read stream.
     store_efficiency: float = 1.0
-    # Operands a kernel finds in L2 from its own last run: its share of the L2 bandwidth
-    # (gpu.l2.bandwidth_bps) reading them there (0: not fitted), and the copies of its layer
-    # replayed back to back over one input, alone, with the L2 left as they leave it (the kernel
-    # tables' collector replays six; 0: none, a kernel finds nothing of its own in L2, as in a
-    # whole step, whose other kernels evict a GEMM's weights between its runs, or with the L2
-    # flushed between runs). The shared input and each copy's weights and output are read from
-    # L2 when together they fill at most L2_RESIDENT_FRACTION of it.
-    l2_resident_efficiency: float = 0.0
-    l2_warm_copies: int = 0
     network_efficiency: float = 1.0
     kernel_overhead_s: float = 0.0  # host / framework time per kernel beyond the launch itself
     collective_step_s: float = 0.0  # synchronisation cost per step of a collective algorithm

@@ -21,7 +21,7 @@ from core.model.ops.mla import mla_decode, mla_prefill
 from core.model.layout import group_spans
 from core.model.loader import list_presets, load_hardware, with_dtype
 from core.model.memory import GiB, MiB
-from core.model.specs import DTYPE_BYTES, ModelSpec, Parallelism, quantized_bytes
+from core.model.specs import ModelSpec, Parallelism, quantized_bytes
 from core.serving.engines import ENGINES
 from core.serving.moe import table_row_s
 
@@ -63,23 +63,13 @@ def message_bucket(bytes_: float) -> str:
     return "<1 MiB" if bytes_ < MiB else ">=1 MiB"
 
 
-# Copies of a layer the tables' collector replays in one CUDA graph per timed run: one input,
-# each copy's own weights and output. Their GEMMs show it: a shape whose input and six weights
-# and outputs fit in the L2 runs at L2's rate, one that fits only as a single copy at HBM's.
-TABLE_LAYER_COPIES = 6
-
-
-def kernels_alone(hw, l2_flushed: bool = False):
+def kernels_alone(hw):
     """The hardware as the tables measured it: each kernel timed on its own at full clock, back
     to back on the device, with none of what a whole step adds: its clock throttling
     (sustained_clock), what the step keeps of the kernels' rate (step_efficiency,
-    fp8_step_efficiency) and host time per kernel (kernel_overhead). The collector replays
-    TABLE_LAYER_COPIES copies of a layer over one input from a CUDA graph and leaves the L2 as
-    they leave it, so a kernel finds there what fits (calibration.l2_warm_copies); with
-    `l2_flushed` (our own measurements, which flush it between runs) it finds nothing."""
+    fp8_step_efficiency) and host time per kernel (kernel_overhead)."""
     alone = ops.at_kernel_rates(hw)
-    return replace(alone, calibration=replace(alone.calibration, sustained_clock=1.0, kernel_overhead_s=0.0,
-                                              l2_warm_copies=0 if l2_flushed else TABLE_LAYER_COPIES))
+    return replace(alone, calibration=replace(alone.calibration, sustained_clock=1.0, kernel_overhead_s=0.0))
 
 
 # How each engine quantizes a low-precision GEMM's BF16 input: TensorRT-LLM's torch flow takes
@@ -223,14 +213,11 @@ def engine_hardware(hw, gemm_dtype: str, engine: str):
 
 
 def library_gemm_s(hw, m: int, n: int, k: int, gemm_dtype: str, engine: str) -> float:
-    """The GEMM alone, as the table's engine's library runs it: its share and its tiles; a
-    low-precision GEMM's input cast from the layer's BF16 activations (INPUT_QUANT), which share
-    the L2 with its operands."""
+    """The GEMM alone, as the table's engine's library runs it: its share and its tiles."""
     dtype, recipe = GEMM_DTYPES[gemm_dtype]
     library = engine_hardware(_variant(hw, fp8_recipe=recipe) if recipe else hw, gemm_dtype, engine)
     return ops.gemm(library, m, n, k, dtype=dtype, tiles=_library_tiles(hw, m, n, k, gemm_dtype, engine),
-                    epilogue_in_series=(engine, gemm_dtype) in LIBRARY_EPILOGUE_IN_SERIES,
-                    cast_from_bytes=DTYPE_BYTES["bf16"] if dtype != "bf16" else 0.0).time_s
+                    epilogue_in_series=(engine, gemm_dtype) in LIBRARY_EPILOGUE_IN_SERIES).time_s
 
 
 @functools.lru_cache(maxsize=None)

@@ -136,7 +136,7 @@ def measured_groups(root: Path = MEASURED_DIR) -> tuple:
     records = []
     for gpu_dir in sorted(p for p in Path(root).iterdir() if p.is_dir() and p.name in PRESET_BY_GPU):
         preset = PRESET_BY_GPU[gpu_dir.name]
-        hw = kernels_alone(with_dtype(load_hardware(preset), "bf16", preset, "dtype"), l2_flushed=True)
+        hw = kernels_alone(with_dtype(load_hardware(preset), "bf16", preset, "dtype"))
         environment = json.loads((gpu_dir / "environment.json").read_text())
         framework = f"PyTorch {environment['torch'].split('+')[0]}"
         groups = {**_gemm_records(hw, rows(gpu_dir / "gemm.csv")),

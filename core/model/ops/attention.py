@@ -18,7 +18,7 @@ SOFTMAX_FP32_OPS = 5  # scale, max, subtract, sum, rescale per attention score (
 FLASH_TILE_Q = 128
 FLASH_TILE_KV = 64
 SCORE_TILE_COLUMNS = 128  # tensor-memory columns of a query tile's 128 x 128 FP32 scores
-SOFTMAX_TILES_PER_CTA = 2  # query tiles a Blackwell attention CTA holds: its two softmax warpgroups'
+SOFTMAX_TILES_PER_CTA = 2  # query tiles a Blackwell forward CTA holds, one per softmax warpgroup
 # FlashAttention 1.x took twice FlashAttention-2's time for the same attention: the
 # flash-attention README's changelog entry "2.0: Complete rewrite, 2x faster" (fewer non-matmul
 # FLOPs, work split over the sequence as well as batch x heads, and between warps).
@@ -30,11 +30,11 @@ FLASH1_HEAD_DIMS = (32, 64, 128)
 DQ_ACCUMULATOR_BYTES = 4  # the backward accumulates dQ in FP32 across KV tiles
 
 
-def cta_rows(gpu, head_dim: float) -> int:
-    """Query rows one CTA of the fused attention kernels holds: two 128-row tiles where the
-    GPU's tensor memory holds both tiles' scores and outputs (Blackwell's 512 columns, head
-    dimensions up to 128), else one."""
-    fit = int(gpu.tensor_memory_columns // (SCORE_TILE_COLUMNS + head_dim))
+def cta_rows(gpu, value_dim: float) -> int:
+    """Query rows one CTA of the fused attention forward holds: two 128-row tiles where the
+    GPU's tensor memory holds both tiles' scores and outputs (Blackwell's 512 columns, value
+    head dimensions up to 128), else one."""
+    fit = int(gpu.tensor_memory_columns // (SCORE_TILE_COLUMNS + value_dim))
     return FLASH_TILE_Q * max(1, min(SOFTMAX_TILES_PER_CTA, fit))
 
 
@@ -48,7 +48,8 @@ def causal_fraction(kv_len: int) -> float:
 def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int, head_dim: int,
                     kv_groups: int, causal: bool, backward: bool = False, kernel: str = "flash",
                     kv_bytes_per_element: float = 0.0, preprocess: bool = True,
-                    engine_shares: tuple = (), softmax_exposed: bool = True) -> KernelTime:
+                    engine_shares: tuple = (), softmax_exposed: bool = True,
+                    one_tile_per_cta: bool = False) -> KernelTime:
     """One fused attention kernel (FlashAttention-2 style): scores stay in SRAM.
 
     `batch_heads` counts query heads; `kv_groups` is query heads per KV head (GQA).
@@ -65,7 +66,11 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     `preprocess`, the attention kernel alone: MLA's engines prepare a latent cache instead);
     `engine_shares` (BF16 share, FP8 share) stand for the engine's prefill shares where the op
     runs another of its kernels (MLA's context kernel); without `softmax_exposed` the op hides its
-    softmax whole (MLA's context kernel), else the engine's prefill_softmax_exposed share shows."""
+    softmax whole (MLA's context kernel), else the engine's prefill_softmax_exposed share shows.
+    A CTA holds the query rows cta_rows gives the forward (two tiles on Blackwell), one tile
+    for the backward (its tensor memory full with one tile's scores, their gradients and the
+    key and value gradients), for FlashAttention 1 and 2 (mma.sync from registers) and with
+    `one_tile_per_cta`."""
     gpu, cal = hw.gpu, hw.calibration
     el = hw.act_bytes
     visible = causal_fraction(kv_len) if causal else 1.0
@@ -75,8 +80,8 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     engine = cal.engine_kernels(kernel)
     tile_dim = next((d for d in FLASH1_HEAD_DIMS if d >= head_dim), head_dim) if kernel == "flash1" else head_dim
     tiles = batch_heads * ceil(q_len / FLASH_TILE_Q)
-    # FlashAttention 1 and 2 issue mma.sync from registers, a tile per CTA on any GPU
-    ctas = batch_heads * ceil(q_len / (FLASH_TILE_Q if kernel in ("flash2", "flash1") else cta_rows(gpu, head_dim)))
+    one_tile = one_tile_per_cta or backward or kernel in ("flash2", "flash1")
+    ctas = batch_heads * ceil(q_len / (FLASH_TILE_Q if one_tile else cta_rows(gpu, head_dim)))
     per_sm = ceil(ctas / gpu.sm_count) / (ctas / gpu.sm_count)  # tail-wave under-fill
     # a causal kernel's last CTA sees every key, 1 / visible times the mean CTA's work: with fewer
     # CTAs than that many waves' worth of SMs, that CTA, not the mean, sets the time

@@ -59,26 +59,6 @@ def store_bandwidth_bps(hw: HardwareSpec) -> float:
     return hw.gpu.hbm.bandwidth_bps * hw.calibration.store_efficiency
 
 
-# Share of the L2 a kernel's working set may fill and still be read from it on its next run:
-# the kernel tables' skinny BF16 GEMMs (n <= 256, m >= 1,024), timed at HBM rates, come out slow
-# (median by working set, core.validation.kernels.TABLE_LAYER_COPIES: +11 to +26 % on H100, +3 to
-# +13 % on H200, +7 to +15 % on B200 and GB200 from 0.6 of the L2) while it fills up to 0.9 (B200,
-# GB200) or 1.0 (H100, H200) of the L2, and -11 to +4 % beyond it.
-L2_RESIDENT_FRACTION = 0.95
-
-
-def resident_bandwidth_bps(hw: HardwareSpec, shared_bytes: float, own_bytes: float) -> float:
-    """L2's rate for a kernel replayed in calibration.l2_warm_copies copies, each with
-    `own_bytes` of its own (weights, output) beside `shared_bytes` they all read (the input),
-    where L2 still holds them all from the last run; 0 where it does not."""
-    cal = hw.calibration
-    footprint = shared_bytes + cal.l2_warm_copies * own_bytes
-    if not (cal.l2_warm_copies and cal.l2_resident_efficiency) or \
-            footprint > L2_RESIDENT_FRACTION * hw.gpu.l2.capacity_bytes:
-        return 0.0
-    return hw.gpu.l2.bandwidth_bps * cal.l2_resident_efficiency
-
-
 def mixed_bandwidth_bps(hw: HardwareSpec) -> float:
     """HBM bandwidth of traffic that mixes reads with writes (elementwise kernels, outputs)."""
     return hw.gpu.hbm.bandwidth_bps * hw.calibration.memory_efficiency

@@ -3,8 +3,8 @@ from functools import lru_cache
 from math import ceil, gcd, sqrt
 
 from ..specs import BLOCK_SCALES, DTYPE_BYTES, HardwareSpec, activation_dtype, gemm_recipe, quantized_bytes
-from .common import (KernelTime, launch_s, mixed_bandwidth_bps, resident_bandwidth_bps, store_bandwidth_bps,
-                     stream_bandwidth_bps, tensor_rate_flops)
+from .common import (KernelTime, launch_s, mixed_bandwidth_bps, store_bandwidth_bps, stream_bandwidth_bps,
+                     tensor_rate_flops)
 
 # (tile_m, tile_n, tile_k) candidates a GEMM library would pick from.
 GEMM_TILES = ((256, 128, 32), (128, 256, 32), (128, 128, 32), (128, 64, 64), (64, 128, 64),
@@ -37,16 +37,14 @@ SCALE_BLOCK_K = BLOCK_SCALES["fp8"][0]  # depth of block-scaled FP8's scale bloc
 @lru_cache(maxsize=65536)
 def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = "",
          weights: bool = True, tiles: tuple = (), epilogue_in_series: bool = False,
-         weight_bytes: float = 0.0, cast_from_bytes: float = 0.0) -> KernelTime:
+         weight_bytes: float = 0.0) -> KernelTime:
     """C[m,n] = A[m,k] @ B[k,n], `batch` independent products, with operands in `dtype`
     (default: the hardware's compute dtype) at that dtype's peak. A block-scaled dtype's
     operands carry their scales (quantized_bytes: NVFP4 reads 0.5625 bytes an element, not
     0.5). FP8 GEMMs write their output in BF16, as Transformer Engine's do. With `weights`, B
     is a weight matrix, swept from HBM as one long read stream (stream_efficiency); activations
     in and out move at the elementwise kernels' rate (memory_efficiency); writing the output is
-    a bound of its own (store_efficiency), which short-k GEMMs of many tiles reach; a GEMM
-    replayed alone that finds A, B and C in L2 from its last run (resident_bandwidth_bps) moves
-    them all at L2's rate. The library picks the best of
+    a bound of its own (store_efficiency), which short-k GEMMs of many tiles reach. The library picks the best of
     GEMM_TILES (and tiles sized to m where it sizes them to the batch, gpu.token_tile_step) and
     SPLIT_K; given `tiles`, a library that dispatches fixed (tile_m, tile_n, tile_k) choices by
     shape and never splits k takes the best of those; a fourth entry is the thread-block
@@ -61,9 +59,7 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     the next tile's MMAs (DeepGEMM's), writing the output adds to the time rather than bounding
     it. `weight_bytes` is what B takes in HBM per element where it is stored narrower than
     `dtype` and widened in the kernel (a weight-only quantized checkpoint: gpt-oss's MXFP4
-    experts in a BF16 engine); 0 = the dtype's. `cast_from_bytes` is what each element of the
-    tensor A was cast from takes (a quantized GEMM's BF16 activations, read by its input cast in
-    the same layer), which a replay keeps in L2 beside A, B and C; 0: A is the layer's input."""
+    experts in a BF16 engine); 0 = the dtype's."""
     gpu = hw.gpu
     dtype = dtype or hw.dtype
     recipe = gemm_recipe(dtype, hw.recipe)
@@ -72,16 +68,13 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     out_bytes = DTYPE_BYTES[activation_dtype(dtype)]
     per_sm_flops = tensor_rate_flops(hw, dtype) / gpu.sm_count
     per_sm_sram = gpu.sram.bandwidth_bps / gpu.sm_count
-    unique_in = (m * k * in_bytes + k * n * b_in_bytes) * batch
-    out_total = m * n * out_bytes * batch
-    resident_bw = resident_bandwidth_bps(hw, m * k * (in_bytes + cast_from_bytes) * batch,
-                                         k * n * b_in_bytes * batch + out_total)
-    mixed_bw = resident_bw or mixed_bandwidth_bps(hw)
-    b_bw = resident_bw or (stream_bandwidth_bps(hw) if weights else mixed_bw)
+    mixed_bw = mixed_bandwidth_bps(hw)
+    b_bw = stream_bandwidth_bps(hw) if weights else mixed_bw
     l2_bw = gpu.l2.bandwidth_bps * gpu.operand_multicast
+    unique_in = (m * k * in_bytes + k * n * b_in_bytes) * batch
     block_step_s = gpu.block_scale_step_s if dtype == "fp8" and recipe == "block-scaled" else 0.0
     best = float("inf")
-    best_hbm = unique_in + out_total
+    best_hbm = unique_in + m * n * out_bytes * batch
     free = not (tiles or block_step_s)  # the library picks its tiles, splits and schedule
     per_sm_l2_bps = gpu.l2.bandwidth_bps / gpu.sm_count
     stream_k = free and gpu.stream_k and batch == 1  # batched products run their tiles data-parallel
@@ -100,7 +93,7 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
                   + reduces * gpu.graph_launch_overhead_s)
         if time_s < best:
             best, best_hbm = time_s, activation_bytes + b_bytes
-    store_s = out_total / (resident_bw or store_bandwidth_bps(hw))
+    store_s = m * n * out_bytes * batch / store_bandwidth_bps(hw)
     best = best + store_s if epilogue_in_series else max(best, store_s)
     return KernelTime(best + launch_s(hw), 2.0 * m * n * k * batch, best_hbm)
 
