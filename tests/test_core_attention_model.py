@@ -8,6 +8,7 @@ from core.errors import SpecError
 from core.model import ops
 from core.model.loader import _calibration, load_hardware
 from core.model.ops.attention import backward_pass_bytes, cta_rows
+from core.model.ops.mla import mla_prefill
 
 
 def bare(hw, **calibration):
@@ -107,6 +108,16 @@ def test_the_backward_and_flashattention_2_keep_one_tile_per_cta():
     for kernel, backward in (("flash", True), ("flash2", False), ("flash2", True)):
         args = (1, 16384, 16384, 128, 1, True, backward, kernel)
         assert ops.flash_attention(b200, *args).time_s == ops.flash_attention(no_tmem, *args).time_s
+
+
+def test_tensorrt_llms_mla_context_kernel_keeps_one_tile_per_cta():
+    """Timed at the mean of its head dimensions (192 and 128: 160), which leaves no room in B200's
+    512 columns for a second tile: a lone causal sequence of 16K tokens over 16 heads times as
+    without tensor memory."""
+    b200 = bare(load_hardware("b200-sxm-180gb"))
+    no_tmem = dataclasses.replace(b200, gpu=dataclasses.replace(b200.gpu, tensor_memory_columns=0))
+    args = (1, 16, 16384, 16384, 192, 128, 512, 64, True, "trtllm")
+    assert mla_prefill(b200, *args).time_s == mla_prefill(no_tmem, *args).time_s
 
 
 def test_tensor_memory_is_a_count_of_columns():

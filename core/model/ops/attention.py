@@ -48,8 +48,7 @@ def causal_fraction(kv_len: int) -> float:
 def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int, head_dim: int,
                     kv_groups: int, causal: bool, backward: bool = False, kernel: str = "flash",
                     kv_bytes_per_element: float = 0.0, preprocess: bool = True,
-                    engine_shares: tuple = (), softmax_exposed: bool = True,
-                    one_tile_per_cta: bool = False) -> KernelTime:
+                    engine_shares: tuple = (), softmax_exposed: bool = True) -> KernelTime:
     """One fused attention kernel (FlashAttention-2 style): scores stay in SRAM.
 
     `batch_heads` counts query heads; `kv_groups` is query heads per KV head (GQA).
@@ -67,10 +66,9 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     `engine_shares` (BF16 share, FP8 share) stand for the engine's prefill shares where the op
     runs another of its kernels (MLA's context kernel); without `softmax_exposed` the op hides its
     softmax whole (MLA's context kernel), else the engine's prefill_softmax_exposed share shows.
-    A CTA holds the query rows cta_rows gives the forward (two tiles on Blackwell), one tile
-    for the backward (its tensor memory full with one tile's scores, their gradients and the
-    key and value gradients), for FlashAttention 1 and 2 (mma.sync from registers) and with
-    `one_tile_per_cta`."""
+    A CTA holds the query rows cta_rows gives the forward at `head_dim` (two tiles on Blackwell),
+    one tile for the backward (its tensor memory full with one tile's scores, their gradients and
+    the key and value gradients) and for FlashAttention 1 and 2 (mma.sync from registers)."""
     gpu, cal = hw.gpu, hw.calibration
     el = hw.act_bytes
     visible = causal_fraction(kv_len) if causal else 1.0
@@ -80,7 +78,7 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     engine = cal.engine_kernels(kernel)
     tile_dim = next((d for d in FLASH1_HEAD_DIMS if d >= head_dim), head_dim) if kernel == "flash1" else head_dim
     tiles = batch_heads * ceil(q_len / FLASH_TILE_Q)
-    one_tile = one_tile_per_cta or backward or kernel in ("flash2", "flash1")
+    one_tile = backward or kernel in ("flash2", "flash1")
     ctas = batch_heads * ceil(q_len / (FLASH_TILE_Q if one_tile else cta_rows(gpu, head_dim)))
     per_sm = ceil(ctas / gpu.sm_count) / (ctas / gpu.sm_count)  # tail-wave under-fill
     # a causal kernel's last CTA sees every key, 1 / visible times the mean CTA's work: with fewer
