@@ -26,7 +26,7 @@ import numpy as np
 from scipy.optimize import minimize
 
 from core.model.loader import load_hardware, with_dtype
-from core.model.ops.attention import flash_attention
+from core.model.ops.attention import flash_attention, overlaps_softmax
 from core.validation.kernels import KERNELS_DIR, PRESET_BY_GPU, _read, kernels_alone
 from core.validation.measured import ATTENTION_KERNELS, MEASURED_DIR
 
@@ -103,7 +103,7 @@ def main() -> None:
         preset = PRESET_BY_GPU[gpu]
         hw = kernels_alone(with_dtype(load_hardware(preset), "bf16", preset, "dtype"))
         # the candidate: softmax overlap where the GPU has warpgroup MMA, the backward's passes
-        hw = with_cal(hw, attention_softmax_overlap=hw.gpu.mma_sync_share < 1, attention_backward_passes=True)
+        hw = with_cal(hw, attention_softmax_overlap=overlaps_softmax(hw.gpu), attention_backward_passes=True)
         vllm = prefill_rows(gpu, "vllm")
         if not vllm:
             continue

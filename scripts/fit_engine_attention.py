@@ -28,7 +28,7 @@ import numpy as np
 from scipy.optimize import minimize
 
 from core.model.loader import load_hardware, with_dtype
-from core.model.ops.attention import engine_decode_s, flash_attention
+from core.model.ops.attention import engine_decode_s, flash_attention, overlaps_softmax
 from core.model.specs import EngineAttention
 from core.validation.kernels import ATTENTION_DTYPES, KERNELS_DIR, KV_BYTES, PRESET_BY_GPU, _read, \
     flop_bucket, kernels_alone, kv_bucket
@@ -132,7 +132,7 @@ def fit_prefill(hw, name, rows, decode_part: dict, group: int) -> dict:
     weights = group_weights((kv, flop_bucket(2.0 * bh * s * s * d)) for bh, s, d, _, kv, _ in sample)
     cast = query_cast(hw, name)
     # where the kernels run softmax and matmuls in turn (no warpgroup MMA) the exposed share is moot
-    names = PREFILL if hw.gpu.mma_sync_share < 1 else PREFILL[:-1]
+    names = PREFILL if overlaps_softmax(hw.gpu) else PREFILL[:-1]
 
     def loss(x):
         model = with_engine(hw, name, engine({**_factors(names, x), **decode_part}, group, cast))

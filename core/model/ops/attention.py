@@ -38,6 +38,12 @@ def cta_rows(gpu, value_dim: float) -> int:
     return FLASH_TILE_Q * max(1, min(SOFTMAX_TILES_PER_CTA, fit))
 
 
+def overlaps_softmax(gpu) -> bool:
+    """Whether the GPU's fused attention kernels can hide the softmax under the matmuls: it has
+    warpgroup MMA (Hopper on), which the pre-Hopper mma.sync runs at a share of (mma_sync_share)."""
+    return gpu.mma_sync_share < 1
+
+
 def causal_fraction(kv_len: int) -> float:
     """Share of the score matrix a causal FlashAttention kernel computes: the lower triangle
     plus the diagonal tiles it runs in full."""
@@ -105,8 +111,8 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     # matmuls; FlashAttention-2's forward hides it as well (it takes 1 / mma_sync_share of the
     # fused time, softmax and all), its backward does not (our H100 rows: -4 % median run in
     # turn, -12 % overlapped); FlashAttention 1 and GPUs before Hopper run the two in turn.
-    # (The engines' kernels overlap wherever the GPU has warpgroup MMA, mma_sync_share < 1.)
-    overlapped = gpu.mma_sync_share < 1 if engine is not None else \
+    # (The engines' kernels overlap wherever the GPU has warpgroup MMA.)
+    overlapped = overlaps_softmax(gpu) if engine is not None else \
         cal.attention_softmax_overlap and (kernel == "flash" or kernel == "flash2" and not backward)
     compute_s = max(tensor_s, softmax_s) if overlapped else tensor_s + softmax_s
     if overlapped and engine is not None and softmax_exposed:
