@@ -44,18 +44,20 @@ GENERATION_COLUMNS = ("batch_size", "num_heads", "num_key_value_heads", "head_di
 PREFILL = ("prefill_tensor_share", "prefill_fp8_tensor_share", "prefill_cache_share", "prefill_tile_s",
            "prefill_floor_s", "prefill_softmax_exposed")
 DECODE = ("decode_floor_s", "decode_pair_s", "decode_bandwidth_share", "decode_fp8_bandwidth_share",
-          "decode_split_tokens", "decode_max_splits", "decode_saturation", "decode_score_s", "decode_group_pair_s")
+          "decode_split_tokens", "decode_max_splits", "decode_saturation", "decode_score_s", "decode_group_pair_s",
+          "decode_fp8_group_floor_s")
 # fitted in these units (microseconds, nanoseconds), within these bounds
 SCALE = {"prefill_tile_s": 1e-6, "prefill_floor_s": 1e-6, "decode_floor_s": 1e-6, "decode_pair_s": 1e-6,
-         "decode_score_s": 1e-9, "decode_group_pair_s": 1e-6}
+         "decode_score_s": 1e-9, "decode_group_pair_s": 1e-6, "decode_fp8_group_floor_s": 1e-6}
 BOUNDS = {"prefill_tensor_share": (0.2, 1.0), "prefill_fp8_tensor_share": (0.1, 1.0), "prefill_softmax_exposed": (0.0, 1.0),
           "prefill_cache_share": (0.02, 1.0), "prefill_tile_s": (0.0, 50.0), "prefill_floor_s": (0.0, 50.0),
           "decode_floor_s": (0.0, 50.0), "decode_pair_s": (0.0, 50.0), "decode_bandwidth_share": (0.2, 1.0),
           "decode_fp8_bandwidth_share": (0.2, 1.0), "decode_split_tokens": (16.0, 4096.0),
           "decode_max_splits": (1.0, 1024.0), "decode_saturation": (0.1, 64.0), "decode_score_s": (0.0, 100.0),
-          "decode_group_pair_s": (0.0, 50.0)}
-DECODE_STARTS = ((3.0, 1.3, 0.85, 0.85, 256.0, 64.0, 1.0, 0.3, 1.3), (3.0, 3.0, 0.9, 0.7, 32.0, 16.0, 2.0, 0.1, 3.0),
-                 (1.0, 1.0, 1.0, 1.0, 128.0, 128.0, 0.5, 0.05, 5.0))
+          "decode_group_pair_s": (0.0, 50.0), "decode_fp8_group_floor_s": (0.0, 50.0)}
+DECODE_STARTS = ((3.0, 1.3, 0.85, 0.85, 256.0, 64.0, 1.0, 0.3, 1.3, 3.0),
+                 (3.0, 3.0, 0.9, 0.7, 32.0, 16.0, 2.0, 0.1, 3.0, 3.0),
+                 (1.0, 1.0, 1.0, 1.0, 128.0, 128.0, 0.5, 0.05, 5.0, 1.0))
 PREFILL_START = (0.5, 0.4, 0.5, 3.0, 3.0, 0.5)
 
 
@@ -193,7 +195,8 @@ def preset_block(name: str, kernels: EngineAttention) -> str:
             f"      decode_split_tokens: {round(k.decode_split_tokens)}, decode_max_splits: {round(k.decode_max_splits)}, "
             f"decode_saturation: {k.decode_saturation:.3f}, decode_score: {k.decode_score_s * 1e9:.3f} ns, "
             f"decode_max_group: {k.decode_max_group},\n"
-            f"      decode_group_pair: {k.decode_group_pair_s * 1e6:.3f} us"
+            f"      decode_group_pair: {k.decode_group_pair_s * 1e6:.3f} us, "
+            f"decode_fp8_group_floor: {k.decode_fp8_group_floor_s * 1e6:.2f} us"
             + (", prefill_fp8_query_cast: true" if k.prefill_fp8_query_cast else "") + "}")
 
 

@@ -65,30 +65,45 @@ def test_a_group_beyond_the_kernels_limit_reads_the_cache_per_query_head_through
     assert ops.decode_attention(hw, 1, 64, 1, 8192, 128, 2, "trtllm").time_s == pytest.approx(1e-6 + prep + sweep)
 
 
+def grouped_gain(kernels, heads, kv_heads, kv_el):
+    """Seconds `kernels` save against KERNELS limited to groups of 32 (what their grouped-kernel
+    fields change): 8 sequences, 1,000 cached tokens of 128 elements on a bare H100."""
+    hw = bare(load_hardware("h100-sxm5-80gb"))
+    limited = dataclasses.replace(KERNELS, decode_max_group=32)
+    return float(engine_decode_s(limited, hw, 8, heads, kv_heads, 1000, 128, kv_el)
+                 - engine_decode_s(kernels, hw, 8, heads, kv_heads, 1000, 128, kv_el))
+
+
 def test_the_grouped_kernel_pays_its_own_cost_per_pair_over_a_bf16_cache():
     """8 sequences on 8 KV heads: 64 pairs. With 64 query heads (a group of 8) over a BF16 cache
     each pair costs decode_group_pair (5 us) in place of decode_pair (2 us): 64 x 3 us more
     over the SMs. One query head per KV head, an FP8 cache, or a group beyond decode_max_group
     keep decode_pair."""
-    hw = bare(load_hardware("h100-sxm5-80gb"))
     grouped = dataclasses.replace(KERNELS, decode_group_pair_s=5e-6, decode_max_group=32)
-    limited = dataclasses.replace(KERNELS, decode_max_group=32)
+    assert grouped_gain(grouped, 64, 8, 2) == pytest.approx(-64 * 3e-6 / 132)
+    assert grouped_gain(grouped, 8, 8, 2) == 0.0
+    assert grouped_gain(grouped, 64, 8, 1) == 0.0
+    assert grouped_gain(grouped, 64, 1, 2) == 0.0
 
-    def extra(heads, kv_heads, kv_el):
-        return float(engine_decode_s(grouped, hw, 8, heads, kv_heads, 1000, 128, kv_el)
-                     - engine_decode_s(limited, hw, 8, heads, kv_heads, 1000, 128, kv_el))
 
-    assert extra(64, 8, 2) == pytest.approx(64 * 3e-6 / 132)
-    assert extra(8, 8, 2) == 0.0
-    assert extra(64, 8, 1) == 0.0
-    assert extra(64, 1, 2) == 0.0
+def test_the_grouped_kernel_over_an_fp8_cache_starts_from_its_own_floor():
+    """A group of 8 over an FP8 cache starts from decode_fp8_group_floor (0.5 us) in place of
+    decode_floor (1 us); one query head per KV head, a BF16 cache, or a group beyond
+    decode_max_group (the per-query-head kernel) keep decode_floor."""
+    sooner = dataclasses.replace(KERNELS, decode_fp8_group_floor_s=0.5e-6, decode_max_group=32)
+    assert grouped_gain(sooner, 64, 8, 1) == pytest.approx(0.5e-6)
+    assert grouped_gain(sooner, 8, 8, 1) == 0.0
+    assert grouped_gain(sooner, 64, 8, 2) == 0.0
+    assert grouped_gain(sooner, 64, 1, 1) == 0.0
 
 
 def test_a_block_without_decode_group_pair_takes_decode_pair():
-    """The loader's default: the grouped kernel costs what the one-head kernel does."""
+    """The loader's default: the grouped kernel costs what the one-head kernel does, and starts
+    from the same floor over an FP8 cache."""
     hw = load_hardware("b200-sxm-180gb")
     for _, kernels in hw.calibration.engine_attention:
         assert kernels.decode_group_pair_s == kernels.decode_pair_s
+        assert kernels.decode_fp8_group_floor_s == kernels.decode_floor_s
 
 
 def test_an_engine_not_in_the_preset_keeps_the_bandwidth_model(a100):

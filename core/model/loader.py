@@ -471,13 +471,14 @@ def _engine_attention(raw, source: str, base: tuple) -> tuple:
     in (0, 1], counts >= 1)."""
     def build(k, engine):
         pair_s = k.unit("decode_pair", units.parse_time)
+        floor_s = k.unit("decode_floor", units.parse_time)
         return EngineAttention(
             prefill_tensor_share=k.number("prefill_tensor_share", high=1.0),
             prefill_fp8_tensor_share=k.number("prefill_fp8_tensor_share", high=1.0),
             prefill_cache_share=k.number("prefill_cache_share", high=1.0),
             prefill_tile_s=k.unit("prefill_tile", units.parse_time),
             prefill_floor_s=k.unit("prefill_floor", units.parse_time),
-            decode_floor_s=k.unit("decode_floor", units.parse_time),
+            decode_floor_s=floor_s,
             decode_pair_s=pair_s,
             decode_bandwidth_share=k.number("decode_bandwidth_share", high=1.0),
             decode_fp8_bandwidth_share=k.number("decode_fp8_bandwidth_share", high=1.0),
@@ -487,6 +488,7 @@ def _engine_attention(raw, source: str, base: tuple) -> tuple:
             decode_score_s=k.unit("decode_score", units.parse_time),
             decode_max_group=k.integer("decode_max_group", 0, minimum=0),
             decode_group_pair_s=k.unit("decode_group_pair", units.parse_time, BaseUnits(pair_s)),
+            decode_fp8_group_floor_s=k.unit("decode_fp8_group_floor", units.parse_time, BaseUnits(floor_s)),
             prefill_fp8_query_cast=k.boolean("prefill_fp8_query_cast", False),
             prefill_softmax_exposed=k.number("prefill_softmax_exposed", 0.0, low=-1e-12, high=1.0),
             mla_decode=_mla_decode(k.raw("mla_decode"), source, f"calibration.engine_attention.{engine}.mla_decode."),

@@ -604,7 +604,10 @@ class EngineAttention:
     Decode: `decode_floor_s` for the op, `decode_pair_s` per (sequence, KV head) pair spread
     over the SMs (loading its queries, merging split-KV partials, writing out; `decode_group_pair_s`
     in its place where the block serves a group of query heads over a BF16 cache, the grouped
-    kernel: TensorRT-LLM's on Hopper costs four times its one-head kernel; None: the same), and the cache
+    kernel: TensorRT-LLM's on Hopper costs four times its one-head kernel; None: the same;
+    `decode_fp8_group_floor_s` in place of `decode_floor_s` where it serves a group over an FP8
+    cache: TensorRT-LLM's Hopper XQA kernel for FP8 caches, warpgroup MMAs over the group padded
+    to 8 query heads, starts sooner than its one-head path; None: the same), and the cache
     swept at `decode_bandwidth_share` of HBM (`decode_fp8_bandwidth_share` for an FP8 cache)
     times n / (1 + n), n the split-KV chunks in flight per `decode_saturation` per SM: each
     pair's cache split in chunks of `decode_split_tokens`, at most `decode_max_splits`; plus
@@ -633,6 +636,7 @@ class EngineAttention:
     decode_score_s: float
     decode_max_group: int = 0
     decode_group_pair_s: float | None = None
+    decode_fp8_group_floor_s: float | None = None
     mla_decode: MlaDecode | None = None
     mla_prefill: MlaPrefill | None = None
     prefill_fp8_query_cast: bool = False

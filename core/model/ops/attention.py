@@ -207,11 +207,13 @@ def engine_decode_s(k: EngineAttention, hw: HardwareSpec, batch, heads, kv_heads
     bandwidth_bps = share * fill * _pick(per_head, gpu.l2.bandwidth_bps, gpu.hbm.bandwidth_bps)
     sweep_s = 2.0 * pairs * context * head_dim * kv_el / bandwidth_bps
     prep_s = 2.0 * batch * (heads + 2 * kv_heads) * head_dim * hw.act_bytes / mixed_bandwidth_bps(hw)
-    grouped = (heads > kv_heads) * (1 - per_head) * (kv_el >= 2)
+    grouped = (heads > kv_heads) * (1 - per_head)
     group_pair_s = k.decode_pair_s if k.decode_group_pair_s is None else k.decode_group_pair_s
-    cycles_s = (_pick(grouped, group_pair_s, k.decode_pair_s) * pairs
+    cycles_s = (_pick(grouped * (kv_el >= 2), group_pair_s, k.decode_pair_s) * pairs
                 + k.decode_score_s * batch * heads * context) / (gpu.sm_count * clock)
-    return k.decode_floor_s + launch_s(hw) + prep_s + sweep_s + cycles_s
+    group_floor_s = k.decode_floor_s if k.decode_fp8_group_floor_s is None else k.decode_fp8_group_floor_s
+    floor_s = _pick(grouped * (kv_el < 2), group_floor_s, k.decode_floor_s)
+    return floor_s + launch_s(hw) + prep_s + sweep_s + cycles_s
 
 
 def _pick(condition, if_true, otherwise):
