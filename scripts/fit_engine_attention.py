@@ -6,14 +6,14 @@ out, then the preset block. It edits nothing.
 Prefill: prefill_tensor_share, prefill_fp8_tensor_share, prefill_cache_share, prefill_tile,
 prefill_floor and, on GPUs whose kernels overlap softmax with the matmuls (mma_sync_share < 1),
 prefill_softmax_exposed, on the engine's BF16 context rows (every STRIDE-th; BF16 and FP8 caches,
-no sliding window). Decode: the nine decode_* factors on
-its BF16 generation rows, both cache dtypes, from a few starts. Both minimise the mean
-|log(predicted / measured)| with each (cache dtype, size bucket) group of the kernel suite
-weighing the same. decode_max_group and prefill_fp8_query_cast are the engine's facts, not fitted: TensorRT-LLM's XQA
-takes at most 32 query heads per KV head (beyond, its masked multi-head kernel reads the cache
-once per query head); vLLM's kernels pack any group, and over an FP8 cache vLLM casts the queries
-in a kernel of its own (read from the preset). Each fit also starts from the preset's own
-figures and keeps the better optimum.
+no sliding window). Decode: the eleven DECODE factors on its BF16 generation rows, both cache
+dtypes, from a few starts. Both minimise the mean |log(predicted / measured)| with each (cache
+dtype, size bucket) group of the kernel suite weighing the same. decode_max_group and FACTS are
+the engine's facts, not fitted: TensorRT-LLM's XQA takes at most 32 query heads per KV head
+(beyond, its masked multi-head kernel reads the cache once per query head); vLLM's kernels pack
+any group, and over an FP8 cache vLLM casts the queries in a kernel of its own; TensorRT-LLM's
+Hopper XQA runs a group's MMAs over an FP8 cache in FP8 (the last two read from the preset).
+Each fit also starts from the preset's own figures and keeps the better optimum.
 
 Held out: each GPU's factors predict its siblings' tables (the same die: H100 <-> H200,
 B200 <-> B300 <-> GB200 <-> GB300), printed per size bucket as `rapid validate --suite kernels`
@@ -45,19 +45,21 @@ PREFILL = ("prefill_tensor_share", "prefill_fp8_tensor_share", "prefill_cache_sh
            "prefill_floor_s", "prefill_softmax_exposed")
 DECODE = ("decode_floor_s", "decode_pair_s", "decode_bandwidth_share", "decode_fp8_bandwidth_share",
           "decode_split_tokens", "decode_max_splits", "decode_saturation", "decode_score_s", "decode_group_pair_s",
-          "decode_fp8_group_floor_s")
+          "decode_fp8_group_floor_s", "decode_fp8_widen_s")
 # fitted in these units (microseconds, nanoseconds), within these bounds
 SCALE = {"prefill_tile_s": 1e-6, "prefill_floor_s": 1e-6, "decode_floor_s": 1e-6, "decode_pair_s": 1e-6,
-         "decode_score_s": 1e-9, "decode_group_pair_s": 1e-6, "decode_fp8_group_floor_s": 1e-6}
+         "decode_score_s": 1e-9, "decode_group_pair_s": 1e-6, "decode_fp8_group_floor_s": 1e-6,
+         "decode_fp8_widen_s": 1e-9}
 BOUNDS = {"prefill_tensor_share": (0.2, 1.0), "prefill_fp8_tensor_share": (0.1, 1.0), "prefill_softmax_exposed": (0.0, 1.0),
           "prefill_cache_share": (0.02, 1.0), "prefill_tile_s": (0.0, 50.0), "prefill_floor_s": (0.0, 50.0),
           "decode_floor_s": (0.0, 50.0), "decode_pair_s": (0.0, 50.0), "decode_bandwidth_share": (0.2, 1.0),
           "decode_fp8_bandwidth_share": (0.2, 1.0), "decode_split_tokens": (16.0, 4096.0),
           "decode_max_splits": (1.0, 1024.0), "decode_saturation": (0.1, 64.0), "decode_score_s": (0.0, 100.0),
-          "decode_group_pair_s": (0.0, 50.0), "decode_fp8_group_floor_s": (0.0, 50.0)}
-DECODE_STARTS = ((3.0, 1.3, 0.85, 0.85, 256.0, 64.0, 1.0, 0.3, 1.3, 3.0),
-                 (3.0, 3.0, 0.9, 0.7, 32.0, 16.0, 2.0, 0.1, 3.0, 3.0),
-                 (1.0, 1.0, 1.0, 1.0, 128.0, 128.0, 0.5, 0.05, 5.0, 1.0))
+          "decode_group_pair_s": (0.0, 50.0), "decode_fp8_group_floor_s": (0.0, 50.0),
+          "decode_fp8_widen_s": (0.0, 10.0)}
+DECODE_STARTS = ((3.0, 1.3, 0.85, 0.85, 256.0, 64.0, 1.0, 0.3, 1.3, 3.0, 0.05),
+                 (3.0, 3.0, 0.9, 0.7, 32.0, 16.0, 2.0, 0.1, 3.0, 3.0, 0.0),
+                 (1.0, 1.0, 1.0, 1.0, 128.0, 128.0, 0.5, 0.05, 5.0, 1.0, 0.1))
 PREFILL_START = (0.5, 0.4, 0.5, 3.0, 3.0, 0.5)
 
 
@@ -84,8 +86,12 @@ def decode_rows(gpu: str, engine: str) -> dict:
     return dict(zip(("batch", "heads", "kv_heads", "head_dim", "context", "kv_el", "seconds"), columns))
 
 
-def engine(factors: dict, group: int, query_cast: bool = False) -> EngineAttention:
-    return EngineAttention(decode_max_group=group, prefill_fp8_query_cast=query_cast, **factors)
+# the engine's facts, read from its preset, not fitted (see EngineAttention)
+FACTS = ("prefill_fp8_query_cast", "decode_fp8_group_native")
+
+
+def engine(factors: dict, group: int, facts: dict | None = None) -> EngineAttention:
+    return EngineAttention(decode_max_group=group, **(facts or {}), **factors)
 
 
 def with_engine(hw, name: str, kernels: EngineAttention):
@@ -122,22 +128,23 @@ def preset_start(hw, name: str, names: tuple) -> tuple:
     return (tuple(getattr(current, n) / SCALE.get(n, 1.0) for n in names),) if current is not None else ()
 
 
-def query_cast(hw, name: str) -> bool:
-    """The engine's fact that it casts its queries to FP8 in a kernel of its own, as its preset says."""
+def facts(hw, name: str) -> dict:
+    """The engine's facts as its preset states them: whether it casts its queries to FP8 in a
+    kernel of its own, whether its grouped decode kernel reads an FP8 cache as it is."""
     current = hw.calibration.engine_kernels(name)
-    return current is not None and current.prefill_fp8_query_cast
+    return {fact: current is not None and getattr(current, fact) for fact in FACTS}
 
 
 def fit_prefill(hw, name, rows, decode_part: dict, group: int) -> dict:
     sample = rows[::STRIDE]
     measured = np.array([r[-1] for r in sample])
     weights = group_weights((kv, flop_bucket(2.0 * bh * s * s * d)) for bh, s, d, _, kv, _ in sample)
-    cast = query_cast(hw, name)
+    stated = facts(hw, name)
     # where the kernels run softmax and matmuls in turn (no warpgroup MMA) the exposed share is moot
     names = PREFILL if overlaps_softmax(hw.gpu) else PREFILL[:-1]
 
     def loss(x):
-        model = with_engine(hw, name, engine({**_factors(names, x), **decode_part}, group, cast))
+        model = with_engine(hw, name, engine({**_factors(names, x), **decode_part}, group, stated))
         return float(np.sum(weights * np.abs(np.log(prefill_s(model, name, sample) / measured))))
     starts = (PREFILL_START[:len(names)], *preset_start(hw, name, names))
     best = min((minimize(loss, start, method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-5, "maxiter": 3000})
@@ -149,9 +156,10 @@ def fit_decode(hw, name, rows, prefill_part: dict, group: int) -> dict:
     sample = {k: v[::2] for k, v in rows.items()}
     cache = 2.0 * sample["batch"] * sample["kv_heads"] * sample["context"] * sample["head_dim"] * sample["kv_el"]
     weights = group_weights(zip(sample["kv_el"], (kv_bucket(b) for b in cache)))
+    stated = facts(hw, name)
 
     def loss(x):
-        kernels = engine({**prefill_part, **_factors(DECODE, x)}, group)
+        kernels = engine({**prefill_part, **_factors(DECODE, x)}, group, stated)
         return float(np.sum(weights * np.abs(np.log(decode_s(hw, kernels, sample) / sample["seconds"]))))
     best = min((minimize(loss, start, method="Nelder-Mead", options={"maxiter": 4000, "xatol": 1e-3, "fatol": 1e-6})
                 for start in (*DECODE_STARTS, *preset_start(hw, name, DECODE))), key=lambda r: r.fun)
@@ -196,8 +204,9 @@ def preset_block(name: str, kernels: EngineAttention) -> str:
             f"decode_saturation: {k.decode_saturation:.3f}, decode_score: {k.decode_score_s * 1e9:.3f} ns, "
             f"decode_max_group: {k.decode_max_group},\n"
             f"      decode_group_pair: {k.decode_group_pair_s * 1e6:.3f} us, "
-            f"decode_fp8_group_floor: {k.decode_fp8_group_floor_s * 1e6:.2f} us"
-            + (", prefill_fp8_query_cast: true" if k.prefill_fp8_query_cast else "") + "}")
+            f"decode_fp8_group_floor: {k.decode_fp8_group_floor_s * 1e6:.2f} us, "
+            f"decode_fp8_widen: {k.decode_fp8_widen_s * 1e9:.4f} ns"
+            + "".join(f", {fact}: true" for fact in FACTS if getattr(k, fact)) + "}")
 
 
 def main() -> None:
@@ -216,7 +225,7 @@ def main() -> None:
                 continue
             decode_part = fit_decode(hw, name, dec, dict(zip(PREFILL, (0.5, 0.5, 0.5, 0.0, 0.0, 0.0))), group)
             prefill_part = fit_prefill(hw, name, pre, decode_part, group)
-            fitted[(name, gpu)] = engine({**prefill_part, **decode_part}, group, query_cast(hw, name))
+            fitted[(name, gpu)] = engine({**prefill_part, **decode_part}, group, facts(hw, name))
             print(f"== {gpu} {name}\n{preset_block(name, fitted[(name, gpu)])}")
         for gpu, hw in hardware.items():
             pre, dec = prefill_rows(gpu, name), decode_rows(gpu, name)

@@ -97,6 +97,25 @@ def test_the_grouped_kernel_over_an_fp8_cache_starts_from_its_own_floor():
     assert grouped_gain(sooner, 64, 1, 1) == 0.0
 
 
+def test_an_fp8_cache_widened_on_the_sms_sweeps_no_faster_than_they_widen():
+    """64 sequences on 8 KV heads, 4,096 cached FP8 elements of 128: 512 pairs, 2 chunks each
+    (n = 1,024 / 132 in flight per SM). At 1 ns per element per SM, widening the 2 x 512 x 4,096
+    x 128 elements takes longer than HBM's read and sets the sweep; a BF16 cache, and the grouped
+    kernel of an engine that runs its MMAs in FP8, keep the bandwidth's time."""
+    hw = bare(load_hardware("h100-sxm5-80gb"))
+    widening = dataclasses.replace(KERNELS, decode_fp8_widen_s=1e-9)
+    n = 64 * 8 * 2 / 132
+    widen = 2 * 512 * 4096 * 128 * 1e-9 / (n / (1 + n) * 132)
+    assert float(engine_decode_s(widening, hw, 64, 8, 8, 4096, 128, 1)
+                 - engine_decode_s(KERNELS, hw, 64, 8, 8, 4096, 128, 1)) == pytest.approx(
+        widen - 2 * 512 * 4096 * 128 / (0.25 * hw.gpu.hbm.bandwidth_bps * n / (1 + n)))
+    assert engine_decode_s(widening, hw, 64, 8, 8, 4096, 128, 2) == engine_decode_s(KERNELS, hw, 64, 8, 8, 4096, 128, 2)
+    native = dataclasses.replace(widening, decode_fp8_group_native=True, decode_max_group=32)
+    limited = dataclasses.replace(KERNELS, decode_max_group=32)
+    assert engine_decode_s(native, hw, 64, 64, 8, 4096, 128, 1) == engine_decode_s(limited, hw, 64, 64, 8, 4096, 128, 1)
+    assert engine_decode_s(native, hw, 64, 8, 8, 4096, 128, 1) > engine_decode_s(limited, hw, 64, 8, 8, 4096, 128, 1)
+
+
 def test_a_block_without_decode_group_pair_takes_decode_pair():
     """The loader's default: the grouped kernel costs what the one-head kernel does, and starts
     from the same floor over an FP8 cache."""

@@ -489,6 +489,8 @@ def _engine_attention(raw, source: str, base: tuple) -> tuple:
             decode_max_group=k.integer("decode_max_group", 0, minimum=0),
             decode_group_pair_s=k.unit("decode_group_pair", units.parse_time, BaseUnits(pair_s)),
             decode_fp8_group_floor_s=k.unit("decode_fp8_group_floor", units.parse_time, BaseUnits(floor_s)),
+            decode_fp8_widen_s=k.unit("decode_fp8_widen", units.parse_time, BaseUnits(0.0)),
+            decode_fp8_group_native=k.boolean("decode_fp8_group_native", False),
             prefill_fp8_query_cast=k.boolean("prefill_fp8_query_cast", False),
             prefill_softmax_exposed=k.number("prefill_softmax_exposed", 0.0, low=-1e-12, high=1.0),
             mla_decode=_mla_decode(k.raw("mla_decode"), source, f"calibration.engine_attention.{engine}.mla_decode."),

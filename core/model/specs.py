@@ -611,7 +611,11 @@ class EngineAttention:
     swept at `decode_bandwidth_share` of HBM (`decode_fp8_bandwidth_share` for an FP8 cache)
     times n / (1 + n), n the split-KV chunks in flight per `decode_saturation` per SM: each
     pair's cache split in chunks of `decode_split_tokens`, at most `decode_max_splits`; plus
-    `decode_score_s` per query-head score per SM (softmax, the exponential). Groups of more
+    `decode_score_s` per query-head score per SM (softmax, the exponential). A kernel that widens
+    an FP8 cache to BF16 on its SMs sweeps it no faster than `decode_fp8_widen_s` per cached
+    element per SM (0: HBM alone bounds it; at the sweep's occupancy), except the grouped kernel
+    of an engine whose `decode_fp8_group_native` says it runs its MMAs in FP8 (TensorRT-LLM's
+    Hopper XQA). Groups of more
     than `decode_max_group` query heads per KV head (0: no limit) run a kernel that reads the
     cache once per query head, through L2. `mla_decode`: its MLA decode kernel where fitted
     (None: the generic absorbed-MLA model, core.model.ops.mla); `mla_prefill`: its MLA context
@@ -637,6 +641,8 @@ class EngineAttention:
     decode_max_group: int = 0
     decode_group_pair_s: float | None = None
     decode_fp8_group_floor_s: float | None = None
+    decode_fp8_widen_s: float = 0.0
+    decode_fp8_group_native: bool = False
     mla_decode: MlaDecode | None = None
     mla_prefill: MlaPrefill | None = None
     prefill_fp8_query_cast: bool = False

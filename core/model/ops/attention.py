@@ -206,8 +206,11 @@ def engine_decode_s(k: EngineAttention, hw: HardwareSpec, batch, heads, kv_heads
     share = _pick(kv_el < 2, k.decode_fp8_bandwidth_share, k.decode_bandwidth_share)
     bandwidth_bps = share * fill * _pick(per_head, gpu.l2.bandwidth_bps, gpu.hbm.bandwidth_bps)
     sweep_s = 2.0 * pairs * context * head_dim * kv_el / bandwidth_bps
-    prep_s = 2.0 * batch * (heads + 2 * kv_heads) * head_dim * hw.act_bytes / mixed_bandwidth_bps(hw)
     grouped = (heads > kv_heads) * (1 - per_head)
+    widened = (kv_el < 2) * (1 - grouped * k.decode_fp8_group_native)
+    widen_s = widened * 2.0 * pairs * context * head_dim * k.decode_fp8_widen_s / (fill * gpu.sm_count * clock)
+    sweep_s = _pick(widen_s > sweep_s, widen_s, sweep_s)
+    prep_s = 2.0 * batch * (heads + 2 * kv_heads) * head_dim * hw.act_bytes / mixed_bandwidth_bps(hw)
     group_pair_s = k.decode_pair_s if k.decode_group_pair_s is None else k.decode_group_pair_s
     cycles_s = (_pick(grouped * (kv_el >= 2), group_pair_s, k.decode_pair_s) * pairs
                 + k.decode_score_s * batch * heads * context) / (gpu.sm_count * clock)
