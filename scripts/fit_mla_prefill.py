@@ -1,15 +1,15 @@
-"""Fit TensorRT-LLM's MLA context kernel's shares of the peaks per GPU
-(calibration.engine_attention.trtllm.mla_prefill, see core.model.specs.MlaPrefill) on the measured
-context tables of ../shared/validation/kernels/<gpu>/mla/trtllm, and print the errors in-sample
-and held out, then the preset line. It edits nothing.
+"""Fit TensorRT-LLM's MLA context kernel per GPU (calibration.engine_attention.trtllm.mla_prefill,
+see core.model.specs.MlaPrefill) on the measured context tables of
+../shared/validation/kernels/<gpu>/mla/trtllm, and print the errors in-sample and held out, then
+the preset line. It edits nothing.
 
-The op (core.model.ops.mla.mla_prefill) keeps the engine's GQA prefill kernel's tile cost, floor
-and loads; only the tensor cores' shares are the MLA kernel's own: the BF16 share on the rows over
-a BF16 cache, the FP8 share on those over an FP8 cache (the engine's FP8 kernels). Each minimises
-the mean |log(predicted / measured)| over the rows of 100 GFLOP and more (FIT_BUCKET), where the
-share sets the time, as scripts/fit_gemm.py fits the GEMMs' (smaller rows test the rest of the
-op). Held out: each GPU's shares predict its siblings' tables (H100 <-> H200, B200 <-> B300 <->
-GB200 <-> GB300).
+The op (core.model.ops.mla.mla_prefill) keeps the engine's GQA prefill kernel's floor and loads;
+the MLA kernel's own are its shares of the peaks (BF16 over a BF16 cache, FP8 over an FP8 cache:
+the engine's FP8 kernels) and its cost per 128-row query tile, which sets its short prompts of
+many heads. The three are fitted together on every row, minimising the mean
+|log(predicted / measured)| with each (cache dtype, size bucket) group of the kernel suite
+weighing the same, from the preset's own figures. Held out: each GPU's kernel predicts its
+siblings' tables (H100 <-> H200, B200 <-> B300 <-> GB200 <-> GB300).
 
     .venv/bin/python scripts/fit_mla_prefill.py [--gpus h100_sxm ...]
 """
@@ -17,14 +17,14 @@ import argparse
 from dataclasses import replace
 
 import numpy as np
-from scipy.optimize import minimize_scalar
+from scipy.optimize import minimize
 
 from core.model.loader import load_hardware, with_dtype
 from core.model.specs import MlaPrefill
-from core.validation.kernels import KERNELS_DIR, PRESET_BY_GPU, Skip, _mla_context, _read, flop_bucket, kernels_alone
+from core.validation.kernels import KERNELS_DIR, PRESET_BY_GPU, Skip, _mla_context, _read, kernels_alone
+from fit_engine_attention import group_weights
 
 ENGINE = "trtllm"
-FIT_BUCKET = flop_bucket(100e9)
 FAMILY = {"a100_sxm": "ampere", "h100_sxm": "hopper", "h200_sxm": "hopper", "b200_sxm": "blackwell",
           "b300_sxm": "blackwell", "gb200": "blackwell", "gb300": "blackwell"}
 COLUMNS = ("batch_size", "isl", "num_heads", "mla_dtype", "kv_cache_dtype")
@@ -56,14 +56,23 @@ def timed(hw, table) -> list:
     return out
 
 
-def fit_share(hw, table, cache: str, mla: MlaPrefill) -> float:
-    field = "tensor_share" if cache == "bfloat16" else "fp8_tensor_share"
-    ours = [r for r in table if r[3] == cache]
+def fit_kernel(hw, table, start: MlaPrefill) -> MlaPrefill:
+    """The MLA kernel's shares and tile cost, fitted from `start` (an FP8 cache's share only on a
+    GPU with an FP8 peak; else its FP8-cache rows run the BF16 kernels and the share is moot)."""
+    has_fp8 = "fp8" in dict(hw.gpu.peak_flops)
+    ours = [r for r in table if has_fp8 or r[3] == "bfloat16"]
+    weights = group_weights((kv, bucket) for kv, bucket, _ in timed(with_shares(hw, start), ours))
 
-    def loss(share):
-        trial = with_shares(hw, replace(mla, **{field: share}))
-        return float(np.mean([abs(np.log1p(e)) for _, bucket, e in timed(trial, ours) if bucket == FIT_BUCKET]))
-    return float(minimize_scalar(loss, bounds=(0.05, 1.0), method="bounded", options={"xatol": 1e-4}).x)
+    def kernel(x) -> MlaPrefill:
+        share, fp8_share, tile_us = np.clip(x, (0.05, 0.05, 0.0), (1.0, 1.0, 50.0))
+        return MlaPrefill(float(share), float(fp8_share) if has_fp8 else start.fp8_tensor_share, float(tile_us) * 1e-6)
+
+    def loss(x):
+        errors = np.array([e for _, _, e in timed(with_shares(hw, kernel(x)), ours)])
+        return float(np.sum(weights * np.abs(np.log1p(errors))))
+    x0 = (start.tensor_share, start.fp8_tensor_share, start.tile_s * 1e6)
+    best = minimize(loss, x0, method="Nelder-Mead", options={"xatol": 1e-4, "fatol": 1e-6, "maxiter": 2000})
+    return kernel(best.x)
 
 
 def report(hw, table) -> str:
@@ -86,19 +95,18 @@ def main() -> None:
             print(f"{gpu}: the preset has no {ENGINE} attention kernels")
             continue
         table = rows(gpu)
-        gqa = MlaPrefill(kernels.prefill_tensor_share, kernels.prefill_fp8_tensor_share)
-        print(f"{gpu} with the GQA kernel's shares ({gqa.tensor_share:.3f}, {gqa.fp8_tensor_share:.3f}): "
-              f"{report(with_shares(hw, gqa), table)}")
-        mla = replace(gqa, tensor_share=fit_share(hw, table, "bfloat16", gqa))
-        if "fp8" in dict(hw.gpu.peak_flops):  # else an FP8 cache runs the BF16 kernels: nothing to fit
-            mla = replace(mla, fp8_tensor_share=fit_share(hw, table, "fp8", mla))
+        gqa = MlaPrefill(kernels.prefill_tensor_share, kernels.prefill_fp8_tensor_share, kernels.prefill_tile_s)
+        print(f"{gpu} with the GQA kernel ({gqa.tensor_share:.3f}, {gqa.fp8_tensor_share:.3f}, "
+              f"{gqa.tile_s * 1e6:.2f} us): {report(with_shares(hw, gqa), table)}")
+        mla = fit_kernel(hw, table, kernels.mla_prefill or gqa)
         fitted[gpu] = (hw, table, mla)
         print(f"{gpu} fitted: {report(with_shares(hw, mla), table)}")
-        print(f"  mla_prefill: {{tensor_share: {mla.tensor_share:.3f}, fp8_tensor_share: {mla.fp8_tensor_share:.3f}}}")
+        print(f"  mla_prefill: {{tensor_share: {mla.tensor_share:.3f}, fp8_tensor_share: {mla.fp8_tensor_share:.3f}, "
+              f"tile: {mla.tile_s * 1e6:.2f} us}}")
     for gpu, (hw, table, _) in fitted.items():
         for sibling, (_, _, mla) in fitted.items():
             if sibling != gpu and FAMILY[sibling] == FAMILY[gpu]:
-                print(f"{gpu} with {sibling}'s shares (held out): {report(with_shares(hw, mla), table)}")
+                print(f"{gpu} with {sibling}'s kernel (held out): {report(with_shares(hw, mla), table)}")
 
 
 if __name__ == "__main__":

@@ -114,15 +114,29 @@ def test_an_fp8_cache_widened_on_the_sms_sweeps_no_faster_than_they_widen():
     limited = dataclasses.replace(KERNELS, decode_max_group=32)
     assert engine_decode_s(native, hw, 64, 64, 8, 4096, 128, 1) == engine_decode_s(limited, hw, 64, 64, 8, 4096, 128, 1)
     assert engine_decode_s(native, hw, 64, 8, 8, 4096, 128, 1) > engine_decode_s(limited, hw, 64, 8, 8, 4096, 128, 1)
+    # past decode_max_group the per-query-head kernel widens each query head's copy of the cache
+    assert engine_decode_s(native, hw, 64, 64, 1, 4096, 128, 1) > engine_decode_s(limited, hw, 64, 64, 1, 4096, 128, 1)
+    # an engine whose grouped kernel widens too (vLLM's) is not spared
+    assert engine_decode_s(widening, hw, 64, 64, 8, 4096, 128, 1) > engine_decode_s(KERNELS, hw, 64, 64, 8, 4096, 128, 1)
 
 
 def test_a_block_without_decode_group_pair_takes_decode_pair():
-    """The loader's default: the grouped kernel costs what the one-head kernel does, and starts
-    from the same floor over an FP8 cache."""
+    """The loader's defaults: the grouped kernel costs what the one-head kernel does, starts from
+    the same floor over an FP8 cache, and neither widens on the SMs nor reads it as it is."""
     hw = load_hardware("b200-sxm-180gb")
     for _, kernels in hw.calibration.engine_attention:
         assert kernels.decode_group_pair_s == kernels.decode_pair_s
         assert kernels.decode_fp8_group_floor_s == kernels.decode_floor_s
+        assert kernels.decode_fp8_widen_s == 0.0 and kernels.decode_fp8_group_native is False
+
+
+@pytest.mark.parametrize("field, value, allowed", [("decode_fp8_widen", 0.048, "a unit"),
+                                                   ("decode_fp8_group_floor", 3, "a unit"),
+                                                   ("decode_fp8_group_native", 1, "true or false")])
+def test_an_engine_blocks_fp8_decode_fields_are_refused_without_their_unit_or_kind(field, value, allowed):
+    with pytest.raises(SpecError, match=f"{field}.*{allowed}"):
+        load_hardware("h100-sxm5-80gb", {"calibration.engine_attention": {"trtllm": {
+            **_preset_fields("h100-sxm5-80gb"), field: value}}})
 
 
 def test_an_engine_not_in_the_preset_keeps_the_bandwidth_model(a100):
@@ -192,7 +206,7 @@ def test_an_engines_mla_prefill_keeps_its_softmax_hidden_with_or_without_its_own
     its own shares or (no mla_prefill block) at the GQA kernel's, does not pay it."""
     exposed = dataclasses.replace(KERNELS, prefill_softmax_exposed=1.0)
     args = (1, 16, 8192, 8192, 192, 128, 512, 64, True, "trtllm", 2)
-    for own in (None, MlaPrefill(tensor_share=0.6, fp8_tensor_share=0.5)):
+    for own in (None, MlaPrefill(tensor_share=0.6, fp8_tensor_share=0.5, tile_s=1e-6)):
         hidden = bare(load_hardware("h100-sxm5-80gb"), trtllm=dataclasses.replace(KERNELS, mla_prefill=own))
         shown = bare(load_hardware("h100-sxm5-80gb"), trtllm=dataclasses.replace(exposed, mla_prefill=own))
         assert mla_prefill(shown, *args).time_s == mla_prefill(hidden, *args).time_s
@@ -244,20 +258,34 @@ def test_the_fp8_cast_is_a_kernel_of_its_own_where_the_gpu_has_fp8():
                 pytest.approx(launches * 3e-6)
 
 
-def test_an_engines_mla_context_kernel_runs_at_its_own_shares():
-    """With the engine's MLA context kernel fitted (0.8 of the BF16 peak, 0.6 of FP8's), the
-    op's attention is the GQA kernel's at those shares in place of its own 0.5 and 0.4: the
-    same tile cost, floor and loads."""
-    own = MlaPrefill(tensor_share=0.8, fp8_tensor_share=0.6)
+def test_an_engines_mla_context_kernel_runs_at_its_own_shares_and_tile_cost():
+    """With the engine's MLA context kernel fitted (0.8 of the BF16 peak, 0.6 of FP8's, 3 us a
+    query tile), the op's attention is the GQA kernel's at those in place of its own 0.5, 0.4
+    and 1 us: the same floor and loads."""
+    own = MlaPrefill(tensor_share=0.8, fp8_tensor_share=0.6, tile_s=3e-6)
     hw = bare(load_hardware("h100-sxm5-80gb"), trtllm=dataclasses.replace(KERNELS, mla_prefill=own))
-    as_gqa = bare(load_hardware("h100-sxm5-80gb"),
-                  trtllm=dataclasses.replace(KERNELS, prefill_tensor_share=0.8, prefill_fp8_tensor_share=0.6))
+    as_gqa = bare(load_hardware("h100-sxm5-80gb"), trtllm=dataclasses.replace(
+        KERNELS, prefill_tensor_share=0.8, prefill_fp8_tensor_share=0.6, prefill_tile_s=3e-6))
     for cache in (2, 1):
         args = (1, 16, 8192, 8192, 192, 128, 512, 64, True, "trtllm", cache)
         assert mla_prefill(hw, *args).time_s == pytest.approx(mla_prefill(as_gqa, *args).time_s)
     without = bare(load_hardware("h100-sxm5-80gb"), trtllm=KERNELS)
     assert mla_prefill(hw, 1, 16, 8192, 8192, 192, 128, 512, 64, True, "trtllm", 2).time_s < \
         mla_prefill(without, 1, 16, 8192, 8192, 192, 128, 512, 64, True, "trtllm", 2).time_s
+
+
+def test_an_mla_prefill_block_takes_the_gqa_kernels_tile_cost_unless_it_gives_its_own():
+    fields = _preset_fields("h100-sxm5-80gb")
+    shares = {"tensor_share": 0.7, "fp8_tensor_share": 0.4}
+    plain = load_hardware("h100-sxm5-80gb", {"calibration.engine_attention": {"trtllm": {
+        **fields, "mla_prefill": shares}}}).calibration.engine_kernels("trtllm")
+    assert plain.mla_prefill.tile_s == plain.prefill_tile_s
+    own = load_hardware("h100-sxm5-80gb", {"calibration.engine_attention": {"trtllm": {
+        **fields, "mla_prefill": {**shares, "tile": "2 us"}}}}).calibration.engine_kernels("trtllm")
+    assert own.mla_prefill.tile_s == pytest.approx(2e-6)
+    with pytest.raises(SpecError, match="mla_prefill.tile"):
+        load_hardware("h100-sxm5-80gb", {"calibration.engine_attention": {"trtllm": {
+            **fields, "mla_prefill": {**shares, "tile": 2}}}})
 
 
 def test_an_mla_prefill_block_takes_shares_up_to_one():

@@ -472,11 +472,12 @@ def _engine_attention(raw, source: str, base: tuple) -> tuple:
     def build(k, engine):
         pair_s = k.unit("decode_pair", units.parse_time)
         floor_s = k.unit("decode_floor", units.parse_time)
+        tile_s = k.unit("prefill_tile", units.parse_time)
         return EngineAttention(
             prefill_tensor_share=k.number("prefill_tensor_share", high=1.0),
             prefill_fp8_tensor_share=k.number("prefill_fp8_tensor_share", high=1.0),
             prefill_cache_share=k.number("prefill_cache_share", high=1.0),
-            prefill_tile_s=k.unit("prefill_tile", units.parse_time),
+            prefill_tile_s=tile_s,
             prefill_floor_s=k.unit("prefill_floor", units.parse_time),
             decode_floor_s=floor_s,
             decode_pair_s=pair_s,
@@ -495,7 +496,7 @@ def _engine_attention(raw, source: str, base: tuple) -> tuple:
             prefill_softmax_exposed=k.number("prefill_softmax_exposed", 0.0, low=-1e-12, high=1.0),
             mla_decode=_mla_decode(k.raw("mla_decode"), source, f"calibration.engine_attention.{engine}.mla_decode."),
             mla_prefill=_mla_prefill(k.raw("mla_prefill"), source,
-                                     f"calibration.engine_attention.{engine}.mla_prefill."))
+                                     f"calibration.engine_attention.{engine}.mla_prefill.", tile_s))
     return _per_engine(raw, source, base, "engine_attention", build)
 
 
@@ -536,11 +537,13 @@ def _mla_decode(raw, source: str, prefix: str) -> MlaDecode | None:
     return _optional_block(raw, source, prefix, "the MLA decode kernel's figures", block)
 
 
-def _mla_prefill(raw, source: str, prefix: str) -> MlaPrefill | None:
-    """An engine's optional `mla_prefill` block (its MLA context kernel's shares, in (0, 1])."""
+def _mla_prefill(raw, source: str, prefix: str, gqa_tile_s: float) -> MlaPrefill | None:
+    """An engine's optional `mla_prefill` block (its MLA context kernel's shares, in (0, 1], and
+    its tile cost with a unit, the GQA kernel's `gqa_tile_s` unless given)."""
     return _optional_block(raw, source, prefix, "the MLA context kernel's shares", lambda k: MlaPrefill(
         tensor_share=k.number("tensor_share", high=1.0),
-        fp8_tensor_share=k.number("fp8_tensor_share", high=1.0)))
+        fp8_tensor_share=k.number("fp8_tensor_share", high=1.0),
+        tile_s=k.unit("tile", units.parse_time, BaseUnits(gqa_tile_s))))
 
 
 def _calibration(raw, source: str) -> Calibration:

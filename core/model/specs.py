@@ -584,10 +584,11 @@ class MlaPrefill:
     """An engine's MLA context kernel (TensorRT-LLM's: every head's decompressed 192-wide keys and
     128-wide values), fitted on its measured MLA context table (scripts/fit_mla_prefill.py): its
     share of the BF16 peak (`tensor_share`) and of the FP8 peak over an FP8 cache
-    (`fp8_tensor_share`), in place of the engine's GQA prefill kernel's shares; its tile cost,
-    floor and loads are that kernel's."""
+    (`fp8_tensor_share`) and its cost per 128-row query tile (`tile_s`), in place of the engine's
+    GQA prefill kernel's; its floor and loads are that kernel's."""
     tensor_share: float
     fp8_tensor_share: float
+    tile_s: float
 
 
 @dataclass(frozen=True)
@@ -604,7 +605,7 @@ class EngineAttention:
     Decode: `decode_floor_s` for the op, `decode_pair_s` per (sequence, KV head) pair spread
     over the SMs (loading its queries, merging split-KV partials, writing out; `decode_group_pair_s`
     in its place where the block serves a group of query heads over a BF16 cache, the grouped
-    kernel: TensorRT-LLM's on Hopper costs four times its one-head kernel; None: the same;
+    kernel: TensorRT-LLM's on Hopper costs 3.5 times its one-head kernel; None: the same;
     `decode_fp8_group_floor_s` in place of `decode_floor_s` where it serves a group over an FP8
     cache: TensorRT-LLM's Hopper XQA kernel for FP8 caches, warpgroup MMAs over the group padded
     to 8 query heads, starts sooner than its one-head path; None: the same), and the cache

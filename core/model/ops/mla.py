@@ -80,7 +80,7 @@ def mla_prefill(hw: HardwareSpec, batch: int, heads: int, q_len: int, kv_len: in
     # slow at 1-100 GFLOP, refitted; its kernels' tiling is not published
     attention = flash_attention(hw, batch * heads, q_len, kv_len, (qk_dim + v_dim) / 2, 1, causal, kernel=engine,
                                 kv_bytes_per_element=kv_bytes_per_element, preprocess=False,
-                                engine_shares=(own.tensor_share, own.fp8_tensor_share) if own else (),
+                                other_kernel=(own.tensor_share, own.fp8_tensor_share, own.tile_s) if own else (),
                                 softmax_exposed=False)
     el = hw.act_bytes
     rope_bytes = 2 * 2 * batch * q_len * heads * rope_dim * el  # queries' and keys' RoPE parts, in and out
