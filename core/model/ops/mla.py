@@ -68,8 +68,8 @@ def mla_prefill(hw: HardwareSpec, batch: int, heads: int, q_len: int, kv_len: in
     paged cache, at the engine's cache-write share of HBM bandwidth (calibration.engine_attention,
     which must describe `engine`), and for the FP8 kernels (on a GPU with an FP8 peak) one that
     casts every head's queries, keys and values to FP8, a kernel of its own with its launch. The
-    attention runs at the engine's MLA context kernel's shares of the peaks where fitted
-    (EngineAttention.mla_prefill), else at its GQA prefill kernel's."""
+    attention runs at the engine's MLA context kernel's shares of the peaks and cost per query
+    tile where fitted (EngineAttention.mla_prefill), else at its GQA prefill kernel's."""
     kernels = hw.calibration.engine_kernels(engine)
     if kernels is None:
         raise ValueError(f"{hw.name}: no attention kernels of {engine!r} to time MLA prefill by")
