@@ -84,14 +84,19 @@ def test_a_causal_kernel_of_few_tiles_waits_for_its_last_query_tile():
     assert time(1, True) == pytest.approx(time(2, True), rel=1e-9)
 
 
+def b200_with_and_without_tensor_memory() -> tuple:
+    """A bare B200 as its preset has it (512 tensor-memory columns) and with none."""
+    b200 = bare(load_hardware("b200-sxm-180gb"))
+    return b200, dataclasses.replace(b200, gpu=dataclasses.replace(b200.gpu, tensor_memory_columns=0))
+
+
 def test_blackwells_two_tile_ctas_wait_for_the_last_two_query_tiles():
     """B200's tensor memory (512 columns) holds two query tiles' 128-column scores and outputs
     of head dimension 128, so its fused attention runs two 128-row tiles per CTA: one causal
     head of 16K tokens is 64 CTAs on 148 SMs, the last of them 256 rows over all 16,384 keys,
     and computes twice as long as with one tile per CTA; four heads (256 CTAs, two waves of the
     mean CTA's work) take as long either way. At head dimension 256 one tile fits."""
-    b200 = bare(load_hardware("b200-sxm-180gb"))
-    no_tmem = dataclasses.replace(b200, gpu=dataclasses.replace(b200.gpu, tensor_memory_columns=0))
+    b200, no_tmem = b200_with_and_without_tensor_memory()
     assert (cta_rows(b200.gpu, 128), cta_rows(b200.gpu, 64), cta_rows(b200.gpu, 256), cta_rows(no_tmem.gpu, 128)) \
         == (256, 256, 128, 128)
     time = lambda hw, heads, dim=128: ops.flash_attention(hw, heads, 16384, 16384, dim, 1, True).time_s  # noqa: E731
@@ -103,8 +108,7 @@ def test_blackwells_two_tile_ctas_wait_for_the_last_two_query_tiles():
 def test_the_backward_and_flashattention_2_keep_one_tile_per_cta():
     """The backward fills the tensor memory with one tile's scores, their gradients and dK, dV;
     FlashAttention 2 issues mma.sync from registers: neither holds a second tile on B200."""
-    b200 = bare(load_hardware("b200-sxm-180gb"))
-    no_tmem = dataclasses.replace(b200, gpu=dataclasses.replace(b200.gpu, tensor_memory_columns=0))
+    b200, no_tmem = b200_with_and_without_tensor_memory()
     for kernel, backward in (("flash", True), ("flash2", False), ("flash2", True)):
         args = (1, 16384, 16384, 128, 1, True, backward, kernel)
         assert ops.flash_attention(b200, *args).time_s == ops.flash_attention(no_tmem, *args).time_s
@@ -114,8 +118,7 @@ def test_tensorrt_llms_mla_context_kernel_keeps_one_tile_per_cta():
     """Timed at the mean of its head dimensions (192 and 128: 160), which leaves no room in B200's
     512 columns for a second tile: a lone causal sequence of 16K tokens over 16 heads times as
     without tensor memory."""
-    b200 = bare(load_hardware("b200-sxm-180gb"))
-    no_tmem = dataclasses.replace(b200, gpu=dataclasses.replace(b200.gpu, tensor_memory_columns=0))
+    b200, no_tmem = b200_with_and_without_tensor_memory()
     args = (1, 16, 16384, 16384, 192, 128, 512, 64, True, "trtllm")
     assert mla_prefill(b200, *args).time_s == mla_prefill(no_tmem, *args).time_s
 

@@ -3,7 +3,7 @@ sweep of the KV cache."""
 from functools import lru_cache
 from math import ceil
 
-from ..specs import DTYPE_BYTES, EngineAttention, HardwareSpec
+from ..specs import DTYPE_BYTES, EngineAttention, HardwareSpec, MlaPrefill
 from .common import (KernelTime, fp8_cache_kernels, launch_s, mixed_bandwidth_bps, stream_bandwidth_bps,
                      tensor_rate_flops)
 from .gemm import L2_USABLE_FRACTION
@@ -54,7 +54,7 @@ def causal_fraction(kv_len: int) -> float:
 def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int, head_dim: int,
                     kv_groups: int, causal: bool, backward: bool = False, kernel: str = "flash",
                     kv_bytes_per_element: float = 0.0, preprocess: bool = True,
-                    other_kernel: tuple = (), softmax_exposed: bool = True) -> KernelTime:
+                    other_kernel: MlaPrefill | None = None, softmax_exposed: bool = True) -> KernelTime:
     """One fused attention kernel (FlashAttention-2 style): scores stay in SRAM.
 
     `batch_heads` counts query heads; `kv_groups` is query heads per KV head (GQA).
@@ -69,8 +69,8 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     share (on the FP8 peak where `kv_bytes_per_element` says the cache is FP8), tile cost and
     floor, and its preprocessing pass over the new queries, keys and values (without
     `preprocess`, the attention kernel alone: MLA's engines prepare a latent cache instead);
-    `other_kernel` (BF16 share, FP8 share, tile cost) stands for the engine's prefill kernel's
-    shares and tile cost where the op runs another of its kernels (MLA's context kernel); without
+    `other_kernel`'s shares and tile cost stand for the engine's prefill kernel's where the op
+    runs another of its kernels (MLA's context kernel, EngineAttention.mla_prefill); without
     `softmax_exposed` the op hides its softmax whole (MLA's context kernel), else the engine's
     prefill_softmax_exposed share shows.
     A CTA holds the query rows cta_rows gives the forward at `head_dim` (two tiles on Blackwell),
@@ -96,9 +96,11 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     if engine is None:
         rate = tensor_rate_flops(hw, hw.act_dtype) * cal.attention_efficiency
     elif fp8_cache_kernels(hw, kv_bytes_per_element):
-        rate = gpu.flops("fp8") * clock * (other_kernel[1] if other_kernel else engine.prefill_fp8_tensor_share)
+        share = other_kernel.fp8_tensor_share if other_kernel else engine.prefill_fp8_tensor_share
+        rate = gpu.flops("fp8") * clock * share
     else:
-        rate = gpu.flops(hw.act_dtype) * clock * (other_kernel[0] if other_kernel else engine.prefill_tensor_share)
+        share = other_kernel.tensor_share if other_kernel else engine.prefill_tensor_share
+        rate = gpu.flops(hw.act_dtype) * clock * share
     if backward:
         rate *= cal.attention_backward_share
     if kernel in ("flash2", "flash1"):
@@ -119,7 +121,7 @@ def flash_attention(hw: HardwareSpec, batch_heads: int, q_len: int, kv_len: int,
     if overlapped and engine is not None and softmax_exposed:
         compute_s += engine.prefill_softmax_exposed * min(tensor_s, softmax_s)
     tile_cost_s = (cal.attention_backward_tile_s if backward else cal.attention_tile_s) if engine is None \
-        else other_kernel[2] if other_kernel else engine.prefill_tile_s
+        else other_kernel.tile_s if other_kernel else engine.prefill_tile_s
     compute_s += tiles * tile_cost_s / gpu.sm_count * per_sm / clock  # cycles: longer at a lower clock
     q_bytes = batch_heads * q_len * head_dim * el
     kv_bytes = 2 * (batch_heads // kv_groups) * kv_len * head_dim * el

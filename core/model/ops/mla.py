@@ -73,15 +73,13 @@ def mla_prefill(hw: HardwareSpec, batch: int, heads: int, q_len: int, kv_len: in
     kernels = hw.calibration.engine_kernels(engine)
     if kernels is None:
         raise ValueError(f"{hw.name}: no attention kernels of {engine!r} to time MLA prefill by")
-    own = kernels.mla_prefill
     # timed at the mean of its head dimensions (160), at which Blackwell's tensor memory holds one
     # query tile per CTA (ops.attention.cta_rows), as TensorRT-LLM's MLA context tables show: two,
     # which its value dimension alone would fit, put its short prompts of many heads +19 to +28 %
     # slow at 1-100 GFLOP, refitted; its kernels' tiling is not published
     attention = flash_attention(hw, batch * heads, q_len, kv_len, (qk_dim + v_dim) / 2, 1, causal, kernel=engine,
                                 kv_bytes_per_element=kv_bytes_per_element, preprocess=False,
-                                other_kernel=(own.tensor_share, own.fp8_tensor_share, own.tile_s) if own else (),
-                                softmax_exposed=False)
+                                other_kernel=kernels.mla_prefill, softmax_exposed=False)
     el = hw.act_bytes
     rope_bytes = 2 * 2 * batch * q_len * heads * rope_dim * el  # queries' and keys' RoPE parts, in and out
     latent_bytes = batch * q_len * (kv_lora_rank + rope_dim) * (kv_bytes_per_element or el)
