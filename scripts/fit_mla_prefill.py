@@ -22,11 +22,9 @@ from scipy.optimize import minimize
 from core.model.loader import load_hardware, with_dtype
 from core.model.specs import MlaPrefill
 from core.validation.kernels import KERNELS_DIR, PRESET_BY_GPU, Skip, _mla_context, _read, kernels_alone
-from fit_engine_attention import group_weights
+from fit_engine_attention import FAMILY, group_weights
 
 ENGINE = "trtllm"
-FAMILY = {"a100_sxm": "ampere", "h100_sxm": "hopper", "h200_sxm": "hopper", "b200_sxm": "blackwell",
-          "b300_sxm": "blackwell", "gb200": "blackwell", "gb300": "blackwell"}
 COLUMNS = ("batch_size", "isl", "num_heads", "mla_dtype", "kv_cache_dtype")
 CACHES = ("bfloat16", "fp8")  # the share each fits: tensor_share, fp8_tensor_share
 
