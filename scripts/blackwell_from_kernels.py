@@ -9,6 +9,9 @@
   factors over the measured time, median over BF16 GEMMs of 1 to 8 rows over a >= 256 MiB
   weight (one HBM-bound sweep of the weight, as a decode step's), for the same vLLM 0.24.0
   kernels on every GPU (capped at 1);
+- the GEMM floor (the presets' gpu.launch_overhead on Blackwell): the median over the BF16 GEMMs
+  of at most FLOOR_ROWS x FLOOR_N x FLOOR_K of the measured time less the tile model's time at
+  zero launch overhead (what they spend before and after their few MMAs);
 The NVLink dimension's figures (efficiency, pipeline fill, NVLS share) are fitted on the
 NCCL tables by scripts/fit_nccl.py.
 
@@ -18,6 +21,7 @@ Also the NVFP4 GEMM rates, for the dtype work that follows (no fp4 field yet).
 """
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 from statistics import median
 
@@ -37,6 +41,7 @@ PARTS = {"h100_sxm": "h100-sxm5-80gb", "h200_sxm": "h200-sxm-141gb", "b200_sxm":
 BIG = 4096
 STREAM_ROWS = 8
 STREAM_BYTES = 256 * 2**20
+FLOOR_ROWS, FLOOR_N, FLOOR_K = 64, 4096, 256
 NEUTRAL = {"calibration.compute_efficiency": 1.0, "calibration.fp8_efficiency": 1.0,
            "calibration.step_efficiency": 1.0, "calibration.stream_efficiency": 1.0, "calibration.memory_efficiency": 1.0,
            "calibration.kernel_overhead": "0 us"}
@@ -59,6 +64,13 @@ def gemm_efficiency(hw, rows: pd.DataFrame, dtype: str) -> float:
                   for r in rows.itertuples())
 
 
+def gemm_floor_s(hw, rows: pd.DataFrame) -> float:
+    """Median over rows of the measured time less the model's at zero launch overhead."""
+    bare = replace(hw, gpu=replace(hw.gpu, launch_overhead_s=0.0))
+    return median(r.latency * 1e-3 - ops.gemm(bare, int(r.m), int(r.n), int(r.k), dtype="bf16").time_s
+                  for r in rows.itertuples())
+
+
 def derive(kernels: Path = KERNELS) -> dict:
     """{part: figures} for every part."""
     figures = {}
@@ -68,6 +80,7 @@ def derive(kernels: Path = KERNELS) -> dict:
         g = table(kernels, part, "gemm", "gemm_perf")
         big = g[(g.m >= BIG) & (g.n >= BIG) & (g.k >= BIG)]
         stream = g[(g.gemm_dtype == "bfloat16") & (g.m <= STREAM_ROWS) & (g.n * g.k * 2 >= STREAM_BYTES)]
+        tiny = g[(g.gemm_dtype == "bfloat16") & (g.m <= FLOOR_ROWS) & (g.n <= FLOOR_N) & (g.k <= FLOOR_K)]
         flops = 2.0 * big.m * big.n * big.k / (big.latency * 1e-3)
         f = {
             "bf16_peak": spec["gpu"]["bfloat16_tc_flops"], "fp8_peak": spec["gpu"]["fp8_tc_flops"],
@@ -79,6 +92,7 @@ def derive(kernels: Path = KERNELS) -> dict:
             "nvfp4_median_tflops": float(flops[big.gemm_dtype == "nvfp4"].median()) / 1e12
             if (big.gemm_dtype == "nvfp4").any() else None,
             "stream_efficiency": min(1.0, gemm_efficiency(hw, stream, "bf16")),
+            "gemm_floor_s": gemm_floor_s(hw, tiny),
         }
         figures[part] = f
     return figures
@@ -104,6 +118,12 @@ def main() -> None:
     print("\nweight streams at neutral factors / measured (median): the presets' stream_efficiency")
     for part, f in figures.items():
         print(f"  {part:9s} stream_efficiency {f['stream_efficiency']:.3f}")
+    print(f"\nGEMM floor: BF16 GEMMs of m <= {FLOOR_ROWS}, n <= {FLOOR_N}, k <= {FLOOR_K}, measured less the model"
+          " at zero launch overhead (median): the Blackwell presets' gpu.launch_overhead")
+    for part, f in figures.items():
+        print(f"  {part:9s} {f['gemm_floor_s'] * 1e6:.2f} us")
+    blackwell = [f["gemm_floor_s"] for part, f in figures.items() if not part.startswith("h")]
+    print(f"  Blackwell, median over its parts: {median(blackwell) * 1e6:.2f} us")
 
 if __name__ == "__main__":
     main()

@@ -24,7 +24,9 @@ fitted, off the GPU's BF16 rows of k <= STORE_K whose output is at least STORE_O
 median rate at which they write it, over the HBM peak (our own runs of the H100 and H200 grids
 show cuBLAS's kernels for those rows tiling the output in four waves and more); vLLM's FP8 and
 NVFP4 kernels' rates over it are read off their tables' rows alike (core.validation.kernels's
-LIBRARY_STORE, per CUTLASS architecture).
+LIBRARY_STORE, per CUTLASS architecture). Their later start than cuBLAS's BF16 kernel
+(core.validation.kernels's LIBRARY_PROLOGUE_S) is read off their smallest rows (at most
+PROLOGUE_ROWS x PROLOGUE_N x PROLOGUE_K): what those take beyond the model's time without it.
 
     .venv/bin/python scripts/fit_gemm.py [--gpus h100_sxm ...]
 """
@@ -39,9 +41,9 @@ from core.model import ops
 from core.model.loader import load_hardware, with_dtype
 from core.model.ops.pointwise import (NVFP4_ELEMENT_SM_S, NVFP4_ROW_SM_S, ROW_BLOCK_SM_S, ROW_PASS_ELEMENTS,
                                       ROW_PASS_SM_S)
-from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, INPUT_QUANT, KERNELS_DIR, LIBRARY_STORE, PRESET_BY_GPU, \
-    TRTLLM_FP8_BLOCK_OVER_CUBLAS, Skip, _gemm, _read, cutlass_arch, error_summary, flop_bucket, kernels_alone, \
-    library_gemm_s
+from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, INPUT_QUANT, KERNELS_DIR, LIBRARY_PROLOGUE_S, \
+    LIBRARY_STORE, PRESET_BY_GPU, TRTLLM_FP8_BLOCK_OVER_CUBLAS, Skip, _gemm, _read, cutlass_arch, error_summary, \
+    flop_bucket, kernels_alone, library_gemm_s
 
 STRIDE = 2
 FIT_FLOPS = 100e9
@@ -145,6 +147,19 @@ def row_pass_sm_s(hw, gpu: str) -> tuple | None:
     return float(per_row), float(per_pass)
 
 
+PROLOGUE_ROWS, PROLOGUE_N, PROLOGUE_K = 64, 4096, 256
+
+
+def library_prologue_s(hw, gpu: str, dtype: str) -> float | None:
+    """What vLLM's `dtype` GEMM rows of at most PROLOGUE_ROWS x PROLOGUE_N x PROLOGUE_K take
+    beyond the model's time for them without LIBRARY_PROLOGUE_S (median): the library kernel's
+    later start than cuBLAS's BF16 one. None without the table."""
+    set_s = LIBRARY_PROLOGUE_S.get(("vllm", dtype, cutlass_arch(hw)), 0.0)
+    left = [s - _gemm(hw, m, n, k, dtype, "vllm")[3] + set_s for _, m, n, k, s in rows(gpu, dtype, 1, "vllm")
+            if m <= PROLOGUE_ROWS and n <= PROLOGUE_N and k <= PROLOGUE_K]
+    return float(np.median(left)) if left else None
+
+
 NVFP4_CAST_ROWS = 4096  # from here on the table's NVFP4 rows grow with m at any k
 
 
@@ -168,7 +183,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", nargs="*", default=[g for g in PRESET_BY_GPU if (KERNELS_DIR / g).is_dir()])
     args = ap.parse_args()
-    fitted, by_engine, stores = {}, {}, {}
+    fitted, by_engine, stores, prologues = {}, {}, {}, {}
     for gpu in args.gpus:
         preset = PRESET_BY_GPU[gpu]
         hw = kernels_alone(with_dtype(load_hardware(preset), "bf16", preset, "dtype"))
@@ -188,6 +203,10 @@ def main() -> None:
             print(f"{gpu}: vLLM's NVFP4 cast takes {cast[0] * 1e9:.1f} ns of one SM per row and {cast[1] * 1e9:.4f} ns"
                   f" per element (NVFP4_ROW_SM_S: {NVFP4_ROW_SM_S * 1e9:.1f}, NVFP4_ELEMENT_SM_S:"
                   f" {NVFP4_ELEMENT_SM_S * 1e9:.4f} ns)")
+        for dtype in ("fp8", "nvfp4"):  # vLLM's kernels' starts over cuBLAS's BF16 one (LIBRARY_PROLOGUE_S)
+            if dtype in dict(hw.gpu.peak_flops) and (late_s := library_prologue_s(hw, gpu, dtype)) is not None:
+                prologues.setdefault((dtype, cutlass_arch(hw)), []).append(late_s)
+                print(f"{gpu}: vLLM's {dtype} GEMMs start {late_s * 1e6:+.2f} us after cuBLAS's BF16 ones")
         for dtype in ("fp8", "nvfp4"):  # vLLM's kernels' epilogues over cuBLAS's BF16 one (LIBRARY_STORE)
             if bf16_store_bps and dtype in dict(hw.gpu.peak_flops) and (rate := store_rate_bps(hw, gpu, dtype, "vllm")):
                 stores.setdefault((dtype, cutlass_arch(hw)), []).append(rate / bf16_store_bps)
@@ -223,6 +242,9 @@ def main() -> None:
     for (dtype, arch), ratios in stores.items():
         print(f"vLLM's {dtype} output over cuBLAS's BF16 on {arch} (mean over GPUs): {np.mean(ratios):.3f}"
               f" (core.validation.kernels.LIBRARY_STORE: {LIBRARY_STORE['vllm', dtype, arch]})")
+    for (dtype, arch), starts in prologues.items():
+        print(f"vLLM's {dtype} GEMMs' later start on {arch} (mean over GPUs): {np.mean(starts) * 1e6:+.2f} us"
+              f" (core.validation.kernels.LIBRARY_PROLOGUE_S: {LIBRARY_PROLOGUE_S.get(('vllm', dtype, arch), 0.0) * 1e6:.2f} us)")
     print(f"cuBLAS FP8 over vLLM's CUTLASS FP8 (GPUs with both tables): {cublas_over_cutlass:.3f}"
           f" (core.validation.kernels.CUBLAS_OVER_CUTLASS_FP8: {CUBLAS_OVER_CUTLASS_FP8})")
     for gpu, own in fitted.items():
