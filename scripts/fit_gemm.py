@@ -17,8 +17,9 @@ Blackwell's only NVFP4 table, vLLM's (FlashInfer's CuTe DSL kernel), its input q
 one pass; no other library's NVFP4 GEMM is measured, so the share is that kernel's. Block-scaled
 FP8's share is cuBLAS's, measured on our own H100 (the preset's); TensorRT-LLM's fp8_block table
 is timed at it times TRTLLM_FP8_BLOCK_OVER_CUBLAS, whose refit is printed, beside the time its
-k-blocks take in turn on Hopper (block_scale_step_s). Held out: each GPU's shares predict
-its siblings' tables (the same die: H100 <-> H200, B200 <-> B300 <-> GB200 <-> GB300), and the
+k-blocks take in turn on Hopper (block_scale_step_s) and the time its input's cast takes through
+the SMs (TRTLLM_BLOCK_QUANT_SM_S, read off its rows of few outputs and many rows). Held out:
+each GPU's shares predict its siblings' tables (the same die: H100 <-> H200, B200 <-> B300 <-> GB200 <-> GB300), and the
 errors printed are those rows'. The output stores' share (calibration.store_efficiency) is read, not
 fitted, off the GPU's BF16 rows of k <= STORE_K whose output is at least STORE_OUTPUT_BYTES: the
 median rate at which they write it, over the HBM peak (our own runs of the H100 and H200 grids
@@ -42,8 +43,8 @@ from core.model.loader import load_hardware, with_dtype
 from core.model.ops.pointwise import (NVFP4_ELEMENT_SM_S, NVFP4_ROW_SM_S, ROW_BLOCK_SM_S, ROW_PASS_ELEMENTS,
                                       ROW_PASS_SM_S)
 from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, INPUT_QUANT, KERNELS_DIR, LIBRARY_PROLOGUE_S, \
-    LIBRARY_STORE, PRESET_BY_GPU, TRTLLM_FP8_BLOCK_OVER_CUBLAS, Skip, _gemm, _read, cutlass_arch, error_summary, \
-    flop_bucket, kernels_alone, library_gemm_s
+    LIBRARY_STORE, PRESET_BY_GPU, TRTLLM_BLOCK_QUANT_SM_S, TRTLLM_FP8_BLOCK_OVER_CUBLAS, Skip, _gemm, _read, \
+    cutlass_arch, error_summary, flop_bucket, in_graph, kernels_alone, library_gemm_s
 
 STRIDE = 2
 FIT_FLOPS = 100e9
@@ -160,6 +161,21 @@ def library_prologue_s(hw, gpu: str, dtype: str) -> float | None:
     return float(np.median(left)) if left else None
 
 
+BLOCK_QUANT_N, BLOCK_QUANT_ROWS = 256, 4096
+
+
+def trtllm_block_quant_sm_s(hw, gpu: str) -> float | None:
+    """One SM's time per element of TensorRT-LLM's 1 x 128 FP8 input quantization, read off its
+    block-scaled table's rows of at most BLOCK_QUANT_N outputs and at least BLOCK_QUANT_ROWS rows,
+    where the cast outlasts the GEMM: what each leaves after the GEMM and the cast's launch in a
+    graph, per element and SM (median). None without the table."""
+    launch_s = in_graph(hw).gpu.launch_overhead_s
+    per_element = [(s - library_gemm_s(hw, m, n, k, "fp8_block", FP8_ENGINE) - launch_s) * hw.gpu.sm_count / (m * k)
+                   for _, m, n, k, s in rows(gpu, "fp8_block", 1, FP8_ENGINE)
+                   if n <= BLOCK_QUANT_N and m >= BLOCK_QUANT_ROWS]
+    return float(np.median(per_element)) if per_element else None
+
+
 NVFP4_CAST_ROWS = 4096  # from here on the table's NVFP4 rows grow with m at any k
 
 
@@ -228,6 +244,9 @@ def main() -> None:
             if step_s := block_scale_step_s(gpu):
                 print(f"{gpu}: a block-scaled FP8 k-block of 128 takes {step_s * 1e9:.0f} ns in turn"
                       f" (gpu.block_scale_step: {hw.gpu.block_scale_step_s * 1e9:.0f} ns)")
+            if (quant_s := trtllm_block_quant_sm_s(hw, gpu)) is not None:
+                print(f"{gpu}: TensorRT-LLM's 1 x 128 FP8 cast takes {quant_s * 1e9:.3f} ns of one SM per element"
+                      f" (TRTLLM_BLOCK_QUANT_SM_S: {TRTLLM_BLOCK_QUANT_SM_S * 1e9:.3f} ns)")
             if table := rows(gpu, "fp8_block", STRIDE, FP8_ENGINE):  # TensorRT-LLM's block-scaled kernel
                 measured = hw.calibration.fp8_block_efficiency  # the preset's, cuBLAS's measured share
                 hw = fitted[gpu] = with_share(hw, "fp8_block", min(1.0, fit(hw, table, "fp8_block")))

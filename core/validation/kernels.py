@@ -78,17 +78,17 @@ def kernels_alone(hw):
 # one thread block per token row (ops.row_cast), and to NVFP4 (FlashInfer's quantization, the
 # global scale static, each 16-element block's scale computed in the pass) in one pass that
 # also takes the tensor a row at a time (ops.row_cast, its NVFP4 row and element times);
-# TensorRT-LLM's block-scaled FP8 takes each 1 x 128 group's scale in its one cast pass,
-# launched with its GEMM inside one op: the table's smallest rows (m <= 16, n and k <= 256) take
-# 4.65 us on H100 against 2.70 for the BF16 GEMM alone, what a pass replayed from a CUDA graph
-# adds (in_graph), not a whole launch. The other engines' quantizations keep their launches:
+# TensorRT-LLM's block-scaled FP8 takes each 1 x 128 group's scale in its one cast pass
+# (fp8_quantize_1x128, _trtllm_block_quant), launched with its GEMM inside one op: the table's
+# smallest rows (m <= 16, n and k <= 256) take 4.65 us on H100 against 2.70 for the BF16 GEMM
+# alone, what a pass replayed from a CUDA graph adds (in_graph), not a whole launch. The other engines' quantizations keep their launches:
 # timed in_graph their small rows come out 18-50 % fast (TensorRT-LLM's per-tensor FP8 rows
 # take 12.4 us at the smallest, more kernels than the three ours counts). vLLM's
 # block-scaled FP8 rows (DeepGEMM, CUTLASS, FlashInfer) were timed without CUDA graphs, so their
 # host's launches set them (60-190 us at a few tokens): not compared (_gemm says so).
 INPUT_QUANT = {
     ("trtllm", "fp8"): lambda hw, m, k: ops.fp8_cast(replace(hw, dtype="fp8", fp8_recipe="current"), m * k),
-    ("trtllm", "fp8_block"): lambda hw, m, k: _one_pass_quant(in_graph(hw), m * k, "fp8"),
+    ("trtllm", "fp8_block"): lambda hw, m, k: _trtllm_block_quant(in_graph(hw), m * k),
     ("vllm", "fp8"): lambda hw, m, k: ops.row_cast(hw, m, k),
     ("vllm", "nvfp4"): lambda hw, m, k: ops.row_cast(hw, m, k, "nvfp4")}
 
@@ -100,9 +100,23 @@ def in_graph(hw):
     return replace(hw, gpu=replace(hw.gpu, launch_overhead_s=hw.gpu.graph_launch_overhead_s))
 
 
-def _one_pass_quant(hw, elements: int, dtype: str):
-    """A cast of BF16 elements to a block-scaled `dtype` that computes each block's scale in passing."""
-    return ops.pointwise(hw, elements * (hw.act_bytes + quantized_bytes(dtype, "block-scaled")))
+# TensorRT-LLM's 1 x 128 FP8 quantization runs through the SMs, not at the HBM rate: on its
+# block-scaled GEMM tables' rows of few outputs and many rows (n <= 256, m >= 4,096), where the
+# cast outlasts the GEMM, what a row leaves after the GEMM and the launch is 0.217 ns of one SM
+# per element on H100 and 0.220 on H200 (median; scripts/fit_gemm.py), the same time on both
+# though H200's HBM is 1.43 times H100's: 1.8 TB/s of reads and writes, 0.54 of H100's HBM rate.
+TRTLLM_BLOCK_QUANT_SM_S = 0.22e-9
+
+
+def _trtllm_block_quant(hw, elements: int):
+    """TensorRT-LLM's cast of BF16 elements to block-scaled FP8, each 1 x 128 group's scale
+    computed in passing: the slower of its bytes over HBM and its elements through the SMs
+    (TRTLLM_BLOCK_QUANT_SM_S), the groups shared evenly."""
+    moved = elements * (hw.act_bytes + quantized_bytes("fp8", "block-scaled"))
+    busy_s = max(moved / ops.mixed_bandwidth_bps(hw), elements * TRTLLM_BLOCK_QUANT_SM_S / hw.gpu.sm_count)
+    return ops.KernelTime(busy_s + ops.launch_s(hw), 0.0, moved)
+
+
 # The presets' FP8 share (fp8_efficiency) is cuBLAS's scaled GEMM, which TensorRT-LLM and
 # Transformer Engine call; vLLM's per-tensor FP8 layer runs CUTLASS's, with the tiles it
 # dispatches (vllm_fp8_tiles, their tile rows in whole clusters), which on the GPUs whose tables
@@ -114,9 +128,10 @@ def _one_pass_quant(hw, elements: int, dtype: str):
 CUBLAS_OVER_CUTLASS_FP8 = 1.002
 # The presets' block-scaled FP8 share (fp8_block_efficiency) is cuBLAS's, measured on our own
 # H100 (scripts/measure_gpu_kernels.py --block-fp8), as Transformer Engine calls it;
-# TensorRT-LLM's own block-scaled GEMM reaches 0.933 of it (scripts/fit_gemm.py on its table, H100
-# and H200 alike, its epilogue in series: LIBRARY_EPILOGUE_IN_SERIES).
-TRTLLM_FP8_BLOCK_OVER_CUBLAS = 0.933
+# TensorRT-LLM's own block-scaled GEMM reaches 1.017 of it (scripts/fit_gemm.py on its table:
+# H100 1.013, H200 1.020; its epilogue in series, LIBRARY_EPILOGUE_IN_SERIES, and its input's
+# cast through the SMs, _trtllm_block_quant).
+TRTLLM_FP8_BLOCK_OVER_CUBLAS = 1.017
 # (engine, the table's GEMM dtype) -> (the calibration share its library changes, by how much)
 # vLLM's NVFP4 GEMM (FlashInfer's CuTe DSL kernel) is the only NVFP4 GEMM measured; the presets'
 # NVFP4 share is cuBLAS's as Transformer Engine calls it, taken as that kernel's times the same
