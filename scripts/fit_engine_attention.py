@@ -6,7 +6,9 @@ out, then the preset block. It edits nothing.
 Prefill: prefill_tensor_share, prefill_fp8_tensor_share, prefill_cache_share, prefill_tile,
 prefill_floor and, on GPUs whose kernels overlap softmax with the matmuls (mma_sync_share < 1),
 prefill_softmax_exposed, on the engine's BF16 context rows (every STRIDE-th; BF16 and FP8 caches,
-no sliding window). Decode: the eleven DECODE factors on its BF16 generation rows, both cache
+no sliding window) its prefill kernel ran (not vLLM's one-token prompts, which its decode kernel
+runs, nor rows of a kernel the model does not time: core.validation.kernels.attention_modelled).
+Decode: the eleven DECODE factors on its BF16 generation rows, both cache
 dtypes, from a few starts. Both minimise the mean |log(predicted / measured)| with each (cache
 dtype, size bucket) group of the kernel suite weighing the same. decode_max_group and FACTS are
 the engine's facts, not fitted: TensorRT-LLM's XQA takes at most 32 query heads per KV head
@@ -30,17 +32,13 @@ from scipy.optimize import minimize
 from core.model.loader import load_hardware, with_dtype
 from core.model.ops.attention import engine_decode_s, flash_attention, overlaps_softmax
 from core.model.specs import EngineAttention
-from core.validation.kernels import ATTENTION_DTYPES, KERNELS_DIR, KV_BYTES, PRESET_BY_GPU, _read, \
-    flop_bucket, kernels_alone, kv_bucket
+from core.validation.kernels import ATTENTION_DTYPES, CONTEXT_COLUMNS, DECODE_KERNELS, GENERATION_COLUMNS, KERNELS_DIR, \
+    KV_BYTES, PRESET_BY_GPU, _read, attention_modelled, flop_bucket, kernels_alone, kv_bucket
 
 STRIDE = 5
 MAX_GROUP = {"trtllm": 32, "vllm": 0}
 FAMILY = {"a100_sxm": "ampere", "h100_sxm": "hopper", "h200_sxm": "hopper", "b200_sxm": "blackwell",
           "b300_sxm": "blackwell", "gb200": "blackwell", "gb300": "blackwell"}
-CONTEXT_COLUMNS = ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "window_size",
-                   "attn_dtype", "kv_cache_dtype")
-GENERATION_COLUMNS = ("batch_size", "num_heads", "num_key_value_heads", "head_dim", "step", "window_size",
-                      "attn_dtype", "kv_cache_dtype")
 PREFILL = ("prefill_tensor_share", "prefill_fp8_tensor_share", "prefill_cache_share", "prefill_tile_s",
            "prefill_floor_s", "prefill_softmax_exposed")
 DECODE = ("decode_floor_s", "decode_pair_s", "decode_bandwidth_share", "decode_fp8_bandwidth_share",
@@ -71,19 +69,21 @@ def _table(gpu: str, engine: str, table: str, columns: tuple):
 
 
 def prefill_rows(gpu: str, engine: str) -> list:
-    """(batch x heads, tokens, head_dim, kv_groups, kv dtype, seconds) of a table's BF16 rows."""
+    """(batch x heads, tokens, head_dim, kv_groups, kv dtype, seconds) of a table's rows its
+    prefill kernel ran."""
     values, latency_ms = _table(gpu, engine, "context_attention_perf", CONTEXT_COLUMNS)
     return [(b * h, isl, d, max(1, h // kvh), kv, ms * 1e-3)
-            for (b, isl, h, kvh, d, window, attn, kv), ms in zip(zip(*values), latency_ms)
-            if not window and attn in ATTENTION_DTYPES and kv in KV_BYTES]
+            for (source, b, isl, h, kvh, d, window, attn, kv), ms in zip(zip(*values), latency_ms)
+            if not window and attn in ATTENTION_DTYPES and kv in KV_BYTES and attention_modelled(source)
+            and source not in DECODE_KERNELS]
 
 
 def decode_rows(gpu: str, engine: str) -> dict:
     """Columns (numpy arrays) of a table's BF16 generation rows; context = cached tokens + 1."""
     values, latency_ms = _table(gpu, engine, "generation_attention_perf", GENERATION_COLUMNS)
     keep = [(b, h, kvh, d, step + 1, KV_BYTES[kv], ms * 1e-3)
-            for (b, h, kvh, d, step, window, attn, kv), ms in zip(zip(*values), latency_ms)
-            if not window and attn in ATTENTION_DTYPES and kv in KV_BYTES]
+            for (source, b, h, kvh, d, step, window, attn, kv), ms in zip(zip(*values), latency_ms)
+            if not window and attn in ATTENTION_DTYPES and kv in KV_BYTES and attention_modelled(source)]
     columns = np.array(keep, dtype=float).T if keep else np.zeros((7, 0))
     return dict(zip(("batch", "heads", "kv_heads", "head_dim", "context", "kv_el", "seconds"), columns))
 

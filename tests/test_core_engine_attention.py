@@ -121,13 +121,13 @@ def test_an_fp8_cache_widened_on_the_sms_sweeps_no_faster_than_they_widen():
 
 
 def test_a_block_without_decode_group_pair_takes_decode_pair():
-    """The loader's defaults: the grouped kernel costs what the one-head kernel does, starts from
-    the same floor over an FP8 cache, and neither widens on the SMs nor reads it as it is."""
-    hw = load_hardware("b200-sxm-180gb")
-    for _, kernels in hw.calibration.engine_attention:
-        assert kernels.decode_group_pair_s == kernels.decode_pair_s
-        assert kernels.decode_fp8_group_floor_s == kernels.decode_floor_s
-        assert kernels.decode_fp8_widen_s == 0.0 and kernels.decode_fp8_group_native is False
+    """The loader's defaults (B200's TensorRT-LLM block sets none of the four fields): the grouped
+    kernel costs what the one-head kernel does, starts from the same floor over an FP8 cache, and
+    neither widens on the SMs nor reads it as it is."""
+    kernels = load_hardware("b200-sxm-180gb").calibration.engine_kernels("trtllm")
+    assert kernels.decode_group_pair_s == kernels.decode_pair_s
+    assert kernels.decode_fp8_group_floor_s == kernels.decode_floor_s
+    assert kernels.decode_fp8_widen_s == 0.0 and kernels.decode_fp8_group_native is False
 
 
 @pytest.mark.parametrize("field, value, allowed", [("decode_fp8_widen", 0.048, "a unit"),

@@ -160,6 +160,31 @@ def test_block_scaled_fp8_rows_are_timed_for_tensorrt_llm_and_skipped_for_vllm(t
     assert [(s["reason"], s["rows"]) for s in skipped] == [("gemm fp8_block in vLLM: timed without CUDA graphs, host-bound", 1)]
 
 
+def test_attention_rows_are_timed_by_the_kernel_that_ran_them(tmp_path):
+    """vLLM's context table on B200: a prompt of one token its decode kernel ran is its decode op
+    over one cached token; a row its Triton fallback ran (head_dim 192 over an FP8 cache) is not
+    modelled and counted as skipped, whatever its shape; a FlashInfer prefill row is the engine's
+    prefill op."""
+    hw = kernels_alone(load_hardware("b200-sxm-180gb"))
+    folder = tmp_path / "b200_sxm" / "attention" / "vllm" / "0.1"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.table({
+        "kernel_source": ["vllm_flashinfer_trtllmdecode", "vllm_triton_attn", "vllm_flashinfer_trtllmprefill"],
+        "batch_size": [64, 1, 2], "isl": [1, 8192, 1024], "num_heads": [32, 64, 32], "num_key_value_heads": [8, 4, 8],
+        "head_dim": [128, 192, 128], "window_size": [0, 0, 0], "attn_dtype": ["bfloat16"] * 3,
+        "kv_cache_dtype": ["bfloat16", "fp8", "bfloat16"], "latency": [0.01, 25.0, 0.05]}),
+        folder / "context_attention_perf.parquet")
+    records, skipped = kernel_groups(tmp_path)
+    decode_s = ops.decode_attention(hw, 64, 32, 8, 1, 128, 2, "vllm").time_s
+    prefill_s = ops.flash_attention(hw, 2 * 32, 1024, 1024, 128, 4, True, kernel="vllm").time_s
+    by_bucket = {r["bucket"]: r["median_error_pct"] for r in records}
+    assert by_bucket == {"<1 GFLOP": pytest.approx(100 * (decode_s / 0.01e-3 - 1)),
+                         "1-100 GFLOP": pytest.approx(100 * (prefill_s / 0.05e-3 - 1))}
+    assert [(s["reason"], s["rows"]) for s in skipped] == [
+        ("attention by vLLM's Triton attention (its Blackwell fallback at head_dim 192 over an FP8 cache): "
+         "not modelled", 1)]
+
+
 def test_vllm_dispatches_its_fp8_tile_by_rows_and_gpu():
     """vLLM's CUTLASS FP8 configurations, tile over m first (swap-AB ones written that way), with
     their clusters' extent over m where it is more than one tile."""
