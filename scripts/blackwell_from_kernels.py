@@ -10,8 +10,8 @@
   weight (one HBM-bound sweep of the weight, as a decode step's), for the same vLLM 0.24.0
   kernels on every GPU (capped at 1);
 - the GEMM floor (the presets' gpu.launch_overhead on Blackwell): the median over the BF16 GEMMs
-  of at most FLOOR_ROWS x FLOOR_N x FLOOR_K of the measured time less the tile model's time at
-  zero launch overhead (what they spend before and after their few MMAs);
+  of at most SMALLEST_GEMM (core.validation.kernels) of the measured time less the tile model's
+  time at zero launch overhead (what they spend before and after their few MMAs);
 The NVLink dimension's figures (efficiency, pipeline fill, NVLS share) are fitted on the
 NCCL tables by scripts/fit_nccl.py.
 
@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from core.model import ops  # noqa: E402
 from core.model.loader import load_hardware  # noqa: E402
+from core.validation.kernels import SMALLEST_GEMM  # noqa: E402
 
 KERNELS = Path("/work/shared/validation/kernels")
 # kernel-table folder -> preset
@@ -41,7 +42,6 @@ PARTS = {"h100_sxm": "h100-sxm5-80gb", "h200_sxm": "h200-sxm-141gb", "b200_sxm":
 BIG = 4096
 STREAM_ROWS = 8
 STREAM_BYTES = 256 * 2**20
-FLOOR_ROWS, FLOOR_N, FLOOR_K = 64, 4096, 256
 NEUTRAL = {"calibration.compute_efficiency": 1.0, "calibration.fp8_efficiency": 1.0,
            "calibration.step_efficiency": 1.0, "calibration.stream_efficiency": 1.0, "calibration.memory_efficiency": 1.0,
            "calibration.kernel_overhead": "0 us"}
@@ -80,7 +80,8 @@ def derive(kernels: Path = KERNELS) -> dict:
         g = table(kernels, part, "gemm", "gemm_perf")
         big = g[(g.m >= BIG) & (g.n >= BIG) & (g.k >= BIG)]
         stream = g[(g.gemm_dtype == "bfloat16") & (g.m <= STREAM_ROWS) & (g.n * g.k * 2 >= STREAM_BYTES)]
-        tiny = g[(g.gemm_dtype == "bfloat16") & (g.m <= FLOOR_ROWS) & (g.n <= FLOOR_N) & (g.k <= FLOOR_K)]
+        most_m, most_n, most_k = SMALLEST_GEMM
+        tiny = g[(g.gemm_dtype == "bfloat16") & (g.m <= most_m) & (g.n <= most_n) & (g.k <= most_k)]
         flops = 2.0 * big.m * big.n * big.k / (big.latency * 1e-3)
         f = {
             "bf16_peak": spec["gpu"]["bfloat16_tc_flops"], "fp8_peak": spec["gpu"]["fp8_tc_flops"],
@@ -118,7 +119,7 @@ def main() -> None:
     print("\nweight streams at neutral factors / measured (median): the presets' stream_efficiency")
     for part, f in figures.items():
         print(f"  {part:9s} stream_efficiency {f['stream_efficiency']:.3f}")
-    print(f"\nGEMM floor: BF16 GEMMs of m <= {FLOOR_ROWS}, n <= {FLOOR_N}, k <= {FLOOR_K}, measured less the model"
+    print(f"\nGEMM floor: BF16 GEMMs of (m, n, k) at most {SMALLEST_GEMM}, measured less the model"
           " at zero launch overhead (median): the Blackwell presets' gpu.launch_overhead")
     for part, f in figures.items():
         print(f"  {part:9s} {f['gemm_floor_s'] * 1e6:.2f} us")

@@ -3,31 +3,31 @@ fp8_efficiency for per-tensor FP8 and nvfp4_efficiency for NVFP4, relative to it
 ../shared/validation/kernels (issue 21), and print them with the errors `rapid validate --suite
 kernels` reports, in-sample and held out. It edits nothing.
 
-Each share minimises the mean |log(predicted / measured)| over the GPU's GEMMs of at least
-FIT_FLOPS (100 GFLOP), where the tensor cores' share sets the time (smaller ones, set by floors,
-tiles and bandwidth, test the rest of the model), each row timed as the kernel suite times it (ops.gemm, FP8 rows with the engine's input
-quantization); the kernels' floor is the preset's launch_overhead. BF16 pools every engine's
-table. FP8 is fitted on TensorRT-LLM's table, whose per-tensor FP8 GEMM is cuBLAS's, the one
-Transformer Engine's FP8 training calls; vLLM's table, CUTLASS's scaled GEMM, is timed at that
-share over cuBLAS's lead (core.validation.kernels.CUBLAS_OVER_CUTLASS_FP8), so its fit is a
-cuBLAS share too, and a GPU without TensorRT-LLM's table (Blackwell's TensorRT-LLM GEMM folders
-only point at a collection not shipped) takes it. The lead is the mean ratio of the two raw
-shares where a GPU's tables hold both (printed, to set the constant). NVFP4 is fitted on
-Blackwell's only NVFP4 table, vLLM's (FlashInfer's CuTe DSL kernel), its input quantized in
-one pass; no other library's NVFP4 GEMM is measured, so the share is that kernel's. Block-scaled
-FP8's share is cuBLAS's, measured on our own H100 (the preset's); TensorRT-LLM's fp8_block table
-is timed at it times TRTLLM_FP8_BLOCK_OVER_CUBLAS, whose refit is printed, beside the time its
-k-blocks take in turn on Hopper (block_scale_step_s) and the time its input's cast takes through
-the SMs (TRTLLM_BLOCK_QUANT_SM_S, read off its rows of few outputs and many rows). Held out:
-each GPU's shares predict its siblings' tables (the same die: H100 <-> H200, B200 <-> B300 <-> GB200 <-> GB300), and the
-errors printed are those rows'. The output stores' share (calibration.store_efficiency) is read, not
-fitted, off the GPU's BF16 rows of k <= STORE_K whose output is at least STORE_OUTPUT_BYTES: the
-median rate at which they write it, over the HBM peak (our own runs of the H100 and H200 grids
-show cuBLAS's kernels for those rows tiling the output in four waves and more); vLLM's FP8 and
-NVFP4 kernels' rates over it are read off their tables' rows alike (core.validation.kernels's
-LIBRARY_STORE, per CUTLASS architecture). Their later start than cuBLAS's BF16 kernel
-(core.validation.kernels's LIBRARY_PROLOGUE_S) is read off their smallest rows (at most
-PROLOGUE_ROWS x PROLOGUE_N x PROLOGUE_K): what those take beyond the model's time without it.
+Each share minimises the mean |log(predicted / measured)| over the GPU's GEMMs of at least FIT_FLOPS
+(100 GFLOP), where the tensor cores' share sets the time (smaller ones, set by floors, tiles and
+bandwidth, test the rest of the model), each row timed as the kernel suite times it (ops.gemm, FP8
+rows with the engine's input quantization); the kernels' floor is the preset's launch_overhead. BF16
+pools every engine's table. FP8 is fitted on TensorRT-LLM's table, whose per-tensor FP8 GEMM is
+cuBLAS's, the one Transformer Engine's FP8 training calls; vLLM's table, CUTLASS's scaled GEMM, is
+timed at that share over cuBLAS's lead (core.validation.kernels.CUBLAS_OVER_CUTLASS_FP8), so its fit
+is a cuBLAS share too, and a GPU without TensorRT-LLM's table (Blackwell's TensorRT-LLM GEMM folders
+only point at a collection not shipped) takes it. The lead is the mean ratio of the two raw shares
+where a GPU's tables hold both (printed, to set the constant). NVFP4 is fitted on Blackwell's only
+NVFP4 table, vLLM's (FlashInfer's CuTe DSL kernel), its input quantized in one pass; no other
+library's NVFP4 GEMM is measured, so the share is that kernel's. Block-scaled FP8's share is
+cuBLAS's, measured on our own H100 (the preset's); TensorRT-LLM's fp8_block table is timed at it
+times TRTLLM_FP8_BLOCK_OVER_CUBLAS, whose refit is printed, beside the time its k-blocks take in
+turn on Hopper (block_scale_step_s) and the time its input's cast takes through the SMs
+(TRTLLM_BLOCK_QUANT_SM_S, read off its rows of few outputs and many rows). Held out: each GPU's
+shares predict its siblings' tables (the same die: H100 <-> H200, B200 <-> B300 <-> GB200 <->
+GB300), and the errors printed are those rows'. The output stores' share
+(calibration.store_efficiency) is read, not fitted, off the GPU's BF16 rows of k <= STORE_K whose
+output is at least STORE_OUTPUT_BYTES: the median rate at which they write it, over the HBM peak
+(our own runs of the H100 and H200 grids show cuBLAS's kernels for those rows tiling the output in
+four waves and more); vLLM's FP8 and NVFP4 kernels' rates over it are read off their tables' rows
+alike (core.validation.kernels's LIBRARY_STORE, per CUTLASS architecture). Their later start than
+cuBLAS's BF16 kernel (core.validation.kernels's LIBRARY_PROLOGUE_S) is read off their smallest rows
+(at most SMALLEST_GEMM): what those take beyond the model's time without it.
 
     .venv/bin/python scripts/fit_gemm.py [--gpus h100_sxm ...]
 """
@@ -43,8 +43,8 @@ from core.model.loader import load_hardware, with_dtype
 from core.model.ops.pointwise import (NVFP4_ELEMENT_SM_S, NVFP4_ROW_SM_S, ROW_BLOCK_SM_S, ROW_PASS_ELEMENTS,
                                       ROW_PASS_SM_S)
 from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, INPUT_QUANT, KERNELS_DIR, LIBRARY_PROLOGUE_S, \
-    LIBRARY_STORE, PRESET_BY_GPU, TRTLLM_BLOCK_QUANT_SM_S, TRTLLM_FP8_BLOCK_OVER_CUBLAS, Skip, _gemm, _read, \
-    cutlass_arch, error_summary, flop_bucket, in_graph, kernels_alone, library_gemm_s
+    LIBRARY_STORE, PRESET_BY_GPU, SMALLEST_GEMM, TRTLLM_BLOCK_QUANT_SM_S, TRTLLM_FP8_BLOCK_OVER_CUBLAS, Skip, \
+    _gemm, _read, cutlass_arch, error_summary, flop_bucket, in_graph, kernels_alone, library_gemm_s
 
 STRIDE = 2
 FIT_FLOPS = 100e9
@@ -148,16 +148,14 @@ def row_pass_sm_s(hw, gpu: str) -> tuple | None:
     return float(per_row), float(per_pass)
 
 
-PROLOGUE_ROWS, PROLOGUE_N, PROLOGUE_K = 64, 4096, 256
-
-
 def library_prologue_s(hw, gpu: str, dtype: str) -> float | None:
-    """What vLLM's `dtype` GEMM rows of at most PROLOGUE_ROWS x PROLOGUE_N x PROLOGUE_K take
-    beyond the model's time for them without LIBRARY_PROLOGUE_S (median): the library kernel's
-    later start than cuBLAS's BF16 one. None without the table."""
+    """What vLLM's `dtype` GEMM rows of at most SMALLEST_GEMM take beyond the model's time for
+    them without LIBRARY_PROLOGUE_S (median): the library kernel's later start than cuBLAS's BF16
+    one. None without the table."""
     set_s = LIBRARY_PROLOGUE_S.get(("vllm", dtype, cutlass_arch(hw)), 0.0)
+    most_m, most_n, most_k = SMALLEST_GEMM
     left = [s - _gemm(hw, m, n, k, dtype, "vllm")[3] + set_s for _, m, n, k, s in rows(gpu, dtype, 1, "vllm")
-            if m <= PROLOGUE_ROWS and n <= PROLOGUE_N and k <= PROLOGUE_K]
+            if m <= most_m and n <= most_n and k <= most_k]
     return float(np.median(left)) if left else None
 
 
@@ -262,8 +260,9 @@ def main() -> None:
         print(f"vLLM's {dtype} output over cuBLAS's BF16 on {arch} (mean over GPUs): {np.mean(ratios):.3f}"
               f" (core.validation.kernels.LIBRARY_STORE: {LIBRARY_STORE['vllm', dtype, arch]})")
     for (dtype, arch), starts in prologues.items():
+        set_s = LIBRARY_PROLOGUE_S.get(("vllm", dtype, arch), 0.0)
         print(f"vLLM's {dtype} GEMMs' later start on {arch} (mean over GPUs): {np.mean(starts) * 1e6:+.2f} us"
-              f" (core.validation.kernels.LIBRARY_PROLOGUE_S: {LIBRARY_PROLOGUE_S.get(('vllm', dtype, arch), 0.0) * 1e6:.2f} us)")
+              f" (core.validation.kernels.LIBRARY_PROLOGUE_S: {set_s * 1e6:.2f} us)")
     print(f"cuBLAS FP8 over vLLM's CUTLASS FP8 (GPUs with both tables): {cublas_over_cutlass:.3f}"
           f" (core.validation.kernels.CUBLAS_OVER_CUTLASS_FP8: {CUBLAS_OVER_CUTLASS_FP8})")
     for gpu, own in fitted.items():

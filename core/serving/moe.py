@@ -13,10 +13,11 @@ from core.model.specs import HardwareSpec, ModelSpec, MoESpec
 MATRICES = 3  # gate, up and down projection of each (gated) expert
 # An MoE block in a serving engine is a chain of dependent kernels around its grouped GEMMs
 # (top-k routing, token permutation, the un-permute and weighted sum), each waiting out the last
-# one's launch latency, which CUDA-graph replay does not remove. AIConfigurator's MoE tables
-# (../shared/validation/kernels) at 1-8 tokens exceed our expert GEMMs by 16 us on B200
-# (FlashInfer's TensorRT-LLM kernels) and 35-45 us on H200 (Triton, TensorRT-LLM): five
-# launches, the B200 figure, is the lower bound taken.
+# one's launch latency, which CUDA-graph replay does not remove. vLLM's MoE tables
+# (../shared/validation/kernels) at 1-8 tokens exceed our expert GEMMs (their kernels timed
+# alone) by 10-11 us on Blackwell in FP8 and NVFP4, about five of its 2.0 us launches (BF16 3.5,
+# block-scaled FP8 11), and by 19-20 us on Hopper in BF16 (six or seven of its 3 us; block-scaled
+# FP8 nine): five launches, the Blackwell figure, is taken for every engine.
 MOE_CHAIN = 5
 EXPERT_OPS = ("mlp_up", "activation", "mlp_down")  # an MoE layer's expert kernels in the layer graph
 

@@ -81,8 +81,9 @@ def kernels_alone(hw):
 # TensorRT-LLM's block-scaled FP8 takes each 1 x 128 group's scale in its one cast pass
 # (fp8_quantize_1x128, _trtllm_block_quant), launched with its GEMM inside one op: the table's
 # smallest rows (m <= 16, n and k <= 256) take 4.65 us on H100 against 2.70 for the BF16 GEMM
-# alone, what a pass replayed from a CUDA graph adds (in_graph), not a whole launch. The other engines' quantizations keep their launches:
-# timed in_graph their small rows come out 18-50 % fast (TensorRT-LLM's per-tensor FP8 rows
+# alone, what a pass replayed from a CUDA graph adds (in_graph), not a whole launch. The other
+# engines' quantizations keep their launches: timed in_graph their small rows come out 18-50 %
+# fast (TensorRT-LLM's per-tensor FP8 rows
 # take 12.4 us at the smallest, more kernels than the three ours counts). vLLM's
 # block-scaled FP8 rows (DeepGEMM, CUTLASS, FlashInfer) were timed without CUDA graphs, so their
 # host's launches set them (60-190 us at a few tokens): not compared (_gemm says so).
@@ -102,8 +103,8 @@ def in_graph(hw):
 
 # TensorRT-LLM's 1 x 128 FP8 quantization runs through the SMs, not at the HBM rate: on its
 # block-scaled GEMM tables' rows of few outputs and many rows (n <= 256, m >= 4,096), where the
-# cast outlasts the GEMM, what a row leaves after the GEMM and the launch is 0.217 ns of one SM
-# per element on H100 and 0.220 on H200 (median; scripts/fit_gemm.py), the same time on both
+# cast outlasts the GEMM, what a row leaves after the GEMM and the launch is 0.219 ns of one SM
+# per element on H100 and 0.222 on H200 (median; scripts/fit_gemm.py), the same time on both
 # though H200's HBM is 1.43 times H100's: 1.8 TB/s of reads and writes, 0.54 of H100's HBM rate.
 TRTLLM_BLOCK_QUANT_SM_S = 0.22e-9
 
@@ -128,10 +129,10 @@ def _trtllm_block_quant(hw, elements: int):
 CUBLAS_OVER_CUTLASS_FP8 = 1.002
 # The presets' block-scaled FP8 share (fp8_block_efficiency) is cuBLAS's, measured on our own
 # H100 (scripts/measure_gpu_kernels.py --block-fp8), as Transformer Engine calls it;
-# TensorRT-LLM's own block-scaled GEMM reaches 1.017 of it (scripts/fit_gemm.py on its table:
-# H100 1.013, H200 1.020; its epilogue in series, LIBRARY_EPILOGUE_IN_SERIES, and its input's
+# TensorRT-LLM's own block-scaled GEMM reaches 1.026 of it (scripts/fit_gemm.py on its table:
+# H100 1.013, H200 1.039; its epilogue in series, LIBRARY_EPILOGUE_IN_SERIES, and its input's
 # cast through the SMs, _trtllm_block_quant).
-TRTLLM_FP8_BLOCK_OVER_CUBLAS = 1.017
+TRTLLM_FP8_BLOCK_OVER_CUBLAS = 1.026
 # (engine, the table's GEMM dtype) -> (the calibration share its library changes, by how much)
 # vLLM's NVFP4 GEMM (FlashInfer's CuTe DSL kernel) is the only NVFP4 GEMM measured; the presets'
 # NVFP4 share is cuBLAS's as Transformer Engine calls it, taken as that kernel's times the same
@@ -140,19 +141,23 @@ TRTLLM_FP8_BLOCK_OVER_CUBLAS = 1.017
 LIBRARY_SHARE = {("vllm", "fp8"): ("fp8_efficiency", 1.0 / CUBLAS_OVER_CUTLASS_FP8),
                  ("vllm", "nvfp4"): ("nvfp4_efficiency", 1.0 / CUBLAS_OVER_CUTLASS_FP8),
                  ("trtllm", "fp8_block"): ("fp8_block_efficiency", TRTLLM_FP8_BLOCK_OVER_CUBLAS)}
-# FlashInfer's NVFP4 kernel writes its BF16 output at 0.757 of the rate cuBLAS's BF16 GEMMs do
+# FlashInfer's NVFP4 kernel writes its BF16 output at 0.742 of the rate cuBLAS's BF16 GEMMs do
 # (the presets' store_efficiency): the median over each Blackwell table's short-k GEMMs of 64 MB
-# and more of output, its input quantization taken out, 0.75-0.77 on B200, B300, GB200 and
+# and more of output, its input quantization taken out, 0.74-0.76 on B200, B300, GB200 and
 # GB300 alike (scripts/fit_gemm.py). vLLM's FP8 GEMM, CUTLASS's, read the same way: 0.503 on
 # Blackwell (SM100's kernel; 0.48-0.52 on the four), 0.907 on Hopper (SM90's; H100 1.00, H200
 # 0.81). (engine, the table's GEMM dtype, CUTLASS's architecture) -> that factor.
-VLLM_NVFP4_STORE_OVER_CUBLAS = 0.757
+VLLM_NVFP4_STORE_OVER_CUBLAS = 0.742
 VLLM_FP8_STORE_OVER_CUBLAS = {"sm90": 0.907, "sm100": 0.503}
 LIBRARY_STORE = {("vllm", "nvfp4", "sm100"): VLLM_NVFP4_STORE_OVER_CUBLAS,
                  **{("vllm", "fp8", arch): factor for arch, factor in VLLM_FP8_STORE_OVER_CUBLAS.items()}}
+# The kernel tables' smallest GEMMs, at most (m, n, k): what they take beyond the tile model's
+# time is a kernel's start and finish (the Blackwell presets' launch_overhead is read off the
+# BF16 ones by scripts/blackwell_from_kernels.py, LIBRARY_PROLOGUE_S below by scripts/fit_gemm.py).
+SMALLEST_GEMM = (64, 4096, 256)
 # On Blackwell vLLM's FP8 GEMM (CUTLASS's SM100 kernel) and NVFP4 GEMM (FlashInfer's CuTe DSL
 # kernel) start later than cuBLAS's BF16 one, whose start is the presets' launch_overhead: their
-# tables' smallest rows (m <= 64, n <= 4,096, k <= 256), input quantization included, take 0.6-1.0
+# tables' smallest rows (SMALLEST_GEMM), input quantization included, take 0.6-1.0
 # and 2.5-3.0 us more than the model gives them (B200, B300, GB200, GB300; scripts/fit_gemm.py
 # prints each, and the mean over the four set here). On Hopper the same reading of vLLM's FP8
 # rows comes out negative (-1.8 us on H100 and H200): no kernel's late start, so nothing is
