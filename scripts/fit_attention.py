@@ -27,22 +27,23 @@ from scipy.optimize import minimize
 
 from core.model.loader import load_hardware, with_dtype
 from core.model.ops.attention import flash_attention, overlaps_softmax
-from core.validation.kernels import KERNELS_DIR, PRESET_BY_GPU, _read, kernels_alone
+from core.validation.kernels import CONTEXT_COLUMNS, DECODE_KERNELS, KERNELS_DIR, PRESET_BY_GPU, _read, \
+    attention_modelled, kernels_alone
 from core.validation.measured import ATTENTION_KERNELS, MEASURED_DIR
 
 STRIDE = 7
 HOST_BOUND_S = 0.5e-3  # attention_tiles.csv: a backward shorter than this holds the host's launch
-COLUMNS = ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "window_size", "attn_dtype",
-           "kv_cache_dtype")
 
 
 def prefill_rows(gpu: str, framework: str) -> list:
-    """(batch x heads, tokens, head_dim, kv_groups, seconds) of a table's BF16 prefill rows."""
+    """(batch x heads, tokens, head_dim, kv_groups, seconds) of a table's BF16 prefill rows its
+    prefill kernel ran (not vLLM's one-token prompts, which its decode kernel runs)."""
     out = []
     for path in sorted(KERNELS_DIR.glob(f"{gpu}/attention/{framework}/*/context_attention_perf.parquet")):
-        values, latency_ms = _read(path, COLUMNS, None)
-        for (batch, isl, heads, kv_heads, dim, window, attn, kv), ms in zip(zip(*values), latency_ms):
-            if not window and attn == "bfloat16" and kv == "bfloat16":
+        values, latency_ms = _read(path, CONTEXT_COLUMNS, None)
+        for (source, batch, isl, heads, kv_heads, dim, window, attn, kv), ms in zip(zip(*values), latency_ms):
+            if (not window and attn == "bfloat16" and kv == "bfloat16" and attention_modelled(source)
+                    and source not in DECODE_KERNELS):
                 out.append((batch * heads, isl, dim, max(1, heads // kv_heads), ms * 1e-3))
     return out[::STRIDE] if framework == "vllm" else out
 

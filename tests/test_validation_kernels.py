@@ -185,6 +185,21 @@ def test_attention_rows_are_timed_by_the_kernel_that_ran_them(tmp_path):
          "not modelled", 1)]
 
 
+def test_a_decode_row_of_vllms_triton_fallback_is_skipped_not_timed(tmp_path):
+    """vLLM's generation table on B200: the row its Triton fallback ran is counted as skipped with
+    its reason; the FlashInfer decode row beside it is compared."""
+    folder = tmp_path / "b200_sxm" / "attention" / "vllm" / "0.1"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.table({
+        "kernel_source": ["vllm_triton_attn", "vllm_flashinfer_trtllmdecode"], "batch_size": [8, 8],
+        "num_heads": [64, 32], "num_key_value_heads": [4, 8], "head_dim": [192, 128], "step": [4096, 4096],
+        "window_size": [0, 0], "attn_dtype": ["bfloat16"] * 2, "kv_cache_dtype": ["fp8", "bfloat16"],
+        "latency": [0.2, 0.05]}), folder / "generation_attention_perf.parquet")
+    records, skipped = kernel_groups(tmp_path)
+    assert [(r["kernel"], r["dtype"], r["n"]) for r in records] == [("attention.decode", "bf16", 1)]
+    assert [s["rows"] for s in skipped] == [1] and "Triton" in skipped[0]["reason"]
+
+
 def test_tensorrt_llms_block_cast_is_the_slower_of_its_sms_and_its_bytes():
     """TensorRT-LLM's 1 x 128 FP8 cast of 2,048 x 4,096 elements on an H100, in a CUDA graph
     (1 us of launch): 0.22 ns of one SM an element over 132 SMs, 14 us, beside 25.4 MB over

@@ -272,8 +272,9 @@ def _gemm(hw, m, n, k, gemm_dtype, engine=""):
 # The attention tables name the kernel that ran each row (kernel_source). vLLM's Triton backend,
 # its fallback on Blackwell for heads of 192 over an FP8 cache (FlashInfer's TensorRT-LLM kernels
 # take no such head), is a kernel no preset describes: at prompts of 8,192 tokens and more it takes
-# 20-22 times what the FlashInfer kernels' fit gives such a prompt, in decode 1.6 times. Not
-# modelled; its rows are counted as skipped, and the fits leave them out. vLLM gives a prompt of
+# 21-29 times what the FlashInfer kernels' fit gives such a prompt (B200 to GB300), in decode 1.6
+# times on B200. Not modelled; its rows without a sliding window (816 context and 1,114 generation
+# rows per Blackwell GPU) are counted as skipped, and the fits leave them out. vLLM gives a prompt of
 # one token to its decode kernel (vllm_flashinfer_trtllmdecode in its context tables): timed so.
 UNMODELLED_ATTENTION = {"vllm_triton_attn": "vLLM's Triton attention (its Blackwell fallback at head_dim 192 "
                                             "over an FP8 cache)"}
@@ -290,15 +291,17 @@ def _context(hw, kernel_source, batch, isl, heads, kv_heads, head_dim, window, a
     prefill op where the preset describes it (calibration.engine_attention; an FP8 cache runs
     the engines' FP8 kernels), else the fused kernel `rapid run` trains with; the engine's
     decode op where it gave the row to its decode kernel (DECODE_KERNELS)."""
-    if not attention_modelled(kernel_source):
-        return Skip(f"attention by {UNMODELLED_ATTENTION[kernel_source]}: not modelled")
     if window:
         return Skip("attention with a sliding window: not modelled")
+    if not attention_modelled(kernel_source):
+        return Skip(f"attention by {UNMODELLED_ATTENTION[kernel_source]}: not modelled")
     if attn_dtype not in ATTENTION_DTYPES:
         return Skip(f"attention in {attn_dtype}: not modelled")
     dtype = ATTENTION_DTYPES[attn_dtype] + ("" if kv_dtype == attn_dtype else f" kv {kv_dtype}")
     flops = 2.0 * batch * heads * isl * isl * head_dim  # QK^T and PV, causal half
     if kernel_source in DECODE_KERNELS:
+        if kv_dtype not in KV_BYTES:
+            return Skip(f"decode attention {attn_dtype} kv {kv_dtype}: not modelled")
         time_s = ops.decode_attention(hw, batch, heads, kv_heads, isl, head_dim, KV_BYTES[kv_dtype], engine).time_s
         return "attention.prefill", dtype, flop_bucket(flops), time_s
     kernel = engine if hw.calibration.engine_kernels(engine) else ATTENTION_KERNEL
@@ -311,10 +314,10 @@ def _generation(hw, kernel_source, batch, heads, kv_heads, head_dim, step, windo
     """One decode step: each of `batch` requests' new token attends to its `step` cached tokens
     and itself (the collector's `step` is the cached length), by the table's engine's decode
     op where the preset describes it (calibration.engine_attention)."""
-    if not attention_modelled(kernel_source):
-        return Skip(f"attention by {UNMODELLED_ATTENTION[kernel_source]}: not modelled")
     if window:
         return Skip("attention with a sliding window: not modelled")
+    if not attention_modelled(kernel_source):
+        return Skip(f"attention by {UNMODELLED_ATTENTION[kernel_source]}: not modelled")
     if attn_dtype not in ATTENTION_DTYPES or kv_dtype not in KV_BYTES:
         return Skip(f"decode attention {attn_dtype} kv {kv_dtype}: not modelled")
     context = step + 1
