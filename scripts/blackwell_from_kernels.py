@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from core.model import ops  # noqa: E402
 from core.model.loader import load_hardware  # noqa: E402
-from core.validation.kernels import SMALLEST_GEMM  # noqa: E402
+from core.validation.kernels import SMALLEST_GEMM, cutlass_arch  # noqa: E402
 
 KERNELS = Path("/work/shared/validation/kernels")
 # kernel-table folder -> preset
@@ -94,6 +94,7 @@ def derive(kernels: Path = KERNELS) -> dict:
             if (big.gemm_dtype == "nvfp4").any() else None,
             "stream_efficiency": min(1.0, gemm_efficiency(hw, stream, "bf16")),
             "gemm_floor_s": gemm_floor_s(hw, tiny),
+            "arch": cutlass_arch(hw),
         }
         figures[part] = f
     return figures
@@ -123,7 +124,7 @@ def main() -> None:
           " at zero launch overhead (median): the Blackwell presets' gpu.launch_overhead")
     for part, f in figures.items():
         print(f"  {part:9s} {f['gemm_floor_s'] * 1e6:.2f} us")
-    blackwell = [f["gemm_floor_s"] for part, f in figures.items() if not part.startswith("h")]
+    blackwell = [f["gemm_floor_s"] for f in figures.values() if f["arch"] == "sm100"]
     print(f"  Blackwell, median over its parts: {median(blackwell) * 1e6:.2f} us")
 
 if __name__ == "__main__":

@@ -27,8 +27,8 @@ from scipy.optimize import minimize
 
 from core.model.loader import load_hardware, with_dtype
 from core.model.ops.attention import flash_attention, overlaps_softmax
-from core.validation.kernels import CONTEXT_COLUMNS, DECODE_KERNELS, KERNELS_DIR, PRESET_BY_GPU, _read, \
-    attention_modelled, kernels_alone
+from core.validation.kernels import CONTEXT_COLUMNS, KERNELS_DIR, PRESET_BY_GPU, _read, kernels_alone, \
+    ran_prefill_kernel
 from core.validation.measured import ATTENTION_KERNELS, MEASURED_DIR
 
 STRIDE = 7
@@ -42,8 +42,7 @@ def prefill_rows(gpu: str, framework: str) -> list:
     for path in sorted(KERNELS_DIR.glob(f"{gpu}/attention/{framework}/*/context_attention_perf.parquet")):
         values, latency_ms = _read(path, CONTEXT_COLUMNS, None)
         for (source, batch, isl, heads, kv_heads, dim, window, attn, kv), ms in zip(zip(*values), latency_ms):
-            if (not window and attn == "bfloat16" and kv == "bfloat16" and attention_modelled(source)
-                    and source not in DECODE_KERNELS):
+            if not window and attn == "bfloat16" and kv == "bfloat16" and ran_prefill_kernel(source):
                 out.append((batch * heads, isl, dim, max(1, heads // kv_heads), ms * 1e-3))
     return out[::STRIDE] if framework == "vllm" else out
 

@@ -35,9 +35,8 @@ from core.model.loader import load_hardware  # noqa: E402
 from core.model.specs import EngineAllReduce, Parallelism  # noqa: E402
 from core.validation.kernels import KERNELS_DIR, PRESET_BY_GPU, custom_allreduce_rows, error_summary, \
     message_bucket  # noqa: E402
+from core.validation.systems import FAMILY_BY_GPU  # noqa: E402
 
-FAMILY = {"a100_sxm": "ampere", "h100_sxm": "hopper", "h200_sxm": "hopper", "b200_sxm": "blackwell",
-          "b300_sxm": "blackwell", "gb200": "blackwell", "gb300": "blackwell"}
 US, GBPS = 1e-6, 1e9
 
 
@@ -108,7 +107,7 @@ def main() -> None:
     for (gpu, engine), rows in tables.items():
         hw = ops.at_kernel_rates(load_hardware(PRESET_BY_GPU[gpu]))
         for (sibling, other), spec in fitted.items():
-            if other == engine and sibling != gpu and FAMILY[sibling] == FAMILY[gpu]:
+            if other == engine and sibling != gpu and FAMILY_BY_GPU[sibling] == FAMILY_BY_GPU[gpu]:
                 print(f"{gpu} {engine} with {sibling}'s figures (held out):")
                 report(sibling, with_engine(hw, engine, spec), engine, rows)
 

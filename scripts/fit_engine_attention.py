@@ -32,13 +32,12 @@ from scipy.optimize import minimize
 from core.model.loader import load_hardware, with_dtype
 from core.model.ops.attention import engine_decode_s, flash_attention, overlaps_softmax
 from core.model.specs import EngineAttention
-from core.validation.kernels import ATTENTION_DTYPES, CONTEXT_COLUMNS, DECODE_KERNELS, GENERATION_COLUMNS, KERNELS_DIR, \
-    KV_BYTES, PRESET_BY_GPU, _read, attention_modelled, flop_bucket, kernels_alone, kv_bucket
+from core.validation.kernels import ATTENTION_DTYPES, CONTEXT_COLUMNS, GENERATION_COLUMNS, KERNELS_DIR, KV_BYTES, \
+    PRESET_BY_GPU, _read, attention_modelled, flop_bucket, kernels_alone, kv_bucket, ran_prefill_kernel
+from core.validation.systems import FAMILY_BY_GPU
 
 STRIDE = 5
 MAX_GROUP = {"trtllm": 32, "vllm": 0}
-FAMILY = {"a100_sxm": "ampere", "h100_sxm": "hopper", "h200_sxm": "hopper", "b200_sxm": "blackwell",
-          "b300_sxm": "blackwell", "gb200": "blackwell", "gb300": "blackwell"}
 PREFILL = ("prefill_tensor_share", "prefill_fp8_tensor_share", "prefill_cache_share", "prefill_tile_s",
            "prefill_floor_s", "prefill_softmax_exposed")
 DECODE = ("decode_floor_s", "decode_pair_s", "decode_bandwidth_share", "decode_fp8_bandwidth_share",
@@ -74,8 +73,7 @@ def prefill_rows(gpu: str, engine: str) -> list:
     values, latency_ms = _table(gpu, engine, "context_attention_perf", CONTEXT_COLUMNS)
     return [(b * h, isl, d, max(1, h // kvh), kv, ms * 1e-3)
             for (source, b, isl, h, kvh, d, window, attn, kv), ms in zip(zip(*values), latency_ms)
-            if not window and attn in ATTENTION_DTYPES and kv in KV_BYTES and attention_modelled(source)
-            and source not in DECODE_KERNELS]
+            if not window and attn in ATTENTION_DTYPES and kv in KV_BYTES and ran_prefill_kernel(source)]
 
 
 def decode_rows(gpu: str, engine: str) -> dict:
@@ -231,7 +229,7 @@ def main() -> None:
             print(f"== {gpu} {name}\n{preset_block(name, fitted[(name, gpu)])}")
         for gpu, hw in hardware.items():
             pre, dec = prefill_rows(gpu, name), decode_rows(gpu, name)
-            for source in [g for g in hardware if (name, g) in fitted and FAMILY[g] == FAMILY[gpu]]:
+            for source in [g for g in hardware if (name, g) in fitted and FAMILY_BY_GPU[g] == FAMILY_BY_GPU[gpu]]:
                 kernels = fitted[(name, source)]
                 tag = "fit " if source == gpu else "held"
                 model = with_engine(hw, name, kernels)

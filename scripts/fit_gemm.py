@@ -44,12 +44,11 @@ from core.model.ops.pointwise import (NVFP4_ELEMENT_SM_S, NVFP4_ROW_SM_S, ROW_BL
                                       ROW_PASS_SM_S)
 from core.validation.kernels import CUBLAS_OVER_CUTLASS_FP8, INPUT_QUANT, KERNELS_DIR, LIBRARY_PROLOGUE_S, \
     LIBRARY_STORE, PRESET_BY_GPU, SMALLEST_GEMM, TRTLLM_BLOCK_QUANT_SM_S, TRTLLM_FP8_BLOCK_OVER_CUBLAS, Skip, \
-    _gemm, _read, cutlass_arch, error_summary, flop_bucket, in_graph, kernels_alone, library_gemm_s
+    _gemm, _read, cutlass_arch, error_summary, flop_bucket, kernels_alone, library_gemm_s
+from core.validation.systems import FAMILY_BY_GPU
 
 STRIDE = 2
 FIT_FLOPS = 100e9
-FAMILY = {"a100_sxm": "ampere", "h100_sxm": "hopper", "h200_sxm": "hopper", "b200_sxm": "blackwell",
-          "b300_sxm": "blackwell", "gb200": "blackwell", "gb300": "blackwell"}
 FP8_ENGINE = "trtllm"  # TensorRT-LLM's FP8 rows run cuBLAS's scaled GEMM, as Transformer Engine does
 FP8_ENGINES = (FP8_ENGINE, "vllm")
 # The tables' GEMM dtypes and the share each fits
@@ -167,7 +166,7 @@ def trtllm_block_quant_sm_s(hw, gpu: str) -> float | None:
     block-scaled table's rows of at most BLOCK_QUANT_N outputs and at least BLOCK_QUANT_ROWS rows,
     where the cast outlasts the GEMM: what each leaves after the GEMM and the cast's launch in a
     graph, per element and SM (median). None without the table."""
-    launch_s = in_graph(hw).gpu.launch_overhead_s
+    launch_s = hw.gpu.graph_launch_overhead_s
     per_element = [(s - library_gemm_s(hw, m, n, k, "fp8_block", FP8_ENGINE) - launch_s) * hw.gpu.sm_count / (m * k)
                    for _, m, n, k, s in rows(gpu, "fp8_block", 1, FP8_ENGINE)
                    if n <= BLOCK_QUANT_N and m >= BLOCK_QUANT_ROWS]
@@ -217,11 +216,10 @@ def main() -> None:
             print(f"{gpu}: vLLM's NVFP4 cast takes {cast[0] * 1e9:.1f} ns of one SM per row and {cast[1] * 1e9:.4f} ns"
                   f" per element (NVFP4_ROW_SM_S: {NVFP4_ROW_SM_S * 1e9:.1f}, NVFP4_ELEMENT_SM_S:"
                   f" {NVFP4_ELEMENT_SM_S * 1e9:.4f} ns)")
-        for dtype in ("fp8", "nvfp4"):  # vLLM's kernels' starts over cuBLAS's BF16 one (LIBRARY_PROLOGUE_S)
+        for dtype in ("fp8", "nvfp4"):  # vLLM's kernels' starts and epilogues over cuBLAS's BF16 one
             if dtype in dict(hw.gpu.peak_flops) and (late_s := library_prologue_s(hw, gpu, dtype)) is not None:
-                prologues.setdefault((dtype, cutlass_arch(hw)), []).append(late_s)
+                prologues.setdefault((dtype, cutlass_arch(hw)), []).append(late_s)  # LIBRARY_PROLOGUE_S
                 print(f"{gpu}: vLLM's {dtype} GEMMs start {late_s * 1e6:+.2f} us after cuBLAS's BF16 ones")
-        for dtype in ("fp8", "nvfp4"):  # vLLM's kernels' epilogues over cuBLAS's BF16 one (LIBRARY_STORE)
             if bf16_store_bps and dtype in dict(hw.gpu.peak_flops) and (rate := store_rate_bps(hw, gpu, dtype, "vllm")):
                 stores.setdefault((dtype, cutlass_arch(hw)), []).append(rate / bf16_store_bps)
                 print(f"{gpu}: vLLM's {dtype} GEMMs write their output at {rate / bf16_store_bps:.3f} of the BF16"
@@ -267,7 +265,7 @@ def main() -> None:
           f" (core.validation.kernels.CUBLAS_OVER_CUTLASS_FP8: {CUBLAS_OVER_CUTLASS_FP8})")
     for gpu, own in fitted.items():
         for sibling, hw in fitted.items():
-            if sibling != gpu and FAMILY[sibling] == FAMILY[gpu]:
+            if sibling != gpu and FAMILY_BY_GPU[sibling] == FAMILY_BY_GPU[gpu]:
                 c = hw.calibration
                 held = replace(own, calibration=replace(own.calibration, store_efficiency=c.store_efficiency, **{
                     share: getattr(c, share) for share in SHARE.values()}))

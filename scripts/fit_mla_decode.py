@@ -24,11 +24,10 @@ from core.model.ops.mla import mla_decode
 from core.model.specs import MlaDecode
 from core.validation.kernels import (KERNELS_DIR, KV_BYTES, MLA_KV_LORA_RANK, MLA_ROPE_DIM, PRESET_BY_GPU, _read,
                                      kernels_alone, kv_bucket)
+from core.validation.systems import FAMILY_BY_GPU
 
 ENGINE = "trtllm"
 STRIDE = 2
-FAMILY = {"a100_sxm": "ampere", "h100_sxm": "hopper", "h200_sxm": "hopper", "b200_sxm": "blackwell",
-          "b300_sxm": "blackwell", "gb200": "blackwell", "gb300": "blackwell"}
 COLUMNS = ("batch_size", "num_heads", "step", "mla_dtype", "kv_cache_dtype")
 # (floor us, per-sequence-tile us, bandwidth share, BF16 share, FP8 share, FP8 bandwidth share)
 # starts and bounds
@@ -108,7 +107,7 @@ def main() -> None:
     for gpu, mla in fitted.items():
         print(f"== {gpu}: {preset_line(mla)}")
         print(f"  {gpu:9s} as preset: {report(hardware[gpu], tables[gpu])}")
-        for source in [g for g in fitted if FAMILY[g] == FAMILY[gpu]]:
+        for source in [g for g in fitted if FAMILY_BY_GPU[g] == FAMILY_BY_GPU[gpu]]:
             tag = "fit " if source == gpu else "held"
             print(f"  {gpu:9s} by {source:9s} ({tag}): {report(with_kernel(hardware[gpu], fitted[source]), tables[gpu])}")
 

@@ -22,7 +22,8 @@ from scipy.optimize import minimize
 from core.model.loader import load_hardware, with_dtype
 from core.model.specs import MlaPrefill
 from core.validation.kernels import KERNELS_DIR, PRESET_BY_GPU, Skip, _mla_context, _read, kernels_alone
-from fit_engine_attention import FAMILY, group_weights
+from core.validation.systems import FAMILY_BY_GPU
+from fit_engine_attention import group_weights
 
 ENGINE = "trtllm"
 COLUMNS = ("batch_size", "isl", "num_heads", "mla_dtype", "kv_cache_dtype")
@@ -103,7 +104,7 @@ def main() -> None:
               f"tile: {mla.tile_s * 1e6:.2f} us}}")
     for gpu, (hw, table, _) in fitted.items():
         for sibling, (_, _, mla) in fitted.items():
-            if sibling != gpu and FAMILY[sibling] == FAMILY[gpu]:
+            if sibling != gpu and FAMILY_BY_GPU[sibling] == FAMILY_BY_GPU[gpu]:
                 print(f"{gpu} with {sibling}'s kernel (held out): {report(with_shares(hw, mla), table)}")
 
 

@@ -286,15 +286,28 @@ def attention_modelled(kernel_source: str) -> bool:
     return kernel_source not in UNMODELLED_ATTENTION
 
 
+def ran_prefill_kernel(kernel_source: str) -> bool:
+    """Whether a context table's row ran the engine's prefill kernel the fits describe (not a
+    kernel the model does not time, nor the decode kernel a one-token prompt goes to)."""
+    return attention_modelled(kernel_source) and kernel_source not in DECODE_KERNELS
+
+
+def _attention_skip(kernel_source: str, window: int) -> Skip | None:
+    """Why an attention row is not compared: its sliding window, or a kernel no preset describes."""
+    if window:
+        return Skip("attention with a sliding window: not modelled")
+    if not attention_modelled(kernel_source):
+        return Skip(f"attention by {UNMODELLED_ATTENTION[kernel_source]}: not modelled")
+    return None
+
+
 def _context(hw, kernel_source, batch, isl, heads, kv_heads, head_dim, window, attn_dtype, kv_dtype, engine=""):
     """Prefill attention over `batch` causal sequences of `isl` tokens: the table's engine's
     prefill op where the preset describes it (calibration.engine_attention; an FP8 cache runs
     the engines' FP8 kernels), else the fused kernel `rapid run` trains with; the engine's
     decode op where it gave the row to its decode kernel (DECODE_KERNELS)."""
-    if window:
-        return Skip("attention with a sliding window: not modelled")
-    if not attention_modelled(kernel_source):
-        return Skip(f"attention by {UNMODELLED_ATTENTION[kernel_source]}: not modelled")
+    if skip := _attention_skip(kernel_source, window):
+        return skip
     if attn_dtype not in ATTENTION_DTYPES:
         return Skip(f"attention in {attn_dtype}: not modelled")
     dtype = ATTENTION_DTYPES[attn_dtype] + ("" if kv_dtype == attn_dtype else f" kv {kv_dtype}")
@@ -314,10 +327,8 @@ def _generation(hw, kernel_source, batch, heads, kv_heads, head_dim, step, windo
     """One decode step: each of `batch` requests' new token attends to its `step` cached tokens
     and itself (the collector's `step` is the cached length), by the table's engine's decode
     op where the preset describes it (calibration.engine_attention)."""
-    if window:
-        return Skip("attention with a sliding window: not modelled")
-    if not attention_modelled(kernel_source):
-        return Skip(f"attention by {UNMODELLED_ATTENTION[kernel_source]}: not modelled")
+    if skip := _attention_skip(kernel_source, window):
+        return skip
     if attn_dtype not in ATTENTION_DTYPES or kv_dtype not in KV_BYTES:
         return Skip(f"decode attention {attn_dtype} kv {kv_dtype}: not modelled")
     context = step + 1

@@ -5,6 +5,9 @@ reads AIConfigurator's data."""
 PRESET_BY_GPU = {"a100_sxm": "a100-sxm4-80gb", "h100_sxm": "h100-sxm5-80gb", "h200_sxm": "h200-sxm-141gb",
                  "b200_sxm": "b200-sxm-180gb", "b300_sxm": "b300-sxm-288gb", "gb200": "gb200-nvl72",
                  "gb300": "gb300-nvl72"}
+# each system's GPU die: a fit on one GPU of a family predicts its siblings' tables (held out)
+FAMILY_BY_GPU = {"a100_sxm": "ampere", "h100_sxm": "hopper", "h200_sxm": "hopper", "b200_sxm": "blackwell",
+                 "b300_sxm": "blackwell", "gb200": "blackwell", "gb300": "blackwell"}
 FORM_FACTOR_SUFFIX = "_sxm"  # the database names some parts with it and some without (gb200)
 
 

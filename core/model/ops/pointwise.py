@@ -21,8 +21,8 @@ ROW_PASS_ELEMENTS = 2048
 # rows through the SMs too, some ten times cheaper a row: its Blackwell GEMM tables at n <= 64
 # and m >= 4,096, after the GEMM (its late start included) and the launch, leave 74-87 ns of one
 # SM per row at k of 64 to 256 (B200, GB200, B300, GB300 alike; one value) and, beyond,
-# 0.041-0.048 ns per element,
-# about what the bytes take at the HBM rate, so the two add (scripts/fit_gemm.py prints both).
+# 0.041-0.048 ns per element, about what the bytes take at the HBM rate, so the two add
+# (scripts/fit_gemm.py prints both).
 NVFP4_ROW_SM_S = 0.08e-6
 NVFP4_ELEMENT_SM_S = 0.045e-9
 # (one SM's time per row, per pass, elements a pass) of a row-wise cast to each dtype, and the
