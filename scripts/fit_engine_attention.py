@@ -168,14 +168,15 @@ def fit_decode(hw, name, rows, prefill_part: dict, group: int) -> dict:
 
 
 def buckets(predicted, measured, labels, kv_labels) -> str:
-    """Median signed error per (kv dtype, bucket), in the suite's bucket order."""
+    """Median signed error / median |error| per (kv dtype, bucket), in the suite's bucket order."""
     error = np.asarray(predicted) / np.asarray(measured) - 1
     out = []
     for kv in sorted(set(kv_labels), reverse=True):
         for bucket in ("<1 GFLOP", "1-100 GFLOP", ">=100 GFLOP", "<16 MiB KV", "16 MiB-1 GiB KV", ">=1 GiB KV"):
             mask = np.array([lab == bucket and k == kv for lab, k in zip(labels, kv_labels)])
             if mask.any():
-                out.append(f"{'' if kv == 2 else 'fp8 '}{bucket} {100 * np.median(error[mask]):+.0f}")
+                out.append(f"{'' if kv == 2 else 'fp8 '}{bucket} {100 * np.median(error[mask]):+.0f} / "
+                           f"{100 * np.median(np.abs(error[mask])):.1f}")
     return ", ".join(out)
 
 

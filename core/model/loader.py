@@ -309,6 +309,7 @@ def _gpu_from_mapping(data, source: str) -> GpuSpec:
         operand_multicast=f.integer("operand_multicast", 1),
         stream_k=f.boolean("stream_k", False),
         token_tile_step=f.integer("token_tile_step", 0, minimum=0),
+        wide_tile_step=_wide_tile_step(f),
         block_scale_step_s=f.unit("block_scale_step", units.parse_time, "0 s"),
         exp_per_sm_per_clock=f.number("exp_per_sm_per_clock", SFU_EXP_PER_SM_PER_CLOCK),
         tensor_memory_columns=_tensor_memory_columns(f),
@@ -319,6 +320,14 @@ def _gpu_from_mapping(data, source: str) -> GpuSpec:
 
 
 MAX_TENSOR_MEMORY_COLUMNS = 4096  # 8 x Blackwell's 512: a larger count is bytes or lanes mistaken for columns
+
+
+def _wide_tile_step(f) -> int:
+    """gpu.wide_tile_step: 0, or a step of columns between 1 and 128 (core.model.ops.gemm.wide_tiles)."""
+    step = f.integer("wide_tile_step", 0, minimum=0)
+    if step > 128:
+        raise SpecError(f.source, f.name("wide_tile_step"), step, "expected 0 or an integer from 1 to 128")
+    return step
 
 
 def _tensor_memory_columns(f) -> int:

@@ -21,6 +21,11 @@ TOKEN_TILE_MAX = 256
 TOKEN_TILE_COUNTS = 4
 TOKEN_TILE_N = 128
 TOKEN_TILE_K = 64
+# A library whose MMA takes tile widths in steps (gpu.wide_tile_step) also offers tiles of these
+# rows by every such width from 128 to 256 columns, WIDE_TILE_K deep (as GEMM_TILES' tiles of
+# 128 rows and more).
+WIDE_TILE_ROWS = (128, 256)
+WIDE_TILE_K = 32
 PIPELINE_STAGES = 3  # shared-memory buffers per operand (cp.async multi-stage pipeline)
 L2_USABLE_FRACTION = 0.5  # of L2 a GEMM's operands can keep resident while streaming
 # Share of the shorter of a GEMM's compute and memory times its pipeline leaves exposed: the
@@ -44,10 +49,11 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     0.5). FP8 GEMMs write their output in BF16, as Transformer Engine's do. With `weights`, B
     is a weight matrix, swept from HBM as one long read stream (stream_efficiency); activations
     in and out move at the elementwise kernels' rate (memory_efficiency); writing the output is
-    a bound of its own (store_efficiency), which short-k GEMMs of many tiles reach. The library picks the best of
-    GEMM_TILES (and tiles sized to m where it sizes them to the batch, gpu.token_tile_step) and
-    SPLIT_K; given `tiles`, a library that dispatches fixed (tile_m, tile_n, tile_k) choices by
-    shape and never splits k takes the best of those; a fourth entry is the thread-block
+    a bound of its own (store_efficiency), which short-k GEMMs of many tiles reach. The library
+    picks the best of GEMM_TILES (with tiles sized to m where it sizes them to the batch,
+    gpu.token_tile_step, and tiles of the widths its MMA takes, gpu.wide_tile_step) and SPLIT_K;
+    given `tiles`, a library that dispatches fixed (tile_m, tile_n, tile_k) choices by shape
+    and never splits k takes the best of those; a fourth entry is the thread-block
     cluster's extent over m in tiles, to whose multiple the tile rows round up (a cluster
     launches whole: its tiles past m run their MMAs on zeros). A GEMM split in k is two
     kernels, the split GEMM and the kernel summing its partials, which starts behind it after
@@ -78,7 +84,8 @@ def gemm(hw: HardwareSpec, m: int, n: int, k: int, batch: int = 1, dtype: str = 
     free = not (tiles or block_step_s)  # the library picks its tiles, splits and schedule
     per_sm_l2_bps = gpu.l2.bandwidth_bps / gpu.sm_count
     stream_k = free and gpu.stream_k and batch == 1  # batched products run their tiles data-parallel
-    offered = tiles or GEMM_TILES + (token_sized_tiles(m, gpu.token_tile_step) if free else ())
+    offered = tiles or GEMM_TILES + ((token_sized_tiles(m, gpu.token_tile_step) + wide_tiles(gpu.wide_tile_step))
+                                     if free else ())
     choices = _tilings(gpu.sm_count, gpu.sram.capacity_bytes, gpu.register_bytes_per_sm, gpu.l2.capacity_bytes,
                        in_bytes, out_bytes, m, n, k, batch, offered, SPLIT_K if free else SPLIT_K[:1],
                        b_in_bytes, stream_k)
@@ -107,6 +114,15 @@ def token_sized_tiles(m: int, step: int) -> tuple:
                          if 0 < (size := ceil(m / count / step) * step) <= TOKEN_TILE_MAX)
     tiles = ((tile_m, TOKEN_TILE_N, TOKEN_TILE_K) for tile_m in rows)
     return tuple(tile for tile in tiles if tile not in GEMM_TILES)
+
+
+@lru_cache(maxsize=None)
+def wide_tiles(step: int) -> tuple:
+    """The tiles a library whose MMA widths come in steps of `step` columns adds to GEMM_TILES:
+    WIDE_TILE_ROWS rows by each width strictly between 128 and 256; () for step 0."""
+    if not step:
+        return ()
+    return tuple((rows, width, WIDE_TILE_K) for rows in WIDE_TILE_ROWS for width in range(128 + step, 256, step))
 
 
 @lru_cache(maxsize=65536)
