@@ -426,6 +426,19 @@ def test_a_workflow_row_takes_its_harness_client_and_request_overhead_whatever_i
     assert mine["ttft_s"] - plain["ttft_s"] == pytest.approx(0.515 - engine_spec("vllm").request_overhead_s)
 
 
+@needs_measured_rows
+def test_a_workflow_version_family_with_an_overhead_of_its_own_takes_it_over_the_harnesss(monkeypatch):
+    """Two workflow rows alike but for their engine version: the family keyed (harness, engine,
+    family) waits its own request overhead, the other the harness's."""
+    row = next(r for r in serving_rows.rows() if r["backend"] == "vllm" and r["mode"] == "agg")
+    workflow = {**row, "silicon_data_source": "db-dump/x; " + row["silicon_data_source"]}
+    monkeypatch.setattr(serving_rows, "HARNESS_REQUEST_OVERHEAD_S",
+                        {"workflow": 0.515, ("workflow", "vllm", "9.9"): 0.715})
+    mine = serving_rows.predict({**workflow, "backend_version": "9.9.1"})
+    shared = serving_rows.predict({**workflow, "backend_version": "9.8.1"})
+    assert mine["ttft_s"] - shared["ttft_s"] == pytest.approx(0.715 - 0.515)
+
+
 def test_the_70b_sweeps_tensorrt_llm_engines_run_as_its_launch_scripts_start_them():
     """The 2025-10 Llama-3.1-70B sweep ("model=" sources) launched TensorRT-LLM with a 16,384-token
     budget and, at 1k/1k on fewer than 8 GPUs, batch waiting; its vLLM engines and other
