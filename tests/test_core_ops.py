@@ -4,6 +4,7 @@ import dataclasses
 import pytest
 
 from core.model import ops
+from core.model.loader import load_hardware
 from core.model.ops.gemm import EXPOSED_OVERLAP, _tilings, token_sized_tiles, wide_tiles
 from core.validation.kernels import kernels_alone
 
@@ -227,15 +228,15 @@ def test_token_tile_step_is_a_gpu_property_of_free_tiles(h100):
 
 
 def test_wide_tiles_take_every_mma_width_between_128_and_256_columns():
-    """Blackwell's MMA (step 16) offers widths 144 to 240 at 128 and 256 rows; a step of 64 only 192."""
-    assert wide_tiles(16) == tuple((rows, width, 32) for rows in (128, 256) for width in range(144, 256, 16))
-    assert len(wide_tiles(16)) == 14
-    assert wide_tiles(64) == ((128, 192, 32), (256, 192, 32))
-    assert wide_tiles(0) == wide_tiles(128) == ()
+    """Blackwell's MMA (step 16) offers widths 144 to 240 at 128 rows; a step of 64 only 192."""
+    assert wide_tiles(16) == tuple((128, width, 32) for width in range(144, 256, 16))
+    assert len(wide_tiles(16)) == 7
+    assert wide_tiles(64) == ((128, 192, 32),)
+    assert wide_tiles(0) == ()
 
 
 def test_a_wide_tile_fills_the_waves_that_128_and_256_columns_leave_part_empty(h100):
-    """1,024 x 5,120 on Blackwell's 148 SMs: 128 x 128 tiles make 8 x 40 = 320 tiles, 3 a SM
+    """1,024 x 5,120 on B200's 148 SMs: 128 x 128 tiles make 8 x 40 = 320 tiles, 3 a SM
     (49,152 output elements each), 128 x 256 ones 160, 2 a SM (65,536); 128 x 160 ones 8 x 32 =
     256, 2 a SM (40,960). On H100's 132 SMs 128 x 128 tiles are 3 a SM too. With the widths
     offered the GEMM is faster; a library's fixed tiles do not change."""
@@ -249,10 +250,9 @@ def test_a_wide_tile_fills_the_waves_that_128_and_256_columns_leave_part_empty(h
     assert elements_per_sm(148, (128, 256, 32)) == 2 * 128 * 256 == 65536
     assert elements_per_sm(148, (128, 160, 32)) == 2 * 128 * 160 == 40960
     assert elements_per_sm(132, (128, 128, 32)) == 49152
-    hw = no_overheads(kernels_alone(h100))
-    wide = dataclasses.replace(hw, gpu=dataclasses.replace(hw.gpu, wide_tile_step=16, sm_count=148))
+    wide = no_overheads(kernels_alone(load_hardware("b200-sxm-180gb")))
     narrow = dataclasses.replace(wide, gpu=dataclasses.replace(wide.gpu, wide_tile_step=0))
-    assert hw.gpu.wide_tile_step == 0
+    assert (wide.gpu.wide_tile_step, wide.gpu.sm_count, h100.gpu.wide_tile_step) == (16, 148, 0)
     assert ops.gemm(wide, 1024, 5120, 2048).time_s < ops.gemm(narrow, 1024, 5120, 2048).time_s
     fixed = ((128, 128, 64),)
     assert ops.gemm(wide, 1024, 5120, 2048, tiles=fixed).time_s == \

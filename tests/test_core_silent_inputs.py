@@ -98,12 +98,14 @@ def test_the_token_tile_step_is_a_whole_number_of_rows(tmp_path):
         assert f"'gpu.token_tile_step' = {bad}" in message and "expected an integer >= 0" in message
 
 
-def test_the_wide_tile_step_is_a_whole_number_of_columns_up_to_128(tmp_path):
+def test_the_wide_tile_step_is_a_divisor_of_128_below_it(tmp_path):
     data = hardware()
-    data["gpu"]["wide_tile_step"] = 16
-    assert load_hardware(write(tmp_path, data)).gpu.wide_tile_step == 16
+    for good in (16, 64, 1):
+        data["gpu"]["wide_tile_step"] = good
+        assert load_hardware(write(tmp_path, data)).gpu.wide_tile_step == good
+    divisor = "expected 0 or a divisor of 128 below it"
     for bad, allowed in ((-16, "expected an integer >= 0"), (16.5, "expected an integer >= 0"),
-                         (256, "expected 0 or an integer from 1 to 128")):
+                         (128, divisor), (48, divisor), (256, divisor)):
         data["gpu"]["wide_tile_step"] = bad
         message = refusal(load_hardware, write(tmp_path, data))
         assert f"'gpu.wide_tile_step' = {bad}" in message and allowed in message

@@ -323,10 +323,12 @@ MAX_TENSOR_MEMORY_COLUMNS = 4096  # 8 x Blackwell's 512: a larger count is bytes
 
 
 def _wide_tile_step(f) -> int:
-    """gpu.wide_tile_step: 0, or a step of columns between 1 and 128 (core.model.ops.gemm.wide_tiles)."""
+    """gpu.wide_tile_step: 0, or a step of columns that divides 128 and offers a width between
+    128 and 256 (core.model.ops.gemm.wide_tiles): 1, 2, 4, ... 64."""
     step = f.integer("wide_tile_step", 0, minimum=0)
-    if step > 128:
-        raise SpecError(f.source, f.name("wide_tile_step"), step, "expected 0 or an integer from 1 to 128")
+    if step and (step >= 128 or 128 % step):
+        raise SpecError(f.source, f.name("wide_tile_step"), step, "expected 0 or a divisor of 128 below it "
+                        "(1, 2, 4, 8, 16, 32 or 64)")
     return step
 
 

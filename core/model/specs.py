@@ -495,10 +495,10 @@ class GpuSpec:
     # many rows, splitting m into a few tiles of little padding (Hopper's cuBLAS nvjet kernels:
     # the warpgroup MMA's N, 8 to 256 in steps of 8); 0: the fixed tiles of ops.gemm.GEMM_TILES.
     token_tile_step: int = 0
-    # Its GEMM library also offers tiles of WIDE_TILE_ROWS rows whose width (over n) runs from
-    # 128 to 256 columns in steps of this many (Blackwell's tcgen05 MMA: N in steps of 16), so a
-    # grid of output columns that 128 or 256 divides badly takes fewer, fuller waves; 0: the
-    # fixed tiles of ops.gemm.GEMM_TILES.
+    # Its GEMM library also offers tiles of 128 rows (ops.gemm.WIDE_TILE_M) whose width over n
+    # runs between 128 and 256 columns in steps of this many (Blackwell's tcgen05 MMA: N in steps
+    # of 16), so a grid of output columns that 128 or 256 divides badly takes fewer, fuller
+    # waves; 0: the fixed tiles of ops.gemm.GEMM_TILES.
     wide_tile_step: int = 0
     # Block-scaled FP8 on an MMA without block scales (Hopper): each 128-deep k-block's partial
     # sums are waited for and rescaled in registers before the next, so an output tile's k-loop

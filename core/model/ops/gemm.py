@@ -21,10 +21,11 @@ TOKEN_TILE_MAX = 256
 TOKEN_TILE_COUNTS = 4
 TOKEN_TILE_N = 128
 TOKEN_TILE_K = 64
-# A library whose MMA takes tile widths in steps (gpu.wide_tile_step) also offers tiles of these
-# rows by every such width from 128 to 256 columns, WIDE_TILE_K deep (as GEMM_TILES' tiles of
-# 128 rows and more).
-WIDE_TILE_ROWS = (128, 256)
+# A library whose MMA takes tile widths in steps (gpu.wide_tile_step) also offers tiles of
+# WIDE_TILE_M rows by every such width strictly between 128 and 256 columns, WIDE_TILE_K deep (as
+# GEMM_TILES' tiles of 128 rows). Not of 256 rows: their FP32 accumulators would take more than
+# half an SM's registers, which _tilings refuses.
+WIDE_TILE_M = 128
 WIDE_TILE_K = 32
 PIPELINE_STAGES = 3  # shared-memory buffers per operand (cp.async multi-stage pipeline)
 L2_USABLE_FRACTION = 0.5  # of L2 a GEMM's operands can keep resident while streaming
@@ -119,10 +120,10 @@ def token_sized_tiles(m: int, step: int) -> tuple:
 @lru_cache(maxsize=None)
 def wide_tiles(step: int) -> tuple:
     """The tiles a library whose MMA widths come in steps of `step` columns adds to GEMM_TILES:
-    WIDE_TILE_ROWS rows by each width strictly between 128 and 256; () for step 0."""
+    WIDE_TILE_M rows by each width strictly between 128 and 256; () for step 0."""
     if not step:
         return ()
-    return tuple((rows, width, WIDE_TILE_K) for rows in WIDE_TILE_ROWS for width in range(128 + step, 256, step))
+    return tuple((WIDE_TILE_M, width, WIDE_TILE_K) for width in range(128 + step, 256, step))
 
 
 @lru_cache(maxsize=65536)
