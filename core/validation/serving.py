@@ -252,7 +252,8 @@ def predict(row: dict, engines: dict | None = None, clients: tuple | None = None
     family = (row["backend"], version_family(row["backend_version"]))
     overheads = FAMILY_REQUEST_OVERHEAD_S if families is None else families
     own = HARNESS_REQUEST_OVERHEAD_S if harnesses is None else harnesses
-    mine = next((own[key] for key in ((harness(row), *family), harness(row)) if key in own), None)
+    client = harness(row)
+    mine = next((own[key] for key in ((client, *family), client) if key in own), None)
     if mine is not None:
         engine = replace(engine, request_overhead_s=mine)
     elif family in overheads:
@@ -261,7 +262,6 @@ def predict(row: dict, engines: dict | None = None, clients: tuple | None = None
     kv = "fp8" if hw.dtype != "bf16" else ""
     users = concurrency(row)
     ramps, spreads, slots = clients or (RAMP_SHARE, LENGTH_SPREAD, REQUESTS_PER_SLOT)
-    client = harness(row)
     load = Load(int(row["isl"]), int(row["osl"]), concurrency=users,
                 requests=max(users, round(slots[client] * users)),
                 ramp_share=ramps[client], length_spread=spreads[client])
