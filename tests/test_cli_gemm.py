@@ -58,6 +58,7 @@ def test_a_csv_is_timed_row_by_row_in_input_order(tmp_path, capsys):
     ("m,n,k\n", ["no data rows"]),
     ("m,n,k\n4096,8,8,9\n", ["row 1", "expected 3 values"]),
     ("m,n,k,foo\n1,2,3,4\n", ["'foo'", "unknown column"]),
+    ("m,n,k,m\n1,2,3,4\n", ["'m'", "a column named twice"]),
 ])
 def test_a_bad_csv_cell_is_one_line_naming_file_row_column_and_value(tmp_path, capsys, text, words):
     shapes = tmp_path / "bad.csv"
@@ -65,6 +66,12 @@ def test_a_bad_csv_cell_is_one_line_naming_file_row_column_and_value(tmp_path, c
     assert main(["gemm", "--hardware", HW, "--shapes", str(shapes)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(shapes) in err and all(w in err for w in words)
+
+
+def test_a_spreadsheets_byte_order_mark_and_blank_lines_are_no_rows(tmp_path, capsys):
+    shapes = tmp_path / "excel.csv"
+    shapes.write_bytes(b"\xef\xbb\xbfm,n,k\n16,32,64\n\n8,8,8\n\n")
+    assert [(r["m"], r["n"], r["k"]) for r in records(capsys, "--shapes", str(shapes))] == [(16, 32, 64), (8, 8, 8)]
 
 
 def test_a_shapes_file_that_is_not_text_is_one_line(tmp_path, capsys):

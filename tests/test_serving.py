@@ -124,6 +124,35 @@ def test_shares_of_a_closed_loop_split_its_requests_too():
     assert shared["output_tokens_per_s"] == pytest.approx(4 * alone["output_tokens_per_s"], rel=1e-12)
 
 
+def test_an_uneven_closed_loop_runs_one_more_request_on_some_engines():
+    # 6 requests in flight over 4 engines: two engines run 2, two run 1, pooled; not 8 in flight
+    args = dict(isl=256, osl=16)
+    two = serve(MODEL, HW, _engine(), Load(**args, concurrency=2, requests=20), Pool())
+    one = serve(MODEL, HW, _engine(), Load(**args, concurrency=1, requests=10), Pool())
+    six = serve(MODEL, HW, _engine(), Load(**args, concurrency=6, requests=60), Pool(workers=4))
+    assert six["output_tokens_per_s"] == pytest.approx(2 * two["output_tokens_per_s"] + 2 * one["output_tokens_per_s"],
+                                                       rel=1e-12)
+    assert six["decode_tokens"] == 2 * two["decode_tokens"] + 2 * one["decode_tokens"]
+    assert one["tpot_s"] < six["tpot_s"] < two["tpot_s"]  # each request weighs the same in the pooled mean
+    assert six["request_p50_s"] <= six["request_p90_s"] <= six["request_p99_s"]
+
+
+def test_fewer_requests_in_flight_than_decode_ranks_leave_the_rest_idle():
+    # one request in flight: one decode rank works, whatever the ranks; one user's rate in all (its
+    # 15 decode steps at 1 / TPOT each make 16 tokens with the prefill's first)
+    one = serve_disagg(MODEL, HW, _engine(), Load(256, 16, concurrency=1, requests=10), Pool(), Pool())
+    spread = serve_disagg(MODEL, HW, _engine(), Load(256, 16, concurrency=1, requests=10), Pool(),
+                          Pool(tp=4, attention_dp=4))
+    assert spread["output_tokens_per_s"] == pytest.approx(16 / 15 * spread["output_tokens_per_s_per_user"], rel=1e-9)
+    assert spread["decode_tokens"] == one["decode_tokens"]
+
+
+def test_an_open_loop_shared_by_engines_serves_its_requests_once():
+    alone = serve(MODEL, HW, _engine(), Load(128, 16, request_rate=2.0, requests=40), Pool())
+    shared = serve(MODEL, HW, _engine(), Load(128, 16, request_rate=8.0, requests=160), Pool(workers=4))
+    assert shared["decode_tokens"] == 4 * alone["decode_tokens"] == 160 * 15
+
+
 @pytest.mark.parametrize("call, field", [
     (lambda: serve(MODEL, HW, _engine(), Load(10, 10, concurrency=0), Pool()), "concurrency"),
     (lambda: serve(MODEL, HW, _engine(), Load(10, 10, concurrency=1), Pool(tp=4, attention_dp=3)), "attention_dp"),
@@ -153,8 +182,15 @@ def _cli(capsys, *flags):
 
 
 @pytest.mark.parametrize("flags, field", [
-    (("--mode", "serve", "--concurrency", "0"), "'concurrency' = 0"),
-    (("--mode", "serve", "--tp", "4", "--attention-dp", "3"), "'attention_dp' = 3"),
+    (("--mode", "serve", "--concurrency", "0"), "'--concurrency' = 0"),
+    (("--mode", "serve", "--request-rate", "-1"), "'--request-rate' = -1"),
+    (("--mode", "serve", "--isl", "0"), "'--isl' = 0"),
+    (("--mode", "serve", "--tp", "4", "--attention-dp", "3"), "attention_dp (3) must divide an engine's tp (4)"),
+    (("--mode", "serve", "--tp", "64"), "heads (32) not divisible by tp (64)"),
+    (("--mode", "serve", "--tp", "3"), "heads (32) not divisible by tp (3)"),
+    (("--mode", "serve", "--tp", "2", "--gpus", "3"), "gpus (3) is not a multiple of tp*pp*cp (2)"),
+    (("--mode", "serve", "--recompute", "full"), "recompute = full: training knobs"),
+    (("--mode", "serve", "--kv-dtype", "nvfp4"), "kv_dtype nvfp4 needs a GPU with an nvfp4 peak"),
     (("--mode", "serve", "--disagg", "--prefill-workers", "1"), "'--decode-workers'"),
     (("--mode", "serve", "--prefill-workers", "1"), "'--prefill-workers'"),
     (("--isl", "5",), "'--isl' = 5: applies to --mode serve"),

@@ -66,11 +66,24 @@ def test_a_search_maximises_throughput_per_gpu_under_latency_slos(tmp_path):
      "workload.request_rate", "exactly one of concurrency"),
     ({"workload": {"mode": "serve", "isl": 8, "osl": 8, "concurrency": "many"}}, "workload.concurrency", "an integer"),
     ({"backend": "astra-flattened"}, "backend", "expected analytical"),
+    ({"search": {"sampler": "random", "trials": 2, "objectives": ["minimize step_time_s"]}}, "search.objectives",
+     "a serve study's rows leave it empty"),
+    ({"search": {"sampler": "random", "trials": 2, "constraints": ["mfu >= 0.3"],
+                 "objectives": ["maximize output_tokens_per_s_per_gpu"]}}, "search.constraints",
+     "a serve study's rows leave it empty"),
 ])
 def test_bad_serving_input_is_refused_naming_the_field(tmp_path, changes, field, allowed):
     with pytest.raises(SpecError) as err:
         load_study(write(tmp_path, **changes))
     assert err.value.field == field and allowed in err.value.allowed
+
+
+def test_a_training_search_does_not_aim_at_a_serving_column(tmp_path):
+    train = {"workload": {"mode": "train", "global_batch": 8, "seq": 1024}, "space": {"tp": [2]},
+             "search": {"sampler": "random", "trials": 2, "objectives": ["minimize ttft_p90_s"]}}
+    with pytest.raises(SpecError) as err:
+        load_study(write(tmp_path, **train))
+    assert err.value.field == "search.objectives" and "only a serve study's rows have it" in err.value.allowed
 
 
 def test_a_training_study_does_not_take_a_serving_knob(tmp_path):

@@ -12,7 +12,7 @@ from core.model.specs import DTYPE_BYTES, KV_DTYPES, HardwareSpec, ModelSpec, Pa
 
 from .engines import EngineSpec, on_gpu, with_knobs
 from .iteration import IterationModel
-from .simulate import Load, SimResult, simulate
+from .simulate import Load, SimResult, pool as pooled, simulate
 
 
 @dataclass(frozen=True)
@@ -53,12 +53,16 @@ def check_load(load: Load, source: str = "") -> None:
         value = getattr(load, name)
         if not isinstance(value, int) or value < 1:
             raise SpecError(source, name, value, "expected a positive integer")
-    if (load.concurrency > 0) == (load.request_rate > 0):
-        field = "concurrency" if load.concurrency <= 0 and load.request_rate <= 0 else "request_rate"
-        value = load.concurrency if field == "concurrency" else load.request_rate
-        raise SpecError(source, field, value,
-                        "expected exactly one of concurrency (a positive integer, closed loop) and "
-                        "request_rate (requests per second > 0, open loop)")
+    both = ("expected exactly one of concurrency (a positive integer, closed loop) and "
+            "request_rate (requests per second > 0, open loop)")
+    if not isinstance(load.concurrency, int) or load.concurrency < 0:
+        raise SpecError(source, "concurrency", load.concurrency, both)
+    if not load.request_rate >= 0:
+        raise SpecError(source, "request_rate", load.request_rate, both)
+    if load.concurrency and load.request_rate:
+        raise SpecError(source, "request_rate", load.request_rate, both)
+    if not load.concurrency and not load.request_rate:
+        raise SpecError(source, "concurrency", load.concurrency, both)
     if not 0 <= load.length_spread < 1:
         raise SpecError(source, "length_spread", load.length_spread, "expected a fraction in [0, 1)")
 
@@ -103,7 +107,8 @@ def iteration_model(model, hw, pool: Pool, kv_bytes: float, overhead_s: float, g
     return it
 
 
-def _engine_run(model, hw, pool: Pool, engine: EngineSpec, load: Load, kv_bytes: float) -> tuple:
+def _engine_run(model, hw, pool: Pool, engine: EngineSpec, load: Load, kv_bytes: float,
+                samples: bool = False) -> tuple:
     """(simulation of one attention rank, its KV capacity in requests)."""
     if pool.batch:
         engine = with_knobs(engine, max_batch=pool.batch)
@@ -116,7 +121,7 @@ def _engine_run(model, hw, pool: Pool, engine: EngineSpec, load: Load, kv_bytes:
         return None, 0
     if load.concurrency and load.ramp_share:
         load = replace(load, ramp_s=load.ramp_share * lifetime_s(it, engine, load))
-    return simulate(it, engine, load, capacity), capacity // per_request
+    return simulate(it, engine, load, capacity, samples), capacity // per_request
 
 
 def lifetime_s(it: IterationModel, engine: EngineSpec, load: Load) -> float:
@@ -127,25 +132,44 @@ def lifetime_s(it: IterationModel, engine: EngineSpec, load: Load) -> float:
     return it.time_s(min(load.isl, engine.max_num_tokens), 0, 0, 0, False) + load.osl * step_s
 
 
-def _share(load: Load, parts: int) -> Load:
-    """One of `parts` engines' (or attention ranks') even share of the load."""
-    if load.concurrency:  # a closed loop's requests in flight and in all
-        users = max(1, round(load.concurrency / parts))
-        return replace(load, concurrency=users, requests=max(users, round(load.requests / parts)))
-    return replace(load, request_rate=load.request_rate / parts)
+def shares(load: Load, parts: int) -> tuple:
+    """The load split over `parts` engines (or attention ranks), as (one engine's share, engines
+    taking it): an open loop's rate and requests evenly; a closed loop's requests in flight as
+    evenly as whole requests go (one more on concurrency mod parts of them; fewer requests than
+    parts leave the rest idle), each share's requests in all in proportion."""
+    if not load.concurrency:
+        return ((replace(load, request_rate=load.request_rate / parts,
+                         requests=max(1, round(load.requests / parts))), parts),)
+    low, extra = divmod(load.concurrency, parts)
+    return tuple((replace(load, concurrency=users,
+                          requests=max(users, round(load.requests * users / load.concurrency))), engines)
+                 for users, engines in ((low + 1, extra), (low, parts - extra)) if users and engines)
+
+
+def _pool_run(model, hw, pool: Pool, engine: EngineSpec, load: Load, kv_bytes: float, parts: int) -> tuple:
+    """(the simulation of one busy engine, or of all of them pooled where their shares differ;
+    the engines it stands for; one engine's KV capacity in requests) for `parts` engines or
+    attention ranks of `pool` sharing `load`."""
+    runs = [(_engine_run(model, hw, pool, engine, share, kv_bytes, samples=len(split) > 1), engines)
+            for split in (shares(load, parts),) for share, engines in split]
+    if any(sim is None for (sim, _), _ in runs):
+        return None, 0, 0
+    (sim, fit), engines = runs[0]
+    if len(runs) == 1:
+        return sim, engines, fit
+    return pooled(tuple((sim, engines) for (sim, _), engines in runs)), 1, fit
 
 
 def serve(model: ModelSpec, hw: HardwareSpec, engine: EngineSpec, load: Load, pool: Pool,
           kv_dtype: str = "", source: str = "") -> dict:
-    """Aggregated serving: `pool.workers` engines each take an even share of the load (a closed
-    loop of fewer requests than attention ranks keeps one on each of that many, the rest idle)."""
+    """Aggregated serving: `pool.workers` engines, each of `pool.attention_dp` attention ranks,
+    share the load as evenly as whole requests go (shares)."""
     check_pool(pool, source)
     check_load(load, source)
     kv_bytes = kv_bytes_per_element(hw, kv_dtype, source)
     ranks = pool.workers * pool.attention_dp
-    busy = min(ranks, load.concurrency) if load.concurrency else ranks  # fewer requests than ranks leave some idle
-    sim, fit = _engine_run(model, hw, pool, engine, _share(load, busy), kv_bytes)
-    return _record(sim, busy, pool.gpus, fit * ranks)
+    sim, engines, fit = _pool_run(model, hw, pool, engine, load, kv_bytes, ranks)
+    return _record(sim, engines, pool.gpus, fit * ranks)
 
 
 def _record(sim: SimResult | None, ranks: int, gpus: int, kv_requests: int, extra_ttft_s: float = 0.0) -> dict:
@@ -157,7 +181,8 @@ def _record(sim: SimResult | None, ranks: int, gpus: int, kv_requests: int, extr
               "ttft_s": ttft[0], "ttft_p50_s": ttft[1], "ttft_p90_s": ttft[2], "ttft_p99_s": ttft[3],
               "tpot_s": sim.tpot_s[0], "tpot_p50_s": sim.tpot_s[1], "tpot_p90_s": sim.tpot_s[2],
               "tpot_p99_s": sim.tpot_s[3],
-              "request_s": sim.request_s[0] + extra_ttft_s, "request_p90_s": sim.request_s[2] + extra_ttft_s,
+              "request_s": sim.request_s[0] + extra_ttft_s, "request_p50_s": sim.request_s[1] + extra_ttft_s,
+              "request_p90_s": sim.request_s[2] + extra_ttft_s, "request_p99_s": sim.request_s[3] + extra_ttft_s,
               "output_tokens_per_s": tokens_s, "output_tokens_per_s_per_gpu": tokens_s / gpus,
               "output_tokens_per_s_per_user": 1.0 / sim.tpot_s[0] if sim.tpot_s[0] > 0 else math.nan,
               "busy_s": ranks * sim.busy_s, "duration_s": sim.duration_s,
@@ -167,7 +192,8 @@ def _record(sim: SimResult | None, ranks: int, gpus: int, kv_requests: int, extr
 
 
 SERVE_COLUMNS = ("max_concurrency_kv", "ttft_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_s", "tpot_p50_s",
-                 "tpot_p90_s", "tpot_p99_s", "request_s", "request_p90_s", "output_tokens_per_s",
+                 "tpot_p90_s", "tpot_p99_s", "request_s", "request_p50_s", "request_p90_s", "request_p99_s",
+                 "output_tokens_per_s",
                  "output_tokens_per_s_per_gpu", "output_tokens_per_s_per_user", "busy_s", "duration_s",
                  "prefill_tokens", "decode_tokens", "iterations", "preemptions")
 
@@ -206,19 +232,19 @@ def serve_disagg(model: ModelSpec, hw: HardwareSpec, engine: EngineSpec, load: L
     first_load = replace(load, osl=1)
     next_load = replace(load, prefilled=True)
     if not load.concurrency:
-        p_sim, _ = _engine_run(model, hw, prefill, engine, _share(first_load, p_ranks), kv_bytes)
-        d_sim, fit = _engine_run(model, hw, decode, engine, _share(next_load, d_ranks), kv_bytes)
-        return _disagg_record(p_sim, d_sim, d_ranks, gpus, fit * d_ranks, transfer_s, load.osl)
-    prefill_load, in_decode = _share(first_load, p_ranks), float(load.concurrency)
+        p_sim, p_engines, _ = _pool_run(model, hw, prefill, engine, first_load, kv_bytes, p_ranks)
+        d_sim, d_engines, fit = _pool_run(model, hw, decode, engine, next_load, kv_bytes, d_ranks)
+        return _disagg_record(p_sim, p_engines, d_sim, d_engines, gpus, fit * d_ranks, transfer_s)
+    in_decode = float(load.concurrency)
     for _ in range(DISAGG_ROUNDS):
-        decode_load = _share(replace(next_load, concurrency=max(1, round(in_decode))), d_ranks)
-        d_sim, fit = _engine_run(model, hw, decode, engine, decode_load, kv_bytes)
+        decode_load = replace(next_load, concurrency=max(1, round(in_decode)))
+        d_sim, d_engines, fit = _pool_run(model, hw, decode, engine, decode_load, kv_bytes, d_ranks)
         if d_sim is None:
             p_sim = None
             break
         d_time = d_sim.request_s[0]
-        p_sim, _ = _engine_run(model, hw, prefill, engine, replace(prefill_load, return_s=transfer_s + d_time),
-                               kv_bytes)
+        p_sim, p_engines, _ = _pool_run(model, hw, prefill, engine, replace(first_load, return_s=transfer_s + d_time),
+                                        kv_bytes, p_ranks)
         if p_sim is None:
             break
         rate = load.concurrency / (p_sim.ttft_s[0] + transfer_s + d_time)
@@ -226,18 +252,20 @@ def serve_disagg(model: ModelSpec, hw: HardwareSpec, engine: EngineSpec, load: L
         # the prefill pool paces the decode pool's first wave: it arrives at the loop's rate,
         # not all at once as the client sent it
         next_load = replace(next_load, ramp_share=0.0, ramp_s=in_decode / rate)
-    return _disagg_record(p_sim, d_sim, d_ranks, gpus, fit * d_ranks, transfer_s, load.osl)
+    return _disagg_record(p_sim, p_engines, d_sim, d_engines, gpus, fit * d_ranks, transfer_s)
 
 
-def _disagg_record(p_sim, d_sim, d_ranks, gpus, kv_requests, transfer_s, osl) -> dict:
+def _disagg_record(p_sim, p_engines, d_sim, d_engines, gpus, kv_requests, transfer_s) -> dict:
+    """The record of a disaggregated run: `p_sim` and `d_sim` each standing for that many
+    engines (or attention ranks) of its pool (_pool_run)."""
     if p_sim is None:
         return _record(None, 1, gpus, 0)
-    record = _record(d_sim, d_ranks, gpus, kv_requests, p_sim.ttft_s[0] + transfer_s)
+    record = _record(d_sim, d_engines, gpus, kv_requests, p_sim.ttft_s[0] + transfer_s)
     if d_sim is None:
         return record
     for name, value in zip(("ttft_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s"), p_sim.ttft_s):
         record[name] = value + transfer_s
     record["kv_transfer_s"] = transfer_s
-    record["busy_s"] += p_sim.busy_s
-    record["prefill_tokens"] += p_sim.prefill_tokens
+    record["busy_s"] += p_engines * p_sim.busy_s
+    record["prefill_tokens"] += p_engines * p_sim.prefill_tokens
     return record

@@ -54,6 +54,9 @@ class SimResult:
     decode_tokens: float
     iterations: float
     preemptions: int
+    # with simulate(samples=True): each finished request's (TTFT, TPOT, latency, weight), which
+    # pool() merges shares of one load by
+    samples: tuple | None = None
 
 
 def _lengths(load: Load, rng: random.Random):
@@ -86,17 +89,40 @@ def requests(load: Load) -> tuple:
     return isl, osl, arrival, n, 0
 
 
-def simulate(it: IterationModel, engine: EngineSpec, load: Load, kv_tokens: int) -> SimResult:
+def simulate(it: IterationModel, engine: EngineSpec, load: Load, kv_tokens: int, samples: bool = False) -> SimResult:
     """Serve `load` on one engine whose KV cache holds `kv_tokens` tokens: the iteration loop
-    run compiled (core/serving/src/loop.cpp) on `it`'s memo."""
+    run compiled (core/serving/src/loop.cpp) on `it`'s memo; with `samples`, keeping each
+    finished request's figures (SimResult.samples)."""
     isl, osl, arrival, first_wave, warmup = requests(load)
     closed = load.concurrency > 0
-    ttft, tpot, latency, now, busy, prefill, decode, iterations, preemptions = _loop.simulate(
+    out = _loop.simulate(
         it.memo, it._time_s, engine.mixed_batches, engine.chunked_prefill, engine.kv_policy == "reserve",
         engine.kv_block_tokens, engine.max_num_tokens, engine.max_batch, engine.cuda_graph_max_batch,
         engine.request_overhead_s, engine.first_token_with_decode, isl, osl, arrival, first_wave, warmup, closed,
         closed and load.length_spread <= 0, load.prefilled, kv_tokens, load.return_s, engine.batch_wait_iters,
-        engine.batch_wait_tokens_ratio)
+        engine.batch_wait_tokens_ratio, samples)
+    figures, kept = (out[0], tuple(out[1:])) if samples else (out, None)
+    ttft, tpot, latency, now, busy, prefill, decode, iterations, preemptions = figures
     start = 0.0 if closed else arrival[0]
     return SimResult(ttft, tpot, latency, now - start, sum(osl), load.requests, busy, prefill, decode, iterations,
-                     preemptions)
+                     preemptions, kept)
+
+
+def pool(parts: tuple) -> SimResult:
+    """One result for (result, engines running it) pairs: engines serving uneven shares of one
+    load (simulated with samples), their requests' figures pooled, their totals summed, over the
+    longest one's duration. Output tokens are scaled so that output_tokens / duration_s is the
+    engines' summed rate."""
+    columns = [[], [], [], []]
+    for sim, engines in parts:
+        for column, values in zip(columns, sim.samples):
+            column.extend(values)
+        columns[3][-len(sim.samples[3]):] = [w * engines for w in sim.samples[3]]
+    duration = max(sim.duration_s for sim, _ in parts)
+    rate = sum(engines * sim.output_tokens / sim.duration_s for sim, engines in parts)
+
+    def total(field):
+        return sum(engines * getattr(sim, field) for sim, engines in parts)
+    ttft, tpot, latency = (_loop.weighted_stats(values, columns[3]) for values in columns[:3])
+    return SimResult(ttft, tpot, latency, duration, rate * duration, total("requests"), total("busy_s"),
+                     total("prefill_tokens"), total("decode_tokens"), total("iterations"), int(total("preemptions")))

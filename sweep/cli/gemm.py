@@ -75,7 +75,7 @@ def _csv_shapes(path: Path, hw, default_dtype: str | None) -> list:
     if not path.is_file():
         raise SpecError("command line", "--shapes", str(path), "no such file")
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()  # a spreadsheet's byte-order mark dropped
     except UnicodeDecodeError:
         raise SpecError("command line", "--shapes", str(path), "expected UTF-8 text (a CSV of m, n, k[, dtype])") from None
     reader = csv.reader(lines)
@@ -87,8 +87,13 @@ def _csv_shapes(path: Path, hw, default_dtype: str | None) -> list:
     unknown = [c for c in header if c not in CSV_COLUMNS]
     if unknown:
         raise SpecError(str(path), unknown[0], "<header>", f"unknown column (allowed: {', '.join(CSV_COLUMNS)})")
+    repeated = [c for i, c in enumerate(header) if c in header[:i]]
+    if repeated:
+        raise SpecError(str(path), repeated[0], "<header>", "a column named twice (each of m, n, k, dtype at most once)")
     shapes = []
     for number, cells in enumerate(reader, start=1):
+        if not any(cell.strip() for cell in cells):
+            continue  # a blank line
         where = f"{path} row {number}"
         if len(cells) != len(header):
             raise SpecError(where, "cells", len(cells), f"expected {len(header)} values, one per header column")

@@ -141,7 +141,8 @@ MODE_ONLY = {mode: keys + OPTIONAL_WORKLOAD_KEYS[mode] for mode, keys in WORKLOA
 def _check_mode_flags(args) -> None:
     """A flag of the other mode is refused, not ignored."""
     for mode, names in MODE_ONLY.items():
-        given = [name for name in names + (("mtp_layers",) if mode == "train" else ()) if getattr(args, name) is not None]
+        given = [name for name in names + (("mtp_layers",) if mode == "train" else ())
+                 if getattr(args, name) is not None and name not in MODE_ONLY[args.mode]]
         if mode != args.mode and given:
             flag = "--" + given[0].replace("_", "-")
             raise SpecError("command line", flag, getattr(args, given[0]),
@@ -164,8 +165,13 @@ def parse_config(args):
         raise SpecError(args.hardware, "fp8_recipe", hw.fp8_recipe, recipe_mismatch(hw.dtype, hw.fp8_recipe))
     tp, pp, cp, ep = (_positive(f"--{a}", getattr(args, a)) for a in ("tp", "pp", "cp", "ep"))
     inner = tp * pp * cp
+    serving = args.mode == "serve"
+    if serving:
+        serve_run.check_pools(args)
     if args.dp == "auto":
-        gpus = _positive("--gpus", args.gpus if args.gpus is not None else inner)
+        # a disaggregated run's GPUs are its pools' (its engine knobs left at 1, dp counts them)
+        default = serve_run.pool_gpus(args) if serving and args.disagg else inner
+        gpus = _positive("--gpus", args.gpus if args.gpus is not None else default)
         if gpus % inner:
             raise SpecError("command line", "--dp", "auto",
                             f"gpus ({gpus}) is not a multiple of tp*pp*cp ({inner})")
@@ -197,6 +203,9 @@ def parse_config(args):
             raise SpecError("command line", "--tokens-total", tokens_total, "expected a number of tokens such as 15e12")
         work = TrainWorkload(global_batch=_workload_size("--global-batch", global_batch),
                              seq=_workload_size("--seq", args.seq or DEFAULT_SEQ), tokens_total=tokens_total)
+    elif serving:
+        work = serve_run.workload(args)
+        serve_run.check(work)
     else:
         sizes = {name: getattr(args, name) or default for name, default in INFERENCE_DEFAULTS.items()}
         work = InferWorkload(**{name: _workload_size(f"--{name}", value) for name, value in sizes.items()},
@@ -210,16 +219,16 @@ def run(args) -> int:
             print(f"{kind}: {', '.join(names)}")
         return 0
     serve_run.check_flags(args)
-    if args.mode == "serve":
-        return serve_run.run(args)
     model, hw, par, work, gpus = parse_config(args)
+    if args.mode == "serve":
+        return serve_run.show(args, _evaluated(model, hw, par, work, gpus))
     if args.emit_traces and args.backend == "analytical":
         raise SpecError("command line", "--emit-traces", args.emit_traces,
                         "traces come from a replay: add --backend astra-hierarchical or astra-flattened")
     if args.emit_traces:
         check_folder_path("--emit-traces", args.emit_traces)
     # a layout that does not fit is not timed, as in a sweep: its time metrics are null
-    record = evaluate(model, hw, par, work, gpus, backend=args.backend, emit_traces=args.emit_traces)
+    record = _evaluated(model, hw, par, work, gpus, backend=args.backend, emit_traces=args.emit_traces)
     record.update(cost_fields(record, _cost(args), work, gpus, par))
     if args.json:
         print(json.dumps(_jsonable({**record, "model": model.name, "parameters": model.total_params(),
@@ -228,6 +237,16 @@ def run(args) -> int:
     else:
         _print_table(model, hw, par, work, gpus, record, args.emit_traces)
     return 0
+
+
+def _evaluated(*config, **options) -> dict:
+    """evaluate()'s record; a layout it refuses is the command line's (the flags laid it out)."""
+    try:
+        return evaluate(*config, **options)
+    except SpecError as err:
+        if err.source:
+            raise
+        raise SpecError("command line", err.field, err.value, err.allowed) from None
 
 
 def _cost(args) -> CostSpec | None:

@@ -2,13 +2,15 @@
 import json
 import math
 
-from core import Parallelism, SpecError
-from core.evaluation import serve_energy_fields
-from core.model.specs import POOL_FIELDS, ServeWorkload
-from core.model.loader import load_hardware, load_model, with_dtype
-from core.serving.engines import ENGINES, engine_spec
-from core.serving.service import SERVE_COLUMNS, Pool, serve, serve_disagg
-from core.serving.point import load_of
+from core import SpecError
+from core.model.specs import POOL_FIELDS, SERVE_POOLS, ServeWorkload
+from core.serving.engines import ENGINES
+from core.serving.point import check_serve_workload
+from core.serving.service import SERVE_COLUMNS
+
+DEFAULT_LENGTH = 1024  # prompt and output tokens per request unless --isl / --osl say
+# the energy columns a served point carries (core.evaluation.serve_energy_fields)
+SERVE_ENERGY = ("power_avg_w", "energy_per_request_j", "energy_per_output_token_j")
 
 # flags only --mode serve takes (their defaults are None so another mode can refuse them)
 SERVE_FLAGS = ("engine", "isl", "osl", "concurrency", "request_rate", "requests", "length_spread", "attention_dp",
@@ -18,8 +20,10 @@ SERVE_FLAGS = ("engine", "isl", "osl", "concurrency", "request_rate", "requests"
 
 def add_arguments(parser) -> None:
     parser.add_argument("--engine", default=None, choices=tuple(ENGINES), help="serving engine (--mode serve)")
-    parser.add_argument("--isl", type=int, default=None, help="prompt tokens per request (--mode serve; default 1024)")
-    parser.add_argument("--osl", type=int, default=None, help="output tokens per request (--mode serve; default 1024)")
+    parser.add_argument("--isl", type=int, default=None,
+                        help=f"prompt tokens per request (--mode serve; default {DEFAULT_LENGTH})")
+    parser.add_argument("--osl", type=int, default=None,
+                        help=f"output tokens per request (--mode serve; default {DEFAULT_LENGTH})")
     parser.add_argument("--concurrency", type=int, default=None, help="requests kept in flight (closed loop)")
     parser.add_argument("--request-rate", type=float, default=None, help="requests per second (open loop, Poisson)")
     parser.add_argument("--requests", type=int, default=None, help="requests simulated (default 1000)")
@@ -46,49 +50,56 @@ def check_flags(args) -> None:
                             f"applies to --mode serve; this run is --mode {args.mode}")
 
 
-def _pool(args, prefix: str) -> Pool:
-    values = {field: getattr(args, f"{prefix}_{field}") for field in POOL_FIELDS}
-    return Pool(**{k: v for k, v in values.items() if v is not None})
+def pool_gpus(args) -> int:
+    """GPUs a disaggregated run's prefill and decode pools take (workers x tp each)."""
+    defaults = ServeWorkload(1, 1)
+    return sum((getattr(args, f"{pool}_workers") or getattr(defaults, f"{pool}_workers"))
+               * (getattr(args, f"{pool}_tp") or getattr(defaults, f"{pool}_tp")) for pool in SERVE_POOLS)
 
 
-def run(args) -> int:
-    if not args.model:
-        raise SpecError("command line", "--model", "<missing>", "give a preset name or a file")
-    if not args.hardware:
-        raise SpecError("command line", "--hardware", "<missing>", "give a preset name or a file")
-    model, hw = load_model(args.model), load_hardware(args.hardware)
-    if args.dtype:
-        hw = with_dtype(hw, args.dtype, "command line", "--dtype")
-    engine = engine_spec(args.engine or "trtllm", args.max_num_tokens or 0, args.max_batch or 0, "command line")
-    concurrency = args.concurrency if args.concurrency is not None else (0 if args.request_rate else 1)
-    spread = {"length_spread": args.length_spread} if args.length_spread is not None else {}
-    work = ServeWorkload(args.isl or 1024, args.osl or 1024, concurrency, args.request_rate or 0.0,
-                         args.requests or 1000, args.engine or "trtllm", kv_dtype=args.kv_dtype or "", **spread)
-    load = load_of(work)
-    given = [f"{p}_{f}" for p in ("prefill", "decode") for f in POOL_FIELDS if getattr(args, f"{p}_{f}") is not None]
+def workload(args) -> ServeWorkload:
+    """The serving workload the flags describe, a flag left out taking ServeWorkload's default
+    (concurrency 1 unless --request-rate is given); a value given is kept, to be checked."""
+    given = {name: getattr(args, name) for name in (*SERVE_FLAGS, "kv_dtype") if getattr(args, name) is not None}
+    if "concurrency" not in given and "request_rate" not in given:
+        given["concurrency"] = 1
+    given.setdefault("isl", DEFAULT_LENGTH)
+    given.setdefault("osl", DEFAULT_LENGTH)
+    return ServeWorkload(**given)
+
+
+def check_pools(args) -> None:
+    """A pool flag needs --disagg, and --disagg both pools."""
+    given = [f"{p}_{f}" for p in SERVE_POOLS for f in POOL_FIELDS if getattr(args, f"{p}_{f}") is not None]
     if args.disagg:
-        for prefix in ("prefill", "decode"):
+        for prefix in SERVE_POOLS:
             if not any(name.startswith(prefix) for name in given):
                 raise SpecError("command line", f"--{prefix}-workers", "<missing>",
                                 "--disagg needs both a prefill pool and a decode pool (--prefill-* and --decode-*)")
-        record = serve_disagg(model, hw, engine, load, _pool(args, "prefill"), _pool(args, "decode"),
-                              args.kv_dtype or "", "command line")
-    else:
-        if given:
-            flag = "--" + given[0].replace("_", "-")
-            raise SpecError("command line", flag, getattr(args, given[0]),
-                            "a prefill or decode pool needs --disagg (and both pools)")
-        pool = Pool(workers=1, tp=args.tp, pp=args.pp, ep=args.ep, attention_dp=args.attention_dp or 1)
-        record = serve(model, hw, engine, load, pool, args.kv_dtype or "", "command line")
-        if record["feasible"] and hw.gpu.power is not None:
-            record.update(serve_energy_fields(model, hw, Parallelism(tp=args.tp, pp=args.pp), work, record))
-    shown = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in record.items()}
+    elif given:
+        raise SpecError("command line", "--" + given[0].replace("_", "-"), getattr(args, given[0]),
+                        "a prefill or decode pool needs --disagg (and both pools)")
+
+
+def check(work: ServeWorkload) -> None:
+    """check_serve_workload's refusals, naming the flag."""
+    try:
+        check_serve_workload(work, "command line", "")
+    except SpecError as err:
+        raise SpecError("command line", "--" + err.field.replace("_", "-"), err.value, err.allowed) from None
+
+
+def show(args, record: dict) -> int:
+    """Print a serving run's figures (JSON with --json)."""
+    shown = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in record.items()
+             if k in ("feasible", "infeasible_reason", *SERVE_COLUMNS, "kv_transfer_s", *SERVE_ENERGY)}
+    if not shown["feasible"]:
+        shown["infeasible_reason"] = record["infeasible_reason"]
+    elif "infeasible_reason" in shown:
+        del shown["infeasible_reason"]
     if args.json:
         print(json.dumps(shown, sort_keys=True))
         return 0
-    for name in ("feasible", *SERVE_COLUMNS, "kv_transfer_s", "power_avg_w", "energy_per_request_j",
-                 "energy_per_output_token_j"):
-        if name in shown:
-            value = shown[name]
-            print(f"{name:32} {value:.6g}" if isinstance(value, float) else f"{name:32} {value}")
+    for name, value in shown.items():
+        print(f"{name:32} {value:.6g}" if isinstance(value, float) else f"{name:32} {value}")
     return 0

@@ -116,7 +116,8 @@ def load_study(path, output: str | None = None) -> Study:
     search = None
     if data.get("search") is not None:
         from .search_block import parse_search  # here, not on top: it needs sweep.worker, which needs this module
-        search = parse_search(data["search"], source, Path(output), seed, has_faults=data.get("faults") is not None)
+        search = parse_search(data["search"], source, Path(output), seed, has_faults=data.get("faults") is not None,
+                              mode=workload.mode)
     elif space.ranges:
         knob = space.ranges[0]
         raise SpecError(source, f"space.{knob.name}", data["space"][knob.name],

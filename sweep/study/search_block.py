@@ -11,7 +11,7 @@ from core import BACKENDS, SpecError
 
 from sweep.metrics import AGGREGATES
 from sweep.metrics import HIGHER_IS_BETTER
-from sweep.metrics import METRICS, SERVE_METRICS
+from sweep.metrics import COST, ENERGY, METRICS, SERVE_METRICS
 from .fields import refuse_unknown
 
 JOURNAL_SCHEME = "journal:///"  # our URL for Optuna's journal file format (sweep.search.storage)
@@ -53,9 +53,14 @@ class SearchSpec:
         return [column for column, _ in self.objectives]
 
 
-def objective_column(name: str, source: str, field: str, has_faults: bool = False) -> str:
+# what a serving point's row leaves empty: it times requests, not steps, and holds no memory breakdown
+SERVE_EMPTY = ("step_time_s", "mfu", "memory_peak_gib")
+
+
+def objective_column(name: str, source: str, field: str, has_faults: bool = False, mode: str = "") -> str:
     """The results column an objective or constraint names (a fault aggregate is computed per
-    point from its sample rows, sweep.search.fault_rows). The one place objective names are resolved."""
+    point from its sample rows, sweep.search.fault_rows), one the study's `mode` fills ("": any).
+    The one place objective names are resolved."""
     if name in AGGREGATES:
         if not has_faults:
             raise SpecError(source, field, name, "a fault aggregate needs a faults: block in the study")
@@ -63,12 +68,20 @@ def objective_column(name: str, source: str, field: str, has_faults: bool = Fals
     if name not in METRICS + SERVE_METRICS:
         raise SpecError(source, field, name,
                         f"expected a metric column ({', '.join(METRICS + SERVE_METRICS + AGGREGATES)})")
+    if mode == "serve" and name in SERVE_EMPTY:
+        serving = ", ".join(c for c in METRICS + SERVE_METRICS if c not in SERVE_EMPTY + ENERGY + COST)
+        raise SpecError(source, field, name, f"a serve study's rows leave it empty (the serving simulator times "
+                        f"requests, not steps); expected one of {serving}")
+    if mode and mode != "serve" and name in SERVE_METRICS:
+        raise SpecError(source, field, name, f"only a serve study's rows have it; this study's mode is {mode}")
     return name
 
 
-def parse_search(data, source: str, output: Path, default_seed: int, has_faults: bool = False) -> SearchSpec:
+def parse_search(data, source: str, output: Path, default_seed: int, has_faults: bool = False,
+                 mode: str = "") -> SearchSpec:
     """Validate the `search:` mapping (`has_faults`: the study has a `faults:` block, so fault
-    aggregates may be objectives); the storage defaults to a journal file beside the table."""
+    aggregates may be objectives; `mode`: the workload's, whose rows the objectives and
+    constraints must name columns of); the storage defaults to a journal file beside the table."""
     if not isinstance(data, dict):
         raise SpecError(source, "search", data, "expected a mapping (sampler, trials, parallel, objectives, ...)")
     refuse_unknown(data, SEARCH_KEYS, source, "search.")
@@ -83,10 +96,10 @@ def parse_search(data, source: str, output: Path, default_seed: int, has_faults:
     seed = data.get("seed", default_seed)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise SpecError(source, "search.seed", seed, "expected a non-negative integer")
-    objectives = _objectives(data.get("objectives", ["minimize step_time_s"]), source, has_faults)
+    objectives = _objectives(data.get("objectives", ["minimize step_time_s"]), source, has_faults, mode)
     if sampler in SINGLE_OBJECTIVE_SAMPLERS and len(objectives) > 1:
         raise SpecError(source, "search.sampler", sampler, "optimises one objective; use nsga2, tpe or random for several")
-    constraints = _constraints(data.get("constraints", []), source, has_faults)
+    constraints = _constraints(data.get("constraints", []), source, has_faults, mode)
     storage = data.get("storage", str(default_storage(output)))
     if not isinstance(storage, str) or not storage.strip():
         raise SpecError(source, "search.storage", storage,
@@ -136,7 +149,7 @@ def _positive_int(data: dict, key: str, default, source: str) -> int:
     return value
 
 
-def _objectives(raw, source: str, has_faults: bool) -> tuple:
+def _objectives(raw, source: str, has_faults: bool, mode: str = "") -> tuple:
     items = raw if isinstance(raw, list) else [raw]
     if not items:
         raise SpecError(source, "search.objectives", raw, "expected at least one objective such as 'minimize step_time_s'")
@@ -147,21 +160,21 @@ def _objectives(raw, source: str, has_faults: bool) -> tuple:
             words = ["maximize" if words[0] in HIGHER_IS_BETTER else "minimize"] + words
         if len(words) != 2 or words[0] not in DIRECTIONS:
             raise SpecError(source, "search.objectives", item, "expected 'minimize COLUMN' or 'maximize COLUMN'")
-        column = objective_column(words[1], source, "search.objectives", has_faults)
+        column = objective_column(words[1], source, "search.objectives", has_faults, mode)
         if column in [c for c, _ in objectives]:
             raise SpecError(source, "search.objectives", item, f"{column} is already an objective")
         objectives.append((column, words[0]))
     return tuple(objectives)
 
 
-def _constraints(raw, source: str, has_faults: bool) -> tuple:
+def _constraints(raw, source: str, has_faults: bool, mode: str = "") -> tuple:
     items = raw if isinstance(raw, list) else [raw]
     constraints = []
     for item in items:
         match = CONSTRAINT_PATTERN.match(item) if isinstance(item, str) else None
         if not match:
             raise SpecError(source, "search.constraints", item, "expected 'COLUMN <= NUMBER' or 'COLUMN >= NUMBER'")
-        column = objective_column(match.group(1), source, "search.constraints", has_faults)
+        column = objective_column(match.group(1), source, "search.constraints", has_faults, mode)
         constraints.append((column, match.group(2), float(match.group(3))))
     return tuple(constraints)
 

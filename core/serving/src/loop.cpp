@@ -162,10 +162,14 @@ class Loop {
         done_(n_, 0), out_left_(osl_), first_(n_, kNaN), join_(n_, 0), ctx0_(n_, 0), finish_(n_, 0),
         decoding_(n_, false), scheduled_(first_wave) {}
 
-  nb::tuple run() {
+  // The figures; with `samples`, each finished request's TTFT, TPOT and latency and its weight
+  // too, which loads simulated apart (uneven shares of one load) are pooled by.
+  nb::tuple run(bool samples) {
     while (completed_ < n_) turn();
-    return nb::make_tuple(stats(ttft_, weight_), stats(tpot_, weight_), stats(latency_, weight_), now_, busy_,
-                          prefill_total_, decode_total_, iterations_, preemptions_);
+    nb::tuple figures = nb::make_tuple(stats(ttft_, weight_), stats(tpot_, weight_), stats(latency_, weight_), now_,
+                                       busy_, prefill_total_, decode_total_, iterations_, preemptions_);
+    if (!samples) return figures;
+    return nb::make_tuple(figures, ttft_, tpot_, latency_, weight_);
   }
 
  private:
@@ -515,7 +519,7 @@ nb::tuple simulate(IterationMemo& memo, const nb::callable& time_fn, bool mixed_
                    bool reserve, i64 kv_block_tokens, i64 max_num_tokens, i64 max_batch, i64 cuda_graph_max_batch,
                    double request_overhead_s, bool first_token_with_decode, std::vector<i64> isl,
                    std::vector<i64> osl, std::vector<double> arrival, i64 first_wave, i64 warmup, bool closed, bool cyclic, bool prefilled, i64 kv_tokens,
-                   double return_s, i64 batch_wait_iters, double batch_wait_tokens_ratio) {
+                   double return_s, i64 batch_wait_iters, double batch_wait_tokens_ratio, bool samples) {
   if (isl.size() != osl.size() || isl.size() != arrival.size())
     throw std::invalid_argument("serving loop: isl, osl and arrival differ in length");
   const Engine engine{mixed_batches,  chunked_prefill, reserve, kv_block_tokens, max_num_tokens, max_batch,
@@ -523,7 +527,7 @@ nb::tuple simulate(IterationMemo& memo, const nb::callable& time_fn, bool mixed_
                       batch_wait_iters, batch_wait_tokens_ratio};
   return Loop(memo, time_fn, engine, std::move(isl), std::move(osl), std::move(arrival), first_wave, warmup, closed,
               cyclic && return_s == 0.0, prefilled, kv_tokens, return_s)
-      .run();
+      .run(samples);
 }
 
 }  // namespace
@@ -531,6 +535,8 @@ nb::tuple simulate(IterationMemo& memo, const nb::callable& time_fn, bool mixed_
 NB_MODULE(_loop, m) {
   m.doc() = "Compiled iteration loop of a serving engine (use core.serving.simulate).";
   m.def("bucket", &bucket, nb::arg("tokens"));
+  m.def("weighted_stats", &stats, nb::arg("values"), nb::arg("weights"),
+        "Weighted mean, p50, p90 and p99 of the values that are not NaN.");
   nb::class_<IterationMemo>(m, "IterationMemo")
       .def(nb::init<>())
       .def("time_s", &IterationMemo::time_s, nb::arg("prefill_tokens"), nb::arg("prefill_past"), nb::arg("decodes"),
@@ -541,5 +547,6 @@ NB_MODULE(_loop, m) {
         nb::arg("max_batch"), nb::arg("cuda_graph_max_batch"), nb::arg("request_overhead_s"),
         nb::arg("first_token_with_decode"), nb::arg("isl"), nb::arg("osl"), nb::arg("arrival"), nb::arg("first_wave"),
         nb::arg("warmup"), nb::arg("closed"), nb::arg("cyclic"), nb::arg("prefilled"), nb::arg("kv_tokens"),
-        nb::arg("return_s") = 0.0, nb::arg("batch_wait_iters") = 0, nb::arg("batch_wait_tokens_ratio") = 0.0);
+        nb::arg("return_s") = 0.0, nb::arg("batch_wait_iters") = 0, nb::arg("batch_wait_tokens_ratio") = 0.0,
+        nb::arg("samples") = false);
 }
