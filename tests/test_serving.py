@@ -155,6 +155,7 @@ def test_an_open_loop_shared_by_engines_serves_its_requests_once():
 
 @pytest.mark.parametrize("call, field", [
     (lambda: serve(MODEL, HW, _engine(), Load(10, 10, concurrency=0), Pool()), "concurrency"),
+    (lambda: serve(MODEL, HW, _engine(), Load(10, 10, concurrency=8, requests=4), Pool()), "requests"),
     (lambda: serve(MODEL, HW, _engine(), Load(10, 10, concurrency=1), Pool(tp=4, attention_dp=3)), "attention_dp"),
     (lambda: serve_disagg(MODEL, HW, _engine(), Load(10, 10, concurrency=1), Pool(), Pool(workers=0)),
      "decode_workers"),

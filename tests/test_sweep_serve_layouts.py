@@ -95,7 +95,7 @@ def test_bad_serving_layouts_are_refused_in_one_line_naming_the_field(tmp_path, 
 
 
 DSV3_256 = {"name": "dsv3-256", "model": "deepseek-v3", "hardware": "b200-sxm-180gb", "gpus": 256,
-            "workload": {"mode": "serve", "isl": 128, "osl": 8, "requests": 16, "concurrency": 512},
+            "workload": {"mode": "serve", "isl": 128, "osl": 8, "requests": 512, "concurrency": 512},
             "space": {"dtype": ["fp8"], "tp": [8, 16], "pp": [1, 2], "ep": [8, 16], "attention_dp": [1, 8]}}
 
 
@@ -121,9 +121,10 @@ def test_deepseek_v3_on_256_gpus_sweeps_tp_pp_ep_attention_dp_and_resumes_exactl
 def test_the_frontier_names_pools_colours_layouts_and_leaves_constraint_breakers_hollow(tmp_path):
     search = {"sampler": "random", "trials": 12, "objectives": ["maximize output_tokens_per_s_per_gpu"],
               "constraints": ["tpot_s <= 0.006"]}
-    study = load_study(write(tmp_path, {**LAYOUT_STUDY, "space": {
-        "tp": [1, 2], "disagg": [False, True], "prefill_tp": [2], "decode_tp": [2], "concurrency": [1, 8, 32]},
-        "search": search}))
+    study = load_study(write(tmp_path, {**LAYOUT_STUDY, "workload": {**LAYOUT_STUDY["workload"], "requests": 32},
+                                        "space": {"tp": [1, 2], "disagg": [False, True], "prefill_tp": [2],
+                                                  "decode_tp": [2], "concurrency": [1, 8, 32]},
+                                        "search": search}))
     run_search(study, executor="inprocess", progress=False)
     rows = read_results(study.output).to_pandas().drop_duplicates("point_id")
     page = write_html(build_report(study.output), tmp_path / "page.html").read_text()

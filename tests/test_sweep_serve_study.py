@@ -66,6 +66,7 @@ def test_a_search_maximises_throughput_per_gpu_under_latency_slos(tmp_path):
      "workload.request_rate", "exactly one of concurrency"),
     ({"workload": {"mode": "serve", "isl": 8, "osl": 8, "concurrency": "many"}}, "workload.concurrency", "an integer"),
     ({"backend": "astra-flattened"}, "backend", "expected analytical"),
+    ({"space": {"tp": [4], "concurrency": [16, 64]}}, "workload.requests", "concurrency (64) above requests (40)"),
     ({"search": {"sampler": "random", "trials": 2, "objectives": ["minimize step_time_s"]}}, "search.objectives",
      "a serve study's rows leave it empty"),
     ({"search": {"sampler": "random", "trials": 2, "constraints": ["mfu >= 0.3"],

@@ -48,6 +48,15 @@ def check_pool(pool: Pool, source: str = "", prefix: str = "") -> None:
                         f"expected a divisor of the engine's {pool.tp * pool.pp} GPUs (tp x pp)")
 
 
+def closed_loop_reason(concurrency: int, requests: int) -> str:
+    """Why a closed loop of `concurrency` in flight cannot be run on `requests` in all ("" if it can)."""
+    if concurrency > requests:
+        return (f"concurrency ({concurrency}) above requests ({requests}): a closed loop never holds more requests "
+                "in flight than it sends (give several times the concurrency, so that the first wave, which "
+                "arrives at once, does not set the figures)")
+    return ""
+
+
 def check_load(load: Load, source: str = "") -> None:
     for name in ("isl", "osl", "requests"):
         value = getattr(load, name)
@@ -63,6 +72,9 @@ def check_load(load: Load, source: str = "") -> None:
         raise SpecError(source, "request_rate", load.request_rate, both)
     if not load.concurrency and not load.request_rate:
         raise SpecError(source, "concurrency", load.concurrency, both)
+    if closed_loop_reason(load.concurrency, load.requests):
+        raise SpecError(source, "requests", load.requests, closed_loop_reason(load.concurrency, load.requests))
+
     if not 0 <= load.length_spread < 1:
         raise SpecError(source, "length_spread", load.length_spread, "expected a fraction in [0, 1)")
 
