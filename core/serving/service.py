@@ -74,7 +74,6 @@ def check_load(load: Load, source: str = "") -> None:
         raise SpecError(source, "concurrency", load.concurrency, both)
     if closed_loop_reason(load.concurrency, load.requests):
         raise SpecError(source, "requests", load.requests, closed_loop_reason(load.concurrency, load.requests))
-
     if not 0 <= load.length_spread < 1:
         raise SpecError(source, "length_spread", load.length_spread, "expected a fraction in [0, 1)")
 
@@ -162,8 +161,9 @@ def _pool_run(model, hw, pool: Pool, engine: EngineSpec, load: Load, kv_bytes: f
     """(the simulation of one busy engine, or of all of them pooled where their shares differ;
     the engines it stands for; one engine's KV capacity in requests) for `parts` engines or
     attention ranks of `pool` sharing `load`."""
+    split = shares(load, parts)
     runs = [(_engine_run(model, hw, pool, engine, share, kv_bytes, samples=len(split) > 1), engines)
-            for split in (shares(load, parts),) for share, engines in split]
+            for share, engines in split]
     if any(sim is None for (sim, _), _ in runs):
         return None, 0, 0
     (sim, fit), engines = runs[0]

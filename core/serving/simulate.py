@@ -115,9 +115,9 @@ def pool(parts: tuple) -> SimResult:
     engines' summed rate."""
     columns = [[], [], [], []]
     for sim, engines in parts:
-        for column, values in zip(columns, sim.samples):
+        ttft, tpot, latency, weights = sim.samples
+        for column, values in zip(columns, (ttft, tpot, latency, [w * engines for w in weights])):
             column.extend(values)
-        columns[3][-len(sim.samples[3]):] = [w * engines for w in sim.samples[3]]
     duration = max(sim.duration_s for sim, _ in parts)
     rate = sum(engines * sim.output_tokens / sim.duration_s for sim, engines in parts)
 
