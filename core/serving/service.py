@@ -72,8 +72,9 @@ def check_load(load: Load, source: str = "") -> None:
         raise SpecError(source, "request_rate", load.request_rate, both)
     if not load.concurrency and not load.request_rate:
         raise SpecError(source, "concurrency", load.concurrency, both)
-    if closed_loop_reason(load.concurrency, load.requests):
-        raise SpecError(source, "requests", load.requests, closed_loop_reason(load.concurrency, load.requests))
+    reason = closed_loop_reason(load.concurrency, load.requests)
+    if reason:
+        raise SpecError(source, "requests", load.requests, reason)
     if not 0 <= load.length_spread < 1:
         raise SpecError(source, "length_spread", load.length_spread, "expected a fraction in [0, 1)")
 

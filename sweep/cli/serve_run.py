@@ -3,14 +3,13 @@ import json
 import math
 
 from core import SpecError
+from core.evaluation import ENERGY
 from core.model.specs import POOL_FIELDS, SERVE_POOLS, ServeWorkload
 from core.serving.engines import ENGINES
-from core.serving.point import check_serve_workload
+from core.serving.point import check_serve_workload, pool_of
 from core.serving.service import SERVE_COLUMNS
 
 DEFAULT_LENGTH = 1024  # prompt and output tokens per request unless --isl / --osl say
-# the energy columns a served point carries (core.evaluation.serve_energy_fields)
-SERVE_ENERGY = ("power_avg_w", "energy_per_request_j", "energy_per_output_token_j")
 
 # flags only --mode serve takes (their defaults are None so another mode can refuse them)
 SERVE_FLAGS = ("engine", "isl", "osl", "concurrency", "request_rate", "requests", "length_spread", "attention_dp",
@@ -51,10 +50,9 @@ def check_flags(args) -> None:
 
 
 def pool_gpus(args) -> int:
-    """GPUs a disaggregated run's prefill and decode pools take (workers x tp each)."""
-    defaults = ServeWorkload(1, 1)
-    return sum((getattr(args, f"{pool}_workers") or getattr(defaults, f"{pool}_workers"))
-               * (getattr(args, f"{pool}_tp") or getattr(defaults, f"{pool}_tp")) for pool in SERVE_POOLS)
+    """GPUs a disaggregated run's prefill and decode pools take."""
+    work = workload(args)
+    return sum(pool_of(work, pool).gpus for pool in SERVE_POOLS)
 
 
 def workload(args) -> ServeWorkload:
@@ -90,13 +88,14 @@ def check(work: ServeWorkload) -> None:
 
 
 def show(args, record: dict) -> int:
-    """Print a serving run's figures (JSON with --json)."""
-    shown = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in record.items()
-             if k in ("feasible", "infeasible_reason", *SERVE_COLUMNS, "kv_transfer_s", *SERVE_ENERGY)}
-    if not shown["feasible"]:
-        shown["infeasible_reason"] = record["infeasible_reason"]
-    elif "infeasible_reason" in shown:
-        del shown["infeasible_reason"]
+    """Print a serving run's figures (JSON with --json): the serving columns, the energy ones
+    the point fills, and why it does not fit where it does not."""
+    shown = {}
+    for name in ("feasible", "infeasible_reason", *SERVE_COLUMNS, "kv_transfer_s", *ENERGY):
+        value = record.get(name)
+        value = None if isinstance(value, float) and math.isnan(value) else value
+        if value or name not in ENERGY + ("infeasible_reason",):
+            shown[name] = value
     if args.json:
         print(json.dumps(shown, sort_keys=True))
         return 0
