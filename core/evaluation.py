@@ -186,9 +186,11 @@ def _memory_summary(memory: MemoryEstimate) -> dict:
 
 
 def mfu_peak_flops(hw: HardwareSpec) -> float:
-    """The peak MFU is quoted against: the 16-bit one, also for FP8 runs (as NeMo and
-    Megatron-Core report it), so that FP8 and BF16 layouts compare on one scale."""
-    return hw.gpu.flops(hw.act_dtype)
+    """The peak MFU is quoted against: the 16-bit one, also for FP8 and FP32/TF32 runs (as NeMo
+    and Megatron-Core report it), so that every precision's layouts compare on one scale; a GPU
+    file without a 16-bit peak, its own dtype's."""
+    peaks = dict(hw.gpu.peak_flops)
+    return peaks.get("fp16" if hw.act_dtype == "fp16" else "bf16") or peaks[hw.act_dtype]
 
 
 def _train_metrics(hw, work, gpus, step_s, model_flops, breakdown) -> dict:

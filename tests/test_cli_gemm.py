@@ -24,6 +24,16 @@ def test_one_gemm_is_the_layer_graph_gemm_time(capsys):
     assert record["collective"] is None and record["collective_time_s"] == 0
 
 
+def test_alone_is_the_kernel_as_a_benchmark_times_it(capsys):
+    [in_step] = records(capsys, "--m", "8192", "--n", "8192", "--k", "8192")
+    [alone] = records(capsys, "--m", "8192", "--n", "8192", "--k", "8192", "--alone")
+    hw = load_hardware(HW)
+    assert alone["gemm_time_s"] == ops.gemm(ops.kernels_alone(hw), 8192, 8192, 8192).time_s
+    assert alone["alone"] and not in_step["alone"]
+    # a whole step keeps step_efficiency of the kernels' rate: the same GEMM takes longer in it
+    assert in_step["gemm_time_s"] > alone["gemm_time_s"]
+
+
 def test_k_sharded_adds_an_all_reduce_of_the_output(capsys):
     [record] = records(capsys, "--m", "4096", "--n", "8192", "--k", "8192", "--tp", "8", "--shard", "k")
     hw = load_hardware(HW)
@@ -59,6 +69,8 @@ def test_a_csv_is_timed_row_by_row_in_input_order(tmp_path, capsys):
     ("m,n,k\n4096,8,8,9\n", ["row 1", "expected 3 values"]),
     ("m,n,k,foo\n1,2,3,4\n", ["'foo'", "unknown column"]),
     ("m,n,k,m\n1,2,3,4\n", ["'m'", "a column named twice"]),
+    ("m,n,k\n\u00b2,2,3\n", ["row 1", "'m' = \u00b2", "up to 2,147,483,647"]),  # a digit to str.isdigit
+    ("m,n,k\n1,2,99999999999999\n", ["row 1", "'k' = 99999999999999", "up to 2,147,483,647"]),
 ])
 def test_a_bad_csv_cell_is_one_line_naming_file_row_column_and_value(tmp_path, capsys, text, words):
     shapes = tmp_path / "bad.csv"
@@ -87,7 +99,14 @@ def test_a_shapes_file_that_is_not_text_is_one_line(tmp_path, capsys):
     (["--m", "1", "--n", "1"], "--k"),
     (["--m", "1", "--n", "1", "--k", "1", "--tp", "2", "--shard", "k", "--gather"], "--gather"),
     (["--m", "1", "--n", "1", "--k", "1", "--shard", "k"], "needs --tp 2 or more"),
+    (["--m", "64", "--n", "8192", "--k", "64", "--tp", "128", "--shard", "k"], "more ranks than the 64 k splits into"),
 ])
 def test_missing_or_conflicting_options_are_one_line(capsys, argv, word):
     assert main(["gemm", "--hardware", HW, *argv]) == 2
     assert word in capsys.readouterr().err
+
+
+def test_a_dimension_past_int32_is_refused_by_the_parser(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["gemm", "--hardware", HW, "--m", "3000000000", "--n", "1", "--k", "1"])
+    assert stop.value.code == 2 and "expected an integer in [1, 2147483647]" in capsys.readouterr().err

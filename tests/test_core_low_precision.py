@@ -82,6 +82,9 @@ def test_each_dtype_takes_its_default_recipe_and_only_the_recipes_that_fit():
         on(B200, "mxfp8", "delayed")
     with pytest.raises(SpecError, match="dtype bf16 takes no fp8_recipe"):
         on(H100, "bf16", "current")
+    assert on(H100, "bf16", "none").recipe == ""  # a 16-bit run's one recipe, said outright
+    with pytest.raises(SpecError, match="dtype fp8 takes fp8_recipe delayed, current, block-scaled"):
+        on(H100, "fp8", "none")
     with pytest.raises(SpecError, match="expected one of delayed, current, block-scaled"):
         on(H100, "fp8", "tensorwise")
     with pytest.raises(SpecError, match="has no nvfp4 peak"):
@@ -166,4 +169,17 @@ def test_a_study_sweeps_dtypes_and_recipes_and_counts_the_pairs_that_do_not_fit(
     assert pairs == {("fp8", "delayed"), ("fp8", "block-scaled"), ("mxfp8", "block-scaled"),
                      ("nvfp4", "block-scaled")}
     assert plan.illegal_count == 2
+    with_bf16 = plan_study(load_study(write_study(hardware="b200-sxm-180gb", space={
+        "tp": [2], "pp": [1], "cp": [1], "dtype": ["bf16", "fp8"], "fp8_recipe": ["none", "delayed", "current"]})))
+    assert {(with_bf16.hardware[p.hardware_index].dtype, with_bf16.hardware[p.hardware_index].fp8_recipe)
+            for p in with_bf16.points} == {("bf16", "none"), ("fp8", "delayed"), ("fp8", "current")}
     assert "fp8_recipe delayed: dtype mxfp8 takes fp8_recipe block-scaled" in plan.illegal_examples.values()
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "tf32", "fp8"])
+def test_mfu_is_quoted_against_the_16_bit_peak_in_every_precision(dtype):
+    from dataclasses import replace
+    from core.evaluation import mfu_peak_flops
+
+    hw = replace(load_hardware("h100-sxm5-80gb"), dtype=dtype)
+    assert mfu_peak_flops(hw) == hw.gpu.flops("bf16")

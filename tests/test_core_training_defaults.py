@@ -19,7 +19,7 @@ def test_the_defaults_are_the_distributed_optimizer_with_overlap_and_sp_with_tp(
     assert core.Parallelism(dp=8).training_sp is False  # nothing to split at tp 1
     assert core.Parallelism(tp=2, sp=False).training_sp is False
     assert core.Parallelism(zero=0).overlap_param_gather is False  # no shards to gather
-    assert core.Parallelism(zero=3).overlap_param_gather is False  # ZeRO-3 gathers per layer instead
+    assert core.Parallelism(zero=3).overlap_param_gather is True  # ZeRO-3 prefetches each layer's parameters
 
 
 def run_args(*extra):
@@ -57,6 +57,18 @@ def test_kept_parameters_are_gathered_once_per_step_instead_of_twice_per_micro_b
     two = zero3(2, True)["detail"]["dp_comm_total_s"] - zero3(2, False)["detail"]["dp_comm_total_s"]
     assert one > 0 and two == pytest.approx(3 * one, rel=1e-9)
     assert zero3(4, False)["step_time_s"] <= zero3(4, True)["step_time_s"]
+
+
+def test_zero3_without_its_overlaps_waits_for_all_its_traffic():
+    def dp_traffic(gather: bool, scatter: bool) -> tuple:
+        par = core.Parallelism(dp=8, zero=3, overlap_param_gather=gather, overlap_grad_reduce=scatter)
+        record = core.evaluate(MODEL, H100, par, core.TrainWorkload(global_batch=16, seq=2048), 8)
+        return record["breakdown"]["comm_nvlink_s"], record["detail"]["dp_comm_total_s"]  # dp 8: NVLink is DP's alone
+
+    both, total = dp_traffic(True, True)
+    no_prefetch, no_scatter, neither = dp_traffic(False, True)[0], dp_traffic(True, False)[0], dp_traffic(False, False)[0]
+    assert neither == pytest.approx(total)  # nothing hidden: every gather and scatter exposed
+    assert both < no_prefetch < neither and both < no_scatter < neither
 
 
 def test_kept_parameters_hold_the_stages_gathered_weights_beside_their_shard():

@@ -15,7 +15,7 @@ from core.serving.engines import engine_spec
 from core.serving import iteration
 from core.serving._loop import bucket
 from core.serving.iteration import IterationModel
-from core.serving.service import Pool, kv_tokens, serve, serve_disagg
+from core.serving.service import Pool, kv_bytes_per_element, kv_tokens, serve, serve_disagg
 from core.serving.simulate import Load, simulate
 from core.validation import serving as serving_rows
 
@@ -246,6 +246,13 @@ def test_an_mla_cache_holds_one_latent_and_rope_key_per_token_and_layer_on_every
     free = hw.gpu.hbm.capacity_bytes - weights - RUNTIME_RESERVE_BYTES
     assert free > 0
     assert kv_tokens(model, hw, pool, engine, 1.0) == int(engine.kv_memory_fraction * free / per_token)
+
+
+def test_an_nvfp4_cache_element_carries_its_block_scale():
+    """Half a byte per element and one E4M3 scale byte per 16 elements, as inference mode sizes it."""
+    b200 = load_hardware("b200-sxm-180gb")
+    assert kv_bytes_per_element(b200, "nvfp4") == 0.5 + 1 / 16
+    assert (kv_bytes_per_element(b200, "fp8"), kv_bytes_per_element(b200, "")) == (1, 2)
 
 
 def test_a_length_spread_draws_each_request_within_its_share_and_keeps_the_means_close():

@@ -259,3 +259,11 @@ def test_the_faults_summary_honours_where_by_top_and_columns(tmp_path, capsys):
     assert float(capsys.readouterr().out.split()[1]) == pytest.approx(fastest)
     assert main(argv + ["--where", "tp = 3"]) == 2
     assert "no row matches" in capsys.readouterr().err
+
+
+def test_a_fault_study_is_cut_in_fault_blocks_about_eight_batches_a_worker(tmp_path):
+    """Four layouts of 20 samples each are four blocks of 21 rows (the baseline with them): one
+    worker gets them one block a batch, so a part of at most one row per batch is written per block."""
+    path = fault_study(tmp_path, space={"tp": [1, 2], "pp": [2, 4]}, faults={"samples": 20})
+    report = run_study(load_study(path), executor="inprocess", progress=False, part_rows=1)
+    assert (report.evaluated, report.parts) == (4 * 21, 4)

@@ -128,6 +128,19 @@ def test_editing_the_workload_is_refused(write_study, capsys):
         run_study(load_study(longer), executor="inprocess", progress=False)
 
 
+def test_a_search_and_a_grid_do_not_share_a_folder(write_study):
+    from sweep.search.loop import run_search
+
+    grid = write_study(name="shared", gpus=2, space=TINY)
+    search = write_study(name="shared", gpus=2, space=TINY, search={"trials": 2, "sampler": "random"})
+    run_study(load_study(grid), executor="inprocess", progress=False)
+    with pytest.raises(SpecError, match="holds a grid's rows, which a search's would mix with"):
+        run_search(load_study(search), executor="inprocess", progress=False)
+    run_search(load_study(search), executor="inprocess", fresh=True, progress=False)
+    with pytest.raises(SpecError, match="holds a search's rows, which a grid's would mix with"):
+        run_study(load_study(grid), executor="inprocess", progress=False)
+
+
 def without_bandwidth_knob(path: Path) -> Path:
     """The study at `path` with no hardware.gpu.hbm.bandwidth knob (the preset's value)."""
     data = yaml.safe_load(path.read_text())

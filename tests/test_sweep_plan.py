@@ -87,7 +87,7 @@ def test_training_knobs_default_to_megatron_core_recipes_and_each_turns_off():
     assert resolved({"tp": [2]}, "infer") == {(False, 1, True, True, True)}  # no SP in inference
     off = {"tp": [2], "sp": [False], "zero": [0], "overlap_grad_reduce": [False]}
     assert resolved(off) == {(False, 0, False, False, True)}  # param gather follows zero: nothing to gather
-    assert resolved({"zero": [3], "reshard_after_forward": [False]}) == {(False, 3, True, False, False)}
+    assert resolved({"zero": [3], "reshard_after_forward": [False]}) == {(False, 3, True, True, False)}  # prefetch
 
 
 def test_optimizer_state_knobs_default_to_megatron_and_reject_unknown_kinds(write_study):

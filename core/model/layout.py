@@ -3,7 +3,7 @@ from functools import lru_cache
 from math import ceil, prod
 
 from .memo import on_fields
-from .specs import (KV_DTYPES, LOW_PRECISION_DTYPES, RECIPES_BY_DTYPE, HardwareSpec, InferWorkload, ModelSpec,
+from .specs import (KV_DTYPES, LOW_PRECISION_DTYPES, NO_RECIPE, RECIPES_BY_DTYPE, HardwareSpec, InferWorkload, ModelSpec,
                     Parallelism, TrainWorkload)
 
 Span = tuple  # ((dim_index, ranks_in_that_dim), ...): a group's extent per network dimension
@@ -301,11 +301,11 @@ def untaken_knobs(work) -> tuple:
 
 def recipe_mismatch(dtype: str, recipe: str) -> str:
     """Why a scaling recipe does not fit the dtype ("" when it does or none is set)."""
-    if not recipe or recipe in RECIPES_BY_DTYPE.get(dtype, ()):
+    allowed = RECIPES_BY_DTYPE.get(dtype, (NO_RECIPE,))
+    if not recipe or recipe in allowed:
         return ""
-    allowed = RECIPES_BY_DTYPE.get(dtype)
-    return f"dtype {dtype} takes " + (f"fp8_recipe {', '.join(allowed)}" if allowed
-                                      else "no fp8_recipe (its GEMMs are not low-precision)")
+    return f"dtype {dtype} takes " + (f"fp8_recipe {', '.join(allowed)}" if dtype in RECIPES_BY_DTYPE
+                                      else f"no fp8_recipe (its GEMMs are not low-precision; {NO_RECIPE} says so)")
 
 
 def _knob_text(value) -> str:

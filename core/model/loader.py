@@ -3,6 +3,7 @@
 file, the field, the value and what is allowed."""
 import copy
 import dataclasses
+import difflib
 import json
 import re
 from functools import lru_cache
@@ -13,7 +14,7 @@ from core.errors import SpecError
 from core.textfile import parse_mapping, read_text
 from .hf import HF_COSTED, HF_COSTLESS, HF_MODEL_TYPES, model_from_hf  # noqa: F401 (the loader's HF surface)
 from .layout import recipe_mismatch
-from .specs import (ACTIVATIONS, ATTENTION_KERNELS, COMPUTE_DTYPES, DTYPES, FFNS, FP8_RECIPES, MIXERS, NORMS,
+from .specs import (ACTIVATIONS, ATTENTION_KERNELS, COMPUTE_DTYPES, DTYPES, FFNS, MIXERS, NORMS, RECIPE_CHOICES,
                     POSITION_EMBEDDINGS, POWER_CLOCKS, RECURRENT_KINDS, SFU_EXP_PER_SM_PER_CLOCK, TOPOLOGIES,
                     KERNEL_ENGINES, Calibration, EngineAllReduce, EngineAttention, GpuSpec, HardwareSpec, MlaDecode,
                     MlaPrefill, LayerKind, LinkFault, MemoryLevel, ModelSpec, MoESpec, NetworkDim, PowerSpec, RecurrentSpec,
@@ -103,7 +104,9 @@ class _Fields:
         self.seen.add(key)
         if key not in self.data or self.data[key] is None:
             if required:
-                raise SpecError(self.source, self.name(key), "<missing>", "this field is required")
+                near = difflib.get_close_matches(key, [str(k) for k in self.data], n=1)
+                raise SpecError(self.source, self.name(key), "<missing>", "this field is required"
+                                + (f" (is '{self.name(near[0])}' a misspelling of it?)" if near else ""))
             return default
         return self.data[key]
 
@@ -422,6 +425,9 @@ def _network_from_list(items, source: str) -> tuple:
             byte_reduce_fill_chunks=f.number("byte_reduce_fill_chunks", 0.0, low=-1e-12, high=8.0),
         ))
         f.done()
+        if dims[-1].name in [d.name for d in dims[:-1]]:
+            raise SpecError(source, f.name("name"), dims[-1].name, "a name another dimension has (each names its "
+                            "breakdown column and its hardware.network.<name> overrides: give each its own)")
     if any(d.size == 0 for d in dims[:-1]):
         raise SpecError(source, "network", "auto", "only the outermost dimension may have size auto")
     return tuple(dims)
@@ -616,7 +622,7 @@ def hardware_from_mapping(data: dict, source: str) -> HardwareSpec:
         calibration=calibration, dtype=f.choice("dtype", DTYPES, "bf16"),
         source=str(f.raw("source", "")),
         faults=_faults_from_list(f.raw("faults", []), source),
-        fp8_recipe=f.choice("fp8_recipe", FP8_RECIPES) if f.raw("fp8_recipe", "") != "" else "",
+        fp8_recipe=f.choice("fp8_recipe", RECIPE_CHOICES) if f.raw("fp8_recipe", "") != "" else "",
     )
     f.done()
     _check_rated(spec, spec.dtype, DTYPES, source, "dtype")
@@ -685,8 +691,8 @@ def with_dtype(hw: HardwareSpec, dtype: str, source: str, field: str, recipe: st
     if dtype not in COMPUTE_DTYPES:
         raise SpecError(source, field, dtype, f"expected one of {', '.join(COMPUTE_DTYPES)}")
     _check_rated(hw, dtype, COMPUTE_DTYPES, source, field)
-    if recipe and recipe not in FP8_RECIPES:
-        raise SpecError(source, recipe_field, recipe, f"expected one of {', '.join(FP8_RECIPES)}")
+    if recipe and recipe not in RECIPE_CHOICES:
+        raise SpecError(source, recipe_field, recipe, f"expected one of {', '.join(RECIPE_CHOICES)}")
     unfit = recipe_mismatch(dtype, recipe)
     if unfit:
         raise SpecError(source, recipe_field, recipe, unfit)

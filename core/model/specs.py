@@ -36,6 +36,10 @@ LOW_PRECISION_DTYPES = ("fp8", "mxfp8", "nvfp4")  # GEMM-only formats: the rest 
 # definition).
 FP8_RECIPES = ("delayed", "current", "block-scaled")
 RECIPES_BY_DTYPE = {"fp8": FP8_RECIPES, "mxfp8": ("block-scaled",), "nvfp4": ("block-scaled",)}
+# "none": no scaling recipe, the 16-bit dtypes' one choice, so that a study can cross dtype and
+# fp8_recipe and keep its bf16 points (a low-precision dtype refuses it)
+NO_RECIPE = "none"
+RECIPE_CHOICES = (*FP8_RECIPES, NO_RECIPE)
 DEFAULT_RECIPE = {"fp8": "delayed", "mxfp8": "block-scaled", "nvfp4": "block-scaled"}  # Megatron-Core's --fp8-recipe
 # (elements per scale, bytes per scale) of a block-scaled tensor: MXFP8's E8M0 byte per 32,
 # NVFP4's E4M3 byte per 16 (plus one FP32 scale per tensor, negligible), TE's FP8 blocks an FP32
@@ -60,6 +64,14 @@ OPTIMIZER_DTYPES = ("fp32", "bf16")  # Adam's first and second moments
 # NeMo's choice for FP32 Adam over BF16 weights); "none", the optimizer updating the BF16
 # weights themselves (apex with dtype bf16 over BF16 weights).
 MASTER_WEIGHTS = ("fp32", "bf16", "remainders", "none")
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+def gathers_parameters(zero):
+    """Whether a ZeRO stage (or an array of them) leaves parameter shards to gather, so that
+    overlap_param_gather's default is on: the distributed optimizer's updated shards (1, 2) or
+    ZeRO-3's per-layer parameters."""
+    return zero >= 1
 
 
 def hash_once(cls):
@@ -771,12 +783,12 @@ class HardwareSpec:
     dtype: str = "bf16"
     source: str = ""
     faults: tuple = ()  # of LinkFault
-    fp8_recipe: str = ""  # one of RECIPES_BY_DTYPE[dtype]; "" = the dtype's default (DEFAULT_RECIPE)
+    fp8_recipe: str = ""  # one of RECIPES_BY_DTYPE[dtype] (NO_RECIPE for 16 bits); "" = the dtype's default (DEFAULT_RECIPE)
 
     @cached_property
     def recipe(self) -> str:
         """How the low-precision GEMMs' inputs are scaled; "" when the GEMMs run in 16 bits or more."""
-        return self.fp8_recipe or DEFAULT_RECIPE.get(self.dtype, "")
+        return "" if self.fp8_recipe == NO_RECIPE else self.fp8_recipe or DEFAULT_RECIPE.get(self.dtype, "")
 
     @cached_property
     def act_dtype(self) -> str:
@@ -851,7 +863,8 @@ class Parallelism:
     # Data-parallel traffic as Megatron-Core runs it: gradients reduced bucket by bucket during
     # the last micro-batch's backward, parameters gathered during the next forward. On by
     # default, as in NeMo's and Megatron-Core's performance recipes; overlap_param_gather None:
-    # on whenever there are parameter shards to gather (1 <= zero <= 2).
+    # on whenever there are parameter shards to gather (zero >= 1; under ZeRO-3 / FSDP, the
+    # prefetch of each layer's parameters while the layer before runs).
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool | None = None
     grad_dtype: str = "fp32"  # main-gradient buffers and their reduction (fp32, or bf16)
@@ -884,7 +897,7 @@ class Parallelism:
 
     def __post_init__(self):
         if self.overlap_param_gather is None:
-            object.__setattr__(self, "overlap_param_gather", 1 <= self.zero <= 2)
+            object.__setattr__(self, "overlap_param_gather", gathers_parameters(self.zero))
 
     @property
     def gpus(self) -> int:

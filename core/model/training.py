@@ -444,8 +444,9 @@ def data_parallel(model, hw, par, dims, stage_forward, stage_backward, split, mi
     parameters over the expert data-parallel group: Megatron-Core keeps expert gradients in
     buffers of their own and reduces them there (its DistributedDataParallel's expert-parallel
     buffers), so both collectives run, one after the other, on the DP communication stream.
-    ZeRO-3 / FSDP prefetches each layer's parameters while the layer before runs and
-    scatters its gradients during the backward, so a layer's traffic hides behind its pass;
+    ZeRO-3 / FSDP prefetches each layer's parameters while the layer before runs
+    (overlap_param_gather) and scatters its gradients during the backward (overlap_grad_reduce),
+    so a layer's traffic hides behind its pass; with an overlap off, the pass waits for that traffic;
     with reshard_after_forward off it gathers each layer once per step, in the first
     micro-batch's forward, and keeps it for every later pass.
     Otherwise gradients are all-reduced (ZeRO 0) or reduce-scattered (ZeRO 1-2, the
@@ -469,16 +470,20 @@ def data_parallel(model, hw, par, dims, stage_forward, stage_backward, split, mi
         # reshard_after_forward: every layer of every micro-batch gathers again, forward and
         # backward; kept gathered, each layer gathers once per step, in the first forward
         regather = par.reshard_after_forward
-        backward_gather_s = gather_s if regather else 0.0
-        # beside a layer's backward: the gather and what of the scatter can hide, one after the other
-        behind_backward = _uncovered(backward_gather_s + (1 - unhidden) * scatter_s, stage_backward[stage] / split[stage])
+        hides_gather, hides_scatter = par.overlap_param_gather, par.overlap_grad_reduce
+        # beside a layer's backward: the gather and what of the scatter can hide (each where its
+        # overlap is on; off, the pass waits for it), one after the other
+        behind_backward = _uncovered((gather_s if regather and hides_gather else 0.0)
+                                     + ((1 - unhidden) * scatter_s if hides_scatter else 0.0),
+                                     stage_backward[stage] / split[stage])
         scale = micro * split[stage]
         gathers = scale if regather else split[stage]
         exposed = {}
-        add_times(exposed, gather, gathers * max(unhidden, _uncovered(gather_s, stage_forward[stage] / split[stage])))
+        forward_share = max(unhidden, _uncovered(gather_s, stage_forward[stage] / split[stage])) if hides_gather else 1.0
+        add_times(exposed, gather, gathers * forward_share)
         if regather:
-            add_times(exposed, gather, scale * behind_backward)
-        add_times(exposed, scatter, scale * (unhidden + (1 - unhidden) * behind_backward))
+            add_times(exposed, gather, scale * (behind_backward if hides_gather else 1.0))
+        add_times(exposed, scatter, scale * (unhidden + (1 - unhidden) * behind_backward if hides_scatter else 1.0))
         return gathers * gather_s * (2 if regather else 1) + scale * scatter_s, exposed
     worst = None
     for stage, layers, reduce, reduce_total, gather, gather_total, last_bucket, head_start in syncs:

@@ -136,7 +136,8 @@ def _layer_ops(ctx: Context, shape: LayerShape, spec=None) -> tuple:
         weights, grads = weight_bytes(ctx.hw, ctx.par), grad_bytes(ctx.par)
 
         def hidden(collective, bytes_per_param, ops_list, unhidden):
-            cover = sum(op.time_s for op in ops_list)
+            overlapped = ctx.par.overlap_grad_reduce if collective == "reduce_scatter" else ctx.par.overlap_param_gather
+            cover = sum(op.time_s for op in ops_list) if overlapped else 0.0  # off: the pass waits for it
             return [Op(f"zero3.{collective}", "comm", collective=collective, axis=axis,
                        bytes_=params / split[heaviest] * bytes_per_param, cover_s=cover, min_exposed=unhidden,
                        exposed_runs_alone=True)

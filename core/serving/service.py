@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from core.errors import SpecError
 from core.model.collectives import collective_time
 from core.model.memory import RUNTIME_RESERVE_BYTES, kv_cache_bytes_per_token, served_weight_bytes
-from core.model.specs import DTYPE_BYTES, KV_DTYPES, HardwareSpec, ModelSpec, Parallelism
+from core.model.specs import KV_DTYPES, HardwareSpec, ModelSpec, Parallelism, kv_element_bytes
 
 from .engines import EngineSpec, on_gpu, with_knobs
 from .iteration import IterationModel
@@ -82,7 +82,7 @@ def check_load(load: Load, source: str = "") -> None:
 def kv_bytes_per_element(hw: HardwareSpec, kv_dtype: str, source: str = "") -> float:
     if kv_dtype and kv_dtype not in KV_DTYPES:
         raise SpecError(source, "kv_dtype", kv_dtype, f"expected one of {', '.join(KV_DTYPES)}")
-    return DTYPE_BYTES[kv_dtype] if kv_dtype else hw.act_bytes
+    return kv_element_bytes(kv_dtype) if kv_dtype else hw.act_bytes
 
 
 def kv_tokens(model: ModelSpec, hw: HardwareSpec, pool: Pool, engine: EngineSpec, kv_bytes: float) -> int:

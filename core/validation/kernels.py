@@ -63,13 +63,7 @@ def message_bucket(bytes_: float) -> str:
     return "<1 MiB" if bytes_ < MiB else ">=1 MiB"
 
 
-def kernels_alone(hw):
-    """The hardware as the tables measured it: each kernel timed on its own at full clock, back
-    to back on the device, with none of what a whole step adds: its clock throttling
-    (sustained_clock), what the step keeps of the kernels' rate (step_efficiency,
-    fp8_step_efficiency) and host time per kernel (kernel_overhead)."""
-    alone = ops.at_kernel_rates(hw)
-    return replace(alone, calibration=replace(alone.calibration, sustained_clock=1.0, kernel_overhead_s=0.0))
+kernels_alone = ops.kernels_alone  # the hardware as the tables measured it
 
 
 # How each engine quantizes a low-precision GEMM's BF16 input: TensorRT-LLM's torch flow takes

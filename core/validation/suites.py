@@ -140,8 +140,11 @@ def framework_training_cases(hw: HardwareSpec | None = None) -> tuple:
     hw = hw or load_hardware(HARDWARE)
     cases, verdicts = [], []
     for row in _rows(FRAMEWORK_ROWS):
-        par = Parallelism(dp=int(row["dp"]), zero=int(row["zero"]), micro_batch=int(row["micro_batch"]),
-                          recompute=row["recompute"], overlap_grad_reduce=True, overlap_param_gather=False,
+        # PyTorch FSDP (the ZeRO-3 rows) prefetches each layer's parameters on its own stream;
+        # DDP and ZeRO-1 optimizers of these frameworks gather no updated shards behind a forward
+        zero = int(row["zero"])
+        par = Parallelism(dp=int(row["dp"]), zero=zero, micro_batch=int(row["micro_batch"]),
+                          recompute=row["recompute"], overlap_grad_reduce=True, overlap_param_gather=zero >= 3,
                           grad_accumulation_fusion=False,
                           fused_cross_entropy=True)
         work = TrainWorkload(global_batch=int(row["global_batch"]), seq=int(row["seq_len"]))

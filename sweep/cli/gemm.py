@@ -14,25 +14,30 @@ from core.model import ops
 from core.model.collectives import collective_time
 from core.model.layout import group_spans
 from core.model.loader import load_hardware, with_dtype
-from core.model.specs import COMPUTE_DTYPES, DTYPE_BYTES, Parallelism, activation_dtype
+from core.model.specs import COMPUTE_DTYPES, DTYPE_BYTES, MAX_WORKLOAD_SIZE, Parallelism, activation_dtype
 from core.units import format_quantity
 
-from .args import POSITIVE
+from .args import POSITIVE, int_in
 
 SHARDS = ("m", "n", "k")
 CSV_COLUMNS = ("m", "n", "k", "dtype")
+DIMENSION = int_in(1, MAX_WORKLOAD_SIZE)  # int32, as cuBLAS's dimensions
+DIMENSION_ALLOWED = f"expected a positive integer up to {MAX_WORKLOAD_SIZE:,}"
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--hardware", help="GPU preset name or hardware YAML")
     for dim, text in (("m", "rows of A and C"), ("n", "columns of B and C"), ("k", "the reduced dimension")):
-        parser.add_argument(f"--{dim}", type=POSITIVE, help=f"{text} (C[m,n] = A[m,k] B[k,n])")
+        parser.add_argument(f"--{dim}", type=DIMENSION, help=f"{text} (C[m,n] = A[m,k] B[k,n])")
     parser.add_argument("--dtype", choices=COMPUTE_DTYPES, help="operand dtype (default: the hardware file's)")
     parser.add_argument("--shapes", help="CSV with columns m, n, k and optionally dtype: time every row")
     parser.add_argument("--tp", type=POSITIVE, default=1, help="tensor-parallel ranks the GEMM is split over")
     parser.add_argument("--shard", choices=SHARDS,
                         help="dimension split over --tp ranks: k all-reduces C; m or n leave C sharded")
     parser.add_argument("--gather", action="store_true", help="with --shard m or n: all-gather C onto every rank")
+    parser.add_argument("--alone", action="store_true",
+                        help="time each GEMM as a kernel benchmark does (alone, at full clock), not inside a "
+                             "training step as rapid run does")
     parser.add_argument("--json", action="store_true", help="print one JSON record per GEMM, in input order")
 
 
@@ -46,13 +51,21 @@ def run(args) -> int:
     if args.gather and args.shard not in ("m", "n"):
         raise SpecError("command line", "--gather", "set", "needs --shard m or n (k all-reduces C already)")
     hw = load_hardware(args.hardware)
-    records = [gemm_record(row_hw, m, n, k, args.tp, args.shard or "", args.gather)
-               for m, n, k, row_hw in _shapes(args, hw)]
+    if args.alone:
+        hw = ops.kernels_alone(hw)
+    shapes = _shapes(args, hw)
+    for m, n, k, _ in shapes:
+        size = {"m": m, "n": n, "k": k}.get(args.shard, args.tp)
+        if args.tp > size:
+            raise SpecError("command line", "--tp", args.tp, f"more ranks than the {size:,} {args.shard} splits into "
+                            f"(GEMM {m} x {n} x {k}): at most {size:,}")
+    records = [{**gemm_record(row_hw, m, n, k, args.tp, args.shard or "", args.gather), "alone": args.alone}
+               for m, n, k, row_hw in shapes]
     if args.json:
         for record in records:
             print(json.dumps(record))
         return 0
-    _print(records, hw.name)
+    _print(records, hw.name + (" alone, at full clock" if args.alone else ", inside a training step"))
     return 0
 
 
@@ -73,7 +86,7 @@ def _shapes(args, hw) -> list:
 def _csv_shapes(path: Path, hw, default_dtype: str | None) -> list:
     """Rows of a shapes CSV; a bad cell is one line naming the file, row, column, value and what is allowed."""
     if not path.is_file():
-        raise SpecError("command line", "--shapes", str(path), "no such file")
+        raise SpecError("command line", "--shapes", str(path), "a folder, not a CSV file" if path.is_dir() else "no such file")
     try:
         lines = path.read_text(encoding="utf-8-sig").splitlines()  # a spreadsheet's byte-order mark dropped
     except UnicodeDecodeError:
@@ -101,8 +114,8 @@ def _csv_shapes(path: Path, hw, default_dtype: str | None) -> list:
         dims = []
         for column in CSV_COLUMNS[:3]:
             text = row[column]
-            if not text.isdigit() or int(text) < 1:
-                raise SpecError(where, column, text or "<empty>", "expected a positive integer")
+            if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_WORKLOAD_SIZE:
+                raise SpecError(where, column, text or "<empty>", DIMENSION_ALLOWED)
             dims.append(int(text))
         dtype = row.get("dtype") or default_dtype
         shapes.append((*dims, with_dtype(hw, dtype, where, "dtype") if dtype else hw))
@@ -132,9 +145,9 @@ def gemm_record(hw, m: int, n: int, k: int, tp: int = 1, shard: str = "", gather
             "collective_time_s_by_dim": comm, "time_s": gemm_s + collective_s}
 
 
-def _print(records: list, hardware: str) -> None:
+def _print(records: list, where: str) -> None:
     """One line per GEMM; each time column in one unit (its largest value's)."""
-    table = Table(title=f"GEMMs on {hardware}", show_edge=False)
+    table = Table(title=f"GEMMs on {where}", show_edge=False)
     for column in ("m", "n", "k", "dtype", "tp", "shard", "GEMM", "collective", "comm.", "total", "TFLOP/s per GPU"):
         table.add_column(column, justify="left" if column in ("dtype", "shard", "collective") else "right",
                          no_wrap=True)

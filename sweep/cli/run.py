@@ -1,13 +1,15 @@
 """`rapid run`: one configuration, as a readable breakdown or one JSON record."""
 import json
 import math
+from dataclasses import fields
 
 from rich.console import Console
 from rich.table import Table
 
 from core import BACKENDS, InferWorkload, Parallelism, SpecError, TrainWorkload, estimate_memory, evaluate, list_presets
-from core.model.specs import (COMPUTE_DTYPES, FP8_RECIPES, GRAD_DTYPES, KV_DTYPES, MASTER_WEIGHTS, MAX_WORKLOAD_SIZE,
-                              OPTIMIZER_DTYPES, RECOMPUTE, SCHEDULES, WORKLOAD_SIZE_ALLOWED)
+from core.model.specs import (COMPUTE_DTYPES, GRAD_DTYPES, KV_DTYPES, MASTER_WEIGHTS, MAX_WORKLOAD_SIZE,
+                              OPTIMIZER_DTYPES, RECIPE_CHOICES, RECOMPUTE, SCHEDULES, WORKLOAD_SIZE_ALLOWED,
+                              ZERO_STAGES)
 from core.model.layout import recipe_mismatch
 from core.model.loader import load_hardware, load_model, with_dtype
 
@@ -85,16 +87,17 @@ def _add_precision_and_optimizer(group) -> None:
     group.add_argument("--dtype", default=None, choices=COMPUTE_DTYPES,
                        help="compute dtype (default: the hardware file's); fp8, mxfp8 and nvfp4 run the GEMMs "
                             "only in that format")
-    group.add_argument("--fp8-recipe", default="", choices=FP8_RECIPES,
+    group.add_argument("--fp8-recipe", default="", choices=RECIPE_CHOICES,
                        help="how low-precision GEMM inputs are scaled (default: delayed for fp8; mxfp8 and "
-                            "nvfp4 are block-scaled)")
+                            "nvfp4 are block-scaled; none: bf16/fp16, no recipe)")
     group.add_argument("--fp8-params", action="store_true", help="keep weights quantized (no BF16 copy)")
-    group.add_argument("--zero", type=int, default=None, choices=(0, 1, 2, 3),
+    group.add_argument("--zero", type=int, default=None, choices=ZERO_STAGES,
                        help="ZeRO stage (default 1: Megatron-Core's distributed optimizer; 0 turns it off)")
     group.add_argument("--overlap-grad-reduce", action=_BooleanFlag, default=None,
                        help="reduce gradients bucket by bucket during the backward (default: on)")
     group.add_argument("--overlap-param-gather", action=_BooleanFlag, default=None,
-                       help="gather updated parameters during the next forward (default: on with zero 1 or 2)")
+                       help="gather updated parameters during the next forward; under zero 3, prefetch each layer's "
+                            "(default: on with zero 1 or more)")
     group.add_argument("--reshard-after-forward", action=_BooleanFlag, default=None,
                        help="ZeRO-3: free gathered parameters after each forward (default: on); "
                             "--no-reshard-after-forward keeps them gathered all step")
@@ -240,13 +243,25 @@ def run(args) -> int:
 
 
 def _evaluated(*config, **options) -> dict:
-    """evaluate()'s record; a layout it refuses is the command line's (the flags laid it out)."""
+    """evaluate()'s record; a layout it refuses is the command line's (the flags laid it out),
+    named by the flag whose knob its reason starts with where there is one."""
     try:
         return evaluate(*config, **options)
     except SpecError as err:
         if err.source:
             raise
-        raise SpecError("command line", err.field, err.value, err.allowed) from None
+        field, value = _refused_flag(err.allowed, *config[2:4]) or (err.field, err.value)
+        raise SpecError("command line", field, value, err.allowed) from None
+
+
+def _refused_flag(reason: str, *specs) -> tuple | None:
+    """(flag, value) of the layout or workload knob a refusal's reason opens with, if any."""
+    knob = reason.split(" ", 1)[0]
+    for spec in specs:
+        if knob in {f.name for f in fields(spec)}:
+            value = getattr(spec, knob)
+            return "--" + knob.replace("_", "-"), str(value).lower() if isinstance(value, bool) else value
+    return None
 
 
 def _cost(args) -> CostSpec | None:

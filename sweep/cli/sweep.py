@@ -32,7 +32,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--compact", action="store_true",
                         help="only merge the table's small parts into parts of at most --part-rows rows")
     parser.add_argument("--json", action="store_true", help="print one JSON summary instead of tables")
-    parser.add_argument("--batch-points", type=POSITIVE, help="points per worker task (default: sized to the study)")
+    parser.add_argument("--batch-points", type=POSITIVE,
+                        help="points per worker task; in a fault study, blocks of up to 50 samples of a point "
+                             "(default: sized to the study)")
     parser.add_argument("--part-rows", type=POSITIVE, default=20_000, help="rows per Parquet part at most")
     parser.add_argument("--top", type=POSITIVE, default=10, help="best configurations to print")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -134,6 +134,7 @@ def _evaluate_missing(study, plan, grid, verdicts, store, runner, executor, addr
         done = DoneIds(store.done_ids())
         report = SweepReport(plan, plan.legal)
         rows = max(0, plan.legal - len(done))  # done rows of points the space still holds, as a rule all
+        units = rows
         if runner is None:
             todo = _grid_blocks(grid, verdicts, done, report)
         else:  # workers plan the points: they need the grid and the done ids
@@ -145,6 +146,7 @@ def _evaluate_missing(study, plan, grid, verdicts, store, runner, executor, addr
         todo = fault_blocks(sorted(plan.points, key=locality_key), study.faults, done, memory_fits(context))
         report = SweepReport(plan, len(plan.points), skipped=len(done))  # rows: one per (point, sample)
         rows = sum(block.stop - block.start for block in todo)
+        units = len(todo)  # a batch is cut in fault blocks, not rows
     todo = iter(todo)
     first = next(todo, None)  # planned up to the first point not done (all of them in a finished table)
     if first is None:
@@ -155,7 +157,7 @@ def _evaluate_missing(study, plan, grid, verdicts, store, runner, executor, addr
         runner = make_executor(executor, context, address, workers)
     if progress:
         Console(stderr=True).print(runner.note, highlight=False)
-    size = batch_points or _batch_size(rows, runner.workers)
+    size = batch_points or _batch_size(units, runner.workers)
     parts = _PartBuffer(store, part_rows, part_seconds)
     start, cpu_start = time.perf_counter(), time.process_time()
     try:

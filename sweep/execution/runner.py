@@ -117,12 +117,15 @@ def _evaluate_in_pool(batch):
 
 
 class LocalExecutor:
-    """A plain process pool (`--local`); a pool broken by a dying worker is replaced."""
+    """A plain process pool (`--local`), at most one worker per core (the work is all CPU); a
+    pool broken by a dying worker is replaced."""
 
     def __init__(self, context: WorkContext, workers: int | None = None):
         self.context = context
-        self.workers = workers or os.cpu_count() or 1
-        self.note = f"running on {self.workers} local worker processes"
+        cores = os.cpu_count() or 1
+        self.workers = min(workers or cores, cores)
+        self.note = f"running on {self.workers} local worker processes" + (
+            f" (--workers {workers} is more than this machine's {cores} cores)" if workers and workers > cores else "")
         self.pool = self._start()
 
     def _start(self) -> ProcessPoolExecutor:

@@ -18,6 +18,7 @@ from core import SpecError
 
 from sweep.faults.summary import fault_aggregates
 from sweep.metrics import AGGREGATES
+from sweep.store.parts import SEARCH_KEY
 from sweep.store.query import pareto_front
 from sweep.study.search_block import parse_search
 from .colours import EXCLUDED, FRONT, PALETTE
@@ -204,7 +205,7 @@ def _constraint_lines(fig: go.Figure, which: Goal, x: str | None = None, y: str 
 def importances(data: ReportData, which: Goal) -> tuple:
     """(figure or None, note): Optuna's parameter importances for each of the study's
     objectives (its default evaluator, PED-ANOVA), read from the search's own storage."""
-    storage, name = data.metadata.get("optuna_storage"), data.metadata.get("optuna_study")
+    storage, name = data.metadata.get(SEARCH_KEY), data.metadata.get("optuna_study")
     if not storage or not name:
         return None, "Parameter importances: the table names no Optuna storage, so they are not shown."
     import optuna

@@ -36,7 +36,7 @@ from sweep.execution.runner import make_executor, run_batches
 from .fault_rows import FaultRows, per_point
 from .storage import open_storage
 from sweep.study.search_block import SearchSpec
-from sweep.store.parts import ResultStore, read_results
+from sweep.store.parts import SEARCH_KEY, ResultStore, read_results
 from sweep.study.loader import Study
 from sweep.evaluation.context import SpecBatch
 
@@ -147,8 +147,10 @@ class SearchLoop:
         objective values; illegal and memory-infeasible ones PRUNED, with `feasible` violated."""
         trial = asked.trial
         feasible = row is not None and row["feasible"]
+        stored = trial.constraints  # a trial a killed driver had begun telling holds some already (the same values)
         for name, value in constraint_values(self.spec, row).items():
-            trial.set_constraint(name, value)
+            if name not in stored:
+                trial.set_constraint(name, value)
         if row is None:
             trial.set_user_attr("illegal_reason", asked.point)
         else:
@@ -231,7 +233,7 @@ def _existing_trials(storage, name: str) -> int:
 
 
 def search_metadata(study: Study) -> dict:
-    return {**study_metadata(study), "optuna_storage": study.search.storage, "optuna_study": study.name,
+    return {**study_metadata(study), SEARCH_KEY: study.search.storage, "optuna_study": study.name,
             "sampler": study.search.sampler}
 
 

@@ -62,18 +62,19 @@ def open_storage(url: str):
         if journal is None or not journal.current():
             journal = _JOURNALS[path] = DriverJournal(path)
         return JournalStorage(journal)
-    if not url.startswith("sqlite"):
-        return url
     import sqlalchemy
 
+    sqlite = url.startswith("sqlite")
     database = url.removeprefix("sqlite:///")
-    if database and database != ":memory:":
+    if sqlite and database and database != ":memory:":
         Path(database).parent.mkdir(parents=True, exist_ok=True)
     try:
         storage = optuna.storages.RDBStorage(url)
     except sqlalchemy.exc.SQLAlchemyError as err:
         reason = str(getattr(err, "orig", err)).strip().splitlines()[0]
         raise SpecError("study", "search.storage", url, f"cannot open this Optuna storage ({reason})") from None
+    if not sqlite:
+        return storage
     sqlalchemy.event.listen(storage.engine, "connect", _sqlite_pragmas)
     storage.engine.dispose()  # reconnect, so every connection gets the pragmas
     return storage

@@ -46,6 +46,7 @@ _TEMP_WRITER = re.compile(r"\.(?P<host>[^.]+)\.(?P<pid>\d+)\.[0-9a-f]+" + re.esc
 GROUP_PREFIXES = ("memory_", "breakdown_", "detail_")
 LEAD_COLUMNS = ("memory_peak_gib",)  # a metric, though it shares the memory_ prefix
 LAST_COLUMNS = ("eval_time_s",)
+SEARCH_KEY = "optuna_storage"  # what a search's parts record (sweep.search.loop.search_metadata) and a grid's do not
 
 
 class ResultStore:
@@ -55,6 +56,7 @@ class ResultStore:
         self.directory = Path(directory)
         self.metadata = {f"rapid.{k}".encode(): str(v).encode() for k, v in metadata.items()}
         self.definition = metadata.get(DEFINITION_KEY)
+        self.searching = SEARCH_KEY in metadata
         _make_folder(self.directory)
         self._lock = _lock_folder(self.directory, wait)
         for stray in self.directory.glob(f".{PART_PREFIX}*{TEMP_SUFFIX}"):
@@ -89,11 +91,17 @@ class ResultStore:
         return {point for (point,) in self.done_keys(("point_id",))}
 
     def _check_definition(self) -> None:
-        """Refuse to add rows to a table another study definition wrote (they would be mixed)."""
+        """Refuse to add rows to a table another study definition wrote (they would be mixed), or
+        a search's trials to a grid's rows and back (a search reads the table as its trials)."""
         if self.definition is None:
             return
         for part in self.parts():
             metadata = _part_metadata(part)
+            if (SEARCH_KEY in metadata) != self.searching:
+                raise SpecError(str(self.directory), "output", str(part.name),
+                                f"holds {'a search' if SEARCH_KEY in metadata else 'a grid'}'s rows, which "
+                                f"{'a search' if self.searching else 'a grid'}'s would mix with; run with --fresh "
+                                "to discard them, or --output a new folder")
             changed = definition_changes(metadata.get(DEFINITION_KEY), self.definition, metadata.get("knobs", ""))
             if changed:
                 raise SpecError(str(self.directory), "output", str(part.name),

@@ -14,7 +14,7 @@ from dataclasses import MISSING, asdict, dataclass, fields, replace
 import numpy as np
 
 from core import MODEL_VERSION, Parallelism, SpecError
-from core.model.specs import SERVE_LAYOUT_KNOBS
+from core.model.specs import SERVE_LAYOUT_KNOBS, gathers_parameters
 from core.model.layout import serving_etp
 from core.model.layout_masks import REASON_INPUTS, layout_failures
 from core.replay.network import astra_network
@@ -319,7 +319,7 @@ class GridPlanner:
             columns["etp"] = (etp_codes.reshape(-1), tuple(etp_values.tolist()))
         if columns["overlap_param_gather"][1] == (AUTO,):
             zero = np.asarray(columns["zero"][1])[columns["zero"][0]]
-            columns["overlap_param_gather"] = (((zero >= 1) & (zero <= 2)).astype(np.int64), (False, True))
+            columns["overlap_param_gather"] = (gathers_parameters(zero).astype(np.int64), (False, True))
         return columns, broken
 
     def _serve_failures(self, start: int, failed: np.ndarray, codes: dict, sizes: dict) -> None:

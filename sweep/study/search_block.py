@@ -136,8 +136,12 @@ def _check_storage_url(url: str, source: str) -> None:
     import sqlalchemy
 
     try:
-        sqlalchemy.engine.make_url(url).get_dialect()
-    except (sqlalchemy.exc.ArgumentError, ImportError) as err:
+        dialect = sqlalchemy.engine.make_url(url).get_dialect()
+        dialect.import_dbapi()  # the database's driver (psycopg2, pymysql, ...), which Optuna would need
+    except ImportError as err:
+        raise SpecError(source, "search.storage", url, f"this database's Python driver is not installed ({err}): "
+                        "install it into the project's environment, or give a .journal or SQLite file") from None
+    except sqlalchemy.exc.ArgumentError as err:
         raise SpecError(source, "search.storage", url, f"expected an Optuna storage URL SQLAlchemy can open "
                         f"(sqlite:///FILE, postgresql://..., mysql://...) or a file path ({err})") from None
 

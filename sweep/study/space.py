@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from core import Parallelism, SpecError
 from core.model.layout import serving_etp
-from core.model.specs import (COMPUTE_DTYPES, FP8_RECIPES, GRAD_DTYPES, MASTER_WEIGHTS, OPTIMIZER_DTYPES, RECOMPUTE,
-                              SCHEDULES, SERVE_KNOBS)
+from core.model.specs import (COMPUTE_DTYPES, GRAD_DTYPES, MASTER_WEIGHTS, OPTIMIZER_DTYPES, RECIPE_CHOICES, RECOMPUTE,
+                              SCHEDULES, SERVE_KNOBS, ZERO_STAGES, gathers_parameters)
 from core.units import BASE_UNITS, QUANTITY_KINDS, quantity
 
 AUTO = "auto"
@@ -32,7 +32,7 @@ PARALLEL_KNOBS = {
     "first_stage_layers": (0, "a list of integers >= 0 (0 = Megatron's split)"),
     "last_stage_layers": (0, "a list of integers >= 0 (0 = Megatron's split)"),
     "overlap_grad_reduce": (True, "a list of true/false"),
-    "overlap_param_gather": (AUTO, "a list of true/false, or auto = on when zero is 1 or 2"),
+    "overlap_param_gather": (AUTO, "a list of true/false, or auto = on when zero is 1 or more"),
     "overlap_tp_comm": (False, "a list of true/false"),
     "overlap_p2p_comm": (False, "a list of true/false"),
     "grad_dtype": ("fp32", f"a list of {', '.join(GRAD_DTYPES)}"),
@@ -52,7 +52,7 @@ CHOICE_KNOBS = {"grad_dtype": GRAD_DTYPES, "master_weights": MASTER_WEIGHTS, "op
 SPEC_KNOB_PREFIXES = ("model.", "hardware.")
 # Short knobs that stand for a spec path: `dtype: [bf16, fp8]` is `hardware.dtype`.
 SPEC_KNOB_ALIASES = {"dtype": "hardware.dtype", "fp8_recipe": "hardware.fp8_recipe"}
-CHOICE_SPEC_KNOBS = {"dtype": COMPUTE_DTYPES, "fp8_recipe": FP8_RECIPES}
+CHOICE_SPEC_KNOBS = {"dtype": COMPUTE_DTYPES, "fp8_recipe": RECIPE_CHOICES}
 PLACEMENT_AXES = ("tp", "cp", "dp", "pp")
 VARIANT_KNOB = "variant"
 # parallelism knobs that may be integer ranges, with their smallest legal value
@@ -193,7 +193,7 @@ class Space:
         if par["sp"] == AUTO:
             par["sp"] = self.mode == "train" and par["tp"] > 1
         if par["overlap_param_gather"] == AUTO:
-            par["overlap_param_gather"] = 1 <= par["zero"] <= 2
+            par["overlap_param_gather"] = gathers_parameters(par["zero"])
         if self.mode == "serve" and par["ep"] > 1 and par["etp"] == 0:
             par["etp"] = serving_etp(par["tp"], par["ep"])
         values = tuple(par.get(name, choice[name]) for name in self.names)
@@ -318,7 +318,7 @@ def _parallel_values(name: str, raw, source: str, field: str) -> tuple:
         elif name in ("recompute", "schedule"):
             ok = value in (RECOMPUTE if name == "recompute" else SCHEDULES)
         elif name == "zero":
-            ok = not isinstance(value, bool) and value in (0, 1, 2, 3)
+            ok = not isinstance(value, bool) and value in ZERO_STAGES
         else:
             ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
         if not ok:
@@ -355,6 +355,9 @@ def _range(name: str, raw: dict, source: str, field: str) -> Range:
         low, high, step, integer, unit = raw["low"], raw["high"], raw.get("step"), True, ""
         if low < RANGE_PARALLEL_KNOBS[name]:
             raise SpecError(source, f"{field}.low", low, f"expected at least {RANGE_PARALLEL_KNOBS[name]}")
+        if name == "zero" and high > max(ZERO_STAGES):
+            raise SpecError(source, f"{field}.high", high, f"expected at most {max(ZERO_STAGES)} (ZeRO stages "
+                            f"{', '.join(map(str, ZERO_STAGES))})")
     else:
         parse = _quantity_parser(raw["low"], raw["high"], source, field)
         low, high = parse(raw["low"]), parse(raw["high"])

@@ -43,6 +43,15 @@ def at_kernel_rates(hw: HardwareSpec) -> HardwareSpec:
     return replace(hw, calibration=replace(hw.calibration, step_efficiency=1.0, fp8_step_efficiency=1.0))
 
 
+def kernels_alone(hw: HardwareSpec) -> HardwareSpec:
+    """The hardware as a kernel benchmark measures it: each kernel timed on its own at full
+    clock, back to back on the device, with none of what a whole step adds: its clock
+    throttling (sustained_clock), what the step keeps of the kernels' rate (step_efficiency,
+    fp8_step_efficiency) and host time per kernel (kernel_overhead)."""
+    alone = at_kernel_rates(hw)
+    return replace(alone, calibration=replace(alone.calibration, sustained_clock=1.0, kernel_overhead_s=0.0))
+
+
 def stream_bandwidth_bps(hw: HardwareSpec) -> float:
     """HBM bandwidth a long read stream reaches (a weight matrix, a KV-cache sweep)."""
     return hw.gpu.hbm.bandwidth_bps * hw.calibration.stream_efficiency
