@@ -33,6 +33,12 @@ def test_sql_and_csv(small_results, capsys):
     assert [int(r["tp"]) for r in table] == [1, 2, 4, 8]
 
 
+def test_an_sql_result_is_titled_by_its_own_rows_over_the_table(small_results, capsys):
+    assert main(["query", str(small_results), "--sql", "select count(*) as n from results"]) == 0
+    title = capsys.readouterr().out.splitlines()[0]
+    assert title.startswith(str(small_results)) and "(SQL: 1 row over a table of" in title  # on one line
+
+
 def test_table_format_prints_summary_columns(small_results, capsys):
     assert main(["query", str(small_results), "--top", "3", "--by", "step_time_s"]) == 0
     out = capsys.readouterr().out

@@ -64,7 +64,9 @@ def run(args) -> int:
         title += f": Pareto front over {', '.join(c for c, _ in objectives)} of {_front_of(search)}"
     result = query(table, where=args.where, by=by, top=args.top, descending=args.descending,
                    columns=columns, sql=args.sql)
-    render(result, args.format, title=f"{title} ({result.num_rows} of {whole.num_rows} rows)")
+    counted = f"SQL: {result.num_rows} row{'' if result.num_rows == 1 else 's'} over a table of {whole.num_rows}" \
+        if args.sql else f"{result.num_rows} of {whole.num_rows} rows"
+    render(result, args.format, title=f"{title} ({counted})")
     return 0
 
 

@@ -184,7 +184,8 @@ def render(table: pa.Table, fmt: str = "table", title: str | None = None, consol
         rows = [{k: _plain(v) for k, v in row.items()} for row in table.to_pylist()]
         print(json.dumps(rows, indent=1))
         return
-    view = Table(title=title, caption=caption, show_edge=False)
+    # at least as wide as its title, which rich would otherwise wrap to a narrow result's width
+    view = Table(title=title, caption=caption, show_edge=False, min_width=min(len(title or ""), console.width))
     columns = [_cells(table.column(name).to_pylist(), column_unit(name)) for name in table.column_names]
     for i, name in enumerate(table.column_names):
         numeric = not pa.types.is_string(table.schema.field(name).type)
