@@ -43,21 +43,28 @@ def top_links(text) -> int:
 def network_with_faults(spec, fault_texts) -> Network:
     """The network of `spec` with the --fault options applied; a fault the network refuses is
     reported with the option as the user wrote it."""
-    faults = _cli_error(_netsim.cli_faults, _records(spec), list(fault_texts))
+    faults = _cli_error(_netsim.cli_faults, records(spec), list(fault_texts))
     soft = [SoftFault(a, b, factor) for a, b, factor in faults if factor > 0]
     hard = [HardFault(a, b) for a, b, factor in faults if factor == 0]
     return Network(spec, soft, hard)
 
 
-def _records(dims) -> list:
+def records(dims) -> list:
     """Validated dimensions as the compiled code's records (NetworkSpecError otherwise)."""
     arrays = dims_arrays(dims)
     return [{key: values[d] for key, values in arrays.items()} for d in range(len(dims))]
 
 
-def run(args) -> int:
-    """Runs `rapid net`; returns the exit status (2 on bad input, with one line on stderr)."""
-    status, out, err = _netsim.rapid_net(vars(args), lambda path, npus: _records(load_network_file(path, npus)))
+def read_network(path, npus) -> list:
+    """A network file this package reads (a `network:` list of ours, or ASTRA-sim's format) as
+    the compiled command's records."""
+    return records(load_network_file(path, npus))
+
+
+def run(args, reader=read_network) -> int:
+    """Runs `rapid net`; returns the exit status (2 on bad input, with one line on stderr).
+    `reader(path, npus)` gives the records of a network file the compiled reader leaves to Python."""
+    status, out, err = _netsim.rapid_net(vars(args), reader)
     sys.stdout.write(out)
     sys.stderr.write(err)
     return status

@@ -63,6 +63,21 @@ def test_deepseek_v3_layers_mla_and_mtp():
 
 
 @needs_models
+def test_a_deepseek_config_saved_by_transformers_keeps_its_qk_head_dim(tmp_path):
+    import json
+
+    config = json.loads((MODELS / "deepseek-ai--DeepSeek-V3.json").read_text())
+    for value, accepted in ((192, True), (100, False)):  # 192 = qk_nope_head_dim 128 + qk_rope_head_dim 64
+        path = tmp_path / f"qk{value}.json"
+        path.write_text(json.dumps({**config, "qk_head_dim": value}))
+        if accepted:
+            assert core.load_model(path).total_params() == load("deepseek-ai--DeepSeek-V3").total_params()
+        else:
+            with pytest.raises(core.SpecError, match="qk_head_dim' = 100: expected qk_nope_head_dim"):
+                core.load_model(path)
+
+
+@needs_models
 def test_kv_cache_bytes_per_token_follow_closed_forms():
     bf16 = 2
     assert kv_cache_bytes_per_token(load("deepseek-ai--DeepSeek-V3"), bf16) == (512 + 64) * 61 * 2
@@ -236,3 +251,52 @@ def test_rapid_run_prints_the_models_name_and_counts(capsys):
     header = capsys.readouterr().out.split(" on ")[0]
     assert header.split()[0] == "DeepSeek-V3" and "671.03 B parameters, 37.55 B active" in header
     assert "11.61 B in 1 MTP module" in header
+
+
+@needs_models
+def test_a_hybrid_models_served_requests_hold_their_recurrent_state_beside_their_tokens():
+    from core.serving.engines import engine_spec
+    from core.serving.service import Pool, state_tokens
+
+    nemotron, engine = load("nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"), engine_spec("vllm")
+    ratio = state_bytes_per_sequence(nemotron, 2) / kv_cache_bytes_per_token(nemotron, 2)  # tokens' worth of state
+    tokens = state_tokens(nemotron, Pool(), engine, 2)
+    assert tokens % engine.kv_block_tokens == 0 and tokens - engine.kv_block_tokens < ratio <= tokens
+    assert state_tokens(core.load_model("llama3.1-8b"), Pool(), engine, 2) == 0
+
+
+@needs_models
+def test_an_inference_engine_loads_no_mtp_module():
+    from core.model.memory import served_weight_bytes
+
+    hw, par = core.load_hardware("h200-sxm-141gb"), Parallelism(tp=8)
+    deepseek = load("deepseek-ai--DeepSeek-V3")
+    assert served_weight_bytes(deepseek, hw, par) == served_weight_bytes(dataclasses.replace(deepseek, mtp_layers=0), hw, par)
+
+
+@needs_models
+def test_rapid_run_serves_deepseek_on_tp_8_ep_8_and_names_the_model(capsys):
+    import json
+
+    from sweep.cli import main
+    argv = ["run", "--model", str(MODELS / "deepseek-ai--DeepSeek-V3.json"), "--hardware", "h200-sxm-141gb",
+            "--mode", "serve", "--tp", "8", "--ep", "8", "--isl", "256", "--osl", "8", "--concurrency", "4",
+            "--requests", "8", "--json"]
+    assert main(argv) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["model"] == "DeepSeek-V3" and record["parameters"] == deepseek_parameters() and record["feasible"]
+
+
+def deepseek_parameters() -> int:
+    return load("deepseek-ai--DeepSeek-V3").total_params()
+
+
+@needs_models
+def test_a_deepseek_config_of_no_moe_layer_is_refused(tmp_path):
+    import json
+
+    path = tmp_path / "dense.json"
+    path.write_text(json.dumps({**json.loads((MODELS / "deepseek-ai--DeepSeek-V3.json").read_text()),
+                                "first_k_dense_replace": 100}))
+    with pytest.raises(core.SpecError, match="first_k_dense_replace' = 100: expected fewer than num_hidden_layers"):
+        core.load_model(path)

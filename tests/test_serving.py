@@ -242,7 +242,8 @@ def test_an_mla_cache_holds_one_latent_and_rope_key_per_token_and_layer_on_every
     engine = _engine("trtllm")
     pool = Pool(tp=8, ep=8)
     per_token = 61 * 576 * 1.0
-    weights = max(stage_params(model, Parallelism(tp=8, ep=8, etp=1))) * DTYPE_BYTES[hw.dtype]
+    served = replace(model, mtp_layers=0)  # an engine loads no MTP module
+    weights = max(stage_params(served, Parallelism(tp=8, ep=8, etp=1))) * DTYPE_BYTES[hw.dtype]
     free = hw.gpu.hbm.capacity_bytes - weights - RUNTIME_RESERVE_BYTES
     assert free > 0
     assert kv_tokens(model, hw, pool, engine, 1.0) == int(engine.kv_memory_fraction * free / per_token)

@@ -348,7 +348,7 @@ nb::tuple rapid_net(nb::dict a, nb::callable fallback) {
   args.network = nb::cast<std::string>(a["network"]);
   args.collective = nb::cast<std::string>(a["collective"]);
   args.size = nb::cast<std::string>(a["size"]);
-  args.algorithm = nb::cast<std::string>(a["algorithm"]);
+  if (!a["algorithm"].is_none()) args.algorithm = nb::cast<std::string>(a["algorithm"]);
   args.root = nb::cast<std::string>(a["root"]);
   args.chunks = nb::cast<std::string>(a["chunks"]);
   args.top = nb::cast<std::string>(a["top"]);

@@ -317,7 +317,8 @@ const std::vector<NetOption>& net_options() {
       {"--npus", NetOption::kValue, false, "N", nullptr, "total NPUs, for a network whose outer size is auto"},
       {"--collective", NetOption::kValue, true, "KIND", nullptr, std::string("one of ") + kKinds},
       {"--size", NetOption::kValue, true, "SIZE", nullptr, "bytes per rank, e.g. 1048576, 64MiB, 1GB"},
-      {"--algorithm", NetOption::kValue, false, "A", "ring", std::string("one of ") + kAlgorithms},
+      {"--algorithm", NetOption::kValue, false, "A", nullptr,
+       std::string("one of ") + kAlgorithms + " (default: direct for all_to_all, as NCCL sends it, ring otherwise)"},
       {"--group", NetOption::kList, false, "NPU", nullptr,
        "NPU ids or ranges (0-7, 0,2,4); default all; send_recv takes SRC DST"},
       {"--root", NetOption::kValue, false, "NPU", "0", "broadcast root (default 0)"},
@@ -444,7 +445,15 @@ int64_t top_links(const std::string& text) {
 
 std::vector<FaultOption> checked_faults(const std::vector<DimSpec>& dims, const std::vector<std::string>& texts) {
   std::vector<FaultOption> faults;
-  for (const std::string& text : texts) faults.push_back(parse_fault(text));
+  std::map<std::pair<int64_t, int64_t>, std::string> named;  // a link by its two ends, either way round
+  for (const std::string& text : texts) {
+    faults.push_back(parse_fault(text));
+    const auto ends = std::minmax(faults.back().a, faults.back().b);
+    const auto [it, fresh] = named.emplace(ends, text);
+    if (!fresh)
+      throw SpecError("--fault " + quoted(text) + ": the link of --fault " + quoted(it->second) +
+                      " again (a fault degrades both directions of a link; give each link once)");
+  }
   check_totals(dims);
   if (faults.empty()) return faults;
   const Network base(dims);
@@ -500,6 +509,8 @@ NetOutcome run_net(const NetArgs& args, const NetworkFallback& fallback) {
     } catch (const SpecError& e) {
       throw SpecError(std::string("--size: ") + e.what());
     }
+    if (bytes != std::floor(bytes))
+      throw SpecError("--size: " + quoted(args.size) + " is " + python_float(bytes) + " bytes: give whole bytes");
     std::optional<int64_t> npus;
     if (args.npus) {
       npus = parse_integer(*args.npus, "--npus");
@@ -509,6 +520,7 @@ NetOutcome run_net(const NetArgs& args, const NetworkFallback& fallback) {
     const std::vector<FaultOption> faults = checked_faults(dims, args.faults);
     int num_npus = 1;
     for (const DimSpec& d : dims) num_npus *= d.size;
+    if (num_npus < 2) throw SpecError("--network: " + quoted(args.network) + " has one NPU: a collective needs two or more");
     std::vector<int64_t> group;
     if (args.group) group = parse_group(*args.group);
     const int64_t chunks = parse_integer(args.chunks, "--chunks");
@@ -526,7 +538,7 @@ NetOutcome run_net(const NetArgs& args, const NetworkFallback& fallback) {
     } else {
       if (args.group && std::set<int64_t>(group.begin(), group.end()).size() < 2)
         throw SpecError("--group: a collective needs two or more distinct NPUs; got " + list_repr(*args.group));
-      r.algorithm = normalized(args.algorithm);
+      r.algorithm = args.algorithm.empty() ? (r.kind == kAllToAll ? "direct" : "ring") : normalized(args.algorithm);
       const int64_t root = parse_integer(args.root, "--root");
       static const std::map<std::string, int> algorithms = {
           {"ring", kAlgoRing}, {"direct", kAlgoDirect}, {"halving_doubling", kAlgoHalvingDoubling},

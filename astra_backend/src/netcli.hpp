@@ -31,7 +31,7 @@ const std::vector<NetOption>& net_options();
 
 // The options as the user wrote them (strings, checked by run_net).
 struct NetArgs {
-  std::string network, collective, size, algorithm = "ring", root = "0", chunks = "1", top = "5";
+  std::string network, collective, size, algorithm, root = "0", chunks = "1", top = "5";  // algorithm "": the kind's
   std::optional<std::string> npus;
   std::optional<std::vector<std::string>> group;
   std::vector<std::string> faults;

@@ -18,7 +18,7 @@ _QWEN_MOE = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "dec
 _DEEPSEEK = (*_HF_SHAPE, "attention_bias", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
              "v_head_dim", "n_routed_experts", "n_shared_experts", "num_experts_per_tok", "moe_intermediate_size",
              "n_group", "topk_group", "first_k_dense_replace", "moe_layer_freq", "num_nextn_predict_layers",
-             "quantization_config")
+             "quantization_config", "qk_head_dim")  # qk_head_dim: transformers' save_pretrained writes it
 HF_COSTED = {
     "llama": (*_HF_SHAPE, "attention_bias", "mlp_bias"),
     "mistral": (*_HF_SHAPE, "sliding_window"),
@@ -29,7 +29,7 @@ HF_COSTED = {
     "qwen3_moe": (*_HF_SHAPE, "attention_bias", *_QWEN_WINDOW, *_QWEN_MOE),
     "deepseek_v3": _DEEPSEEK,
     "kimi_k2": _DEEPSEEK,
-    "glm_moe_dsa": (*_DEEPSEEK, "index_topk", "index_n_heads", "index_head_dim", "qk_head_dim"),
+    "glm_moe_dsa": (*_DEEPSEEK, "index_topk", "index_n_heads", "index_head_dim"),
     "gpt_oss": (*_HF_SHAPE, "attention_bias", "layer_types", "sliding_window", "num_local_experts",
                 "num_experts_per_tok", "experts_per_token", "quantization_config"),
     "llama4_text": (*_HF_SHAPE, "attention_bias", "attention_chunk_size", "no_rope_layers", "interleave_moe_layer_step",
@@ -205,6 +205,8 @@ def _base(c: _Config, model_type: str, name: str, ffn_key: str = "intermediate_s
     if kv_heads > heads or heads % kv_heads:
         c.fail("num_key_value_heads", f"expected a divisor of num_attention_heads ({heads})")
     hidden = c.int("hidden_size")
+    if hidden % heads and not c.has("head_dim"):
+        c.fail("hidden_size", f"not divisible by num_attention_heads ({heads}): give head_dim")
     head_dim = c.int("head_dim", hidden // heads if hidden % heads == 0 else None)
     # every family here gates its MLP, act(gate) * up (three matrices); hidden_act only picks
     # the function, which costs the same pointwise pass
@@ -328,6 +330,8 @@ def _read_deepseek(c: _Config, model_type: str, name: str) -> ModelSpec:
     if moe.experts % groups:
         c.fail("n_group", f"expected a divisor of n_routed_experts ({moe.experts})")
     first_dense = c.int("first_k_dense_replace", 0, minimum=0)
+    if first_dense >= layers:
+        c.fail("first_k_dense_replace", f"expected fewer than num_hidden_layers ({layers}): the layers after it are MoE")
     freq = c.int("moe_layer_freq", 1)
     moe_layers = {i for i in range(layers) if i >= first_dense and i % freq == 0}
     weights, experts = _quantization(c)

@@ -36,8 +36,10 @@ def _resolve(ref, kind: str) -> tuple[str, str, bool]:
     path = preset if preset.is_file() else Path(ref)
     if not path.exists():
         names = ", ".join(list_presets()[kind])
+        looks_like_file = path.suffix in (".yaml", ".yml", ".json") or "/" in ref
         raise SpecError("", "model" if kind == "models" else "hardware", ref,
-                        f"not a preset ({names}) nor an existing file")
+                        f"no such file (presets: {names})" if looks_like_file
+                        else f"not a preset ({names}) nor an existing file")
     source = str(path if path != preset else f"{PRESET_SOURCE}{ref}")
     return read_text(path, source), source, path.suffix == ".json"
 
@@ -460,6 +462,10 @@ def _faults_from_list(items, source: str) -> tuple:
         factor = f.raw("factor", required=True)
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 <= factor <= 1:
             raise SpecError(source, f.name("factor"), factor, "expected a bandwidth factor in [0, 1] (0 = link down)")
+        earlier = next((j for j, fault in enumerate(faults) if {fault.src, fault.dst} == set(link)), None)
+        if earlier is not None:
+            raise SpecError(source, f.name("link"), link, f"the link of faults.{earlier} again (a fault degrades both "
+                            "directions of a link; give each link once)")
         faults.append(LinkFault(link[0], link[1], float(factor),
                                 f.unit("extra_latency", units.parse_time, 0)))
         f.done()

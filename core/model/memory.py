@@ -1,7 +1,7 @@
 """Per-GPU memory: parameters, gradients and optimizer state under ZeRO; activations
 from the layer graph's saved tensors under the recompute policy, times the micro-batches
 each pipeline stage keeps in flight; KV cache for inference; and the verdict."""
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 from math import ceil
 
@@ -363,6 +363,7 @@ def inference_memory(model: ModelSpec, hw: HardwareSpec, par: Parallelism, batch
     workspace for the largest pass, the prefill; no caching allocator, so no fragmentation."""
     t = par.tp
     tokens = prompt + decode
+    model = served_model(model)
     transient = prefill_workspace_bytes(model, hw, t, batch * prompt) + batch * model.vocab / t * 4
     best = None
     for stage, (groups, (dense, expert)) in enumerate(zip(stage_groups(model, par), stage_param_parts(model, par))):
@@ -388,7 +389,16 @@ def stored_weight_bytes(weight_format: str, hw: HardwareSpec) -> float:
 def served_weight_bytes(model: ModelSpec, hw: HardwareSpec, par: Parallelism) -> float:
     """The weights one rank of the most loaded stage holds in an inference engine, as it stores
     them (stored_weight_bytes)."""
+    model = served_model(model)
     return max(_served_bytes(model, hw, dense, expert) for dense, expert in stage_param_parts(model, par))
+
+
+@lru_cache(maxsize=256)
+def served_model(model: ModelSpec) -> ModelSpec:
+    """The model an inference engine loads: without its multi-token-prediction modules, which
+    engines load only to draft tokens by speculative decoding (not modelled), as the inference
+    model never runs them."""
+    return replace(model, mtp_layers=0) if model.mtp_layers else model
 
 
 def _served_bytes(model: ModelSpec, hw: HardwareSpec, dense: float, expert: float) -> float:

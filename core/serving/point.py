@@ -3,6 +3,7 @@ sharing a ServeWorkload's requests, or the workload's prefill and decode pools; 
 `rapid run --mode serve` takes."""
 from core.errors import SpecError
 from core.model.layout import check_layout, serving_etp
+from core.model.memory import kv_cache_bytes_per_token
 from core.model.specs import KV_DTYPES, POOL_FIELDS, POOL_KNOBS, SERVE_POOLS, Parallelism, ServeWorkload
 
 from .engines import engine_spec
@@ -50,7 +51,10 @@ def serve_layout_reason(model, hw, par: Parallelism, work: ServeWorkload, gpus: 
     etp the tp GPUs ep leaves (the one split the simulator times); an aggregated point's
     attention-DP ranks divide its engine's tp GPUs and it sets no pool; a disaggregated point is
     laid out by its pools alone, which fill the GPUs, each pool a layout check_layout accepts
-    whose attention-DP and ep divide its tp."""
+    whose attention-DP and ep divide its tp. A model with no attention layer is not served (the
+    simulator counts its cache in tokens, of which such a model keeps none)."""
+    if not kv_cache_bytes_per_token(model, 1.0):
+        return "a model without attention layers: serving is simulated over a KV cache of tokens, which it has none of"
     expert_tp = serving_etp(par.tp, par.ep)
     if par.etp and par.etp != expert_tp:
         return (f"etp ({par.etp}) must be tp / ep ({par.tp} / {par.ep} = {expert_tp}): a serving engine splits "

@@ -7,7 +7,8 @@ from dataclasses import dataclass, replace
 
 from core.errors import SpecError
 from core.model.collectives import collective_time
-from core.model.memory import RUNTIME_RESERVE_BYTES, kv_cache_bytes_per_token, served_weight_bytes
+from core.model.memory import (RUNTIME_RESERVE_BYTES, kv_cache_bytes_per_token, served_weight_bytes,
+                               state_bytes_per_sequence)
 from core.model.specs import KV_DTYPES, HardwareSpec, ModelSpec, Parallelism, kv_element_bytes
 
 from .engines import EngineSpec, on_gpu, with_knobs
@@ -100,6 +101,18 @@ def kv_tokens(model: ModelSpec, hw: HardwareSpec, pool: Pool, engine: EngineSpec
     return max(0, int(cache / per_token))
 
 
+def state_tokens(model: ModelSpec, pool: Pool, engine: EngineSpec, kv_bytes: float) -> int:
+    """The cache, in tokens, that a request's fixed recurrent state (its Mamba and linear-attention
+    layers') takes on one attention rank beside its tokens' blocks, in whole blocks (vLLM's hybrid
+    cache pages the state as it pages tokens); 0 for a model of attention alone."""
+    tp = pool.tp // pool.attention_dp
+    state = state_bytes_per_sequence(model, kv_bytes, tp)
+    if not state:
+        return 0
+    tokens = math.ceil(state / kv_cache_bytes_per_token(model, kv_bytes, tp))
+    return -(-tokens // engine.kv_block_tokens) * engine.kv_block_tokens
+
+
 _MEMOS = {}
 
 
@@ -127,13 +140,13 @@ def _engine_run(model, hw, pool: Pool, engine: EngineSpec, load: Load, kv_bytes:
     engine = on_gpu(engine, hw.gpu, pool.tp, pool.pp, pool.attention_dp)
     it = iteration_model(model, hw, pool, kv_bytes, engine.iteration_overhead_s, engine.grouped_moe,
                          engine.attention_kernels, engine.allreduce_kernels, engine.sequence_overhead_s)
-    capacity = kv_tokens(model, hw, pool, engine, kv_bytes)
-    per_request = -(-(load.isl + load.osl) // engine.kv_block_tokens) * engine.kv_block_tokens
+    capacity, state = kv_tokens(model, hw, pool, engine, kv_bytes), state_tokens(model, pool, engine, kv_bytes)
+    per_request = -(-(load.isl + load.osl) // engine.kv_block_tokens) * engine.kv_block_tokens + state
     if capacity < per_request:
         return None, 0
     if load.concurrency and load.ramp_share:
         load = replace(load, ramp_s=load.ramp_share * lifetime_s(it, engine, load))
-    return simulate(it, engine, load, capacity, samples), capacity // per_request
+    return simulate(it, engine, load, capacity, samples, state), capacity // per_request
 
 
 def lifetime_s(it: IterationModel, engine: EngineSpec, load: Load) -> float:

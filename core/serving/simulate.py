@@ -89,10 +89,12 @@ def requests(load: Load) -> tuple:
     return isl, osl, arrival, n, 0
 
 
-def simulate(it: IterationModel, engine: EngineSpec, load: Load, kv_tokens: int, samples: bool = False) -> SimResult:
+def simulate(it: IterationModel, engine: EngineSpec, load: Load, kv_tokens: int, samples: bool = False,
+             state_tokens: int = 0) -> SimResult:
     """Serve `load` on one engine whose KV cache holds `kv_tokens` tokens: the iteration loop
     run compiled (core/serving/src/loop.cpp) on `it`'s memo; with `samples`, keeping each
-    finished request's figures (SimResult.samples)."""
+    finished request's figures (SimResult.samples). `state_tokens`: the cache a request's fixed
+    recurrent state takes beside its tokens' blocks, in tokens."""
     isl, osl, arrival, first_wave, warmup = requests(load)
     closed = load.concurrency > 0
     out = _loop.simulate(
@@ -100,7 +102,7 @@ def simulate(it: IterationModel, engine: EngineSpec, load: Load, kv_tokens: int,
         engine.kv_block_tokens, engine.max_num_tokens, engine.max_batch, engine.cuda_graph_max_batch,
         engine.request_overhead_s, engine.first_token_with_decode, isl, osl, arrival, first_wave, warmup, closed,
         closed and load.length_spread <= 0, load.prefilled, kv_tokens, load.return_s, engine.batch_wait_iters,
-        engine.batch_wait_tokens_ratio, samples)
+        engine.batch_wait_tokens_ratio, samples, state_tokens)
     figures, kept = (out[0], tuple(out[1:])) if samples else (out, None)
     ttft, tpot, latency, now, busy, prefill, decode, iterations, preemptions = figures
     start = 0.0 if closed else arrival[0]

@@ -15,7 +15,7 @@ COMMANDS = {
     "sweep": ("sweep.cli.sweep", "run a study file: enumerate, prune, evaluate, write a Parquet table"),
     "query": ("sweep.cli.query", "filter, sort and print a study's results table, or run SQL over it"),
     "report": ("sweep.cli.report", "draw a study's results as one self-contained HTML page (plotly)"),
-    "net": ("astra_backend.netcli", "simulate one collective on a network (microbenchmark)"),
+    "net": ("sweep.cli.net", "simulate one collective on a network (microbenchmark)"),
     "replay": ("core.chakra.cli", "replay a Chakra ET set (ours or another tool's) on the network simulator"),
 }
 

@@ -10,7 +10,7 @@ from core import BACKENDS, InferWorkload, Parallelism, SpecError, TrainWorkload,
 from core.model.specs import (COMPUTE_DTYPES, GRAD_DTYPES, KV_DTYPES, MASTER_WEIGHTS, MAX_WORKLOAD_SIZE,
                               OPTIMIZER_DTYPES, RECIPE_CHOICES, RECOMPUTE, SCHEDULES, WORKLOAD_SIZE_ALLOWED,
                               ZERO_STAGES)
-from core.model.layout import recipe_mismatch
+from core.model.layout import recipe_mismatch, serving_etp
 from core.model.loader import load_hardware, load_model, with_dtype
 
 from . import serve_run
@@ -29,7 +29,8 @@ def add_arguments(parser) -> None:
         parser.add_argument(f"--{axis}", type=POSITIVE, default=1, help=f"{text}-parallel degree")
     parser.add_argument("--sp", action=_BooleanFlag, default=None,
                         help="sequence parallelism (default: on when tp > 1 in training)")
-    parser.add_argument("--etp", type=int, default=0, help="expert tensor-parallel degree (default: tp)")
+    parser.add_argument("--etp", type=int, default=0,
+                        help="expert tensor-parallel degree (default: tp; in --mode serve with --ep, tp / ep)")
     parser.add_argument("--first-stage-layers", type=int, default=0,
                         help="layers on the first pipeline stage (default: Megatron's split)")
     parser.add_argument("--last-stage-layers", type=int, default=0,
@@ -188,10 +189,13 @@ def parse_config(args):
     train = args.mode == "train"
     sp = args.sp if args.sp is not None else (train and tp > 1)
     optimizer = {name: getattr(args, name) for name in OPTIMIZER_FLAGS if getattr(args, name) is not None}
+    etp = _at_least_zero("--etp", args.etp)
+    if serving and ep > 1 and not etp:
+        etp = serving_etp(tp, ep)  # each expert over the GPUs of its tp that ep leaves, as a study's serve points
     par = Parallelism(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, sp=sp, **optimizer,
                       micro_batch=_positive("--micro-batch", args.micro_batch), recompute=args.recompute,
                       schedule=args.schedule, virtual_stages=_positive("--virtual-stages", args.virtual_stages),
-                      placement=tuple(args.placement.split(",")), etp=_at_least_zero("--etp", args.etp),
+                      placement=tuple(args.placement.split(",")), etp=etp,
                       first_stage_layers=_at_least_zero("--first-stage-layers", args.first_stage_layers),
                       last_stage_layers=_at_least_zero("--last-stage-layers", args.last_stage_layers),
                       overlap_tp_comm=args.overlap_tp_comm, overlap_p2p_comm=args.overlap_p2p_comm,
@@ -224,7 +228,7 @@ def run(args) -> int:
     serve_run.check_flags(args)
     model, hw, par, work, gpus = parse_config(args)
     if args.mode == "serve":
-        return serve_run.show(args, _evaluated(model, hw, par, work, gpus))
+        return serve_run.show(args, {**model_fields(model), **_evaluated(model, hw, par, work, gpus)})
     if args.emit_traces and args.backend == "analytical":
         raise SpecError("command line", "--emit-traces", args.emit_traces,
                         "traces come from a replay: add --backend astra-hierarchical or astra-flattened")
@@ -234,12 +238,16 @@ def run(args) -> int:
     record = _evaluated(model, hw, par, work, gpus, backend=args.backend, emit_traces=args.emit_traces)
     record.update(cost_fields(record, _cost(args), work, gpus, par))
     if args.json:
-        print(json.dumps(_jsonable({**record, "model": model.name, "parameters": model.total_params(),
-                                    "active_parameters": model.active_params(),
-                                    "mtp_parameters": model.mtp_params()}), sort_keys=True))
+        print(json.dumps(_jsonable({**record, **model_fields(model)}), sort_keys=True))
     else:
         _print_table(model, hw, par, work, gpus, record, args.emit_traces)
     return 0
+
+
+def model_fields(model) -> dict:
+    """What a run prints of its model, so that a mis-read config shows at once."""
+    return {"model": model.name, "parameters": model.total_params(), "active_parameters": model.active_params(),
+            "mtp_parameters": model.mtp_params()}
 
 
 def _evaluated(*config, **options) -> dict:

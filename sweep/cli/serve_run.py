@@ -91,7 +91,8 @@ def show(args, record: dict) -> int:
     """Print a serving run's figures (JSON with --json): the serving columns, the energy ones
     the point fills, and why it does not fit where it does not."""
     shown = {}
-    for name in ("feasible", "infeasible_reason", *SERVE_COLUMNS, "kv_transfer_s", *ENERGY):
+    for name in ("model", "parameters", "active_parameters", "feasible", "infeasible_reason", *SERVE_COLUMNS,
+                 "kv_transfer_s", *ENERGY):
         value = record.get(name)
         value = None if isinstance(value, float) and math.isnan(value) else value
         if value or name not in ENERGY + ("infeasible_reason",):

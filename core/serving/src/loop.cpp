@@ -91,6 +91,7 @@ struct Engine {
   // until they and the decodes fill this share of max_num_tokens (0 iterations: never held)
   i64 batch_wait_iters;
   double batch_wait_tokens_ratio;
+  i64 state_tokens;  // cache tokens' worth of a request's fixed recurrent state (Mamba, linear attention)
 };
 
 using Stats = std::tuple<double, double, double, double>;
@@ -180,7 +181,7 @@ class Loop {
   i64 footprint(i64 rid) const {
     const i64 tokens = e_.reserve ? isl_[rid] + osl_[rid] : need_[rid];
     const i64 block = e_.kv_block_tokens;
-    return (tokens + block - 1) / block * block;
+    return (tokens + block - 1) / block * block + e_.state_tokens;
   }
 
   void push(Entry entry) {
@@ -519,12 +520,13 @@ nb::tuple simulate(IterationMemo& memo, const nb::callable& time_fn, bool mixed_
                    bool reserve, i64 kv_block_tokens, i64 max_num_tokens, i64 max_batch, i64 cuda_graph_max_batch,
                    double request_overhead_s, bool first_token_with_decode, std::vector<i64> isl,
                    std::vector<i64> osl, std::vector<double> arrival, i64 first_wave, i64 warmup, bool closed, bool cyclic, bool prefilled, i64 kv_tokens,
-                   double return_s, i64 batch_wait_iters, double batch_wait_tokens_ratio, bool samples) {
+                   double return_s, i64 batch_wait_iters, double batch_wait_tokens_ratio, bool samples,
+                   i64 state_tokens) {
   if (isl.size() != osl.size() || isl.size() != arrival.size())
     throw std::invalid_argument("serving loop: isl, osl and arrival differ in length");
   const Engine engine{mixed_batches,  chunked_prefill, reserve, kv_block_tokens, max_num_tokens, max_batch,
                       cuda_graph_max_batch, request_overhead_s, first_token_with_decode,
-                      batch_wait_iters, batch_wait_tokens_ratio};
+                      batch_wait_iters, batch_wait_tokens_ratio, state_tokens};
   return Loop(memo, time_fn, engine, std::move(isl), std::move(osl), std::move(arrival), first_wave, warmup, closed,
               cyclic && return_s == 0.0, prefilled, kv_tokens, return_s)
       .run(samples);
@@ -548,5 +550,5 @@ NB_MODULE(_loop, m) {
         nb::arg("first_token_with_decode"), nb::arg("isl"), nb::arg("osl"), nb::arg("arrival"), nb::arg("first_wave"),
         nb::arg("warmup"), nb::arg("closed"), nb::arg("cyclic"), nb::arg("prefilled"), nb::arg("kv_tokens"),
         nb::arg("return_s") = 0.0, nb::arg("batch_wait_iters") = 0, nb::arg("batch_wait_tokens_ratio") = 0.0,
-        nb::arg("samples") = false);
+        nb::arg("samples") = false, nb::arg("state_tokens") = 0);
 }
