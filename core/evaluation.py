@@ -10,7 +10,7 @@ from core.model.specs import (HardwareSpec, InferWorkload, ModelSpec, Parallelis
                               memory_view)
 from core.model.energy import power_limited, spread_over
 from core.model.inference import infer_request
-from core.model.power import energy_j
+from core.model.power import held_energy_j
 from core.model.training import train_step
 
 BACKENDS = ("analytical", "astra-hierarchical", "astra-flattened")
@@ -129,7 +129,7 @@ def energy_fields(hw: HardwareSpec, par: Parallelism, work, gpus: int, step_s: f
     clock, `step_s` the step (or request) as the chosen backend timed it. Facility figures
     (node overhead, PUE) go into the energies, not into the GPU's power."""
     power = hw.gpu.power
-    gpu_j = energy_j(power, work_done.spanning(step_s))
+    gpu_j = held_energy_j(power, work_done.spanning(step_s), work_done.clock)
     facility_j = (gpu_j + power.node_overhead_w * step_s) * power.pue
     fields = {"power_avg_w": gpu_j / step_s, "gpu_clock_share": work_done.clock,
               "energy_per_step_j": facility_j * gpus}

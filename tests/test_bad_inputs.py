@@ -117,6 +117,10 @@ CASES = {
                                       ["{study}", "faults", "9999", "NPUs, then the switches"]),
     "search storage unknown dialect": (SWEEP, {"study": study(search={"trials": 2, "storage": "foo://bar"})},
                                        ["{study}", "search.storage", "foo://bar", "Optuna storage URL"]),
+    "study one value in two units": (SWEEP, {"study": study(space_hardware__gpu__hbm__bandwidth=["1935 GB/s", "1.935 TB/s"])},
+                                     ["{study}", "space.hardware.gpu.hbm.bandwidth", "'1.935 TB/s' is '1935 GB/s' again"]),
+    "study variant the same as the files": (SWEEP, {"study": study(variants={"base": {}, "stock": {
+        "hardware.gpu.hbm.bandwidth": "2039 GB/s"}})}, ["{study}", "variants.stock", "the same model and hardware as variant base"]),
     "search storage without its driver": (SWEEP, {"study": study(search={"trials": 2, "storage": "postgresql://u@127.0.0.1:1/x"})},
                                           ["{study}", "search.storage", "postgresql://", "driver is not installed"]),
     "search zero range past stage 3": (SWEEP, {"study": study(search={"trials": 2}, space_zero={"low": 0, "high": 5})},

@@ -5,7 +5,7 @@ import pytest
 import core
 from core import InferWorkload, Parallelism, SpecError, TrainWorkload, evaluate
 from core.model.power import CLOCK_FLOOR, Activity, clock_under, energy_j, power_w, whole_step_clock
-from core.model.specs import PowerSpec
+from core.model.specs import PowerSpec, ServeWorkload
 from sweep.study.cost_block import CostSpec, cost_fields, parse_cost
 
 # 100 W floor, no SM term, 0.6 pJ per BF16 FLOP: a second of purely compute-bound work doing
@@ -103,6 +103,20 @@ def test_cost_is_gpu_hours_plus_energy_at_its_prices():
     assert cost_fields(record, None, work, 8, Parallelism(dp=8))["usd_per_step"] is None
 
 
+def test_a_served_million_tokens_costs_the_gpu_hours_at_its_rate_and_its_energy():
+    record = {"output_tokens_per_s": 1e6 / 3600, "energy_per_output_token_j": 3.6}  # 1 M tokens an hour, 1 kWh
+    work = ServeWorkload(isl=128, osl=16, concurrency=4)
+    fields = cost_fields(record, CostSpec(gpu_hour_usd=2.0, kwh_usd=0.1), work, 8, Parallelism(dp=8))
+    assert fields == {"usd_per_step": None, "usd_per_million_tokens": pytest.approx(8 * 2.0 + 0.1), "run_usd": None}
+
+
+def test_a_throttled_gpu_draws_its_limit_at_most_while_busy():
+    """A prefill at the boost clock would draw more than H100's 700 W: the limit's clock holds it."""
+    record = evaluate(core.load_model("llama3.1-8b"), core.load_hardware("h100-sxm5-80gb"), Parallelism(),
+                      InferWorkload(batch=8, prompt=4096, decode=1), 1)
+    assert record["gpu_clock_share"] < 1 and record["power_avg_w"] <= 700.0 + 1e-9
+
+
 @pytest.mark.parametrize("data, field", [
     ({"gpu_hour_usd": 2.0}, "cost.kwh_usd"),
     ({"gpu_hour_usd": -1, "kwh_usd": 0.1}, "cost.gpu_hour_usd"),
@@ -116,6 +130,7 @@ def test_a_bad_cost_block_is_refused_naming_the_field(data, field):
 @pytest.mark.parametrize("overrides, field", [
     ({"gpu.power_limit": "100 W"}, "gpu.power_limit"),  # below the idle floor
     ({"gpu.power_limit": 500}, "gpu.power_limit"),  # no unit
+    ({"gpu.power_limit": "1000 W"}, "gpu.power_limit"),  # above the TDP (700 W)
     ({"gpu.pue": 0.8}, "gpu.pue"),
     ({"gpu.flop_energy": {"bf16": "0.7 pJ"}}, "gpu.flop_energy"),  # fp32, tf32, fp16, fp8 missing
     ({"gpu.hbm_energy": "25 W"}, "gpu.hbm_energy"),
@@ -229,3 +244,13 @@ def test_a_fault_samples_slower_step_idles_through_its_extra_time():
     assert slowed["energy_per_token_j"] == pytest.approx(scale) and slowed["run_mwh"] == pytest.approx(3 * scale)
     assert slowed["power_avg_w"] == pytest.approx((500 * 10 + 170 * 5) / 15) and slowed["run_days"] == 3.0
     assert slowed["energy_per_request_j"] is None and slowed["gpu_clock_share"] == 0.9
+
+
+def test_a_served_rows_energy_is_its_power_over_its_own_output_rate():
+    """The static batch its energy is counted on takes longer than the simulated engine emits it:
+    the work is done in the engine's time, so power x time and the joules agree."""
+    hw = core.load_hardware("h100-sxm5-80gb")
+    record = evaluate(core.load_model("llama3.1-8b"), hw, Parallelism(tp=2),
+                      ServeWorkload(isl=512, osl=128, concurrency=1, requests=10), 2)
+    facility = hw.gpu.power.pue * (record["power_avg_w"] + hw.gpu.power.node_overhead_w)
+    assert record["energy_per_output_token_j"] == pytest.approx(2 * facility / record["output_tokens_per_s"])

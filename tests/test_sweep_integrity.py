@@ -128,6 +128,15 @@ def test_editing_the_workload_is_refused(write_study, capsys):
         run_study(load_study(longer), executor="inprocess", progress=False)
 
 
+def test_a_narrower_space_keeps_the_wider_runs_rows_and_says_so(write_study, capsys):
+    wide = write_study(name="narrowed", gpus=2, space=TINY)
+    run_study(load_study(wide), executor="inprocess", progress=False)
+    narrow = write_study(name="narrowed", gpus=2, space={**TINY, "tp": [1]})
+    assert main(["sweep", str(narrow), "--local", "--workers", "1", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "(2 rows, " in out and "1 of those rows are of points outside this study's space" in out
+
+
 def test_a_search_and_a_grid_do_not_share_a_folder(write_study):
     from sweep.search.loop import run_search
 

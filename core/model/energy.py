@@ -167,10 +167,10 @@ def activity(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: i
 
 def spread_over(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: int, seconds: float) -> tuple:
     """(hardware at the clock the power limit leaves, one GPU's Activity of `work` at that
-    clock) with the work spread over `seconds` (never less than its own time), the GPUs idling
-    in between: a served batch at the pace its engine emits it."""
+    clock) with the work spread over `seconds`, the GPUs idling in between: a served batch at
+    the pace its engine emits it (busy all of it where the engine is faster than the static model)."""
     timed, work_done, clock = power_limited(model, hw, par, work, gpus, step_seconds(model, hw, par, work, gpus))
-    return timed, work_done.at_clock(clock).spanning(max(seconds, work_done.time_s))
+    return timed, work_done.at_clock(clock).within(seconds)
 
 
 def power_limited(model: ModelSpec, hw: HardwareSpec, par: Parallelism, work, gpus: int, time_s: float) -> tuple:

@@ -368,6 +368,10 @@ def _power(f, peak: dict) -> PowerSpec | None:
     if not idle < limit:
         raise SpecError(f.source, f.name("power_limit"), f.data.get("power_limit", f.data["tdp"]),
                         f"expected a limit above the idle power ({idle:g} W): the GPU could run nothing")
+    if limit > tdp:
+        raise SpecError(f.source, f.name("power_limit"), f.data["power_limit"],
+                        f"expected at most the TDP ({tdp:g} W), the highest limit the board takes (nvidia-smi -pl); "
+                        "for a larger power budget, raise tdp too")
     energies = f.raw("flop_energy")
     if not isinstance(energies, dict):
         raise SpecError(f.source, f.name("flop_energy"), energies,

@@ -42,6 +42,14 @@ class Activity(namedtuple("Activity", ("time_s", "busy_s", "flops", "hbm_bytes",
         return Activity(time_s, self.busy_s, self.flops, self.hbm_bytes, self.link_bytes, self.compute_bound_s,
                         self.busy_compute_bound_s, self.clock)
 
+    def within(self, time_s: float) -> "Activity":
+        """The same work done in `time_s` of wall time, busy for at most all of it: an engine
+        that emits the tokens faster than the static model times them did the work in its time."""
+        busy_s = min(self.busy_s, time_s)
+        share = busy_s / self.busy_s if self.busy_s else 0.0
+        return Activity(time_s, busy_s, self.flops, self.hbm_bytes, self.link_bytes, self.compute_bound_s * share,
+                        self.busy_compute_bound_s * share, self.clock)
+
     def at_clock(self, clock: float) -> "Activity":
         """The same work at another clock share: compute-bound time stretched or shrunk."""
         stretch = self.clock / clock - 1.0
@@ -71,6 +79,18 @@ def flops_j(flop_energy_j: tuple, flops: tuple) -> float:
     (equal PowerSpecs of a sweep's variants are apart objects, compared field by field)."""
     energy = dict(flop_energy_j)
     return sum(count * energy[dtype] for dtype, count in flops)
+
+
+def held_energy_j(power: PowerSpec, work: Activity, physical_clock: float) -> float:
+    """energy_j as the board's power controller holds it: where it throttles the clock (above
+    CLOCK_FLOOR, below the boost clock) the kernels draw the limit at most. A step timed by the
+    fitted factors (the `relative` clock) already runs at that clock, so the model's energy at
+    it, over the step's own busy time, would otherwise count more than the limit lets through."""
+    joules = energy_j(power, work)
+    if CLOCK_FLOOR < physical_clock < 1.0:
+        busy_s = min(work.busy_s, work.time_s)
+        joules = min(joules, power.limit_w * busy_s + power.idle_w * (work.time_s - busy_s))
+    return joules
 
 
 def power_w(power: PowerSpec, work: Activity) -> float:

@@ -228,7 +228,9 @@ def run(args) -> int:
     serve_run.check_flags(args)
     model, hw, par, work, gpus = parse_config(args)
     if args.mode == "serve":
-        return serve_run.show(args, {**model_fields(model), **_evaluated(model, hw, par, work, gpus)})
+        record = _evaluated(model, hw, par, work, gpus)
+        record.update(cost_fields(record, _cost(args), work, gpus, par))
+        return serve_run.show(args, {**model_fields(model), **record})
     if args.emit_traces and args.backend == "analytical":
         raise SpecError("command line", "--emit-traces", args.emit_traces,
                         "traces come from a replay: add --backend astra-hierarchical or astra-flattened")
@@ -367,7 +369,7 @@ def _print_energy(console, hw, record) -> None:
     power = hw.gpu.power
     console.print(f"power {record['power_avg_w']:.0f} W per GPU (limit {power.limit_w:.0f} W, clock "
                   f"{100 * record['gpu_clock_share']:.0f} % of boost)   energy {record['energy_per_step_j'] / 1e3:,.2f} kJ "
-                  f"per {'step' if record['energy_per_token_j'] is not None else 'request batch'}"
+                  f"per {'step' if record['energy_per_token_j'] is not None else 'request batch on every replica'}"
                   + (f" (node overhead {power.node_overhead_w:.0f} W per GPU, PUE {power.pue:g})"
                      if power.node_overhead_w or power.pue != 1 else ""))
     if record["energy_per_token_j"] is not None:

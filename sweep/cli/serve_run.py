@@ -92,10 +92,10 @@ def show(args, record: dict) -> int:
     the point fills, and why it does not fit where it does not."""
     shown = {}
     for name in ("model", "parameters", "active_parameters", "feasible", "infeasible_reason", *SERVE_COLUMNS,
-                 "kv_transfer_s", *ENERGY):
+                 "kv_transfer_s", *ENERGY, "usd_per_million_tokens"):
         value = record.get(name)
         value = None if isinstance(value, float) and math.isnan(value) else value
-        if value or name not in ENERGY + ("infeasible_reason",):
+        if value or name not in ENERGY + ("infeasible_reason", "usd_per_million_tokens"):
             shown[name] = value
     if args.json:
         print(json.dumps(shown, sort_keys=True))

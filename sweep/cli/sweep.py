@@ -4,6 +4,8 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow.compute as pc
+
 from core import SpecError
 
 from .args import POSITIVE, check_folder_path
@@ -11,7 +13,7 @@ from sweep.execution.engine import SHOW_PLANNING_ABOVE, planning_bar, run_study
 from sweep.execution.rates import last_rate, remember_rate
 from sweep.faults.summary import faults_summary
 from sweep.study.grid import grid_size, plan_study
-from sweep.store.query import knob_columns, query, render, summary_columns, wide_console
+from sweep.store.query import SUMMARY_METRICS, knob_columns, query, render, summary_columns, wide_console
 from sweep.store.parts import ResultStore, part_files, read_results, row_counts
 from sweep.study.loader import load_study
 
@@ -77,8 +79,12 @@ def run(args) -> int:
                           "points_per_s": round(report.evaluated / report.seconds, 1) if report.seconds else None,
                           "rows": rows, "feasible_rows": feasible, "parts_written": report.parts}))
         return 0
-    table = read_results(study.output)
-    feasible = sum(table.column("feasible").to_pylist())
+    by = "step_time_s" if study.mode == "train" else "tokens_per_s"
+    knobs = knob_columns(study.output)
+    # what the summary shows, not the whole table (a few million rows of every column are GBs)
+    wanted = None if study.faults is not None else {"point_id", "feasible", by, *knobs, *SUMMARY_METRICS}
+    table = read_results(study.output, wanted)
+    feasible = pc.sum(table.column("feasible")).as_py() or 0
     console = wide_console()
     plan = report.plan
     print_plan(console, study, plan, report.legal)
@@ -86,16 +92,18 @@ def run(args) -> int:
     rate = f" in {report.seconds:.1f} s ({report.evaluated / report.seconds:,.0f} {unit}/s)" if report.seconds else ""
     console.print(f"evaluated {report.evaluated} {unit}{rate}: {report.feasible} fit in memory, "
                   f"{report.infeasible} do not (written, not timed); {report.skipped} already in the table")
-    by = "step_time_s" if study.mode == "train" else "tokens_per_s"
     hint = f"--top 10 --by {by}" if study.faults is None else "--faults-summary"
     console.print(f"table: {study.output}/ ({table.num_rows} rows, {feasible} feasible; "
                   f"{report.parts} part(s) written now)  ->  rapid query {study.output} {hint}")
+    outside = table.num_rows - report.legal if study.faults is None and study.search is None else 0
+    if outside > 0:
+        console.print(f"{outside} of those rows are of points outside this study's space (written by an earlier, "
+                      "wider run of it): kept, and in the summary below; --fresh starts the table over")
     if study.faults is not None:
         fragile = faults_summary(table, knob_columns(study.output)).slice(0, args.top)
         render(fragile, "table", title=f"{fragile.num_rows} most fragile points under faults", console=console)
         return 0
-    best = query(table, where="feasible", by=by, top=args.top,
-                 columns=summary_columns(table, knob_columns(study.output)))
+    best = query(table, where="feasible", by=by, top=args.top, columns=summary_columns(table, knobs))
     render(best, "table", title=f"top {best.num_rows} by {by}", console=console)
     return 0
 

@@ -49,10 +49,13 @@ class ReportData:
 
     @property
     def timed_all_backends(self) -> pd.DataFrame:
+        """Feasible timed rows, one per point and backend (a search asks some points again and
+        copies their row under each later trial)."""
         rows = self.table
         if "fault_sample" in rows:
             rows = rows[rows["fault_sample"] == 0]
-        return rows[rows["feasible"] & rows["step_time_s"].notna()]
+        rows = rows[rows["feasible"] & rows["step_time_s"].notna()]
+        return rows.drop_duplicates([c for c in ("point_id", "backend") if c in rows])
 
     @property
     def main_backend(self):

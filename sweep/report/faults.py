@@ -123,7 +123,7 @@ def worst_links(data: ReportData) -> go.Figure | None:
     for number, link in enumerate(ranked[:WORST_LINKS]):
         traces.append(go.Scatter(x=paths[link][0], y=paths[link][1], mode="lines",
                                  line=dict(color="black", width=2.5),
-                                 name=f"the {WORST_LINKS} worst links (black)", legendgroup="worst",
+                                 name=f"the {min(WORST_LINKS, len(ranked))} worst links (black)", legendgroup="worst",
                                  showlegend=number == 0, hoverinfo="skip"))
     traces.append(go.Scatter(x=[x for x, _ in nodes], y=[y for _, y in nodes], mode="markers+text",
                              text=[str(n) for n in range(npus)], textposition="middle center",

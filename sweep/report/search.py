@@ -31,7 +31,10 @@ METRIC_TITLES = {"mfu": "MFU", "tokens_per_s": "throughput (tokens/s)", "ttft_s"
                  "slowdown_p50": "median slowdown under faults (x)",
                  "slowdown_p95": "95th-percentile slowdown under faults (x)",
                  "slowdown_max": "worst slowdown under faults (x)",
-                 "step_time_p95_s": "95th-percentile step time under faults (s)"}
+                 "step_time_p95_s": "95th-percentile step time under faults (s)",
+                 "power_avg_w": "power per GPU (W)", "energy_per_output_token_j": "energy per output token (J)",
+                 "usd_per_step": "cost per step (US$)", "usd_per_million_tokens": "cost per million tokens (US$)",
+                 "run_usd": "cost of the run (US$)"}
 MEETS, BREAKS, NO_FIT = "meets", "breaks", "no-fit"  # a trial's outcome
 
 
@@ -68,8 +71,17 @@ def goal(data: ReportData) -> Goal:
     return Goal(spec.objectives, spec.constraints)
 
 
+# a metric column's unit suffix -> the unit its axis names (energies, powers, dollars)
+SUFFIX_UNITS = (("_j", "J"), ("_w", "W"), ("_usd", "US$"), ("_gib", "GiB"), ("_s", "s"))
+
+
 def metric_title(data: ReportData, column: str) -> str:
-    return time_title(data) if column == "step_time_s" else METRIC_TITLES.get(column, column.replace("_", " "))
+    if column == "step_time_s":
+        return time_title(data)
+    if column in METRIC_TITLES:
+        return METRIC_TITLES[column]
+    suffix, unit = next(((s, u) for s, u in SUFFIX_UNITS if column.endswith(s)), ("", ""))
+    return column.removesuffix(suffix).replace("_", " ") + (f" ({unit})" if unit else "")
 
 
 def trials(data: ReportData, which: Goal) -> pd.DataFrame:

@@ -229,13 +229,15 @@ def part_files(directory) -> list:
             continue
 
 
-def read_results(directory) -> pa.Table:
-    """The whole study table, one schema, rows sorted by point_id. Each part is read once,
-    its metadata with its rows, so a compaction running beside never shows a row twice."""
+def read_results(directory, columns: set | None = None) -> pa.Table:
+    """The whole study table, one schema, rows sorted by point_id; with `columns`, only those
+    of them a part has (a summary of a large table need not hold the rest). Each part is read
+    once, its metadata with its rows, so a compaction running beside never shows a row twice."""
     while True:
         parts = _all_parts(directory)
         try:
-            tables = [_read_part(p) for p in parts]
+            tables = [_read_part(p, None if columns is None else [c for c in _read_schema(p).names if c in columns])
+                      for p in parts]
             break
         except FileNotFoundError:
             continue

@@ -95,12 +95,16 @@ def pareto_front(table: pa.Table, objectives: list) -> pa.Table:
     # every objective as a cost to minimise, rows in lexicographic order: a dominator comes first
     costs = np.column_stack([rows.column(c).cast(pa.float64()).to_numpy() * (-1.0 if up else 1.0)
                              for c, up in objectives]) if rows.num_rows else np.zeros((0, len(objectives)))
-    order = np.lexsort(costs.T[::-1])
-    front = []
-    for i in order:
-        kept = costs[front]
-        if not np.any(np.all(kept <= costs[i], axis=1) & np.any(kept < costs[i], axis=1)):
-            front.append(i)
+    # the first row left in lexicographic order is beaten by no row left (a dominator sorts
+    # first) nor by the front (each front row took out the rows it beats): it joins the front
+    # and takes out the rows it beats, one pass over what is left per front row
+    remaining = np.lexsort(costs.T[::-1])
+    left, front = costs[remaining], []  # the rows left, in that order, contiguous
+    while remaining.size:
+        front.append(remaining[0])
+        best, rest = left[0], left[1:]
+        kept = ~(np.all(best <= rest, axis=1) & np.any(best < rest, axis=1))
+        remaining, left = remaining[1:][kept], rest[kept]
     return rows.take(pa.array(front, pa.int64()))
 
 

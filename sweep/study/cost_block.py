@@ -3,7 +3,7 @@ they give each timed row."""
 from dataclasses import dataclass
 
 from core.errors import SpecError
-from core.model.specs import TrainWorkload
+from core.model.specs import ServeWorkload, TrainWorkload
 from .fields import refuse_unknown
 
 COST_KEYS = ("gpu_hour_usd", "kwh_usd")
@@ -33,8 +33,15 @@ def parse_cost(data, source: str) -> CostSpec:
 def cost_fields(record: dict, cost: CostSpec | None, work, gpus: int, par) -> dict:
     """usd_per_step, usd_per_million_tokens (training tokens, or output tokens served) and,
     for a training run with tokens_total, run_usd; None where there is no cost block, no
-    timing or no energy figure."""
+    timing or no energy figure. A serving point has no step: its million output tokens take
+    the deployment's GPU-hours at its output rate and the energy it spends on them."""
     fields = {"usd_per_step": None, "usd_per_million_tokens": None, "run_usd": None}
+    if isinstance(work, ServeWorkload):
+        rate, joules = record.get("output_tokens_per_s"), record.get("energy_per_output_token_j")
+        if cost is not None and rate and joules is not None:
+            fields["usd_per_million_tokens"] = 1e6 * (gpus * cost.gpu_hour_usd / 3600 / rate
+                                                      + joules / 3.6e6 * cost.kwh_usd)
+        return fields
     step_s, energy = record.get("step_time_s"), record.get("energy_per_step_j")
     if cost is None or energy is None or step_s is None or step_s != step_s:
         return fields

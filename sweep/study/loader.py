@@ -19,6 +19,7 @@ from core.textfile import parse_mapping, read_text
 
 from sweep.metrics import COST
 from .cost_block import CostSpec, parse_cost
+from .digests import spec_digest
 from .space import SPEC_KNOB_ALIASES, Space, Variant, parse_space
 from .fields import refuse_unknown
 
@@ -342,6 +343,24 @@ def _check_specs(study: Study) -> None:
                 field = f"variants.{variant.name}.{kind}.{err.field}" if err.field in dict(overrides) else \
                     f"variants.{variant.name} ({kind} {err.source}): {err.field}"
                 raise SpecError(study.path, field, err.value, err.allowed) from None
+    _check_variants_apart(study)
+
+
+def _check_variants_apart(study: Study) -> None:
+    """Refuse two variants (or one and the study's own specs, with `{}` among the variants) that
+    resolve to the same model and hardware: their points would share ids, so one's rows would
+    stand for the other's."""
+    resolved = {}
+    for variant in study.space.variants:
+        specs = (spec_digest(study.model_spec(variant.model_overrides)),
+                 spec_digest(study.hardware_spec(variant.hardware_overrides)))
+        other = resolved.setdefault(specs, variant.name)
+        if other != variant.name:
+            raise SpecError(study.path, f"variants.{variant.name}",
+                            {**{f"model.{k}": v for k, v in variant.model_overrides},
+                             **{f"hardware.{k}": v for k, v in variant.hardware_overrides}} or "{}",
+                            f"the same model and hardware as variant {other} once resolved (an override "
+                            "written another way, or the value the files already hold): give it a change of its own")
 
 
 def _rehome(err: SpecError, study: Study, kind: str, ref) -> SpecError:

@@ -1,7 +1,6 @@
 """From a study to the points worth evaluating, one point at a time: a sampled point
 (`sweep.search.loop`) or one member of a group of rejections (`sweep.study.grid`, which plans
 a grid as arrays), rejected with its reason or given its stable id."""
-import hashlib
 import json
 import re
 from collections import Counter
@@ -11,6 +10,7 @@ from core import MODEL_VERSION, check_layout
 from core.serving.point import POOL_KNOBS, serve_layout_reason
 
 from .space import PARALLEL_KNOBS, VARIANT_KNOB, Resolved
+from .digests import digest, spec_digest
 from .loader import Study
 
 
@@ -144,13 +144,6 @@ def point_id(study: Study, resolved: Resolved, model_digest: str, hardware_diges
                    "backend": study.backend, "model_version": MODEL_VERSION})[:16]
 
 
-def spec_digest(spec) -> str:
-    """Hash of a frozen spec's contents; its display name and source label are left out,
-    since renaming a file or preset changes no number."""
-    fields = {k: v for k, v in asdict(spec).items() if k not in ("name", "source")}
-    return digest(fields)
-
-
 # How fault samples are drawn (2: from the point's layout, not its point_id): a table whose
 # samples were drawn otherwise is not extended.
 FAULT_DRAWS = 2
@@ -198,8 +191,3 @@ def definition_changes(theirs: str | None, ours: str, their_knobs: str) -> str:
 def _spec_knobs(columns) -> list:
     """The knob columns that set model or hardware fields (not parallelism, not the variant)."""
     return sorted(c for c in columns if c not in PARALLEL_KNOBS and c != VARIANT_KNOB)
-
-
-def digest(value) -> str:
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()

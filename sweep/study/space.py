@@ -331,6 +331,12 @@ def _spec_values(raw, source: str, field: str) -> tuple:
     kinds = {type(v) for v in values}
     if len(kinds) > 1 and kinds != {int, float}:
         raise SpecError(source, field, raw, "expected values of one kind (all numbers or all strings with units)")
+    written = {}
+    for value in values:  # one quantity in two units (3350 GB/s, 3.35 TB/s) is one value
+        parsed = quantity(value)
+        same = written.setdefault((parsed[0], float(f"{parsed[1]:.12g}")) if parsed else value, value)
+        if same is not value:
+            raise SpecError(source, field, raw, f"{value!r} is {same!r} again, in other units")
     return tuple(values)
 
 
