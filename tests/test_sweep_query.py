@@ -39,6 +39,13 @@ def test_an_sql_result_is_titled_by_its_own_rows_over_the_table(small_results, c
     assert title.startswith(str(small_results)) and "(SQL: 1 row over a table of" in title  # on one line
 
 
+def test_sql_scans_the_parts_and_reads_as_the_whole_table_does(small_results, capsys):
+    from sweep.store.parts import read_results, results_dataset
+    from sweep.store.query import query
+    statement = "select tp, count(*) as n, min(step_time_s) as best from results group by tp order by tp"
+    assert query(results_dataset(small_results), sql=statement) == query(read_results(small_results), sql=statement)
+
+
 def test_table_format_prints_summary_columns(small_results, capsys):
     assert main(["query", str(small_results), "--top", "3", "--by", "step_time_s"]) == 0
     out = capsys.readouterr().out

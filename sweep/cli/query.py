@@ -10,7 +10,7 @@ from sweep.faults.summary import faults_summary
 from sweep.store.query import (FORMATS, TRIAL_COLUMN, front_candidates, knob_columns, pareto_front, pareto_objectives,
                                query, render, results_folder, summary_columns)
 from sweep.search.fault_rows import per_point
-from sweep.store.parts import read_metadata, read_results
+from sweep.store.parts import read_metadata, read_results, results_dataset
 
 
 def add_arguments(parser) -> None:
@@ -34,18 +34,20 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     folder = results_folder(args.results)
-    whole = read_results(folder)
-    if args.faults_summary:
-        render(_faults_summary(whole, folder, args), args.format,
-               title=f"{folder}: slowdown under faults per point, most fragile first")
-        return 0
-    if args.sql:
+    if args.sql and not args.faults_summary:
         given = [option for option, value in (("--where", args.where), ("--by", args.by), ("--top", args.top),
                                               ("--columns", args.columns), ("--asc/--desc", args.descending),
                                               ("--pareto", args.pareto)) if value is not None]
         if given:
             raise SpecError("command line", given[0], "with --sql",
                             "the SELECT says which rows, columns and order; write them in it")
+        if _sql_as_scanned(folder, args):
+            return 0
+    whole = read_results(folder)
+    if args.faults_summary:
+        render(_faults_summary(whole, folder, args), args.format,
+               title=f"{folder}: slowdown under faults per point, most fragile first")
+        return 0
     columns = args.columns
     if columns is None and args.format == "table" and not args.sql:
         columns = summary_columns(whole, knob_columns(folder))
@@ -64,10 +66,28 @@ def run(args) -> int:
         title += f": Pareto front over {', '.join(c for c, _ in objectives)} of {_front_of(search)}"
     result = query(table, where=args.where, by=by, top=args.top, descending=args.descending,
                    columns=columns, sql=args.sql)
-    counted = f"SQL: {result.num_rows} row{'' if result.num_rows == 1 else 's'} over a table of {whole.num_rows}" \
-        if args.sql else f"{result.num_rows} of {whole.num_rows} rows"
+    counted = _sql_count(result, whole.num_rows) if args.sql else f"{result.num_rows} of {whole.num_rows} rows"
     render(result, args.format, title=f"{title} ({counted})")
     return 0
+
+
+def _sql_as_scanned(folder, args) -> bool:
+    """Run --sql over the table as DuckDB scans it (the columns and rows it asks for, not the
+    whole table in memory) and print the result; False to read the table whole instead: no
+    parts, a part a compaction removed meanwhile, or an error the whole table will say again."""
+    dataset = results_dataset(folder)
+    if dataset is None:
+        return False
+    try:
+        result, total = query(dataset, sql=args.sql), dataset.count_rows()
+    except (FileNotFoundError, SpecError):
+        return False
+    render(result, args.format, title=f"{folder} ({_sql_count(result, total)})")
+    return True
+
+
+def _sql_count(result, total: int) -> str:
+    return f"SQL: {result.num_rows} row{'' if result.num_rows == 1 else 's'} over a table of {total}"
 
 
 @dataclass(frozen=True)

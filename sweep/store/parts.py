@@ -252,6 +252,24 @@ def read_results(directory, columns: set | None = None) -> pa.Table:
     return table.replace_schema_metadata(metadata)
 
 
+def results_dataset(directory):
+    """The study table as a dataset read while it is scanned (one schema over the live parts):
+    SQL over a large table then reads the columns and rows it asks for, not the whole table.
+    Rows come in no set order. None for a folder without parts."""
+    import pyarrow.dataset as ds
+
+    while True:
+        parts = part_files(directory)
+        try:
+            schemas = [_read_schema(p) for p in parts]
+            break
+        except FileNotFoundError:  # a compaction removed a part meanwhile: list again
+            continue
+    if not parts:
+        return None
+    return ds.dataset([str(p) for p in parts], schema=unified_schema(schemas), format="parquet")
+
+
 def row_counts(directory) -> tuple:
     """(rows, feasible rows) of the study table, from its feasible column alone (a summary
     that needs no more than these reads neither the other columns nor sorts)."""
