@@ -74,7 +74,7 @@ def _ours(dims, source, npus):
         efficiency = entry.get("efficiency", 1.0)
         if isinstance(efficiency, bool) or not isinstance(efficiency, (int, float)) or not 0 < efficiency <= 1:
             raise NetworkSpecError(f"{field}.efficiency: {efficiency!r} must be a number in (0, 1]")
-        size = _sized(entry["size"], npus, inner, d == len(dims) - 1, field)
+        size = sized(entry["size"], npus, inner, d == len(dims) - 1, field)
         inner *= size if isinstance(size, int) else 1
         shape = entry.get("shape")
         result.append(Dimension(entry["topology"], size, bandwidth_gbps * efficiency, latency_s,
@@ -84,7 +84,7 @@ def _ours(dims, source, npus):
     return result
 
 
-def _sized(size, npus, inner, outermost, field):
+def sized(size, npus, inner, outermost, field):
     """A dimension's size; `auto` (outermost only) takes the NPUs the inner ones leave."""
     if size != "auto":
         return size

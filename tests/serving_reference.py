@@ -33,8 +33,9 @@ def _stats(values, weights) -> tuple:
     return (mean, *out)
 
 
-def simulate(it, engine, load: Load, kv_tokens: int) -> SimResult:
-    """Serve `load` on one engine whose KV cache holds `kv_tokens` tokens, one scheduler turn at a time."""
+def simulate(it, engine, load: Load, kv_tokens: int, state_tokens: int = 0) -> SimResult:
+    """Serve `load` on one engine whose KV cache holds `kv_tokens` tokens, one scheduler turn at a
+    time; each request also holds `state_tokens` of it (a recurrent state)."""
     isl, osl, arrival, first_wave, warmup = requests(load)
     n = load.requests
     closed = load.concurrency > 0
@@ -67,7 +68,7 @@ def simulate(it, engine, load: Load, kv_tokens: int) -> SimResult:
 
     def footprint(rid):
         tokens = isl[rid] + osl[rid] if reserve else need[rid]
-        return -(-tokens // block) * block
+        return -(-tokens // block) * block + state_tokens
 
     def join_decodes(rid):
         nonlocal decodes, sum_base, finish_sum

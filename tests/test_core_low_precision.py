@@ -80,7 +80,7 @@ def test_each_dtype_takes_its_default_recipe_and_only_the_recipes_that_fit():
     assert on(H100, "fp8", "current").recipe == "current"
     with pytest.raises(SpecError, match="dtype mxfp8 takes fp8_recipe block-scaled"):
         on(B200, "mxfp8", "delayed")
-    with pytest.raises(SpecError, match="dtype bf16 takes no fp8_recipe"):
+    with pytest.raises(SpecError, match="dtype bf16 takes fp8_recipe none only"):
         on(H100, "bf16", "current")
     assert on(H100, "bf16", "none").recipe == ""  # a 16-bit run's one recipe, said outright
     with pytest.raises(SpecError, match="dtype fp8 takes fp8_recipe delayed, current, block-scaled"):
@@ -149,7 +149,7 @@ def test_a_70b_layout_runs_on_blackwell_in_every_dtype(dtype):
 
 @pytest.mark.parametrize("argv, expected", [
     (["--dtype", "nvfp4", "--fp8-recipe", "delayed"], "'--fp8-recipe' = delayed: dtype nvfp4 takes fp8_recipe block-scaled"),
-    (["--dtype", "bf16", "--fp8-recipe", "current"], "dtype bf16 takes no fp8_recipe"),
+    (["--dtype", "bf16", "--fp8-recipe", "current"], "dtype bf16 takes fp8_recipe none only"),
 ])
 def test_rapid_run_refuses_a_recipe_the_dtype_does_not_take_in_one_line(argv, expected, capsys):
     assert main(["run", "--model", "llama3.1-8b", "--hardware", "b200-sxm-180gb", "--gpus", "8", "--tp", "8",

@@ -167,6 +167,16 @@ def test_the_compiled_loop_gives_the_plain_python_loops_figures_to_the_bit(name)
     assert repr(compiled) == repr(plain)  # every float's shortest repr: bit for bit, NaN (no TPOT) included
 
 
+@pytest.mark.parametrize("engine_name", ["vllm", "trtllm"])
+def test_a_requests_recurrent_state_takes_its_cache_in_both_loops(engine_name):
+    engine, kv_tokens = _engine(engine_name), 4000
+    load = Load(300, 80, concurrency=12, requests=60, length_spread=0.2)
+    compiled = simulate(IT, engine, load, kv_tokens, state_tokens=128)
+    assert repr(compiled) == repr(serving_reference.simulate(IT, engine, load, kv_tokens, 128))
+    # the state leaves less cache for tokens: fewer requests run at once, each waits longer
+    assert compiled.ttft_s > simulate(IT, engine, load, kv_tokens).ttft_s
+
+
 def test_a_scheduler_state_whose_decodes_end_at_other_steps_is_not_taken_for_a_cycle():
     # a client ramped over one request's lifetime: states at completions agree on the cheap
     # fingerprint (queue, cache, decodes, sum of ends) long before the ends themselves recur

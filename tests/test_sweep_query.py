@@ -43,7 +43,9 @@ def test_sql_scans_the_parts_and_reads_as_the_whole_table_does(small_results, ca
     from sweep.store.parts import read_results, results_dataset
     from sweep.store.query import query
     statement = "select tp, count(*) as n, min(step_time_s) as best from results group by tp order by tp"
-    assert query(results_dataset(small_results), sql=statement) == query(read_results(small_results), sql=statement)
+    from sweep.store.parts import part_files
+    dataset = results_dataset(part_files(small_results))
+    assert query(dataset, sql=statement) == query(read_results(small_results), sql=statement)
 
 
 def test_table_format_prints_summary_columns(small_results, capsys):

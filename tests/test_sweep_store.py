@@ -89,6 +89,22 @@ def test_parts_with_different_breakdown_keys_share_one_schema(tmp_path):
     assert table["breakdown_comm_ib_s"] == [0.5, 0.0, None]
 
 
+def test_sql_reads_parts_of_different_columns_as_the_whole_table(tmp_path, capsys):
+    """A scan would leave a column a part lacks null; read whole, it is 0 s where timed."""
+    from sweep.cli import main
+    from sweep.store.parts import results_dataset
+    store = ResultStore(tmp_path, {"study": "x"})
+    store.write_part([pa.table({"point_id": ["b"], "feasible": [True], "step_time_s": [1.0],
+                                "breakdown_compute_s": [1.0]})])
+    store.write_part([pa.table({"point_id": ["a"], "feasible": [True], "step_time_s": [2.0],
+                                "breakdown_comm_ib_s": [0.5]})])
+    store.close()
+    assert results_dataset(part_files(tmp_path)) is None
+    assert main(["query", str(tmp_path), "--sql", "select avg(breakdown_comm_ib_s) as ib from results",
+                 "--format", "csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == "0.25"
+
+
 def test_batches_of_one_part_with_different_breakdown_keys_get_0_s_where_timed(tmp_path):
     store = ResultStore(tmp_path, {"study": "x"})
     store.write_part([pa.table({"point_id": ["b"], "step_time_s": [1.0], "breakdown_comm_ring_s": [0.2]}),

@@ -207,7 +207,7 @@ def _base(c: _Config, model_type: str, name: str, ffn_key: str = "intermediate_s
     hidden = c.int("hidden_size")
     if hidden % heads and not c.has("head_dim"):
         c.fail("hidden_size", f"not divisible by num_attention_heads ({heads}): give head_dim")
-    head_dim = c.int("head_dim", hidden // heads if hidden % heads == 0 else None)
+    head_dim = c.int("head_dim", hidden // heads)
     # every family here gates its MLP, act(gate) * up (three matrices); hidden_act only picks
     # the function, which costs the same pointwise pass
     return dict(name=name, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,

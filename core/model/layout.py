@@ -3,8 +3,8 @@ from functools import lru_cache
 from math import ceil, prod
 
 from .memo import on_fields
-from .specs import (KV_DTYPES, LOW_PRECISION_DTYPES, NO_RECIPE, RECIPES_BY_DTYPE, HardwareSpec, InferWorkload, ModelSpec,
-                    Parallelism, TrainWorkload)
+from .specs import (KV_DTYPES, LOW_PRECISION_DTYPES, NO_RECIPE, RECIPES_BY_DTYPE, HardwareSpec, InferWorkload,
+                    ModelSpec, Parallelism, TrainWorkload)
 
 Span = tuple  # ((dim_index, ranks_in_that_dim), ...): a group's extent per network dimension
 PLACEMENT = ("tp", "cp", "dp", "pp")
@@ -294,6 +294,12 @@ def serving_etp(tp, ep):
     return (tp // ep).clip(1) if hasattr(tp, "clip") else max(1, tp // ep)
 
 
+def served_etp(tp: int, ep: int, etp: int) -> int:
+    """A serving point's etp: as set, or where it is left (0) with experts spread (ep > 1),
+    serving_etp (a study's serve points and `rapid run --mode serve` alike)."""
+    return etp or (serving_etp(tp, ep) if ep > 1 else 0)
+
+
 def untaken_knobs(work) -> tuple:
     """The Parallelism knobs a non-training workload leaves at their defaults."""
     return TRAINING_ONLY if isinstance(work, InferWorkload) else tuple(n for n in TRAINING_ONLY if n not in SERVING_TAKES)
@@ -305,7 +311,7 @@ def recipe_mismatch(dtype: str, recipe: str) -> str:
     if not recipe or recipe in allowed:
         return ""
     return f"dtype {dtype} takes " + (f"fp8_recipe {', '.join(allowed)}" if dtype in RECIPES_BY_DTYPE
-                                      else f"no fp8_recipe (its GEMMs are not low-precision; {NO_RECIPE} says so)")
+                                      else f"fp8_recipe {NO_RECIPE} only (its GEMMs are not low-precision)")
 
 
 def _knob_text(value) -> str:

@@ -106,7 +106,7 @@ class _Fields:
         self.seen.add(key)
         if key not in self.data or self.data[key] is None:
             if required:
-                near = difflib.get_close_matches(key, [str(k) for k in self.data], n=1)
+                near = difflib.get_close_matches(key, [str(k) for k in self.data if k not in _known_keys()], n=1)
                 raise SpecError(self.source, self.name(key), "<missing>", "this field is required"
                                 + (f" (is '{self.name(near[0])}' a misspelling of it?)" if near else ""))
             return default
@@ -144,6 +144,14 @@ class _Fields:
         if unknown:
             raise SpecError(self.source, self.name(unknown[0]), self.data[unknown[0]],
                             f"unknown field (allowed: {', '.join(sorted(self.seen))})")
+
+
+@lru_cache(maxsize=1)
+def _known_keys() -> frozenset:
+    """Every key some block of a spec file may hold: the names this module reads, written as
+    string literals in it. A missing field's near miss is offered only among keys not one of
+    these (ll_bandwidth beside a missing link_bandwidth is a field of its own)."""
+    return frozenset(re.findall(r'"([a-z][a-z0-9_]*)"', Path(__file__).read_text(encoding="utf-8")))
 
 
 _MODEL_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelSpec)}  # one source of truth for a YAML's defaults

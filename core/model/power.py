@@ -82,12 +82,13 @@ def flops_j(flop_energy_j: tuple, flops: tuple) -> float:
 
 
 def held_energy_j(power: PowerSpec, work: Activity, physical_clock: float) -> float:
-    """energy_j as the board's power controller holds it: where it throttles the clock (above
-    CLOCK_FLOOR, below the boost clock) the kernels draw the limit at most. A step timed by the
-    fitted factors (the `relative` clock) already runs at that clock, so the model's energy at
-    it, over the step's own busy time, would otherwise count more than the limit lets through."""
+    """energy_j as the board's power controller holds it: the kernels draw the limit at most,
+    but at CLOCK_FLOOR, where the limit is not met. A step timed by the fitted factors (the
+    `relative` clock) already runs at the clock the limit leaves, and a served batch is done in
+    its engine's time (Activity.within), so the model's energy over those busy times would
+    otherwise count more than the limit lets through."""
     joules = energy_j(power, work)
-    if CLOCK_FLOOR < physical_clock < 1.0:
+    if physical_clock > CLOCK_FLOOR:
         busy_s = min(work.busy_s, work.time_s)
         joules = min(joules, power.limit_w * busy_s + power.idle_w * (work.time_s - busy_s))
     return joules

@@ -7,15 +7,19 @@ ASTRA-sim's format, is astra_backend's to read."""
 import math
 
 from astra_backend import netcli
+from astra_backend.configs import sized
 
 add_arguments = netcli.add_arguments
 
 
 def run(args) -> int:
+    """`rapid net` with hardware files of ours read by core (exit status, as netcli.run)."""
     return netcli.run(args, _read)
 
 
 def _read(path: str, npus) -> list:
+    """The records of a network file: core's reading of a hardware file of ours, astra_backend's
+    of any other. A hardware file's own `faults:` are not taken: `--fault` gives them here."""
     import yaml
 
     try:
@@ -29,11 +33,11 @@ def _read(path: str, npus) -> list:
     from core.replay.network import astra_dims
 
     hw = load_hardware(path)
-    sizes = [dim.size for dim in hw.network]
-    inner = math.prod(sizes[:-1])
-    if sizes[-1] == 0 and npus is None:
-        raise ValueError(f"{path}: network.{len(sizes) - 1}.size: auto needs the NPU count (rapid net --npus N)")
-    if sizes[-1] == 0 and npus % inner:
-        raise ValueError(f"{path}: network.{len(sizes) - 1}.size: auto with {npus} NPUs: not a multiple of the "
-                         f"inner {inner}")
-    return netcli.records(astra_dims(hw, npus if sizes[-1] == 0 else math.prod(sizes)))
+    if hw.faults:
+        links = ", ".join(f"{f.src}-{f.dst}:{f.factor:g}" for f in hw.faults)
+        raise ValueError(f"{path}: faults: rapid net degrades links by --fault only; drop the block or give "
+                         f"--fault {links}")
+    sizes = [dim.size or "auto" for dim in hw.network]
+    last = len(sizes) - 1
+    outer = sized(sizes[-1], npus, math.prod(sizes[:-1]), True, f"{path}: network[{last}]")
+    return netcli.records(astra_dims(hw, math.prod(sizes[:-1]) * outer))

@@ -10,7 +10,7 @@ from sweep.faults.summary import faults_summary
 from sweep.store.query import (FORMATS, TRIAL_COLUMN, front_candidates, knob_columns, pareto_front, pareto_objectives,
                                query, render, results_folder, summary_columns)
 from sweep.search.fault_rows import per_point
-from sweep.store.parts import read_metadata, read_results, results_dataset
+from sweep.store.parts import part_files, read_metadata, read_results, results_dataset
 
 
 def add_arguments(parser) -> None:
@@ -74,13 +74,20 @@ def run(args) -> int:
 def _sql_as_scanned(folder, args) -> bool:
     """Run --sql over the table as DuckDB scans it (the columns and rows it asks for, not the
     whole table in memory) and print the result; False to read the table whole instead: no
-    parts, a part a compaction removed meanwhile, or an error the whole table will say again."""
-    dataset = results_dataset(folder)
+    parts, parts of different columns, or a compaction that changed the parts meanwhile."""
+    parts = part_files(folder)
+    dataset = results_dataset(parts)
     if dataset is None:
         return False
     try:
         result, total = query(dataset, sql=args.sql), dataset.count_rows()
-    except (FileNotFoundError, SpecError):
+    except FileNotFoundError:
+        return False
+    except SpecError:
+        if part_files(folder) != parts:
+            return False
+        raise  # the statement's own error
+    if part_files(folder) != parts:
         return False
     render(result, args.format, title=f"{folder} ({_sql_count(result, total)})")
     return True

@@ -10,7 +10,7 @@ from core import BACKENDS, InferWorkload, Parallelism, SpecError, TrainWorkload,
 from core.model.specs import (COMPUTE_DTYPES, GRAD_DTYPES, KV_DTYPES, MASTER_WEIGHTS, MAX_WORKLOAD_SIZE,
                               OPTIMIZER_DTYPES, RECIPE_CHOICES, RECOMPUTE, SCHEDULES, WORKLOAD_SIZE_ALLOWED,
                               ZERO_STAGES)
-from core.model.layout import recipe_mismatch, serving_etp
+from core.model.layout import recipe_mismatch, served_etp
 from core.model.loader import load_hardware, load_model, with_dtype
 
 from . import serve_run
@@ -190,8 +190,8 @@ def parse_config(args):
     sp = args.sp if args.sp is not None else (train and tp > 1)
     optimizer = {name: getattr(args, name) for name in OPTIMIZER_FLAGS if getattr(args, name) is not None}
     etp = _at_least_zero("--etp", args.etp)
-    if serving and ep > 1 and not etp:
-        etp = serving_etp(tp, ep)  # each expert over the GPUs of its tp that ep leaves, as a study's serve points
+    if serving:
+        etp = served_etp(tp, ep, etp)
     par = Parallelism(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, sp=sp, **optimizer,
                       micro_batch=_positive("--micro-batch", args.micro_batch), recompute=args.recompute,
                       schedule=args.schedule, virtual_stages=_positive("--virtual-stages", args.virtual_stages),
@@ -270,7 +270,9 @@ def _refused_flag(reason: str, *specs) -> tuple | None:
     for spec in specs:
         if knob in {f.name for f in fields(spec)}:
             value = getattr(spec, knob)
-            return "--" + knob.replace("_", "-"), str(value).lower() if isinstance(value, bool) else value
+            shown = ",".join(value) if isinstance(value, tuple) else str(value).lower() if isinstance(value, bool) \
+                else value  # as written on the command line (a placement as tp,dp)
+            return "--" + knob.replace("_", "-"), shown
     return None
 
 

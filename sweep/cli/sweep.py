@@ -11,6 +11,7 @@ from core import SpecError
 from .args import POSITIVE, check_folder_path
 from sweep.execution.engine import SHOW_PLANNING_ABOVE, planning_bar, run_study
 from sweep.execution.rates import last_rate, remember_rate
+from sweep.faults.draws import BLOCK_SAMPLES
 from sweep.faults.summary import faults_summary
 from sweep.study.grid import grid_size, plan_study
 from sweep.store.query import SUMMARY_METRICS, knob_columns, query, render, summary_columns, wide_console
@@ -35,8 +36,8 @@ def add_arguments(parser) -> None:
                         help="only merge the table's small parts into parts of at most --part-rows rows")
     parser.add_argument("--json", action="store_true", help="print one JSON summary instead of tables")
     parser.add_argument("--batch-points", type=POSITIVE,
-                        help="points per worker task; in a fault study, blocks of up to 50 samples of a point "
-                             "(default: sized to the study)")
+                        help=f"points per worker task; in a fault study, blocks of up to {BLOCK_SAMPLES} samples "
+                             "of a point (default: sized to the study)")
     parser.add_argument("--part-rows", type=POSITIVE, default=20_000, help="rows per Parquet part at most")
     parser.add_argument("--top", type=POSITIVE, default=10, help="best configurations to print")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")

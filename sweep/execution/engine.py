@@ -186,7 +186,8 @@ def _evaluate_missing(study, plan, grid, verdicts, store, runner, executor, addr
 
 
 def _batch_size(rows: int, workers: int) -> int:
-    """Points per batch: about eight batches a worker, at most MAX_BATCH_POINTS."""
+    """Units (points, or a fault study's blocks of samples) per batch: about eight batches a
+    worker, at most MAX_BATCH_POINTS."""
     return max(1, min(MAX_BATCH_POINTS, math.ceil(rows / (workers * 8))))
 
 

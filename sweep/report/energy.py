@@ -8,13 +8,9 @@ from sweep.store.query import pareto_front
 from .colours import FRONT, PALETTE
 from .data import ReportData
 from .grid import TOP_N, base_layout
+from .search import METRIC_TITLES
 
 LIMIT_COLUMN = "hardware_gpu_power_limit_w"  # the numeric twin of a hardware.gpu.power_limit knob
-
-
-def per_token_title(column: str) -> str:
-    """The axis title of the per-token energy column: per token trained, or per output token served."""
-    return "energy per token (J)" if column == "energy_per_token_j" else "energy per output token (J)"
 
 
 def per_token_column(data: ReportData) -> str | None:
@@ -54,7 +50,7 @@ def power_time(data: ReportData) -> go.Figure | None:
     time_title = "step time (s)" if column == "energy_per_token_j" else "request time (s)"
     fig.update_layout(**base_layout(f"What does a joule per token cost in time? Energy per token against "
                                     f"{time_title.split(' (')[0]} for all {len(rows)} timed points",
-                                    time_title, per_token_title(column), height=460,
+                                    time_title, METRIC_TITLES[column], height=460,
                                     legend=dict(orientation="h", y=-0.2, x=0)))
     return fig
 
@@ -71,7 +67,7 @@ def fewest_joules(data: ReportData) -> go.Figure | None:
                            marker=dict(color=PALETTE[2]), text=text, textposition="auto",
                            hovertemplate="%{y}<br>%{x:.4g} J per token<br>%{text}<extra></extra>"))
     fig.update_layout(**base_layout(f"Which points spend the fewest joules per token? The {len(rows)} lowest, with "
-                                    "their power per GPU and time", per_token_title(column), "",
+                                    "their power per GPU and time", METRIC_TITLES[column], "",
                                     height=max(380, 28 * len(rows) + 140)))
     fig.update_yaxes(autorange="reversed")
     return fig

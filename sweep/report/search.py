@@ -32,7 +32,8 @@ METRIC_TITLES = {"mfu": "MFU", "tokens_per_s": "throughput (tokens/s)", "ttft_s"
                  "slowdown_p95": "95th-percentile slowdown under faults (x)",
                  "slowdown_max": "worst slowdown under faults (x)",
                  "step_time_p95_s": "95th-percentile step time under faults (s)",
-                 "power_avg_w": "power per GPU (W)", "energy_per_output_token_j": "energy per output token (J)",
+                 "power_avg_w": "power per GPU (W)", "energy_per_token_j": "energy per token (J)",
+                 "energy_per_output_token_j": "energy per output token (J)",
                  "usd_per_step": "cost per step (US$)", "usd_per_million_tokens": "cost per million tokens (US$)",
                  "run_usd": "cost of the run (US$)"}
 MEETS, BREAKS, NO_FIT = "meets", "breaks", "no-fit"  # a trial's outcome
@@ -80,6 +81,8 @@ def metric_title(data: ReportData, column: str) -> str:
         return time_title(data)
     if column in METRIC_TITLES:
         return METRIC_TITLES[column]
+    if column.endswith("_per_s"):  # a rate: its name says it (output tokens per s)
+        return column.replace("_", " ")
     suffix, unit = next(((s, u) for s, u in SUFFIX_UNITS if column.endswith(s)), ("", ""))
     return column.removesuffix(suffix).replace("_", " ") + (f" ({unit})" if unit else "")
 

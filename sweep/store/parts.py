@@ -252,22 +252,21 @@ def read_results(directory, columns: set | None = None) -> pa.Table:
     return table.replace_schema_metadata(metadata)
 
 
-def results_dataset(directory):
-    """The study table as a dataset read while it is scanned (one schema over the live parts):
-    SQL over a large table then reads the columns and rows it asks for, not the whole table.
-    Rows come in no set order. None for a folder without parts."""
+def results_dataset(parts: list):
+    """The table of `parts` (part_files') as a dataset read while it is scanned: SQL over a large
+    table then reads the columns and rows it asks for, not the whole table. Rows come in no set
+    order. None where there are no parts, or their columns differ (read_results fills a column
+    a part lacks as its kind wants, 0 s of a breakdown part on a timed row, which a scan would
+    leave null)."""
     import pyarrow.dataset as ds
 
-    while True:
-        parts = part_files(directory)
-        try:
-            schemas = [_read_schema(p) for p in parts]
-            break
-        except FileNotFoundError:  # a compaction removed a part meanwhile: list again
-            continue
-    if not parts:
+    try:
+        schemas = [_read_schema(p).remove_metadata() for p in parts]
+    except FileNotFoundError:  # a compaction removed a part meanwhile
         return None
-    return ds.dataset([str(p) for p in parts], schema=unified_schema(schemas), format="parquet")
+    if not schemas or any(not schema.equals(schemas[0]) for schema in schemas[1:]):
+        return None
+    return ds.dataset([str(p) for p in parts], schema=schemas[0], format="parquet")
 
 
 def row_counts(directory) -> tuple:

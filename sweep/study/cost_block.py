@@ -30,6 +30,11 @@ def parse_cost(data, source: str) -> CostSpec:
     return CostSpec(**prices)
 
 
+def usd(cost: CostSpec, gpus: int, seconds: float, joules: float) -> float:
+    """US$ of `gpus` GPUs' hours over `seconds` and of `joules` of energy, at the block's prices."""
+    return gpus * cost.gpu_hour_usd * seconds / 3600 + joules / 3.6e6 * cost.kwh_usd
+
+
 def cost_fields(record: dict, cost: CostSpec | None, work, gpus: int, par) -> dict:
     """usd_per_step, usd_per_million_tokens (training tokens, or output tokens served) and,
     for a training run with tokens_total, run_usd; None where there is no cost block, no
@@ -38,20 +43,19 @@ def cost_fields(record: dict, cost: CostSpec | None, work, gpus: int, par) -> di
     fields = {"usd_per_step": None, "usd_per_million_tokens": None, "run_usd": None}
     if isinstance(work, ServeWorkload):
         rate, joules = record.get("output_tokens_per_s"), record.get("energy_per_output_token_j")
-        if cost is not None and rate and joules is not None:
-            fields["usd_per_million_tokens"] = 1e6 * (gpus * cost.gpu_hour_usd / 3600 / rate
-                                                      + joules / 3.6e6 * cost.kwh_usd)
+        if cost is not None and rate and joules is not None:  # the second a token takes, and its joules
+            fields["usd_per_million_tokens"] = 1e6 * usd(cost, gpus, 1.0 / rate, joules)
         return fields
     step_s, energy = record.get("step_time_s"), record.get("energy_per_step_j")
     if cost is None or energy is None or step_s is None or step_s != step_s:
         return fields
-    usd = gpus * cost.gpu_hour_usd * step_s / 3600 + energy / 3.6e6 * cost.kwh_usd
+    usd_step = usd(cost, gpus, step_s, energy)
     if isinstance(work, TrainWorkload):
         tokens = work.global_batch * work.seq
         if work.tokens_total:
-            fields["run_usd"] = usd * work.tokens_total / tokens
+            fields["run_usd"] = usd_step * work.tokens_total / tokens
     else:
         tokens = par.dp * work.batch * work.decode
-    fields["usd_per_step"] = usd
-    fields["usd_per_million_tokens"] = usd / tokens * 1e6
+    fields["usd_per_step"] = usd_step
+    fields["usd_per_million_tokens"] = usd_step / tokens * 1e6
     return fields

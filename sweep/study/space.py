@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 
 from core import Parallelism, SpecError
-from core.model.layout import serving_etp
+from core.model.layout import served_etp
 from core.model.specs import (COMPUTE_DTYPES, GRAD_DTYPES, MASTER_WEIGHTS, OPTIMIZER_DTYPES, RECIPE_CHOICES, RECOMPUTE,
                               SCHEDULES, SERVE_KNOBS, ZERO_STAGES, gathers_parameters)
 from core.units import BASE_UNITS, QUANTITY_KINDS, quantity
@@ -194,8 +194,8 @@ class Space:
             par["sp"] = self.mode == "train" and par["tp"] > 1
         if par["overlap_param_gather"] == AUTO:
             par["overlap_param_gather"] = gathers_parameters(par["zero"])
-        if self.mode == "serve" and par["ep"] > 1 and par["etp"] == 0:
-            par["etp"] = serving_etp(par["tp"], par["ep"])
+        if self.mode == "serve":
+            par["etp"] = served_etp(par["tp"], par["ep"], par["etp"])
         values = tuple(par.get(name, choice[name]) for name in self.names)
         par["placement"] = tuple(par["placement"].split(","))
         model = tuple((path, self._by_name[n].spec_value(choice[n])) for n, path in self._model_paths)
@@ -334,9 +334,11 @@ def _spec_values(raw, source: str, field: str) -> tuple:
     written = {}
     for value in values:  # one quantity in two units (3350 GB/s, 3.35 TB/s) is one value
         parsed = quantity(value)
-        same = written.setdefault((parsed[0], float(f"{parsed[1]:.12g}")) if parsed else value, value)
-        if same is not value:
-            raise SpecError(source, field, raw, f"{value!r} is {same!r} again, in other units")
+        key = (parsed[0], float(f"{parsed[1]:.12g}")) if parsed else value
+        if key in written:
+            raise SpecError(source, field, raw, f"{value!r} is {written[key]!r} again, in other units" if parsed
+                            else f"value {value!r} is listed twice")
+        written[key] = value
     return tuple(values)
 
 
