@@ -113,11 +113,10 @@ def state_tokens(model: ModelSpec, pool: Pool, engine: EngineSpec, kv_bytes: flo
     return -(-tokens // engine.kv_block_tokens) * engine.kv_block_tokens
 
 
-def request_cache_tokens(model: ModelSpec, pool: Pool, engine: EngineSpec, kv_bytes: float, tokens: int) -> int:
+def request_cache_tokens(engine: EngineSpec, tokens: int, state: int) -> int:
     """The cache, in tokens, one request of `tokens` tokens holds on an attention rank: its
-    tokens in whole blocks, and its recurrent state (state_tokens)."""
-    block = engine.kv_block_tokens
-    return -(-tokens // block) * block + state_tokens(model, pool, engine, kv_bytes)
+    tokens in whole blocks, and its recurrent `state` (state_tokens)."""
+    return -(-tokens // engine.kv_block_tokens) * engine.kv_block_tokens + state
 
 
 _MEMOS = {}
@@ -147,14 +146,13 @@ def _engine_run(model, hw, pool: Pool, engine: EngineSpec, load: Load, kv_bytes:
     engine = on_gpu(engine, hw.gpu, pool.tp, pool.pp, pool.attention_dp)
     it = iteration_model(model, hw, pool, kv_bytes, engine.iteration_overhead_s, engine.grouped_moe,
                          engine.attention_kernels, engine.allreduce_kernels, engine.sequence_overhead_s)
-    capacity = kv_tokens(model, hw, pool, engine, kv_bytes)
-    per_request = request_cache_tokens(model, pool, engine, kv_bytes, load.isl + load.osl)
+    capacity, state = kv_tokens(model, hw, pool, engine, kv_bytes), state_tokens(model, pool, engine, kv_bytes)
+    per_request = request_cache_tokens(engine, load.isl + load.osl, state)
     if capacity < per_request:
         return None, 0
     if load.concurrency and load.ramp_share:
         load = replace(load, ramp_s=load.ramp_share * lifetime_s(it, engine, load))
-    return simulate(it, engine, load, capacity, samples, state_tokens(model, pool, engine, kv_bytes)), \
-        capacity // per_request
+    return simulate(it, engine, load, capacity, samples, state), capacity // per_request
 
 
 def lifetime_s(it: IterationModel, engine: EngineSpec, load: Load) -> float:

@@ -16,6 +16,7 @@ import numpy as np
 
 from core.errors import SpecError
 from core.model import ops
+from core.model.ops import kernels_alone
 from core.model.collectives import collective_time, engine_all_reduce_s
 from core.model.ops.mla import mla_decode, mla_prefill
 from core.model.layout import group_spans
@@ -61,9 +62,6 @@ def kv_bucket(bytes_: float) -> str:
 
 def message_bucket(bytes_: float) -> str:
     return "<1 MiB" if bytes_ < MiB else ">=1 MiB"
-
-
-kernels_alone = ops.kernels_alone  # the hardware as the tables measured it
 
 
 # How each engine quantizes a low-precision GEMM's BF16 input: TensorRT-LLM's torch flow takes

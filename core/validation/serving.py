@@ -12,7 +12,8 @@ from core.errors import SpecError
 from core.model.loader import list_presets, load_hardware, load_model, with_dtype
 from core.serving.engines import (ENGINES, FAMILY_REQUEST_OVERHEAD_S, SGLANG_FLOOR_RESERVE_BYTES, engine_spec,
                                   on_gpu, release_spec, sglang_fraction_leaving, version_family, with_knobs)
-from core.serving.service import Pool, kv_bytes_per_element, kv_tokens, request_cache_tokens, serve, serve_disagg
+from core.serving.service import (Pool, kv_bytes_per_element, kv_tokens, request_cache_tokens, serve, serve_disagg,
+                                  state_tokens)
 from core.serving.simulate import Load
 
 from .systems import preset_for_system
@@ -125,7 +126,8 @@ def memory_raised(engine, model, hw, pools: tuple, kv_dtype: str, tokens: int):
     if engine.kv_budget != "static" or "kv_memory_fraction" in engine.knobs_set:
         return engine
     kv_bytes = kv_bytes_per_element(hw, kv_dtype)
-    if all(kv_tokens(model, hw, pool, placed, kv_bytes) >= request_cache_tokens(model, pool, placed, kv_bytes, tokens)
+    if all(kv_tokens(model, hw, pool, placed, kv_bytes)
+           >= request_cache_tokens(placed, tokens, state_tokens(model, pool, placed, kv_bytes))
            for pool in pools for placed in (on_gpu(engine, hw.gpu, pool.tp, pool.pp, pool.attention_dp),)):
         return engine
     fraction = sglang_fraction_leaving(hw.gpu.hbm.capacity_bytes, SGLANG_FLOOR_RESERVE_BYTES)
